@@ -1,0 +1,200 @@
+//! The two iptables backends and how natledger talks to them: one `*-save -t nat` to read,
+//! one `*-restore --noflush` transaction to write. Both backends take the same syntax; they
+//! differ in their tools, in how to tell cheaply that a table is absent, and in which one the
+//! host uses ([`detect`]).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::exec::{Invocation, Runner};
+use crate::family::Family;
+use crate::save::{self, Batch, Table};
+
+/// Directories searched for iptables tools. Absolute, because podman runs poststop hooks
+/// with an empty environment (no PATH).
+pub const TOOL_DIRS: [&str; 5] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin", "/bin"];
+
+/// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program.
+const XTABLES_WAIT_SECS: &str = "10";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Legacy,
+    Nft,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
+
+    pub fn other(self) -> Backend {
+        match self {
+            Backend::Legacy => Backend::Nft,
+            Backend::Nft => Backend::Legacy,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            Backend::Legacy => "legacy",
+            Backend::Nft => "nft",
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.suffix())
+    }
+}
+
+/// Which backend to write to, as given on the command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    Auto,
+    Legacy,
+    Nft,
+}
+
+impl BackendChoice {
+    pub fn resolve(self) -> Backend {
+        match self {
+            BackendChoice::Auto => detect(),
+            BackendChoice::Legacy => Backend::Legacy,
+            BackendChoice::Nft => Backend::Nft,
+        }
+    }
+}
+
+/// The backend the host's own `iptables` command uses: follow the `iptables` symlink chain
+/// (Debian's alternatives: `/usr/sbin/iptables -> /etc/alternatives/iptables ->
+/// /usr/sbin/iptables-nft`) and look for `legacy` or `nft` in each name. This is what Docker,
+/// kube-proxy's wrappers and an operator typing `iptables` get. Starts no process. Without an
+/// answer, nft (the default of every current distribution).
+pub fn detect() -> Backend {
+    TOOL_DIRS
+        .iter()
+        .find_map(|dir| backend_of_link(&Path::new(dir).join("iptables")))
+        .unwrap_or(Backend::Nft)
+}
+
+fn backend_of_link(start: &Path) -> Option<Backend> {
+    let mut path = start.to_path_buf();
+    for _ in 0..8 {
+        let target = std::fs::read_link(&path).ok()?;
+        let name = target.file_name()?.to_string_lossy().into_owned();
+        if name.contains("legacy") {
+            return Some(Backend::Legacy);
+        }
+        if name.contains("nft") {
+            return Some(Backend::Nft);
+        }
+        path = match path.parent() {
+            Some(parent) if target.is_relative() => parent.join(target),
+            _ => target,
+        };
+    }
+    None
+}
+
+/// A failure to read or write a backend, naming the command.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{tool} not found in {}", TOOL_DIRS.join(", "))]
+    ToolNotFound { tool: String },
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{command} failed (exit {code}): {stderr}")]
+    Failed {
+        command: String,
+        code: String,
+        stderr: String,
+    },
+    #[error("cannot parse the output of {command}: {source}")]
+    Parse {
+        command: String,
+        source: save::ParseError,
+    },
+}
+
+/// Reads and writes the nat tables of both backends through a [`Runner`].
+pub struct Netfilter<'r> {
+    runner: &'r dyn Runner,
+}
+
+impl<'r> Netfilter<'r> {
+    pub fn new(runner: &'r dyn Runner) -> Self {
+        Netfilter { runner }
+    }
+
+    /// The current nat table, or `None` when it does not exist. For legacy, an absent table
+    /// is seen in procfs without starting a process (and `-t nat` would create it).
+    pub fn read_nat(&self, backend: Backend, family: Family) -> Result<Option<Table>, BackendError> {
+        if backend == Backend::Legacy && !legacy_table_exists(family, "nat") {
+            return Ok(None);
+        }
+        let inv = Invocation {
+            program: tool(backend, family, "save")?,
+            args: vec!["-t".into(), "nat".into()],
+            stdin: None,
+        };
+        let out = self.execute(&inv)?;
+        let text = String::from_utf8_lossy(&out);
+        let tables = save::parse_dump(&text).map_err(|source| BackendError::Parse {
+            command: inv.to_string(),
+            source,
+        })?;
+        Ok(tables.into_iter().find(|t| t.name == "nat"))
+    }
+
+    /// Apply one batch as one `*-restore --noflush` transaction.
+    pub fn apply(&self, backend: Backend, family: Family, batch: &Batch) -> Result<(), BackendError> {
+        let mut args = vec!["--noflush".to_string()];
+        if backend == Backend::Legacy {
+            args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);
+        }
+        let inv = Invocation {
+            program: tool(backend, family, "restore")?,
+            args,
+            stdin: Some(batch.render().into_bytes()),
+        };
+        self.execute(&inv).map(drop)
+    }
+
+    fn execute(&self, inv: &Invocation) -> Result<Vec<u8>, BackendError> {
+        let out = self.runner.run(inv).map_err(|source| BackendError::Spawn {
+            command: inv.to_string(),
+            source,
+        })?;
+        if !out.success() {
+            return Err(BackendError::Failed {
+                command: inv.to_string(),
+                code: out.code.map_or_else(|| "signal".into(), |c| c.to_string()),
+                stderr: out.stderr_line(),
+            });
+        }
+        Ok(out.stdout)
+    }
+}
+
+/// Whether an iptables-legacy table exists in this network namespace (procfs, no process).
+pub fn legacy_table_exists(family: Family, table: &str) -> bool {
+    std::fs::read_to_string(family.legacy_tables_file())
+        .map(|names| names.lines().any(|l| l.trim() == table))
+        .unwrap_or(false)
+}
+
+/// Absolute path of `ip[6]tables-{legacy,nft}-{save,restore}`.
+pub fn tool(backend: Backend, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
+    let name = format!("{}-{}-{verb}", family.tool_stem(), backend.suffix());
+    TOOL_DIRS
+        .iter()
+        .map(|dir| Path::new(dir).join(&name))
+        .find(|p| p.exists())
+        .ok_or(BackendError::ToolNotFound { tool: name })
+}

@@ -1,0 +1,99 @@
+//! The one seam around process execution. Everything natledger runs (iptables-save and
+//! iptables-restore) goes through a [`Runner`], so operation logic can be tested with a
+//! scripted runner and the real backends are exercised by the integration tests.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// A command to run: program (absolute path), arguments and optional standard input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Invocation {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub stdin: Option<Vec<u8>>,
+}
+
+impl std::fmt::Display for Invocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.program.display())?;
+        for a in &self.args {
+            write!(f, " {a}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a command did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    /// Exit code; `None` when killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Outcome {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// The first line of stderr, for one-line error messages.
+    pub fn stderr_line(&self) -> String {
+        let text = String::from_utf8_lossy(&self.stderr);
+        text.lines()
+            .find(|l| !l.trim().is_empty() && !l.starts_with("# Warning"))
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    }
+}
+
+pub trait Runner {
+    /// Run to completion. An `Err` means the process could not be started at all.
+    fn run(&self, invocation: &Invocation) -> std::io::Result<Outcome>;
+}
+
+/// Runs real processes. With `NATLEDGER_TRACE` set, prints each command line to stderr.
+#[derive(Debug, Default)]
+pub struct SystemRunner {
+    trace: bool,
+}
+
+impl SystemRunner {
+    pub fn from_env() -> Self {
+        SystemRunner {
+            trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
+        }
+    }
+}
+
+impl Runner for SystemRunner {
+    fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
+        if self.trace {
+            eprintln!("natledger: exec {inv}");
+        }
+        let mut child = Command::new(&inv.program)
+            .args(&inv.args)
+            .stdin(if inv.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(input) = &inv.stdin {
+            // Restore reads all input before it commits; a write error means it died early,
+            // which the exit status reports.
+            let mut pipe = child.stdin.take().expect("stdin was piped");
+            let _ = pipe.write_all(input);
+        }
+        let out = child.wait_with_output()?;
+        Ok(Outcome {
+            code: out.status.code(),
+            stdout: out.stdout,
+            stderr: out.stderr,
+        })
+    }
+}

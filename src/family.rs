@@ -1,0 +1,58 @@
+//! Address families. Everything that differs between IPv4 and IPv6 is a method here, so no
+//! operation is ever written twice, once per family.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    Ipv4,
+    Ipv6,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Ipv4, Family::Ipv6];
+
+    pub fn of(ip: IpAddr) -> Family {
+        match ip {
+            IpAddr::V4(_) => Family::Ipv4,
+            IpAddr::V6(_) => Family::Ipv6,
+        }
+    }
+
+    /// Prefix length of a single host address.
+    pub fn host_prefix(self) -> u8 {
+        match self {
+            Family::Ipv4 => 32,
+            Family::Ipv6 => 128,
+        }
+    }
+
+    /// Tool-name stem: `iptables` or `ip6tables`.
+    pub fn tool_stem(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "iptables",
+            Family::Ipv6 => "ip6tables",
+        }
+    }
+
+    /// The procfs file listing this family's iptables-legacy tables in the current netns.
+    pub fn legacy_tables_file(self) -> &'static str {
+        match self {
+            Family::Ipv4 => "/proc/net/ip_tables_names",
+            Family::Ipv6 => "/proc/net/ip6_tables_names",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Family::Ipv4 => "ipv4",
+            Family::Ipv6 => "ipv6",
+        })
+    }
+}

@@ -1,0 +1,159 @@
+//! natledger's footprint in the nat table: its chains, the shared jumps into them, the
+//! comment that tags every rule, and the rules one mapping needs.
+//!
+//! ```text
+//! PREROUTING  ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS   DNAT per mapping,
+//! OUTPUT      ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS   newest first
+//! POSTROUTING ──────────────────────────────────▶ NATLEDGER-MASQ      MASQUERADE for the
+//!                                                                     localhost and hairpin paths
+//! ```
+//! The jumps are inserted at the top of the built-in chains and shared by every container;
+//! they and the chains are created once and stay (only `sweep --all` removes them). Each
+//! container rule carries the comment `natledger:<container-id>`; the jumps carry
+//! `natledger`. natledger never writes into a chain it does not own.
+
+use std::net::IpAddr;
+
+use crate::family::Family;
+use crate::oci::ContainerId;
+use crate::portspec::PortMapping;
+use crate::rule::{DnatTo, IpNet, Rule, Target};
+
+pub const DNAT_CHAIN: &str = "NATLEDGER-HOSTPORTS";
+pub const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
+pub const OWNED_CHAINS: [&str; 2] = [DNAT_CHAIN, MASQ_CHAIN];
+pub const SHARED_COMMENT: &str = "natledger";
+
+/// A rule and the chain it lives in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub chain: &'static str,
+    pub rule: Rule,
+    /// DNAT rules go first in their chain (newest wins); masquerade rules are appended.
+    pub first: bool,
+}
+
+/// The comment on every rule written for `id`.
+pub fn tag(id: &ContainerId) -> String {
+    format!("natledger:{id}")
+}
+
+/// Whether a chain name is natledger's (any version: names containing `NATLEDGER`).
+pub fn is_owned_chain(name: &str) -> bool {
+    name.contains("NATLEDGER")
+}
+
+/// The shared jumps from built-in chains into natledger's chains.
+pub fn jumps() -> [(&'static str, Rule); 3] {
+    let jump = |to: &str, dst_local: bool| Rule {
+        source: None,
+        destination: None,
+        protocol: None,
+        dports: None,
+        dst_local,
+        comment: Some(SHARED_COMMENT.to_string()),
+        target: Target::Jump(to.to_string()),
+    };
+    [
+        ("PREROUTING", jump(DNAT_CHAIN, true)),
+        ("OUTPUT", jump(DNAT_CHAIN, true)),
+        ("POSTROUTING", jump(MASQ_CHAIN, false)),
+    ]
+}
+
+/// The rules that forward `mapping` to `container` (one family):
+/// - DNAT from the host port (range), restricted to the mapping's host address if it has one;
+/// - masquerade for hairpin traffic (the container reaching itself through the node);
+/// - IPv4 only, when the mapping is reachable on 127.0.0.1: masquerade for loopback sources.
+pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr) -> Vec<Placed> {
+    let family = Family::of(container);
+    let comment = Some(tag(id));
+    let container_net = IpNet::host(container);
+    let base = (!mapping.host_ports.is_single()).then_some(mapping.host_ports.start);
+    let dnat = Rule {
+        source: None,
+        destination: mapping.host_destination().map(IpNet::host),
+        protocol: Some(mapping.protocol),
+        dports: Some(mapping.host_ports),
+        dst_local: false,
+        comment: comment.clone(),
+        target: Target::Dnat(DnatTo {
+            addr: container,
+            ports: mapping.container_ports,
+            base,
+        }),
+    };
+    let masquerade_from = |source: IpNet| Placed {
+        chain: MASQ_CHAIN,
+        rule: Rule {
+            source: Some(source),
+            destination: Some(container_net),
+            protocol: Some(mapping.protocol),
+            dports: Some(mapping.container_ports),
+            dst_local: false,
+            comment: comment.clone(),
+            target: Target::Masquerade,
+        },
+        first: false,
+    };
+    let mut rules = vec![
+        Placed {
+            chain: DNAT_CHAIN,
+            rule: dnat,
+            first: true,
+        },
+        masquerade_from(container_net),
+    ];
+    if family == Family::Ipv4 && mapping.reachable_from_loopback() {
+        let loopback = IpNet {
+            addr: IpAddr::from([127, 0, 0, 0]),
+            prefix: 8,
+        };
+        rules.push(masquerade_from(loopback));
+    }
+    rules
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::portspec::parse_entry;
+
+    fn args(p: &Placed) -> String {
+        format!("{} {}", p.chain, p.rule.to_args().join(" "))
+    }
+
+    #[test]
+    fn ipv4_mapping_gets_dnat_hairpin_and_localhost_masquerade() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let rules = mapping_rules(&id, &parse_entry("8080:80").unwrap(), "10.77.0.2".parse().unwrap());
+        let text: Vec<String> = rules.iter().map(args).collect();
+        assert_eq!(
+            text,
+            [
+                "NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 \
+                 -j DNAT --to-destination 10.77.0.2:80",
+                "NATLEDGER-MASQ -s 10.77.0.2/32 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment \
+                 --comment natledger:c1 -j MASQUERADE",
+                "NATLEDGER-MASQ -s 127.0.0.0/8 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment \
+                 --comment natledger:c1 -j MASQUERADE",
+            ]
+        );
+    }
+
+    #[test]
+    fn ranges_use_the_base_port_and_host_ips_restrict() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
+        let rules = mapping_rules(&id, &m, "fd77::2".parse().unwrap());
+        assert_eq!(rules.len(), 2, "no loopback masquerade for IPv6");
+        assert_eq!(
+            args(&rules[0]),
+            "NATLEDGER-HOSTPORTS -d fd78::1/128 -p udp -m udp --dport 9000:9002 -m comment \
+             --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80-82/9000"
+        );
+        let m = parse_entry("10.78.0.1:8080:80").unwrap();
+        let rules = mapping_rules(&id, &m, "10.77.0.2".parse().unwrap());
+        assert_eq!(rules.len(), 2, "not reachable on 127.0.0.1");
+    }
+}

@@ -1,0 +1,384 @@
+//! The ledger: one manifest per container recording exactly the rules natledger wrote.
+//!
+//! On-disk layout (the state directory, `/run/natledger` by default; tmpfs, so a reboot
+//! empties it exactly when the kernel forgets the rules):
+//!
+//! ```text
+//! /run/natledger/
+//! ├── lock                      flock(2) target; every change to rules or manifests holds it
+//! └── containers/
+//!     ├── <container-id>.json   manifest, schema 1 (see `Manifest`)
+//!     └── .<container-id>.tmp   a manifest being written; renamed over the real one
+//! ```
+//!
+//! Write-ahead: a manifest naming every rule natledger is about to write is durable (temp
+//! file, fsync, rename, fsync of the directory) before the first rule is applied, and is
+//! rewritten after. So a crash at any point leaves a manifest naming every rule that might
+//! exist, and poststop or sweep can remove them without regenerating anything from config.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::net::IpAddr;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use fs2::FileExt;
+use serde::{Deserialize, Serialize};
+
+use crate::backend::Backend;
+use crate::family::Family;
+use crate::oci::ContainerId;
+use crate::portspec::PortMapping;
+
+pub const SCHEMA: u32 = 1;
+
+/// A ledger operation that failed, naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum LedgerError {
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("manifest {} is not valid: {source}", path.display())]
+    Corrupt {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("manifest {} has schema {found}, this natledger reads schema {SCHEMA}", path.display())]
+    Schema { path: PathBuf, found: u32 },
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LedgerError + 'a {
+    move |source| LedgerError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where a manifest's rules stand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Written ahead: the rules may or may not exist yet.
+    Installing,
+    /// Every rule was applied.
+    Installed,
+    /// Removal ran but some rules could not be deleted; they may still exist.
+    Removing,
+}
+
+/// One rule exactly as written: where, and the arguments after `-A CHAIN`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuleRecord {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chain: String,
+    pub rule: Vec<String>,
+}
+
+/// A container's manifest (schema 1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub schema: u32,
+    pub container_id: ContainerId,
+    pub bundle: Option<PathBuf>,
+    /// Host pid of the container's process at create-runtime.
+    pub pid: Option<i32>,
+    /// Start time of `pid` (clock ticks after boot, /proc/PID/stat field 22): a live pid with
+    /// another start time is a reused pid, so the container is dead.
+    pub pid_start_time: Option<u64>,
+    pub phase: Phase,
+    pub mappings: Vec<PortMapping>,
+    /// Container address per family the rules forward to.
+    pub addresses: Vec<IpAddr>,
+    pub rules: Vec<RuleRecord>,
+}
+
+/// The state directory.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    dir: PathBuf,
+}
+
+/// Proof that the caller holds the ledger lock; every mutation needs one.
+///
+/// The lock serialises every natledger process on the host (hooks, sweep). It prevents:
+/// two hooks both seeing the shared chains absent and both creating them (the second
+/// `:CHAIN` declaration would flush the first container's rules); two containers both
+/// passing the host-port claim check for the same port; a removal reading the rules while
+/// another hook inserts, and so deleting or missing a rule; and a manifest being read
+/// while it is replaced. Released when dropped (or when the process dies, so a killed hook
+/// never wedges the host).
+pub struct Locked<'a> {
+    ledger: &'a Ledger,
+    _file: File,
+}
+
+impl Ledger {
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        Ledger { dir: dir.into() }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn containers(&self) -> PathBuf {
+        self.dir.join("containers")
+    }
+
+    pub fn manifest_path(&self, id: &ContainerId) -> PathBuf {
+        self.containers().join(format!("{id}.json"))
+    }
+
+    /// Whether a manifest exists, without the lock and without reading it.
+    pub fn has_manifest(&self, id: &ContainerId) -> bool {
+        self.manifest_path(id).exists()
+    }
+
+    /// Create the state directory if needed and take the lock, waiting for it.
+    pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
+        let containers = self.containers();
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&containers)
+            .map_err(io("create", &containers))?;
+        let path = self.dir.join("lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        file.lock_exclusive().map_err(io("lock", &path))?;
+        Ok(Locked {
+            ledger: self,
+            _file: file,
+        })
+    }
+
+    /// Read one manifest; `None` if there is none.
+    pub fn load(&self, id: &ContainerId) -> Result<Option<Manifest>, LedgerError> {
+        read_manifest(&self.manifest_path(id))
+    }
+
+    /// Every manifest, sorted by container id; unreadable ones as errors.
+    pub fn list(&self) -> Result<Vec<Result<Manifest, LedgerError>>, LedgerError> {
+        let dir = self.containers();
+        let entries = match fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(io("read", &dir)(e)),
+        };
+        let mut found = BTreeMap::new();
+        for entry in entries {
+            let path = entry.map_err(io("read", &dir))?.path();
+            let is_manifest = path.extension().is_some_and(|e| e == "json")
+                && !path
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with('.'));
+            if is_manifest {
+                let manifest = read_manifest(&path).and_then(|m| {
+                    m.ok_or_else(|| io("read", &path)(std::io::ErrorKind::NotFound.into()))
+                });
+                found.insert(path, manifest);
+            }
+        }
+        Ok(found.into_values().collect())
+    }
+}
+
+impl Locked<'_> {
+    pub fn ledger(&self) -> &Ledger {
+        self.ledger
+    }
+
+    /// Durably replace the manifest: temp file, fsync, rename, fsync of the directory.
+    pub fn store(&self, manifest: &Manifest) -> Result<(), LedgerError> {
+        let dir = self.ledger.containers();
+        let path = self.ledger.manifest_path(&manifest.container_id);
+        let tmp = dir.join(format!(".{}.tmp", manifest.container_id));
+        let mut json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
+        json.push(b'\n');
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(io("create", &tmp))?;
+        file.write_all(&json).map_err(io("write", &tmp))?;
+        file.sync_all().map_err(io("fsync", &tmp))?;
+        fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+        sync_dir(&dir)
+    }
+
+    /// Remove a manifest; absent is fine.
+    pub fn remove(&self, id: &ContainerId) -> Result<(), LedgerError> {
+        let path = self.ledger.manifest_path(id);
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.ledger.containers()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("remove", &path)(e)),
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir))
+}
+
+fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {
+    let bytes = match fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io("read", path)(e)),
+    };
+    #[derive(Deserialize)]
+    struct Version {
+        schema: u32,
+    }
+    let corrupt = |source| LedgerError::Corrupt {
+        path: path.to_path_buf(),
+        source,
+    };
+    let version: Version = serde_json::from_slice(&bytes).map_err(corrupt)?;
+    if version.schema != SCHEMA {
+        return Err(LedgerError::Schema {
+            path: path.to_path_buf(),
+            found: version.schema,
+        });
+    }
+    serde_json::from_slice(&bytes).map(Some).map_err(corrupt)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The manifest format is an interface (README, sweep of older versions): pin it.
+    const MANIFEST_V1: &str = r#"{
+  "schema": 1,
+  "container_id": "c0ffee",
+  "bundle": "/var/lib/ctr/c0ffee",
+  "pid": 4242,
+  "pid_start_time": 123456,
+  "phase": "installed",
+  "mappings": [
+    {
+      "host_ports": {
+        "start": 8080,
+        "end": 8080
+      },
+      "container_ports": {
+        "start": 80,
+        "end": 80
+      },
+      "protocol": "tcp"
+    }
+  ],
+  "addresses": [
+    "10.77.0.2"
+  ],
+  "rules": [
+    {
+      "backend": "nft",
+      "family": "ipv4",
+      "table": "nat",
+      "chain": "NATLEDGER-HOSTPORTS",
+      "rule": [
+        "-p",
+        "tcp",
+        "-m",
+        "tcp",
+        "--dport",
+        "8080",
+        "-m",
+        "comment",
+        "--comment",
+        "natledger:c0ffee",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.77.0.2:80"
+      ]
+    }
+  ]
+}
+"#;
+
+    fn sample() -> Manifest {
+        Manifest {
+            schema: SCHEMA,
+            container_id: "c0ffee".parse().unwrap(),
+            bundle: Some("/var/lib/ctr/c0ffee".into()),
+            pid: Some(4242),
+            pid_start_time: Some(123456),
+            phase: Phase::Installed,
+            mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
+            addresses: vec!["10.77.0.2".parse().unwrap()],
+            rules: vec![RuleRecord {
+                backend: Backend::Nft,
+                family: Family::Ipv4,
+                table: "nat".into(),
+                chain: "NATLEDGER-HOSTPORTS".into(),
+                rule: "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c0ffee -j DNAT \
+                       --to-destination 10.77.0.2:80"
+                    .split_whitespace()
+                    .map(String::from)
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn manifest_format_is_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let locked = ledger.lock().unwrap();
+        locked.store(&sample()).unwrap();
+        let path = ledger.manifest_path(&"c0ffee".parse().unwrap());
+        assert_eq!(fs::read_to_string(&path).unwrap(), MANIFEST_V1);
+        let read: Manifest = serde_json::from_str(MANIFEST_V1).unwrap();
+        assert_eq!(read, sample());
+    }
+
+    #[test]
+    fn store_list_remove() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        assert!(ledger.list().unwrap().is_empty());
+        let locked = ledger.lock().unwrap();
+        locked.store(&sample()).unwrap();
+        let id: ContainerId = "c0ffee".parse().unwrap();
+        assert!(ledger.has_manifest(&id));
+        assert_eq!(ledger.load(&id).unwrap().unwrap(), sample());
+        fs::write(ledger.containers().join("broken.json"), "{").unwrap();
+        fs::write(ledger.containers().join(".x.tmp"), "{").unwrap();
+        let all = ledger.list().unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(matches!(all[0], Err(LedgerError::Corrupt { .. })));
+        locked.remove(&id).unwrap();
+        locked.remove(&id).unwrap();
+        assert!(ledger.load(&id).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_not_misread() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        drop(ledger.lock().unwrap());
+        fs::write(ledger.containers().join("x.json"), r#"{"schema": 2}"#).unwrap();
+        let err = ledger.load(&"x".parse().unwrap()).unwrap_err();
+        assert!(err.to_string().contains("schema 2"), "{err}");
+    }
+}

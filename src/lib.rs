@@ -1,0 +1,19 @@
+//! natledger: host-port forwards for containers that are removed exactly, whatever fails.
+//!
+//! See ARCHITECTURE.md for the code map and the invariants. In short:
+//! [`oci`] reads hook input, [`portspec`] parses mappings, [`layout`] turns them into typed
+//! [`rule`]s, [`backend`] reads and writes iptables through [`exec`] using the [`save`]
+//! format, [`ledger`] records what was written, and [`ops`] puts them together.
+
+pub mod backend;
+pub mod exec;
+pub mod family;
+pub mod layout;
+pub mod ledger;
+pub mod netns;
+pub mod oci;
+pub mod ops;
+pub mod portspec;
+pub mod procfs;
+pub mod rule;
+pub mod save;

@@ -1,0 +1,81 @@
+//! The `natledger` command: argument parsing and error printing; the work is in the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+
+use natledger::backend::BackendChoice;
+use natledger::exec::SystemRunner;
+use natledger::ledger::Ledger;
+use natledger::oci::{Stage, State};
+use natledger::ops::{self, Context};
+
+#[derive(Parser)]
+#[command(version, about = "Container host-port forwards that never outlive their container")]
+struct Cli {
+    /// Where manifests and the lock live.
+    #[arg(long, global = true, env = "NATLEDGER_STATE_DIR", default_value = "/run/natledger")]
+    state_dir: PathBuf,
+    /// Backend for new rules (removal always looks in both). auto follows the host's
+    /// `iptables` symlink.
+    #[arg(long, global = true, env = "NATLEDGER_BACKEND", value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run as an OCI hook; the container state comes on stdin. Without a stage, the state's
+    /// status decides (creating: create-runtime, stopped: poststop).
+    Hook {
+        #[arg(value_enum)]
+        stage: Option<Stage>,
+    },
+    /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("natledger: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    let ledger = Ledger::new(cli.state_dir);
+    match cli.command {
+        Command::Hook { stage } => {
+            let state = State::read(std::io::stdin().lock())?;
+            let runner = SystemRunner::from_env();
+            let ctx = Context::new(ledger, cli.backend.resolve(), &runner);
+            ops::run_hook(&ctx, stage, state)?;
+        }
+        Command::List { json } => {
+            let mut entries = Vec::new();
+            for entry in ops::list(&ledger)? {
+                match entry {
+                    Ok(e) => entries.push(e),
+                    Err(e) => eprintln!("natledger: {e}"),
+                }
+            }
+            if json {
+                let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
+                println!("{text}");
+            } else {
+                print!("{}", ops::render_table(&entries));
+            }
+        }
+    }
+    Ok(())
+}

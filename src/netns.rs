@@ -1,0 +1,135 @@
+//! Looking into network namespaces without starting processes: the container's addresses
+//! (from a thread that joins the container's namespace) and route_localnet on the host side.
+
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+
+use nix::sched::{setns, CloneFlags};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NetnsError {
+    #[error("cannot open {}: {source} (is the container running?)", path.display())]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot enter the network namespace {}: {source}", path.display())]
+    Enter { path: PathBuf, source: nix::Error },
+    #[error("cannot list addresses in the network namespace of pid {pid}: {source}")]
+    List { pid: i32, source: nix::Error },
+    #[error("cannot set {path}: {source}")]
+    Sysctl {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// The global unicast addresses (IPv4 and IPv6, loopback and link-local excluded) inside the
+/// network namespace of `pid`, in interface order. `setns` changes only the calling thread,
+/// so a short-lived thread does the looking and the process never leaves the host namespace.
+pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
+    let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+    let file = File::open(&path).map_err(|source| NetnsError::Open {
+        path: path.clone(),
+        source,
+    })?;
+    std::thread::spawn(move || {
+        setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter { path, source })?;
+        let addrs = nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
+        let mut found: Vec<IpAddr> = Vec::new();
+        for ifa in addrs {
+            let ip = ifa.address.as_ref().and_then(|a| {
+                a.as_sockaddr_in()
+                    .map(|s| IpAddr::V4(s.ip()))
+                    .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+            });
+            if let Some(ip) = ip.filter(|ip| is_global_unicast(*ip)) {
+                if !found.contains(&ip) {
+                    found.push(ip);
+                }
+            }
+        }
+        Ok(found)
+    })
+    .join()
+    .expect("address lookup thread does not panic")
+}
+
+pub fn is_global_unicast(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            !(a.is_loopback()
+                || a.is_link_local()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || a.is_broadcast())
+        }
+        IpAddr::V6(a) => {
+            let link_local = (a.segments()[0] & 0xffc0) == 0xfe80;
+            !(a.is_loopback() || a.is_unspecified() || a.is_multicast() || link_local)
+        }
+    }
+}
+
+/// Make the node's own connections to 127.0.0.1:hostPort routable to `dest`: after DNAT the
+/// packet still has a loopback source, which the kernel drops as martian unless
+/// `route_localnet` is on for the outgoing interface. Sets it on that interface only (found
+/// by longest-prefix match in the main routing table), never globally. Returns the interface
+/// when it was changed. Not reverted: other containers behind the same bridge may rely on it.
+pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
+    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    let Some(iface) = route_interface(&routes, dest) else {
+        return Ok(None);
+    };
+    let path = format!("/proc/sys/net/ipv4/conf/{iface}/route_localnet");
+    let current = std::fs::read_to_string(&path).unwrap_or_default();
+    if current.trim() == "1" {
+        return Ok(None);
+    }
+    std::fs::write(&path, "1").map_err(|source| NetnsError::Sysctl { path, source })?;
+    Ok(Some(iface))
+}
+
+/// Longest-prefix match over `/proc/net/route` (addresses in host-endian hex).
+fn route_interface(table: &str, dest: Ipv4Addr) -> Option<String> {
+    let dest = u32::from_ne_bytes(dest.octets());
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let net = u32::from_str_radix(f.get(1)?, 16).ok()?;
+            let mask = u32::from_str_radix(f.get(7)?, 16).ok()?;
+            (dest & mask == net).then(|| (mask.count_ones(), f[0].to_string()))
+        })
+        .max_by_key(|(bits, _)| *bits)
+        .map(|(_, iface)| iface)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_the_longest_prefix() {
+        // Little-endian hex as the kernel prints it on x86.
+        let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+                     eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+                     br0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        if cfg!(target_endian = "little") {
+            assert_eq!(route_interface(table, Ipv4Addr::new(10, 77, 0, 2)).as_deref(), Some("br0"));
+            assert_eq!(route_interface(table, Ipv4Addr::new(8, 8, 8, 8)).as_deref(), Some("eth0"));
+        }
+    }
+
+    #[test]
+    fn global_unicast() {
+        for ip in ["10.0.0.1", "fd00::1", "2001:db8::1"] {
+            assert!(is_global_unicast(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["127.0.0.1", "169.254.1.1", "fe80::1", "::1", "0.0.0.0", "ff02::1"] {
+            assert!(!is_global_unicast(ip.parse().unwrap()), "{ip}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! OCI hook input: the container state on stdin and the bundle's `config.json`.
+//!
+//! The state is parsed with a small serde type (oci-spec 0.7 has the runtime spec but not the
+//! state); `config.json` is parsed with oci-spec's `Spec`. Annotations from both count, the
+//! state's winning, because podman passes `--annotation` values in the state.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
+pub const IP_ANNOTATION: &str = "io.natledger.ip";
+
+/// Largest accepted state document; a runtime sends a few hundred bytes.
+const MAX_STATE_BYTES: u64 = 1 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    #[error("cannot read the container state from stdin: {0}")]
+    StateRead(std::io::Error),
+    #[error("malformed container state on stdin: {0}")]
+    StateJson(serde_json::Error),
+    #[error("unsafe container id {0:?}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
+    UnsafeId(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Config {
+        path: PathBuf,
+        source: oci_spec::OciSpecError,
+    },
+    #[error("the container state has no bundle, so config.json cannot be read")]
+    NoBundle,
+    #[error("unknown container status {0:?} (expected creating or stopped); name the stage")]
+    UnknownStatus(String),
+}
+
+/// A container id that is safe as a file name and inside an iptables comment.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct ContainerId(String);
+
+impl ContainerId {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for ContainerId {
+    type Err = OciError;
+    fn from_str(s: &str) -> Result<Self, OciError> {
+        let ok = (1..=128).contains(&s.len())
+            && !s.starts_with('.')
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'+' | b'-' | b'.'));
+        if ok {
+            Ok(ContainerId(s.to_string()))
+        } else {
+            Err(OciError::UnsafeId(s.to_string()))
+        }
+    }
+}
+
+impl TryFrom<String> for ContainerId {
+    type Error = OciError;
+    fn try_from(s: String) -> Result<Self, OciError> {
+        s.parse()
+    }
+}
+
+impl From<ContainerId> for String {
+    fn from(id: ContainerId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for ContainerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Which hook is running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stage {
+    CreateRuntime,
+    Poststop,
+}
+
+/// The OCI state as runtimes send it to hooks.
+#[derive(Debug, Clone, Deserialize)]
+pub struct State {
+    pub id: String,
+    #[serde(default)]
+    pub status: String,
+    /// Host pid; runc and podman send it to createRuntime, not to poststop (or as 0).
+    #[serde(default)]
+    pub pid: Option<i32>,
+    #[serde(default)]
+    pub bundle: Option<PathBuf>,
+    #[serde(default)]
+    pub annotations: Option<HashMap<String, String>>,
+}
+
+impl State {
+    pub fn read(mut input: impl Read) -> Result<State, OciError> {
+        let mut bytes = Vec::new();
+        input
+            .by_ref()
+            .take(MAX_STATE_BYTES)
+            .read_to_end(&mut bytes)
+            .map_err(OciError::StateRead)?;
+        serde_json::from_slice(&bytes).map_err(OciError::StateJson)
+    }
+
+    /// The stage implied by the status, for hooks.d files that give one argument list.
+    pub fn stage(&self) -> Result<Stage, OciError> {
+        match self.status.as_str() {
+            "creating" | "created" => Ok(Stage::CreateRuntime),
+            "stopped" => Ok(Stage::Poststop),
+            other => Err(OciError::UnknownStatus(other.to_string())),
+        }
+    }
+
+    pub fn pid(&self) -> Option<i32> {
+        self.pid.filter(|p| *p > 0)
+    }
+}
+
+/// Everything a hook knows about its container.
+#[derive(Debug, Clone)]
+pub struct HookInput {
+    pub id: ContainerId,
+    pub pid: Option<i32>,
+    pub bundle: Option<PathBuf>,
+    pub annotations: HashMap<String, String>,
+}
+
+impl HookInput {
+    /// Validate the state and merge the annotations of `config.json` (state wins).
+    pub fn from_state(state: State) -> Result<HookInput, OciError> {
+        let id: ContainerId = state.id.parse()?;
+        let bundle = state.bundle.clone().filter(|b| !b.as_os_str().is_empty());
+        let mut annotations = match &bundle {
+            Some(b) => config_annotations(b)?,
+            None => return Err(OciError::NoBundle),
+        };
+        annotations.extend(state.annotations.clone().unwrap_or_default());
+        Ok(HookInput {
+            id,
+            pid: state.pid(),
+            bundle,
+            annotations,
+        })
+    }
+
+    pub fn ports(&self) -> Option<&str> {
+        self.annotations.get(PORTS_ANNOTATION).map(String::as_str)
+    }
+}
+
+/// The annotations of `BUNDLE/config.json`.
+pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
+    let path = bundle.join("config.json");
+    let spec = oci_spec::runtime::Spec::load(&path)
+        .map_err(|source| OciError::Config { path, source })?;
+    Ok(spec.annotations().clone().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        for ok in ["abc", "0123456789abcdef", "a.b_c+d-e", &"f".repeat(128)] {
+            ok.parse::<ContainerId>().expect(ok);
+        }
+        for bad in ["", ".", "..", "../x", "a/b", ".hidden", "a b", "a\nb", "a\u{1}", &"f".repeat(129)]
+        {
+            assert!(bad.parse::<ContainerId>().is_err(), "{bad:?}");
+        }
+        assert!(serde_json::from_str::<ContainerId>("\"../etc\"").is_err());
+    }
+
+    #[test]
+    fn reads_runc_and_podman_states() {
+        let runc = r#"{"ociVersion":"1.0.2","id":"c1","status":"creating","pid":4242,
+                       "bundle":"/b","annotations":{"a":"b"}}"#;
+        let s = State::read(runc.as_bytes()).unwrap();
+        assert_eq!(s.stage().unwrap(), Stage::CreateRuntime);
+        assert_eq!(s.pid(), Some(4242));
+        let podman_poststop = r#"{"ociVersion":"1.0.2","id":"c1","status":"stopped","bundle":"/b"}"#;
+        let s = State::read(podman_poststop.as_bytes()).unwrap();
+        assert_eq!(s.stage().unwrap(), Stage::Poststop);
+        assert_eq!(s.pid(), None);
+        let zero = r#"{"id":"c1","status":"stopped","pid":0}"#;
+        assert_eq!(State::read(zero.as_bytes()).unwrap().pid(), None);
+        assert!(matches!(
+            State::read(&b"{\"id\":"[..]),
+            Err(OciError::StateJson(_))
+        ));
+        let running = State::read(&br#"{"id":"c1","status":"running"}"#[..]).unwrap();
+        assert!(running.stage().is_err());
+    }
+
+    #[test]
+    fn annotations_merge_with_the_state_winning() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("config.json"),
+            r#"{"ociVersion":"1.0.2","annotations":{"io.natledger.ports":"1:1","x":"config"}}"#,
+        )
+        .unwrap();
+        let state = State {
+            id: "c1".into(),
+            status: "creating".into(),
+            pid: Some(1),
+            bundle: Some(dir.path().into()),
+            annotations: Some([("x".to_string(), "state".to_string())].into()),
+        };
+        let input = HookInput::from_state(state.clone()).unwrap();
+        assert_eq!(input.ports(), Some("1:1"));
+        assert_eq!(input.annotations["x"], "state");
+
+        let missing = State {
+            bundle: Some(dir.path().join("nope")),
+            ..state
+        };
+        let err = HookInput::from_state(missing).unwrap_err();
+        assert!(err.to_string().contains("nope/config.json"), "{err}");
+    }
+}

@@ -1,0 +1,394 @@
+//! create-runtime: install a container's port forwards and record them, write-ahead.
+
+use std::net::IpAddr;
+
+use crate::backend::BackendError;
+use crate::family::Family;
+use crate::layout::{jumps, mapping_rules, Placed, OWNED_CHAINS};
+use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
+use crate::netns;
+use crate::oci::{HookInput, IP_ANNOTATION};
+use crate::portspec::{parse_mappings, PortMapping};
+use crate::procfs;
+use crate::rule::Rule;
+use crate::save::{Batch, Op};
+
+use super::remove::{remove_container, settle};
+use super::{Context, Error};
+
+/// What create-runtime did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Created {
+    /// No `io.natledger.ports`: nothing was run.
+    Skipped,
+    Installed { rules: usize },
+}
+
+/// The createRuntime hook. Fails loudly: on any error nothing of this container is left
+/// installed (what was applied is rolled back) and the runtime aborts the start.
+pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error> {
+    let Some(spec) = input.ports() else {
+        return Ok(Created::Skipped);
+    };
+    let mappings = parse_mappings(spec)?;
+    let addresses = container_addresses(input)?;
+    let placed = plan(input, &mappings, &addresses)?;
+    let pid_start_time = match input.pid {
+        Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
+            id: input.id.clone(),
+            pid,
+        })?),
+        None => None,
+    };
+    allow_loopback_sources(&mappings, &addresses);
+
+    let locked = ctx.ledger.lock()?;
+    release_claims(ctx, &locked, input, &mappings)?;
+
+    let mut manifest = Manifest {
+        schema: SCHEMA,
+        container_id: input.id.clone(),
+        bundle: input.bundle.clone(),
+        pid: input.pid,
+        pid_start_time,
+        phase: Phase::Installing,
+        mappings,
+        addresses,
+        rules: placed
+            .iter()
+            .map(|(family, p)| RuleRecord {
+                backend: ctx.backend,
+                family: *family,
+                table: "nat".into(),
+                chain: p.chain.to_string(),
+                rule: p.rule.to_args(),
+            })
+            .collect(),
+    };
+    locked.store(&manifest)?;
+
+    for family in Family::ALL {
+        let rules: Vec<&Placed> = placed
+            .iter()
+            .filter(|(f, _)| *f == family)
+            .map(|(_, p)| p)
+            .collect();
+        if rules.is_empty() {
+            continue;
+        }
+        if let Err(e) = install(ctx, family, &rules) {
+            // Roll back whatever an earlier family installed; the manifest goes with it
+            // unless something could not be removed, in which case it names what remains.
+            let removal = remove_container(ctx, &locked, &input.id, Some(&manifest));
+            let _ = settle(&locked, &input.id, Some(manifest), removal);
+            return Err(e.into());
+        }
+    }
+    manifest.phase = Phase::Installed;
+    locked.store(&manifest)?;
+    Ok(Created::Installed {
+        rules: manifest.rules.len(),
+    })
+}
+
+/// `io.natledger.ip`, or the addresses found inside the container's network namespace.
+fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
+    if let Some(value) = input.annotations.get(IP_ANNOTATION) {
+        let bad = |reason: String| Error::BadIpAnnotation {
+            value: value.clone(),
+            reason,
+        };
+        let addrs = value
+            .split(',')
+            .map(|s| s.trim().parse::<IpAddr>().map_err(|e| bad(format!("{s:?}: {e}"))))
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(ip) = addrs.iter().find(|ip| !netns::is_global_unicast(**ip)) {
+            return Err(bad(format!("{ip} is not a global unicast address")));
+        }
+        return Ok(addrs);
+    }
+    let pid = input.pid.ok_or_else(|| Error::NoPid(input.id.clone()))?;
+    let addrs = netns::container_addresses(pid)?;
+    if addrs.is_empty() {
+        return Err(Error::NoAddress { pid });
+    }
+    Ok(addrs)
+}
+
+/// The rules for every mapping, each towards the container's first address of the family.
+fn plan(
+    input: &HookInput,
+    mappings: &[PortMapping],
+    addresses: &[IpAddr],
+) -> Result<Vec<(Family, Placed)>, Error> {
+    let address_of = |family: Family| addresses.iter().copied().find(|a| Family::of(*a) == family);
+    let mut placed = Vec::new();
+    for mapping in mappings {
+        let families: Vec<Family> = match mapping.family() {
+            Some(family) => {
+                if address_of(family).is_none() {
+                    return Err(Error::FamilyMismatch {
+                        mapping: mapping.clone(),
+                        family,
+                        have: addresses.to_vec(),
+                    });
+                }
+                vec![family]
+            }
+            None => Family::ALL
+                .into_iter()
+                .filter(|f| address_of(*f).is_some())
+                .collect(),
+        };
+        for family in families {
+            let container = address_of(family).expect("filtered above");
+            placed.extend(
+                mapping_rules(&input.id, mapping, container)
+                    .into_iter()
+                    .map(|p| (family, p)),
+            );
+        }
+    }
+    Ok(placed)
+}
+
+/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1.
+/// A failure only costs the localhost path, so it is a warning.
+fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
+    let wanted = mappings
+        .iter()
+        .any(|m| m.reachable_from_loopback() && m.family() != Some(Family::Ipv6));
+    let v4 = addresses.iter().find_map(|a| match a {
+        IpAddr::V4(v4) => Some(*v4),
+        IpAddr::V6(_) => None,
+    });
+    if let (true, Some(v4)) = (wanted, v4) {
+        match netns::enable_route_localnet(v4) {
+            Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
+            Ok(None) => {}
+            Err(e) => eprintln!("natledger: warning: 127.0.0.1 will not reach {v4}: {e}"),
+        }
+    }
+}
+
+/// Enforce host-port claims: a live holder of the same address, port and protocol refuses
+/// the start; a dead holder's rules are removed first. An earlier manifest of this same
+/// container id (a retried create) is replaced the same way.
+fn release_claims(
+    ctx: &Context,
+    locked: &Locked,
+    input: &HookInput,
+    mappings: &[PortMapping],
+) -> Result<(), Error> {
+    let mut dead = Vec::new();
+    for entry in ctx.ledger.list()? {
+        let other = match entry {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("natledger: warning: skipping {e}");
+                continue;
+            }
+        };
+        let same_container = other.container_id == input.id;
+        let clash = mappings
+            .iter()
+            .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
+        if same_container {
+            dead.push((other, "an earlier create of the same container".to_string()));
+        } else if let Some(mapping) = clash {
+            if procfs::is_alive(other.pid, other.pid_start_time) {
+                return Err(Error::PortClaimed {
+                    mapping: mapping.clone(),
+                    holder: other.container_id,
+                    pid: other.pid.map_or_else(|| "unknown".into(), |p| p.to_string()),
+                });
+            }
+            dead.push((other, format!("dead holder of {mapping}")));
+        }
+    }
+    for (manifest, why) in dead {
+        let id = manifest.container_id.clone();
+        let removal = remove_container(ctx, locked, &id, Some(&manifest));
+        eprintln!(
+            "natledger: removed {} rule(s) of container {id} ({why})",
+            removal.removed
+        );
+        if let Err(e) = settle(locked, &id, Some(manifest), removal) {
+            // The new rules go first in the chain, so leftovers cannot shadow them.
+            eprintln!("natledger: warning: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// Install one family's rules in one transaction. First try assuming the shared chains and
+/// jumps exist (checked inside the same transaction with `-C`, so a missing jump fails it
+/// atomically); otherwise read the table and create what is missing.
+fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), BackendError> {
+    let mut fast = Batch::nat();
+    for (chain, jump) in jumps() {
+        fast.ops.push(Op::Check(chain.to_string(), jump.to_args()));
+    }
+    push_rules(&mut fast, rules);
+    if ctx.netfilter.apply(ctx.backend, family, &fast).is_ok() {
+        return Ok(());
+    }
+    let table = ctx.netfilter.read_nat(ctx.backend, family)?.unwrap_or_default();
+    let mut full = Batch::nat();
+    for chain in OWNED_CHAINS {
+        if !table.has_chain(chain) {
+            full.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+    }
+    for (chain, jump) in jumps() {
+        let present = table
+            .rules_in(chain)
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
+        if !present {
+            full.ops.push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+        }
+    }
+    push_rules(&mut full, rules);
+    ctx.netfilter.apply(ctx.backend, family, &full)
+}
+
+/// DNAT rules go to the top of their chain (newest container first), in mapping order;
+/// masquerade rules are appended.
+fn push_rules(batch: &mut Batch, rules: &[&Placed]) {
+    for p in rules.iter().rev().filter(|p| p.first) {
+        batch.ops.push(Op::InsertFirst(p.chain.to_string(), p.rule.to_args()));
+    }
+    for p in rules.iter().filter(|p| !p.first) {
+        batch.ops.push(Op::Append(p.chain.to_string(), p.rule.to_args()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::{Invocation, Outcome, Runner};
+    use crate::ledger::Ledger;
+    use std::cell::RefCell;
+
+    /// A scripted runner: answers each call with the next outcome and records the call.
+    struct Script {
+        answers: RefCell<Vec<Outcome>>,
+        calls: RefCell<Vec<Invocation>>,
+    }
+
+    impl Script {
+        fn new(answers: Vec<Outcome>) -> Self {
+            Script {
+                answers: RefCell::new(answers.into_iter().rev().collect()),
+                calls: RefCell::new(Vec::new()),
+            }
+        }
+    }
+
+    impl Runner for Script {
+        fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
+            self.calls.borrow_mut().push(inv.clone());
+            Ok(self.answers.borrow_mut().pop().expect("no more scripted answers"))
+        }
+    }
+
+    fn ok(stdout: &str) -> Outcome {
+        Outcome {
+            code: Some(0),
+            stdout: stdout.into(),
+            stderr: Vec::new(),
+        }
+    }
+
+    fn fail() -> Outcome {
+        Outcome {
+            code: Some(1),
+            stdout: Vec::new(),
+            stderr: b"iptables-restore: line 2 failed".to_vec(),
+        }
+    }
+
+    fn input(dir: &std::path::Path) -> HookInput {
+        HookInput {
+            id: "c1".parse().unwrap(),
+            pid: None,
+            bundle: Some(dir.into()),
+            annotations: [
+                ("io.natledger.ports".to_string(), "8080:80".to_string()),
+                ("io.natledger.ip".to_string(), "10.77.0.2".to_string()),
+            ]
+            .into(),
+        }
+    }
+
+    fn stdin_of(inv: &Invocation) -> String {
+        String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn with_the_shared_chains_present_create_is_one_restore() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = Script::new(vec![ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let created = create_runtime(&ctx, &input(dir.path())).unwrap();
+        assert_eq!(created, Created::Installed { rules: 3 });
+        let calls = script.calls.borrow();
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].program.ends_with("iptables-nft-restore"));
+        let batch = stdin_of(&calls[0]);
+        assert!(batch.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
+        assert!(batch.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
+        let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
+        assert_eq!(manifest.phase, Phase::Installed);
+        assert_eq!(manifest.rules.len(), 3);
+    }
+
+    #[test]
+    fn without_them_create_reads_and_creates_only_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+                    :NATLEDGER-MASQ - [0:0]\n\
+                    -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
+        let script = Script::new(vec![fail(), ok(dump), ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        create_runtime(&ctx, &input(dir.path())).unwrap();
+        let calls = script.calls.borrow();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[1].args, ["-t", "nat"]);
+        let batch = stdin_of(&calls[2]);
+        assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));
+        assert!(!batch.contains(":NATLEDGER-MASQ"), "an existing chain is never redeclared");
+        assert!(batch.contains("-I PREROUTING 1"));
+        assert!(batch.contains("-I OUTPUT 1"));
+        assert!(!batch.contains("-I POSTROUTING"), "an existing jump is not duplicated");
+    }
+
+    #[test]
+    fn a_failed_install_leaves_no_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        // fast fails, read fails: nothing was applied; rollback's delete and read fail too
+        // (rules absent), which leaves nothing to record.
+        let script = Script::new(vec![fail(), fail(), fail(), ok(""), ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
+        assert!(err.to_string().contains("iptables-nft-save -t nat failed"), "{err}");
+        assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+    }
+
+    #[test]
+    fn no_annotation_runs_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = Script::new(vec![]);
+        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let mut plain = input(dir.path());
+        plain.annotations.clear();
+        assert_eq!(create_runtime(&ctx, &plain).unwrap(), Created::Skipped);
+        assert!(script.calls.borrow().is_empty());
+        assert!(!dir.path().join("containers").exists());
+    }
+
+    #[test]
+    fn tags_name_the_container() {
+        assert_eq!(crate::layout::tag(&"abc".parse().unwrap()), "natledger:abc");
+    }
+}

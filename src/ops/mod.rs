@@ -1,0 +1,104 @@
+//! The operations: what each command does, in terms of the ledger, the rule model and the
+//! backends. Every operation that changes rules or manifests holds the ledger lock.
+
+mod create;
+mod list;
+mod remove;
+
+pub use create::{create_runtime, Created};
+pub use list::{list, render_table, ListEntry};
+pub use remove::{poststop, remove_container, Removal, Removed};
+
+use std::net::IpAddr;
+
+use crate::backend::{Backend, BackendError, Netfilter};
+use crate::exec::Runner;
+use crate::family::Family;
+use crate::ledger::{Ledger, LedgerError};
+use crate::netns::NetnsError;
+use crate::oci::{ContainerId, HookInput, OciError, Stage, State};
+use crate::portspec::{PortMapping, SpecError};
+
+/// What every operation needs: where the ledger is, which backend new rules go to, and how
+/// to run processes.
+pub struct Context<'r> {
+    pub ledger: Ledger,
+    /// The backend create-runtime writes to. Removal looks in both.
+    pub backend: Backend,
+    pub netfilter: Netfilter<'r>,
+}
+
+impl<'r> Context<'r> {
+    pub fn new(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
+        Context {
+            ledger,
+            backend,
+            netfilter: Netfilter::new(runner),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Oci(#[from] OciError),
+    #[error(transparent)]
+    Spec(#[from] SpecError),
+    #[error(transparent)]
+    Ledger(#[from] LedgerError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error(transparent)]
+    Netns(#[from] NetnsError),
+    #[error("invalid io.natledger.ip {value:?}: {reason}")]
+    BadIpAnnotation { value: String, reason: String },
+    #[error("container {0} has no pid in its state; set io.natledger.ip")]
+    NoPid(ContainerId),
+    #[error("container {id} is not running (pid {pid} is gone)")]
+    NotRunning { id: ContainerId, pid: i32 },
+    #[error(
+        "no global address in the network namespace of pid {pid}: order the network hook \
+         before natledger, or set io.natledger.ip"
+    )]
+    NoAddress { pid: i32 },
+    #[error("mapping {mapping} needs an {family} container address, but the container has only {have:?}")]
+    FamilyMismatch {
+        mapping: PortMapping,
+        family: Family,
+        have: Vec<IpAddr>,
+    },
+    #[error("host port {mapping} is held by live container {holder} (pid {pid})")]
+    PortClaimed {
+        mapping: PortMapping,
+        holder: ContainerId,
+        pid: String,
+    },
+    #[error("{remaining} rule(s) of container {id} may remain: {first_error}")]
+    Incomplete {
+        id: ContainerId,
+        remaining: usize,
+        first_error: String,
+    },
+}
+
+/// What a hook run did, for the caller to report.
+#[derive(Debug)]
+pub enum HookOutcome {
+    Created(Created),
+    Removed(Removed),
+}
+
+/// Run the hook for `stage`, or for the stage the state's status implies.
+pub fn run_hook(ctx: &Context, stage: Option<Stage>, state: State) -> Result<HookOutcome, Error> {
+    let stage = match stage {
+        Some(stage) => stage,
+        None => state.stage()?,
+    };
+    match stage {
+        Stage::CreateRuntime => {
+            let input = HookInput::from_state(state)?;
+            create_runtime(ctx, &input).map(HookOutcome::Created)
+        }
+        Stage::Poststop => poststop(ctx, &state).map(HookOutcome::Removed),
+    }
+}

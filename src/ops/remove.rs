@@ -1,0 +1,166 @@
+//! Removal: poststop, and the routine that deletes one container's rules, shared with
+//! create-runtime (dead holders of a port) and sweep.
+
+use crate::backend::{Backend, BackendError};
+use crate::family::Family;
+use crate::layout::{is_owned_chain, tag};
+use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
+use crate::oci::{ContainerId, HookInput, State};
+use crate::rule::Rule;
+use crate::save::{Batch, Op};
+
+use super::{Context, Error};
+
+/// What poststop did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removed {
+    /// No manifest and no `io.natledger.ports`: nothing was run.
+    Skipped,
+    Done { rules: usize },
+}
+
+/// What [`remove_container`] did.
+#[derive(Debug, Default)]
+pub struct Removal {
+    pub removed: usize,
+    /// Recorded rules that may still exist because their removal failed.
+    pub remaining: Vec<RuleRecord>,
+    pub failures: Vec<BackendError>,
+}
+
+/// The poststop hook: delete exactly the rules natledger wrote for this container, wherever
+/// they are now, then its manifest. Idempotent; keeps going past a failure.
+pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
+    let id: ContainerId = state.id.parse()?;
+    if !ctx.ledger.has_manifest(&id) {
+        // Without a manifest, only the annotation says whether natledger ever ran for it.
+        match HookInput::from_state(state.clone()) {
+            Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
+            Ok(_) => {}
+            Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
+        }
+    }
+    let locked = ctx.ledger.lock()?;
+    let manifest = ctx.ledger.load(&id).unwrap_or_else(|e| {
+        eprintln!("natledger: {e}; removing the rules tagged {} instead", tag(&id));
+        None
+    });
+    let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
+    settle(&locked, &id, manifest, removal)
+}
+
+/// Record the result of a removal: drop the manifest when nothing can remain, otherwise keep
+/// the rules that may remain so that a later poststop or sweep retries them.
+pub(super) fn settle(
+    locked: &Locked,
+    id: &ContainerId,
+    manifest: Option<Manifest>,
+    removal: Removal,
+) -> Result<Removed, Error> {
+    for failure in &removal.failures {
+        eprintln!("natledger: {failure}");
+    }
+    let Some(first) = removal.failures.first() else {
+        locked.remove(id)?;
+        return Ok(Removed::Done {
+            rules: removal.removed,
+        });
+    };
+    let first_error = first.to_string();
+    if let Some(mut manifest) = manifest {
+        manifest.phase = Phase::Removing;
+        manifest.rules = removal.remaining.clone();
+        locked.store(&manifest)?;
+    }
+    Err(Error::Incomplete {
+        id: id.clone(),
+        remaining: removal.remaining.len().max(1),
+        first_error,
+    })
+}
+
+/// Delete every rule natledger wrote for `id`: the manifest's rules, and any rule in a
+/// natledger chain tagged `natledger:<id>`, in each backend and family where they exist now.
+///
+/// Per backend and family, one transaction. Where the manifest recorded rules, it first tries
+/// deleting exactly those (one process; a transaction with an absent rule fails whole and
+/// changes nothing); if that fails, it reads the table and deletes what is present. The
+/// other backend is read for the same families, since a saved ruleset restored into it
+/// brings the rules along (legacy costs nothing when its nat table does not exist).
+pub fn remove_container(
+    ctx: &Context,
+    _locked: &Locked,
+    id: &ContainerId,
+    manifest: Option<&Manifest>,
+) -> Removal {
+    let recorded: &[RuleRecord] = manifest.map_or(&[], |m| &m.rules);
+    let families: Vec<Family> = match manifest {
+        Some(_) => {
+            let mut f: Vec<Family> = recorded.iter().map(|r| r.family).collect();
+            f.sort();
+            f.dedup();
+            f
+        }
+        None => Family::ALL.to_vec(),
+    };
+    let mut removal = Removal::default();
+    for family in families {
+        for backend in Backend::ALL {
+            let here: Vec<&RuleRecord> = recorded
+                .iter()
+                .filter(|r| r.backend == backend && r.family == family)
+                .collect();
+            match remove_in(ctx, backend, family, id, &here) {
+                Ok(n) => removal.removed += n,
+                Err(e) => {
+                    removal.remaining.extend(here.into_iter().cloned());
+                    removal.failures.push(e);
+                }
+            }
+        }
+    }
+    removal
+}
+
+fn remove_in(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    id: &ContainerId,
+    recorded: &[&RuleRecord],
+) -> Result<usize, BackendError> {
+    if !recorded.is_empty() {
+        let mut exact = Batch::nat();
+        exact.ops = recorded
+            .iter()
+            .map(|r| Op::Delete(r.chain.clone(), r.rule.clone()))
+            .collect();
+        if ctx.netfilter.apply(backend, family, &exact).is_ok() {
+            return Ok(recorded.len());
+        }
+    }
+    let Some(table) = ctx.netfilter.read_nat(backend, family)? else {
+        return Ok(0);
+    };
+    let wanted: Vec<(&str, Rule)> = recorded
+        .iter()
+        .filter_map(|r| Some((r.chain.as_str(), Rule::parse_args(&r.rule).ok()?)))
+        .collect();
+    let tag = tag(id);
+    let mut batch = Batch::nat();
+    for saved in table.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
+        let Ok(rule) = Rule::parse_args(&saved.args) else {
+            continue;
+        };
+        let ours = rule.comment.as_deref() == Some(tag.as_str())
+            || wanted.iter().any(|(c, w)| *c == saved.chain && *w == rule);
+        if ours {
+            batch.ops.push(Op::Delete(saved.chain.clone(), saved.args.clone()));
+        }
+    }
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    ctx.netfilter.apply(backend, family, &batch)?;
+    Ok(batch.ops.len())
+}

@@ -1,0 +1,291 @@
+//! The iptables-save / iptables-restore text format: parsing dumps and writing batches.
+//!
+//! Parsing never interprets a rule beyond splitting it into its chain and argument tokens;
+//! [`crate::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
+//! Writing quotes every token, so an argument is never re-split by the reader.
+
+use std::fmt::Write as _;
+
+/// A line of a dump that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {reason}")]
+pub struct ParseError {
+    pub line: usize,
+    pub reason: String,
+}
+
+/// One table of a dump.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Table {
+    pub name: String,
+    /// Chains in dump order, with the policy of built-in chains (`-` for user chains).
+    pub chains: Vec<(String, String)>,
+    pub rules: Vec<SavedRule>,
+}
+
+/// A rule as dumped: its chain and the argument tokens after `-A CHAIN`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SavedRule {
+    pub chain: String,
+    pub args: Vec<String>,
+}
+
+impl Table {
+    pub fn has_chain(&self, name: &str) -> bool {
+        self.chains.iter().any(|(c, _)| c == name)
+    }
+
+    pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a SavedRule> + 'a {
+        self.rules.iter().filter(move |r| r.chain == chain)
+    }
+}
+
+/// Parse a whole dump (any number of tables).
+pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
+    let mut tables = Vec::new();
+    let mut current: Option<Table> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let err = |reason: &str| ParseError {
+            line: line_no,
+            reason: reason.to_string(),
+        };
+        let line = raw.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(name) = line.strip_prefix('*') {
+            if current.is_some() {
+                return Err(err("table starts before the previous one was committed"));
+            }
+            current = Some(Table {
+                name: name.to_string(),
+                ..Table::default()
+            });
+            continue;
+        }
+        let table = current.as_mut().ok_or_else(|| err("content outside a table"))?;
+        if line == "COMMIT" {
+            tables.push(current.take().expect("checked above"));
+        } else if let Some(decl) = line.strip_prefix(':') {
+            let mut parts = decl.split_whitespace();
+            let (Some(name), Some(policy)) = (parts.next(), parts.next()) else {
+                return Err(err("malformed chain declaration"));
+            };
+            table.chains.push((name.to_string(), policy.to_string()));
+        } else {
+            let mut tokens = tokenize(line).map_err(|r| err(&r))?;
+            if tokens.len() < 2 || tokens[0] != "-A" {
+                return Err(err("expected -A CHAIN"));
+            }
+            let args = tokens.split_off(2);
+            table.rules.push(SavedRule {
+                chain: tokens.pop().expect("two tokens"),
+                args,
+            });
+        }
+    }
+    if current.is_some() {
+        return Err(ParseError {
+            line: text.lines().count(),
+            reason: "table not committed".into(),
+        });
+    }
+    Ok(tables)
+}
+
+/// Split a line the way iptables-restore does: whitespace separates, double quotes group,
+/// a backslash escapes the next character inside quotes.
+pub fn tokenize(line: &str) -> Result<Vec<String>, String> {
+    let mut tokens = Vec::new();
+    let mut chars = line.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let Some(&first) = chars.peek() else {
+            return Ok(tokens);
+        };
+        let mut token = String::new();
+        if first == '"' {
+            chars.next();
+            loop {
+                match chars.next() {
+                    Some('"') => break,
+                    Some('\\') => match chars.next() {
+                        Some(c) => token.push(c),
+                        None => return Err("unterminated escape".into()),
+                    },
+                    Some(c) => token.push(c),
+                    None => return Err("unterminated quote".into()),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                token.push(c);
+            }
+        }
+        tokens.push(token);
+    }
+}
+
+/// Quote a token for iptables-restore input when it needs it.
+fn quote(token: &str, out: &mut String) {
+    let plain = !token.is_empty()
+        && !token
+            .chars()
+            .any(|c| c.is_whitespace() || c == '"' || c == '\\' || c == '\'');
+    if plain {
+        out.push_str(token);
+        return;
+    }
+    out.push('"');
+    for c in token.chars() {
+        if c == '"' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+}
+
+/// One command inside a restore batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// `:CHAIN - [0:0]`: create a chain. Flushes it if it exists: only for absent chains.
+    DeclareChain(String),
+    /// `-C CHAIN args`: fail the whole batch unless the rule exists.
+    Check(String, Vec<String>),
+    /// `-I CHAIN 1 args`
+    InsertFirst(String, Vec<String>),
+    /// `-A CHAIN args`
+    Append(String, Vec<String>),
+    /// `-D CHAIN args`: fails the whole batch if the rule is absent.
+    Delete(String, Vec<String>),
+    /// `-X CHAIN`: fails the whole batch if the chain is absent, non-empty or referenced.
+    DeleteChain(String),
+}
+
+/// A `*table … COMMIT` block for `iptables-restore --noflush`: applied entirely or not at all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub table: &'static str,
+    pub ops: Vec<Op>,
+}
+
+impl Batch {
+    pub fn nat() -> Self {
+        Batch {
+            table: "nat",
+            ops: Vec::new(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Render as restore input. Chain declarations must precede rules, so they come first.
+    pub fn render(&self) -> String {
+        let mut out = String::with_capacity(256 + 128 * self.ops.len());
+        let _ = writeln!(out, "*{}", self.table);
+        for op in &self.ops {
+            if let Op::DeclareChain(chain) = op {
+                let _ = writeln!(out, ":{chain} - [0:0]");
+            }
+        }
+        for op in &self.ops {
+            let (flag, chain, args): (&str, &str, &[String]) = match op {
+                Op::DeclareChain(_) => continue,
+                Op::Check(c, a) => ("-C", c, a),
+                Op::InsertFirst(c, a) => ("-I", c, a),
+                Op::Append(c, a) => ("-A", c, a),
+                Op::Delete(c, a) => ("-D", c, a),
+                Op::DeleteChain(c) => ("-X", c, &[]),
+            };
+            out.push_str(flag);
+            out.push(' ');
+            out.push_str(chain);
+            if flag == "-I" {
+                out.push_str(" 1");
+            }
+            for arg in args {
+                out.push(' ');
+                quote(arg, &mut out);
+            }
+            out.push('\n');
+        }
+        out.push_str("COMMIT\n");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEGACY: &str = r#"# Generated by iptables-save v1.8.9 on Sun Nov 22 03:10:05 2026
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [3:180]
+:POSTROUTING ACCEPT [0:0]
+:NATLEDGER-HOSTPORTS - [0:0]
+-A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS
+-A NATLEDGER-HOSTPORTS -d 10.9.0.1/32 -p tcp -m tcp --dport 8000:8010 -m comment --comment "natledger abc" -j DNAT --to-destination 10.1.0.2:80-90/8000
+COMMIT
+# Completed on Sun Nov 22 03:10:05 2026
+*filter
+:INPUT ACCEPT [0:0]
+-A INPUT -m comment --comment "say \"hi\" \\ there" -j ACCEPT
+COMMIT
+"#;
+
+    #[test]
+    fn parses_tables_chains_and_rules() {
+        let tables = parse_dump(LEGACY).unwrap();
+        assert_eq!(tables.len(), 2);
+        let nat = &tables[0];
+        assert_eq!(nat.name, "nat");
+        assert!(nat.has_chain("NATLEDGER-HOSTPORTS"));
+        assert_eq!(nat.chains[2], ("OUTPUT".into(), "ACCEPT".into()));
+        assert_eq!(nat.rules.len(), 2);
+        assert_eq!(nat.rules[1].chain, "NATLEDGER-HOSTPORTS");
+        assert_eq!(nat.rules[1].args[11], "natledger abc");
+        assert_eq!(
+            tables[1].rules[0].args,
+            ["-m", "comment", "--comment", r#"say "hi" \ there"#, "-j", "ACCEPT"]
+        );
+    }
+
+    #[test]
+    fn rejects_broken_dumps_with_the_line() {
+        assert_eq!(parse_dump("*nat\n-A\nCOMMIT\n").unwrap_err().line, 2);
+        assert_eq!(parse_dump("-A X -j Y\n").unwrap_err().line, 1);
+        assert!(parse_dump("*nat\n:X - [0:0]\n").is_err());
+        assert!(parse_dump("*nat\n-A X -m comment --comment \"open\nCOMMIT\n").is_err());
+    }
+
+    #[test]
+    fn batch_round_trips_through_the_tokenizer() {
+        let args: Vec<String> = ["-m", "comment", "--comment", "a \"b\" \\c", "-j", "X"]
+            .map(String::from)
+            .to_vec();
+        let batch = Batch {
+            table: "nat",
+            ops: vec![
+                Op::Check("PREROUTING".into(), args.clone()),
+                Op::DeclareChain("X".into()),
+                Op::InsertFirst("X".into(), args.clone()),
+                Op::Delete("X".into(), args.clone()),
+                Op::DeleteChain("X".into()),
+            ],
+        };
+        let text = batch.render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "*nat");
+        assert_eq!(lines[1], ":X - [0:0]");
+        assert!(lines[3].starts_with("-I X 1 "));
+        assert_eq!(lines[5], "-X X");
+        assert_eq!(lines[6], "COMMIT");
+        assert_eq!(tokenize(lines[2]).unwrap()[2..], args[..]);
+    }
+}
