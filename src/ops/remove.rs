@@ -84,9 +84,10 @@ pub(super) fn settle(
 ///
 /// Per backend and family, one transaction. Where the manifest recorded rules, it first tries
 /// deleting exactly those (one process; a transaction with an absent rule fails whole and
-/// changes nothing); if that fails, it reads the table and deletes what is present. The
-/// other backend is read for the same families, since a saved ruleset restored into it
-/// brings the rules along (legacy costs nothing when its nat table does not exist).
+/// changes nothing); if that fails, it reads the table and deletes what is present. Only when
+/// recorded rules were not all where they were written (or there is no manifest) does it
+/// read the other backend too, since a ruleset saved from one backend and restored into the
+/// other brings them along. Reading legacy costs nothing when its nat table does not exist.
 pub fn remove_container(
     ctx: &Context,
     _locked: &Locked,
@@ -105,13 +106,23 @@ pub fn remove_container(
     };
     let mut removal = Removal::default();
     for family in families {
-        for backend in Backend::ALL {
+        let mut backends = Backend::ALL;
+        // Backends holding recorded rules first: if those are complete, the rest is skipped.
+        backends.sort_by_key(|b| !recorded.iter().any(|r| r.backend == *b && r.family == family));
+        let mut all_found = manifest.is_some();
+        for backend in backends {
             let here: Vec<&RuleRecord> = recorded
                 .iter()
                 .filter(|r| r.backend == backend && r.family == family)
                 .collect();
+            if here.is_empty() && all_found {
+                continue;
+            }
             match remove_in(ctx, backend, family, id, &here) {
-                Ok(n) => removal.removed += n,
+                Ok(found) => {
+                    removal.removed += found.deleted;
+                    all_found &= found.complete;
+                }
                 Err(e) => {
                     removal.remaining.extend(here.into_iter().cloned());
                     removal.failures.push(e);
@@ -122,13 +133,19 @@ pub fn remove_container(
     removal
 }
 
+struct Found {
+    deleted: usize,
+    /// Every recorded rule was present (and is now deleted).
+    complete: bool,
+}
+
 fn remove_in(
     ctx: &Context,
     backend: Backend,
     family: Family,
     id: &ContainerId,
     recorded: &[&RuleRecord],
-) -> Result<usize, BackendError> {
+) -> Result<Found, BackendError> {
     if !recorded.is_empty() {
         let mut exact = Batch::nat();
         exact.ops = recorded
@@ -136,11 +153,17 @@ fn remove_in(
             .map(|r| Op::Delete(r.chain.clone(), r.rule.clone()))
             .collect();
         if ctx.netfilter.apply(backend, family, &exact).is_ok() {
-            return Ok(recorded.len());
+            return Ok(Found {
+                deleted: recorded.len(),
+                complete: true,
+            });
         }
     }
     let Some(table) = ctx.netfilter.read_nat(backend, family)? else {
-        return Ok(0);
+        return Ok(Found {
+            deleted: 0,
+            complete: recorded.is_empty(),
+        });
     };
     let wanted: Vec<(&str, Rule)> = recorded
         .iter()
@@ -148,19 +171,23 @@ fn remove_in(
         .collect();
     let tag = tag(id);
     let mut batch = Batch::nat();
+    let mut matched = 0;
     for saved in table.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
         let Ok(rule) = Rule::parse_args(&saved.args) else {
             continue;
         };
-        let ours = rule.comment.as_deref() == Some(tag.as_str())
-            || wanted.iter().any(|(c, w)| *c == saved.chain && *w == rule);
-        if ours {
+        let recorded_here = wanted.iter().any(|(c, w)| *c == saved.chain && *w == rule);
+        matched += usize::from(recorded_here);
+        if recorded_here || rule.comment.as_deref() == Some(tag.as_str()) {
             batch.ops.push(Op::Delete(saved.chain.clone(), saved.args.clone()));
         }
     }
-    if batch.is_empty() {
-        return Ok(0);
+    let complete = matched >= recorded.len();
+    if !batch.is_empty() {
+        ctx.netfilter.apply(backend, family, &batch)?;
     }
-    ctx.netfilter.apply(backend, family, &batch)?;
-    Ok(batch.ops.len())
+    Ok(Found {
+        deleted: batch.ops.len(),
+        complete,
+    })
 }
