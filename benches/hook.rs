@@ -81,11 +81,20 @@ impl Case<'_> {
     fn hook(&self, stage: &str, trace: bool) -> Duration {
         let state = format!(
             r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"}}"#,
-            if stage == "create-runtime" { "creating" } else { "stopped" },
+            if stage == "create-runtime" {
+                "creating"
+            } else {
+                "stopped"
+            },
             self.bundle.display()
         );
         let mut cmd = Command::new(BIN);
-        cmd.args(["--state-dir", self.state.to_str().unwrap(), "--backend", self.backend]);
+        cmd.args([
+            "--state-dir",
+            self.state.to_str().unwrap(),
+            "--backend",
+            self.backend,
+        ]);
         cmd.args(["hook", stage]);
         if trace {
             cmd.env("NATLEDGER_TRACE", "1");
@@ -94,7 +103,9 @@ impl Case<'_> {
         let out = run_cmd(cmd, state.as_bytes());
         let took = start.elapsed();
         if trace {
-            let n = String::from_utf8_lossy(&out.stderr).matches("exec ").count();
+            let n = String::from_utf8_lossy(&out.stderr)
+                .matches("exec ")
+                .count();
             println!("    {stage}: {n} process(es)");
         }
         took
@@ -114,7 +125,11 @@ impl Case<'_> {
                 .map(|a| a.as_str().unwrap().to_string())
                 .collect();
             let args = args.join(" ");
-            let verb = if chain == "NATLEDGER-HOSTPORTS" { "-I" } else { "-A" };
+            let verb = if chain == "NATLEDGER-HOSTPORTS" {
+                "-I"
+            } else {
+                "-A"
+            };
             add += &format!("{verb} {chain} {args}\n");
             del += &format!("-D {chain} {args}\n");
         }
@@ -140,7 +155,12 @@ fn run_cmd(mut cmd: Command, stdin: &[u8]) -> std::process::Output {
         .unwrap();
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{:?}: {}", cmd, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{:?}: {}",
+        cmd,
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 
@@ -156,7 +176,10 @@ fn main() {
     if let Ok(spec) = std::env::var("BENCH_CASE") {
         return case_main(&spec);
     }
-    let runs: usize = std::env::var("BENCH_RUNS").ok().and_then(|v| v.parse().ok()).unwrap_or(30);
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30);
     let work = tempfile::tempdir().unwrap();
     let bundle: PathBuf = work.path().join("bundle");
     std::fs::create_dir(&bundle).unwrap();
@@ -165,13 +188,21 @@ fn main() {
         r#"{"ociVersion":"1.0.2","annotations":{"io.natledger.ports":"8080:80","io.natledger.ip":"10.77.0.2"}}"#,
     )
     .unwrap();
-    println!("natledger create+poststop vs floor (restore add + restore del), one tcp mapping, IPv4, {runs} runs, median ms");
-    println!("{:<7} {:>8} {:>10} {:>10} {:>10}", "backend", "foreign", "natledger", "floor", "ratio");
+    println!(
+        "natledger create+poststop vs floor (restore add + restore del), one tcp mapping, IPv4, {runs} runs, median ms"
+    );
+    println!(
+        "{:<7} {:>8} {:>10} {:>10} {:>10}",
+        "backend", "foreign", "natledger", "floor", "ratio"
+    );
     for backend in ["legacy", "nft"] {
         for foreign in [0usize, 10_000] {
             // A child process per case, so each enters a fresh namespace.
             let out = Command::new(std::env::current_exe().unwrap())
-                .env("BENCH_CASE", format!("{backend}:{foreign}:{runs}:{}", bundle.display()))
+                .env(
+                    "BENCH_CASE",
+                    format!("{backend}:{foreign}:{runs}:{}", bundle.display()),
+                )
                 .stderr(Stdio::inherit())
                 .output()
                 .unwrap();
@@ -188,11 +219,18 @@ fn case_main(spec: &str) {
     let foreign: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
     let bundle = PathBuf::from(parts.next().unwrap());
-    let ns = Netns::new(format!("nlbench-{}-{backend}-{foreign}", std::process::id()));
+    let ns = Netns::new(format!(
+        "nlbench-{}-{backend}-{foreign}",
+        std::process::id()
+    ));
     enter(&ns.0);
     if foreign > 0 {
         let tool = format!("/usr/sbin/iptables-{backend}-restore");
-        run(&tool, &["--noflush"], Some(foreign_rules(foreign).as_bytes()));
+        run(
+            &tool,
+            &["--noflush"],
+            Some(foreign_rules(foreign).as_bytes()),
+        );
     }
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = tempfile::tempdir_in("/run").unwrap();
@@ -214,5 +252,8 @@ fn case_main(spec: &str) {
     let (n, f) = (median(ours), median(floor));
     case.hook("create-runtime", true);
     case.hook("poststop", true);
-    println!("{backend:<7} {foreign:>8} {n:>10.2} {f:>10.2} {:>9.2}x", n / f);
+    println!(
+        "{backend:<7} {foreign:>8} {n:>10.2} {f:>10.2} {:>9.2}x",
+        n / f
+    );
 }

@@ -134,7 +134,11 @@ impl<'r> Netfilter<'r> {
 
     /// The current nat table, or `None` when it does not exist. For legacy, an absent table
     /// is seen in procfs without starting a process (and `-t nat` would create it).
-    pub fn read_nat(&self, backend: Backend, family: Family) -> Result<Option<Table>, BackendError> {
+    pub fn read_nat(
+        &self,
+        backend: Backend,
+        family: Family,
+    ) -> Result<Option<Table>, BackendError> {
         if backend == Backend::Legacy && !legacy_table_exists(family, "nat") {
             return Ok(None);
         }
@@ -153,7 +157,12 @@ impl<'r> Netfilter<'r> {
     }
 
     /// Apply one batch as one `*-restore --noflush` transaction.
-    pub fn apply(&self, backend: Backend, family: Family, batch: &Batch) -> Result<(), BackendError> {
+    pub fn apply(
+        &self,
+        backend: Backend,
+        family: Family,
+        batch: &Batch,
+    ) -> Result<(), BackendError> {
         let mut args = vec!["--noflush".to_string()];
         if backend == Backend::Legacy {
             args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);

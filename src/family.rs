@@ -39,11 +39,12 @@ impl Family {
         }
     }
 
-    /// The procfs file listing this family's iptables-legacy tables in the current netns.
+    /// The procfs file listing this family's iptables-legacy tables in the calling thread's
+    /// netns (`/proc/net` would follow the thread-group leader instead).
     pub fn legacy_tables_file(self) -> &'static str {
         match self {
-            Family::Ipv4 => "/proc/net/ip_tables_names",
-            Family::Ipv6 => "/proc/net/ip6_tables_names",
+            Family::Ipv4 => "/proc/thread-self/net/ip_tables_names",
+            Family::Ipv6 => "/proc/thread-self/net/ip6_tables_names",
         }
     }
 }

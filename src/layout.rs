@@ -126,7 +126,11 @@ mod tests {
     #[test]
     fn ipv4_mapping_gets_dnat_hairpin_and_localhost_masquerade() {
         let id: ContainerId = "c1".parse().unwrap();
-        let rules = mapping_rules(&id, &parse_entry("8080:80").unwrap(), "10.77.0.2".parse().unwrap());
+        let rules = mapping_rules(
+            &id,
+            &parse_entry("8080:80").unwrap(),
+            "10.77.0.2".parse().unwrap(),
+        );
         let text: Vec<String> = rules.iter().map(args).collect();
         assert_eq!(
             text,

@@ -13,14 +13,28 @@ use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context};
 
 #[derive(Parser)]
-#[command(version, about = "Container host-port forwards that never outlive their container")]
+#[command(
+    version,
+    about = "Container host-port forwards that never outlive their container"
+)]
 struct Cli {
     /// Where manifests and the lock live.
-    #[arg(long, global = true, env = "NATLEDGER_STATE_DIR", default_value = "/run/natledger")]
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_STATE_DIR",
+        default_value = "/run/natledger"
+    )]
     state_dir: PathBuf,
     /// Backend for new rules (removal always looks in both). auto follows the host's
     /// `iptables` symlink.
-    #[arg(long, global = true, env = "NATLEDGER_BACKEND", value_enum, default_value = "auto")]
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_BACKEND",
+        value_enum,
+        default_value = "auto"
+    )]
     backend: BackendChoice,
     #[command(subcommand)]
     command: Command,

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::PathBuf;
 
-use nix::sched::{setns, CloneFlags};
+use nix::sched::{CloneFlags, setns};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -35,8 +35,10 @@ pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
         source,
     })?;
     std::thread::spawn(move || {
-        setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter { path, source })?;
-        let addrs = nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
+        setns(&file, CloneFlags::CLONE_NEWNET)
+            .map_err(|source| NetnsError::Enter { path, source })?;
+        let addrs =
+            nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
         let mut found: Vec<IpAddr> = Vec::new();
         for ifa in addrs {
             let ip = ifa.address.as_ref().and_then(|a| {
@@ -44,10 +46,8 @@ pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
                     .map(|s| IpAddr::V4(s.ip()))
                     .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
             });
-            if let Some(ip) = ip.filter(|ip| is_global_unicast(*ip)) {
-                if !found.contains(&ip) {
-                    found.push(ip);
-                }
+            if let Some(ip) = ip.filter(|ip| is_global_unicast(*ip) && !found.contains(ip)) {
+                found.push(ip);
             }
         }
         Ok(found)
@@ -118,8 +118,14 @@ mod tests {
                      eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
                      br0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
         if cfg!(target_endian = "little") {
-            assert_eq!(route_interface(table, Ipv4Addr::new(10, 77, 0, 2)).as_deref(), Some("br0"));
-            assert_eq!(route_interface(table, Ipv4Addr::new(8, 8, 8, 8)).as_deref(), Some("eth0"));
+            assert_eq!(
+                route_interface(table, Ipv4Addr::new(10, 77, 0, 2)).as_deref(),
+                Some("br0")
+            );
+            assert_eq!(
+                route_interface(table, Ipv4Addr::new(8, 8, 8, 8)).as_deref(),
+                Some("eth0")
+            );
         }
     }
 
@@ -128,7 +134,14 @@ mod tests {
         for ip in ["10.0.0.1", "fd00::1", "2001:db8::1"] {
             assert!(is_global_unicast(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["127.0.0.1", "169.254.1.1", "fe80::1", "::1", "0.0.0.0", "ff02::1"] {
+        for ip in [
+            "127.0.0.1",
+            "169.254.1.1",
+            "fe80::1",
+            "::1",
+            "0.0.0.0",
+            "ff02::1",
+        ] {
             assert!(!is_global_unicast(ip.parse().unwrap()), "{ip}");
         }
     }

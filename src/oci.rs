@@ -164,8 +164,8 @@ impl HookInput {
 /// The annotations of `BUNDLE/config.json`.
 pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    let spec = oci_spec::runtime::Spec::load(&path)
-        .map_err(|source| OciError::Config { path, source })?;
+    let spec =
+        oci_spec::runtime::Spec::load(&path).map_err(|source| OciError::Config { path, source })?;
     Ok(spec.annotations().clone().unwrap_or_default())
 }
 
@@ -178,8 +178,18 @@ mod tests {
         for ok in ["abc", "0123456789abcdef", "a.b_c+d-e", &"f".repeat(128)] {
             ok.parse::<ContainerId>().expect(ok);
         }
-        for bad in ["", ".", "..", "../x", "a/b", ".hidden", "a b", "a\nb", "a\u{1}", &"f".repeat(129)]
-        {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../x",
+            "a/b",
+            ".hidden",
+            "a b",
+            "a\nb",
+            "a\u{1}",
+            &"f".repeat(129),
+        ] {
             assert!(bad.parse::<ContainerId>().is_err(), "{bad:?}");
         }
         assert!(serde_json::from_str::<ContainerId>("\"../etc\"").is_err());
@@ -192,7 +202,8 @@ mod tests {
         let s = State::read(runc.as_bytes()).unwrap();
         assert_eq!(s.stage().unwrap(), Stage::CreateRuntime);
         assert_eq!(s.pid(), Some(4242));
-        let podman_poststop = r#"{"ociVersion":"1.0.2","id":"c1","status":"stopped","bundle":"/b"}"#;
+        let podman_poststop =
+            r#"{"ociVersion":"1.0.2","id":"c1","status":"stopped","bundle":"/b"}"#;
         let s = State::read(podman_poststop.as_bytes()).unwrap();
         assert_eq!(s.stage().unwrap(), Stage::Poststop);
         assert_eq!(s.pid(), None);

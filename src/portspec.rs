@@ -80,8 +80,8 @@ impl PortRange {
         }
     }
 
-    /// Number of ports in the range.
-    pub fn len(&self) -> u32 {
+    /// Number of ports in the range (never zero).
+    pub fn count(&self) -> u32 {
         u32::from(self.end) - u32::from(self.start) + 1
     }
 
@@ -165,7 +165,8 @@ impl PortMapping {
         let addresses_overlap = match (self.host_ip, other.host_ip) {
             (None, _) | (_, None) => true,
             (Some(a), Some(b)) => {
-                Family::of(a) == Family::of(b) && (a == b || a.is_unspecified() || b.is_unspecified())
+                Family::of(a) == Family::of(b)
+                    && (a == b || a.is_unspecified() || b.is_unspecified())
             }
         };
         self.protocol == other.protocol
@@ -221,7 +222,7 @@ pub fn parse_entry(entry: &str) -> Result<PortMapping, SpecError> {
         .ok_or_else(|| bad(entry, "expected hostPort:containerPort"))?;
     let host_ports = PortRange::parse_with(host, '-').map_err(|e| bad(entry, e))?;
     let container_ports = PortRange::parse_with(container, '-').map_err(|e| bad(entry, e))?;
-    if host_ports.len() != container_ports.len() {
+    if host_ports.count() != container_ports.count() {
         return Err(bad(
             entry,
             "host and container port ranges differ in length",
@@ -280,7 +281,13 @@ mod tests {
 
         let m = one("127.0.0.1:9000-9002:80-82/udp");
         assert_eq!(m.host_ip, Some("127.0.0.1".parse().unwrap()));
-        assert_eq!(m.host_ports, PortRange { start: 9000, end: 9002 });
+        assert_eq!(
+            m.host_ports,
+            PortRange {
+                start: 9000,
+                end: 9002
+            }
+        );
         assert_eq!(m.container_ports, PortRange { start: 80, end: 82 });
         assert_eq!(m.protocol, Protocol::Udp);
 

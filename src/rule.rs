@@ -258,7 +258,7 @@ impl Rule {
             (Some("MASQUERADE"), None) => Target::Masquerade,
             (Some("DNAT"), Some(to)) => Target::Dnat(to),
             (Some("DNAT"), None) => {
-                return Err(RuleParseError::MissingValue("--to-destination".into()))
+                return Err(RuleParseError::MissingValue("--to-destination".into()));
             }
             (Some(chain), None) if is_user_chain_name(chain) => Target::Jump(chain.to_string()),
             (Some(other), _) => return Err(RuleParseError::Unsupported(format!("-j {other}"))),
@@ -358,8 +358,21 @@ mod tests {
     fn parses_save_lines_written_by_both_backends() {
         // Verbatim from iptables-legacy-save and iptables-nft-save 1.8.9 (tokenized).
         let line = [
-            "-d", "fd00::1/128", "-p", "tcp", "-m", "tcp", "--dport", "8000:8002", "-m",
-            "comment", "--comment", "natledger abc", "-j", "DNAT", "--to-destination",
+            "-d",
+            "fd00::1/128",
+            "-p",
+            "tcp",
+            "-m",
+            "tcp",
+            "--dport",
+            "8000:8002",
+            "-m",
+            "comment",
+            "--comment",
+            "natledger abc",
+            "-j",
+            "DNAT",
+            "--to-destination",
             "[fd00::2]:80-82/8000",
         ];
         let rule = Rule::parse_args(&line).unwrap();
@@ -371,10 +384,27 @@ mod tests {
         for args in [
             &["!", "-s", "10.0.0.0/8", "-j", "MASQUERADE"][..],
             &["-i", "eth0", "-j", "MASQUERADE"],
-            &["-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "DNAT"],
+            &[
+                "-p",
+                "tcp",
+                "-m",
+                "multiport",
+                "--dports",
+                "80,443",
+                "-j",
+                "DNAT",
+            ],
             &["-m", "mark", "--mark", "0x2000", "-j", "MASQUERADE"],
             &["-j", "REDIRECT", "--to-ports", "80"],
-            &["-m", "addrtype", "--dst-type", "LOCAL", "-j", "DOCKER", "--foo"],
+            &[
+                "-m",
+                "addrtype",
+                "--dst-type",
+                "LOCAL",
+                "-j",
+                "DOCKER",
+                "--foo",
+            ],
             &["-m", "addrtype", "!", "--dst-type", "LOCAL", "-j", "DOCKER"],
         ] {
             assert!(

@@ -64,7 +64,9 @@ pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
             });
             continue;
         }
-        let table = current.as_mut().ok_or_else(|| err("content outside a table"))?;
+        let table = current
+            .as_mut()
+            .ok_or_else(|| err("content outside a table"))?;
         if line == "COMMIT" {
             tables.push(current.take().expect("checked above"));
         } else if let Some(decl) = line.strip_prefix(':') {
@@ -252,7 +254,14 @@ COMMIT
         assert_eq!(nat.rules[1].args[11], "natledger abc");
         assert_eq!(
             tables[1].rules[0].args,
-            ["-m", "comment", "--comment", r#"say "hi" \ there"#, "-j", "ACCEPT"]
+            [
+                "-m",
+                "comment",
+                "--comment",
+                r#"say "hi" \ there"#,
+                "-j",
+                "ACCEPT"
+            ]
         );
     }
 

@@ -4,11 +4,11 @@ use std::net::IpAddr;
 
 use crate::backend::BackendError;
 use crate::family::Family;
-use crate::layout::{jumps, mapping_rules, Placed, OWNED_CHAINS};
+use crate::layout::{OWNED_CHAINS, Placed, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION};
-use crate::portspec::{parse_mappings, PortMapping};
+use crate::portspec::{PortMapping, parse_mappings};
 use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
@@ -21,7 +21,9 @@ use super::{Context, Error};
 pub enum Created {
     /// No `io.natledger.ports`: nothing was run.
     Skipped,
-    Installed { rules: usize },
+    Installed {
+        rules: usize,
+    },
 }
 
 /// The createRuntime hook. Fails loudly: on any error nothing of this container is left
@@ -100,7 +102,11 @@ fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
         };
         let addrs = value
             .split(',')
-            .map(|s| s.trim().parse::<IpAddr>().map_err(|e| bad(format!("{s:?}: {e}"))))
+            .map(|s| {
+                s.trim()
+                    .parse::<IpAddr>()
+                    .map_err(|e| bad(format!("{s:?}: {e}")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(ip) = addrs.iter().find(|ip| !netns::is_global_unicast(**ip)) {
             return Err(bad(format!("{ip} is not a global unicast address")));
@@ -200,7 +206,9 @@ fn release_claims(
                 return Err(Error::PortClaimed {
                     mapping: mapping.clone(),
                     holder: other.container_id,
-                    pid: other.pid.map_or_else(|| "unknown".into(), |p| p.to_string()),
+                    pid: other
+                        .pid
+                        .map_or_else(|| "unknown".into(), |p| p.to_string()),
                 });
             }
             dead.push((other, format!("dead holder of {mapping}")));
@@ -233,7 +241,10 @@ fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), Backe
     if ctx.netfilter.apply(ctx.backend, family, &fast).is_ok() {
         return Ok(());
     }
-    let table = ctx.netfilter.read_nat(ctx.backend, family)?.unwrap_or_default();
+    let table = ctx
+        .netfilter
+        .read_nat(ctx.backend, family)?
+        .unwrap_or_default();
     let mut full = Batch::nat();
     for chain in OWNED_CHAINS {
         if !table.has_chain(chain) {
@@ -245,7 +256,8 @@ fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), Backe
             .rules_in(chain)
             .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
         if !present {
-            full.ops.push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+            full.ops
+                .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
         }
     }
     push_rules(&mut full, rules);
@@ -256,10 +268,14 @@ fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), Backe
 /// masquerade rules are appended.
 fn push_rules(batch: &mut Batch, rules: &[&Placed]) {
     for p in rules.iter().rev().filter(|p| p.first) {
-        batch.ops.push(Op::InsertFirst(p.chain.to_string(), p.rule.to_args()));
+        batch
+            .ops
+            .push(Op::InsertFirst(p.chain.to_string(), p.rule.to_args()));
     }
     for p in rules.iter().filter(|p| !p.first) {
-        batch.ops.push(Op::Append(p.chain.to_string(), p.rule.to_args()));
+        batch
+            .ops
+            .push(Op::Append(p.chain.to_string(), p.rule.to_args()));
     }
 }
 
@@ -288,7 +304,11 @@ mod tests {
     impl Runner for Script {
         fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
             self.calls.borrow_mut().push(inv.clone());
-            Ok(self.answers.borrow_mut().pop().expect("no more scripted answers"))
+            Ok(self
+                .answers
+                .borrow_mut()
+                .pop()
+                .expect("no more scripted answers"))
         }
     }
 
@@ -329,7 +349,11 @@ mod tests {
     fn with_the_shared_chains_present_create_is_one_restore() {
         let dir = tempfile::tempdir().unwrap();
         let script = Script::new(vec![ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let ctx = Context::new(
+            Ledger::new(dir.path()),
+            crate::backend::Backend::Nft,
+            &script,
+        );
         let created = create_runtime(&ctx, &input(dir.path())).unwrap();
         assert_eq!(created, Created::Installed { rules: 3 });
         let calls = script.calls.borrow();
@@ -350,17 +374,27 @@ mod tests {
                     :NATLEDGER-MASQ - [0:0]\n\
                     -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
         let script = Script::new(vec![fail(), ok(dump), ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let ctx = Context::new(
+            Ledger::new(dir.path()),
+            crate::backend::Backend::Nft,
+            &script,
+        );
         create_runtime(&ctx, &input(dir.path())).unwrap();
         let calls = script.calls.borrow();
         assert_eq!(calls.len(), 3);
         assert_eq!(calls[1].args, ["-t", "nat"]);
         let batch = stdin_of(&calls[2]);
         assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));
-        assert!(!batch.contains(":NATLEDGER-MASQ"), "an existing chain is never redeclared");
+        assert!(
+            !batch.contains(":NATLEDGER-MASQ"),
+            "an existing chain is never redeclared"
+        );
         assert!(batch.contains("-I PREROUTING 1"));
         assert!(batch.contains("-I OUTPUT 1"));
-        assert!(!batch.contains("-I POSTROUTING"), "an existing jump is not duplicated");
+        assert!(
+            !batch.contains("-I POSTROUTING"),
+            "an existing jump is not duplicated"
+        );
     }
 
     #[test]
@@ -369,9 +403,16 @@ mod tests {
         // fast fails, read fails: nothing was applied; rollback's delete and read fail too
         // (rules absent), which leaves nothing to record.
         let script = Script::new(vec![fail(), fail(), fail(), ok(""), ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let ctx = Context::new(
+            Ledger::new(dir.path()),
+            crate::backend::Backend::Nft,
+            &script,
+        );
         let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
-        assert!(err.to_string().contains("iptables-nft-save -t nat failed"), "{err}");
+        assert!(
+            err.to_string().contains("iptables-nft-save -t nat failed"),
+            "{err}"
+        );
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
     }
 
@@ -379,7 +420,11 @@ mod tests {
     fn no_annotation_runs_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let script = Script::new(vec![]);
-        let ctx = Context::new(Ledger::new(dir.path()), crate::backend::Backend::Nft, &script);
+        let ctx = Context::new(
+            Ledger::new(dir.path()),
+            crate::backend::Backend::Nft,
+            &script,
+        );
         let mut plain = input(dir.path());
         plain.annotations.clear();
         assert_eq!(create_runtime(&ctx, &plain).unwrap(), Created::Skipped);

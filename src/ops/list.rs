@@ -37,7 +37,10 @@ pub fn render_table(entries: &[ListEntry]) -> String {
     for e in entries {
         let m = &e.manifest;
         let mappings: Vec<String> = m.mappings.iter().map(ToString::to_string).collect();
-        let backend = m.rules.first().map_or("-".to_string(), |r| r.backend.to_string());
+        let backend = m
+            .rules
+            .first()
+            .map_or("-".to_string(), |r| r.backend.to_string());
         let _ = writeln!(
             out,
             "{}  pid {}  {}  {:?}  {}  {}",

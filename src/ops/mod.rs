@@ -5,9 +5,9 @@ mod create;
 mod list;
 mod remove;
 
-pub use create::{create_runtime, Created};
-pub use list::{list, render_table, ListEntry};
-pub use remove::{poststop, remove_container, Removal, Removed};
+pub use create::{Created, create_runtime};
+pub use list::{ListEntry, list, render_table};
+pub use remove::{Removal, Removed, poststop, remove_container};
 
 use std::net::IpAddr;
 
@@ -61,7 +61,9 @@ pub enum Error {
          before natledger, or set io.natledger.ip"
     )]
     NoAddress { pid: i32 },
-    #[error("mapping {mapping} needs an {family} container address, but the container has only {have:?}")]
+    #[error(
+        "mapping {mapping} needs an {family} container address, but the container has only {have:?}"
+    )]
     FamilyMismatch {
         mapping: PortMapping,
         family: Family,

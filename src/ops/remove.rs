@@ -16,7 +16,9 @@ use super::{Context, Error};
 pub enum Removed {
     /// No manifest and no `io.natledger.ports`: nothing was run.
     Skipped,
-    Done { rules: usize },
+    Done {
+        rules: usize,
+    },
 }
 
 /// What [`remove_container`] did.
@@ -42,7 +44,10 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
     }
     let locked = ctx.ledger.lock()?;
     let manifest = ctx.ledger.load(&id).unwrap_or_else(|e| {
-        eprintln!("natledger: {e}; removing the rules tagged {} instead", tag(&id));
+        eprintln!(
+            "natledger: {e}; removing the rules tagged {} instead",
+            tag(&id)
+        );
         None
     });
     let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
@@ -108,7 +113,11 @@ pub fn remove_container(
     for family in families {
         let mut backends = Backend::ALL;
         // Backends holding recorded rules first: if those are complete, the rest is skipped.
-        backends.sort_by_key(|b| !recorded.iter().any(|r| r.backend == *b && r.family == family));
+        backends.sort_by_key(|b| {
+            !recorded
+                .iter()
+                .any(|r| r.backend == *b && r.family == family)
+        });
         let mut all_found = manifest.is_some();
         for backend in backends {
             let here: Vec<&RuleRecord> = recorded
@@ -179,7 +188,9 @@ fn remove_in(
         let recorded_here = wanted.iter().any(|(c, w)| *c == saved.chain && *w == rule);
         matched += usize::from(recorded_here);
         if recorded_here || rule.comment.as_deref() == Some(tag.as_str()) {
-            batch.ops.push(Op::Delete(saved.chain.clone(), saved.args.clone()));
+            batch
+                .ops
+                .push(Op::Delete(saved.chain.clone(), saved.args.clone()));
         }
     }
     let complete = matched >= recorded.len();
