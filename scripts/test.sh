@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite on a Debian 12 machine, as root, installing what it needs first.
+# Integration tests create (and delete) their own network namespaces; they never touch the
+# machine's own firewall.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "scripts/test.sh: run as root (the tests create network namespaces)" >&2
+  exit 1
+fi
+
+# Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2).
+missing=()
+command -v iptables-legacy-save >/dev/null || missing+=(iptables)
+command -v iptables-nft-save >/dev/null || missing+=(iptables)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v sysctl >/dev/null || missing+=(procps)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+command -v cargo >/dev/null || { echo "scripts/test.sh: needs cargo (rustup)" >&2; exit 1; }
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+cargo fmt --check
+cargo clippy --all-targets --locked -- -D warnings
+cargo test --locked
