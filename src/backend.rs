@@ -16,8 +16,9 @@ use crate::save::{self, Batch, Table};
 /// with an empty environment (no PATH).
 pub const TOOL_DIRS: [&str; 5] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin", "/bin"];
 
-/// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program.
-const XTABLES_WAIT_SECS: &str = "10";
+/// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
+/// well inside podman's 10 s hook timeout.
+const XTABLES_WAIT_SECS: &str = "5";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -28,13 +29,6 @@ pub enum Backend {
 
 impl Backend {
     pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
-
-    pub fn other(self) -> Backend {
-        match self {
-            Backend::Legacy => Backend::Nft,
-            Backend::Nft => Backend::Legacy,
-        }
-    }
 
     fn suffix(self) -> &'static str {
         match self {
@@ -120,6 +114,8 @@ pub enum BackendError {
         command: String,
         source: save::ParseError,
     },
+    #[error("{command} cannot show the nat table (written by another iptables version?): {line}")]
+    Incompatible { command: String, line: String },
 }
 
 /// Reads and writes the nat tables of both backends through a [`Runner`].
@@ -147,8 +143,16 @@ impl<'r> Netfilter<'r> {
             args: vec!["-t".into(), "nat".into()],
             stdin: None,
         };
-        let out = self.execute(&inv)?;
+        let out = self.execute(&inv, None)?;
         let text = String::from_utf8_lossy(&out);
+        // iptables-nft prints this comment, exits 0 and omits the table when it cannot
+        // decode rules: an unreadable table must not pass for an empty one.
+        if let Some(line) = text.lines().find(|l| l.contains("is incompatible")) {
+            return Err(BackendError::Incompatible {
+                command: inv.to_string(),
+                line: line.to_string(),
+            });
+        }
         let tables = save::parse_dump(&text).map_err(|source| BackendError::Parse {
             command: inv.to_string(),
             source,
@@ -167,24 +171,37 @@ impl<'r> Netfilter<'r> {
         if backend == Backend::Legacy {
             args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);
         }
+        let input = batch.render();
         let inv = Invocation {
             program: tool(backend, family, "restore")?,
             args,
-            stdin: Some(batch.render().into_bytes()),
+            stdin: Some(input.clone().into_bytes()),
         };
-        self.execute(&inv).map(drop)
+        self.execute(&inv, Some(&input)).map(drop)
     }
 
-    fn execute(&self, inv: &Invocation) -> Result<Vec<u8>, BackendError> {
+    /// Run; on failure the error carries the first stderr line and, when it names a line of
+    /// `input` ("line N failed"), that line, so the failing rule and chain are in the message.
+    fn execute(&self, inv: &Invocation, input: Option<&str>) -> Result<Vec<u8>, BackendError> {
         let out = self.runner.run(inv).map_err(|source| BackendError::Spawn {
             command: inv.to_string(),
             source,
         })?;
         if !out.success() {
+            let mut stderr = out.stderr_line();
+            let failed_line = stderr
+                .split("line ")
+                .nth(1)
+                .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+                .and_then(|n| n.parse::<usize>().ok())
+                .and_then(|n| input?.lines().nth(n.checked_sub(1)?));
+            if let Some(line) = failed_line {
+                stderr = format!("{stderr} [{line}]");
+            }
             return Err(BackendError::Failed {
                 command: inv.to_string(),
                 code: out.code.map_or_else(|| "signal".into(), |c| c.to_string()),
-                stderr: out.stderr_line(),
+                stderr,
             });
         }
         Ok(out.stdout)
@@ -206,4 +223,44 @@ pub fn tool(backend: Backend, family: Family, verb: &str) -> Result<PathBuf, Bac
         .map(|dir| Path::new(dir).join(&name))
         .find(|p| p.exists())
         .ok_or(BackendError::ToolNotFound { tool: name })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Outcome;
+    use crate::save::Op;
+
+    struct Refuses;
+    impl Runner for Refuses {
+        fn run(&self, _: &Invocation) -> std::io::Result<Outcome> {
+            Ok(Outcome {
+                code: Some(1),
+                stdout: Vec::new(),
+                stderr: b"iptables-restore: line 3 failed\n".to_vec(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_failed_restore_names_the_failing_rule() {
+        let mut batch = Batch::nat();
+        batch.ops.push(Op::DeclareChain("NATLEDGER-MASQ".into()));
+        batch.ops.push(Op::Delete(
+            "NATLEDGER-MASQ".into(),
+            vec!["-j".into(), "MASQUERADE".into()],
+        ));
+        let err = Netfilter::new(&Refuses)
+            .apply(Backend::Legacy, Family::Ipv4, &batch)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("iptables-legacy-restore --noflush --wait 5 failed (exit 1)"),
+            "{err}"
+        );
+        assert!(
+            err.ends_with("line 3 failed [-D NATLEDGER-MASQ -j MASQUERADE]"),
+            "{err}"
+        );
+    }
 }

@@ -124,10 +124,6 @@ impl Ledger {
         Ledger { dir: dir.into() }
     }
 
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     fn containers(&self) -> PathBuf {
         self.dir.join("containers")
     }
@@ -196,10 +192,6 @@ impl Ledger {
 }
 
 impl Locked<'_> {
-    pub fn ledger(&self) -> &Ledger {
-        self.ledger
-    }
-
     /// Durably replace the manifest: temp file, fsync, rename, fsync of the directory.
     pub fn store(&self, manifest: &Manifest) -> Result<(), LedgerError> {
         let dir = self.ledger.containers();

@@ -118,7 +118,7 @@ impl State {
     /// The stage implied by the status, for hooks.d files that give one argument list.
     pub fn stage(&self) -> Result<Stage, OciError> {
         match self.status.as_str() {
-            "creating" | "created" => Ok(Stage::CreateRuntime),
+            "creating" => Ok(Stage::CreateRuntime),
             "stopped" => Ok(Stage::Poststop),
             other => Err(OciError::UnknownStatus(other.to_string())),
         }

@@ -245,6 +245,12 @@ fn split_host_ip<'a>(entry: &str, ports: &'a str) -> Result<(Option<IpAddr>, &'a
         let ip: std::net::Ipv6Addr = ip
             .parse()
             .map_err(|_| bad(entry, format!("{ip:?} is not an IPv6 address")))?;
+        if ip.is_loopback() {
+            return Err(bad(
+                entry,
+                "the kernel cannot forward IPv6 loopback ([::1]) to a container",
+            ));
+        }
         return Ok((Some(IpAddr::V6(ip)), rest));
     }
     match ports.matches(':').count() {
@@ -317,6 +323,7 @@ mod tests {
             ("fd00::1:80:80", "expected"),
             ("[fd00::zz]:80:80", "not an IPv6"),
             ("[fd00::1]80:80", "expected"),
+            ("[::1]:80:80", "IPv6 loopback"),
             ("80:80 -j ACCEPT", "not a port"),
             ("80:80;reboot", "not a port"),
             ("$(id):80", "not a port"),
@@ -329,7 +336,7 @@ mod tests {
         let err = parse_mappings("8080:80,8080:81").unwrap_err();
         assert!(err.to_string().contains("same host port"), "{err}");
         // Different protocols or families do not conflict.
-        parse_mappings("8080:80,8080:80/udp,[::1]:90:90,127.0.0.1:90:90").unwrap();
+        parse_mappings("8080:80,8080:80/udp,[fd00::1]:90:90,127.0.0.1:90:90").unwrap();
     }
 
     #[test]
@@ -345,11 +352,11 @@ mod tests {
 
     #[test]
     fn mapping_json_is_stable() {
-        let m = one("[::1]:8080-8081:80-81/udp");
+        let m = one("[fd00::1]:8080-8081:80-81/udp");
         let json = serde_json::to_string(&m).unwrap();
         assert_eq!(
             json,
-            r#"{"host_ip":"::1","host_ports":{"start":8080,"end":8081},"container_ports":{"start":80,"end":81},"protocol":"udp"}"#
+            r#"{"host_ip":"fd00::1","host_ports":{"start":8080,"end":8081},"container_ports":{"start":80,"end":81},"protocol":"udp"}"#
         );
         assert_eq!(serde_json::from_str::<PortMapping>(&json).unwrap(), m);
     }

@@ -318,6 +318,19 @@ fn newest_container_wins_and_live_claims_are_refused() {
         assert!(!node.manifest_exists("c3"));
         assert_eq!(node.dump(), before, "a refused create changes nothing");
 
+        // Same id from another runtime (another live pid): refused, c2's rules untouched.
+        let other = ("io.natledger.ports", "8090:80");
+        let bundle = node.bundle("c2-other", &[other]);
+        let state =
+            serde_json::json!({"id": "c2", "status": "creating", "pid": pid3, "bundle": bundle});
+        let refused = node.natledger(&["hook", "create-runtime"], &state.to_string(), &[]);
+        assert!(
+            stderr(&refused).contains("already uses the id c2"),
+            "{}",
+            stderr(&refused)
+        );
+        assert_eq!(node.dump(), before);
+
         kill_pid(pid2); // c2 dies without poststop
         let out = node.create("c3", Some(pid3), &[ports]);
         assert!(

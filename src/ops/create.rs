@@ -42,8 +42,6 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         })?),
         None => None,
     };
-    allow_loopback_sources(&mappings, &addresses);
-
     let locked = ctx.ledger.lock()?;
     release_claims(ctx, &locked, input, &mappings)?;
 
@@ -69,6 +67,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     };
     locked.store(&manifest)?;
 
+    let mut installed: Vec<Family> = Vec::new();
     for family in Family::ALL {
         let rules: Vec<&Placed> = placed
             .iter()
@@ -79,15 +78,24 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
             continue;
         }
         if let Err(e) = install(ctx, family, &rules) {
-            // Roll back whatever an earlier family installed; the manifest goes with it
-            // unless something could not be removed, in which case it names what remains.
-            let removal = remove_container(ctx, &locked, &input.id, Some(&manifest));
-            let _ = settle(&locked, &input.id, Some(manifest), removal);
+            // A failed transaction applied nothing; roll back the families installed before
+            // it. The manifest goes unless something could not be removed, in which case it
+            // names what may remain.
+            if installed.is_empty() {
+                locked.remove(&input.id)?;
+            } else {
+                let mut applied = manifest.clone();
+                applied.rules.retain(|r| installed.contains(&r.family));
+                let removal = remove_container(ctx, &locked, &input.id, Some(&applied));
+                let _ = settle(&locked, &input.id, Some(applied), removal);
+            }
             return Err(e.into());
         }
+        installed.push(family);
     }
     manifest.phase = Phase::Installed;
     locked.store(&manifest)?;
+    allow_loopback_sources(&manifest.mappings, &manifest.addresses);
     Ok(Created::Installed {
         rules: manifest.rules.len(),
     })
@@ -199,10 +207,21 @@ fn release_claims(
         let clash = mappings
             .iter()
             .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
+        let alive = || procfs::is_alive(other.pid, other.pid_start_time);
         if same_container {
+            // Ids are unique per runtime, not per host: a live container with this id and
+            // another pid belongs to someone else (another runtime or namespace).
+            if other.pid != input.pid && alive() {
+                return Err(Error::IdInUse {
+                    id: input.id.clone(),
+                    pid: other
+                        .pid
+                        .map_or_else(|| "unknown".into(), |p| p.to_string()),
+                });
+            }
             dead.push((other, "an earlier create of the same container".to_string()));
         } else if let Some(mapping) = clash {
-            if procfs::is_alive(other.pid, other.pid_start_time) {
+            if alive() {
                 return Err(Error::PortClaimed {
                     mapping: mapping.clone(),
                     holder: other.container_id,
@@ -400,9 +419,9 @@ mod tests {
     #[test]
     fn a_failed_install_leaves_no_manifest() {
         let dir = tempfile::tempdir().unwrap();
-        // fast fails, read fails: nothing was applied; rollback's delete and read fail too
-        // (rules absent), which leaves nothing to record.
-        let script = Script::new(vec![fail(), fail(), fail(), ok(""), ok("")]);
+        // The fast transaction fails, then reading the table fails: nothing was applied, so
+        // the rollback starts no process and only drops the manifest.
+        let script = Script::new(vec![fail(), fail()]);
         let ctx = Context::new(
             Ledger::new(dir.path()),
             crate::backend::Backend::Nft,
@@ -414,6 +433,7 @@ mod tests {
             "{err}"
         );
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+        assert_eq!(script.calls.borrow().len(), 2);
     }
 
     #[test]

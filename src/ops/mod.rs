@@ -75,6 +75,8 @@ pub enum Error {
         holder: ContainerId,
         pid: String,
     },
+    #[error("another live container (pid {pid}) already uses the id {id}")]
+    IdInUse { id: ContainerId, pid: String },
     #[error("{remaining} rule(s) of container {id} may remain: {first_error}")]
     Incomplete {
         id: ContainerId,

@@ -6,7 +6,7 @@ use crate::family::Family;
 use crate::layout::{is_owned_chain, tag};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
-use crate::rule::Rule;
+use crate::rule::{Rule, is_user_chain_name};
 use crate::save::{Batch, Op};
 
 use super::{Context, Error};
@@ -90,25 +90,31 @@ pub(super) fn settle(
 /// Per backend and family, one transaction. Where the manifest recorded rules, it first tries
 /// deleting exactly those (one process; a transaction with an absent rule fails whole and
 /// changes nothing); if that fails, it reads the table and deletes what is present. Only when
-/// recorded rules were not all where they were written (or there is no manifest) does it
-/// read the other backend too, since a ruleset saved from one backend and restored into the
-/// other brings them along. Reading legacy costs nothing when its nat table does not exist.
+/// recorded rules were not all where they were written (or there is no usable manifest) does
+/// it read the other backend too, since a ruleset saved from one backend and restored into
+/// the other brings them along. Reading legacy costs nothing when its nat table does not
+/// exist. `remaining` names every recorded rule not confirmed gone in a family where
+/// something failed.
 pub fn remove_container(
     ctx: &Context,
     _locked: &Locked,
     id: &ContainerId,
     manifest: Option<&Manifest>,
 ) -> Removal {
-    let recorded: &[RuleRecord] = manifest.map_or(&[], |m| &m.rules);
-    let families: Vec<Family> = match manifest {
-        Some(_) => {
-            let mut f: Vec<Family> = recorded.iter().map(|r| r.family).collect();
-            f.sort();
-            f.dedup();
-            f
-        }
-        None => Family::ALL.to_vec(),
-    };
+    let recorded: Vec<&RuleRecord> = manifest
+        .map_or(&[][..], |m| &m.rules)
+        .iter()
+        .filter(|r| usable(r, id))
+        .collect();
+    // No usable record (no manifest, or one emptied by an earlier partial removal): the tags
+    // are the only guide, so every family and backend is read.
+    let scan_all = recorded.is_empty();
+    let mut families: Vec<Family> = recorded.iter().map(|r| r.family).collect();
+    if scan_all {
+        families = Family::ALL.to_vec();
+    }
+    families.sort();
+    families.dedup();
     let mut removal = Removal::default();
     for family in families {
         let mut backends = Backend::ALL;
@@ -118,28 +124,57 @@ pub fn remove_container(
                 .iter()
                 .any(|r| r.backend == *b && r.family == family)
         });
-        let mut all_found = manifest.is_some();
+        let mut unconfirmed: Vec<&RuleRecord> = recorded
+            .iter()
+            .copied()
+            .filter(|r| r.family == family)
+            .collect();
+        let mut failed = false;
         for backend in backends {
-            let here: Vec<&RuleRecord> = recorded
+            let here: Vec<&RuleRecord> = unconfirmed
                 .iter()
-                .filter(|r| r.backend == backend && r.family == family)
+                .copied()
+                .filter(|r| r.backend == backend)
                 .collect();
-            if here.is_empty() && all_found {
+            if here.is_empty() && !scan_all && unconfirmed.is_empty() {
                 continue;
             }
             match remove_in(ctx, backend, family, id, &here) {
                 Ok(found) => {
                     removal.removed += found.deleted;
-                    all_found &= found.complete;
+                    if found.complete {
+                        unconfirmed.retain(|r| r.backend != backend);
+                    }
                 }
                 Err(e) => {
-                    removal.remaining.extend(here.into_iter().cloned());
+                    failed = true;
                     removal.failures.push(e);
                 }
             }
         }
+        if failed {
+            removal.remaining.extend(unconfirmed.into_iter().cloned());
+        }
     }
     removal
+}
+
+/// A record natledger can act on: a nat rule in a natledger chain that parses as a
+/// natledger rule. Anything else in a manifest (damaged or edited by hand) is never deleted.
+fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
+    let ok = record.table == "nat"
+        && is_owned_chain(&record.chain)
+        && is_user_chain_name(&record.chain)
+        && Rule::parse_args(&record.rule).is_ok();
+    if !ok {
+        eprintln!(
+            "natledger: ignoring an invalid record in the manifest of {id}: -t {} -A {} {}",
+            record.table,
+            record.chain,
+            record.rule.join(" ")
+        );
+    }
+    ok
 }
 
 struct Found {
@@ -168,7 +203,13 @@ fn remove_in(
             });
         }
     }
-    let Some(table) = ctx.netfilter.read_nat(backend, family)? else {
+    let table = match ctx.netfilter.read_nat(backend, family) {
+        Ok(table) => table,
+        // A backend whose tools are not installed holds nothing unless we wrote there.
+        Err(BackendError::ToolNotFound { .. }) if recorded.is_empty() => None,
+        Err(e) => return Err(e),
+    };
+    let Some(table) = table else {
         return Ok(Found {
             deleted: 0,
             complete: recorded.is_empty(),
@@ -178,27 +219,30 @@ fn remove_in(
         .iter()
         .filter_map(|r| Some((r.chain.as_str(), Rule::parse_args(&r.rule).ok()?)))
         .collect();
+    let mut seen = vec![false; wanted.len()];
     let tag = tag(id);
     let mut batch = Batch::nat();
-    let mut matched = 0;
     for saved in table.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
         let Ok(rule) = Rule::parse_args(&saved.args) else {
             continue;
         };
-        let recorded_here = wanted.iter().any(|(c, w)| *c == saved.chain && *w == rule);
-        matched += usize::from(recorded_here);
-        if recorded_here || rule.comment.as_deref() == Some(tag.as_str()) {
+        let hit = wanted
+            .iter()
+            .position(|(c, w)| *c == saved.chain && *w == rule);
+        if let Some(i) = hit {
+            seen[i] = true;
+        }
+        if hit.is_some() || rule.comment.as_deref() == Some(tag.as_str()) {
             batch
                 .ops
                 .push(Op::Delete(saved.chain.clone(), saved.args.clone()));
         }
     }
-    let complete = matched >= recorded.len();
     if !batch.is_empty() {
         ctx.netfilter.apply(backend, family, &batch)?;
     }
     Ok(Found {
         deleted: batch.ops.len(),
-        complete,
+        complete: seen.iter().all(|s| *s),
     })
 }
