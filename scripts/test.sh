@@ -25,4 +25,9 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
 cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
-cargo test --locked
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --locked 2>&1 | tee "$log"
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }
+     END { printf "suite: %d passed, %d failed\n", p, f; exit (f > 0 || p == 0) }' "$log"

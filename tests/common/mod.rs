@@ -206,22 +206,32 @@ pub fn spawn_in(ns: &str, argv: &[&str]) -> Child {
         .unwrap_or_else(|e| panic!("spawn_in({ns}, {argv:?}): cannot start ip: {e}"))
 }
 
-/// SIGKILLs `pid` and reaps it if it is a child of this process.
-pub fn kill_pid(pid: u32) {
-    assert!(
-        pid > 1 && pid <= i32::MAX as u32 && pid != std::process::id(),
-        "kill_pid: refusing to signal pid {pid}"
-    );
-    let registered = {
+/// Kill and reap a sleeper this harness spawned; false if `pid` is not (or no longer) one.
+fn kill_sleeper(pid: u32) -> bool {
+    let child = {
         let mut sleepers = lock(&SLEEPERS);
         sleepers
             .iter()
             .position(|c| c.id() == pid)
             .map(|i| sleepers.swap_remove(i))
     };
-    if let Some(mut child) = registered {
-        let _ = child.kill();
-        let _ = child.wait();
+    match child {
+        Some(mut child) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            true
+        }
+        None => false,
+    }
+}
+
+/// SIGKILLs `pid` and reaps it if it is a child of this process.
+pub fn kill_pid(pid: u32) {
+    assert!(
+        pid > 1 && pid <= i32::MAX as u32 && pid != std::process::id(),
+        "kill_pid: refusing to signal pid {pid}"
+    );
+    if kill_sleeper(pid) {
         return;
     }
     // SAFETY: plain syscalls on a positive pid; a null status pointer is allowed.
@@ -630,18 +640,8 @@ fn delete_ns(ns: &str) {
 impl Drop for Topology {
     fn drop(&mut self) {
         for pid in self.sleepers.drain(..) {
-            let child = {
-                let mut sleepers = lock(&SLEEPERS);
-                sleepers
-                    .iter()
-                    .position(|c| c.id() == pid)
-                    .map(|i| sleepers.swap_remove(i))
-            };
             // Not registered any more: kill_pid() already took care of it.
-            if let Some(mut child) = child {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
+            kill_sleeper(pid);
         }
         for ns in self.namespaces.iter().rev() {
             if let Ok(pids) = ip(&["netns", "pids", ns])
@@ -774,17 +774,19 @@ fn udp_loop(sock: UdpSocket, reply: &[u8], stop: &AtomicBool, deadline: Instant)
                     eprintln!("serve_udp: send_to {peer}: {e}");
                 }
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if is_timeout(&e) => {}
             // e.g. ECONNREFUSED left over from an earlier reply's ICMP error.
             Err(_) => thread::sleep(Duration::from_millis(10)),
         }
     }
+}
+
+/// A socket read that timed out (or was interrupted): try again.
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+    )
 }
 
 fn spawn_server(ns: &str, addr: SocketAddr, reply: &str, proto: Proto) -> Server {
@@ -899,13 +901,7 @@ pub fn udp_request(ns: &str, dst: SocketAddr, timeout: Duration) -> io::Result<S
             sock.set_read_timeout(Some(nonzero(attempt.min(deadline - now))))?;
             match sock.recv(&mut buf) {
                 Ok(n) => return Ok(String::from_utf8_lossy(&buf[..n]).into_owned()),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock
-                            | io::ErrorKind::TimedOut
-                            | io::ErrorKind::Interrupted
-                    ) => {}
+                Err(e) if is_timeout(&e) => {}
                 Err(e) => return Err(e),
             }
         }
