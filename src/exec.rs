@@ -83,13 +83,18 @@ impl Runner for SystemRunner {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()?;
-        if let Some(input) = &inv.stdin {
-            // Restore reads all input before it commits; a write error means it died early,
-            // which the exit status reports.
-            let mut pipe = child.stdin.take().expect("stdin was piped");
-            let _ = pipe.write_all(input);
-        }
-        let out = child.wait_with_output()?;
+        let out = match (&inv.stdin, child.stdin.take()) {
+            // Write from another thread while collecting output, so a child that fills its
+            // stdout or stderr pipe before reading all input cannot deadlock us. A write
+            // error means the child died early, which its exit status reports.
+            (Some(input), Some(mut pipe)) => std::thread::scope(|s| {
+                s.spawn(move || {
+                    let _ = pipe.write_all(input);
+                });
+                child.wait_with_output()
+            })?,
+            _ => child.wait_with_output()?,
+        };
         Ok(Outcome {
             code: out.status.code(),
             stdout: out.stdout,

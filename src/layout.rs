@@ -29,8 +29,12 @@ pub const SHARED_COMMENT: &str = "natledger";
 pub struct Placed {
     pub chain: &'static str,
     pub rule: Rule,
-    /// DNAT rules go first in their chain (newest wins); masquerade rules are appended.
-    pub first: bool,
+}
+
+/// Whether rules of `chain` are inserted at its top (DNAT: the newest container wins) rather
+/// than appended (masquerade, where order does not matter).
+pub fn goes_first(chain: &str) -> bool {
+    chain == DNAT_CHAIN
 }
 
 /// The comment on every rule written for `id`.
@@ -94,13 +98,11 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
             comment: comment.clone(),
             target: Target::Masquerade,
         },
-        first: false,
     };
     let mut rules = vec![
         Placed {
             chain: DNAT_CHAIN,
             rule: dnat,
-            first: true,
         },
         masquerade_from(container_net),
     ];

@@ -4,7 +4,7 @@ use std::net::IpAddr;
 
 use crate::backend::BackendError;
 use crate::family::Family;
-use crate::layout::{OWNED_CHAINS, Placed, jumps, mapping_rules};
+use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION};
@@ -34,7 +34,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     };
     let mappings = parse_mappings(spec)?;
     let addresses = container_addresses(input)?;
-    let placed = plan(input, &mappings, &addresses)?;
+    let rules = plan(ctx, input, &mappings, &addresses)?;
     let pid_start_time = match input.pid {
         Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
             id: input.id.clone(),
@@ -54,25 +54,17 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         phase: Phase::Installing,
         mappings,
         addresses,
-        rules: placed
-            .iter()
-            .map(|(family, p)| RuleRecord {
-                backend: ctx.backend,
-                family: *family,
-                table: "nat".into(),
-                chain: p.chain.to_string(),
-                rule: p.rule.to_args(),
-            })
-            .collect(),
+        rules,
     };
     locked.store(&manifest)?;
 
+    // Written exactly as recorded: the transactions are built from the manifest's records.
     let mut installed: Vec<Family> = Vec::new();
     for family in Family::ALL {
-        let rules: Vec<&Placed> = placed
+        let rules: Vec<&RuleRecord> = manifest
+            .rules
             .iter()
-            .filter(|(f, _)| *f == family)
-            .map(|(_, p)| p)
+            .filter(|r| r.family == family)
             .collect();
         if rules.is_empty() {
             continue;
@@ -87,7 +79,9 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
                 let mut applied = manifest.clone();
                 applied.rules.retain(|r| installed.contains(&r.family));
                 let removal = remove_container(ctx, &locked, &input.id, Some(&applied));
-                let _ = settle(&locked, &input.id, Some(applied), removal);
+                if let Err(undo) = settle(&locked, &input.id, Some(applied), removal) {
+                    eprintln!("natledger: rollback incomplete: {undo}");
+                }
             }
             return Err(e.into());
         }
@@ -129,12 +123,14 @@ fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
     Ok(addrs)
 }
 
-/// The rules for every mapping, each towards the container's first address of the family.
+/// The records of every rule to write, for every mapping, each towards the container's first
+/// address of the family, in the backend new rules go to.
 fn plan(
+    ctx: &Context,
     input: &HookInput,
     mappings: &[PortMapping],
     addresses: &[IpAddr],
-) -> Result<Vec<(Family, Placed)>, Error> {
+) -> Result<Vec<RuleRecord>, Error> {
     let address_of = |family: Family| addresses.iter().copied().find(|a| Family::of(*a) == family);
     let mut placed = Vec::new();
     for mapping in mappings {
@@ -159,7 +155,13 @@ fn plan(
             placed.extend(
                 mapping_rules(&input.id, mapping, container)
                     .into_iter()
-                    .map(|p| (family, p)),
+                    .map(|p| RuleRecord {
+                        backend: ctx.backend,
+                        family,
+                        table: "nat".into(),
+                        chain: p.chain.to_string(),
+                        rule: p.rule.to_args(),
+                    }),
             );
         }
     }
@@ -214,9 +216,7 @@ fn release_claims(
             if other.pid != input.pid && alive() {
                 return Err(Error::IdInUse {
                     id: input.id.clone(),
-                    pid: other
-                        .pid
-                        .map_or_else(|| "unknown".into(), |p| p.to_string()),
+                    pid: pid_text(other.pid),
                 });
             }
             dead.push((other, "an earlier create of the same container".to_string()));
@@ -225,9 +225,7 @@ fn release_claims(
                 return Err(Error::PortClaimed {
                     mapping: mapping.clone(),
                     holder: other.container_id,
-                    pid: other
-                        .pid
-                        .map_or_else(|| "unknown".into(), |p| p.to_string()),
+                    pid: pid_text(other.pid),
                 });
             }
             dead.push((other, format!("dead holder of {mapping}")));
@@ -248,10 +246,14 @@ fn release_claims(
     Ok(())
 }
 
+fn pid_text(pid: Option<i32>) -> String {
+    pid.map_or_else(|| "unknown".into(), |p| p.to_string())
+}
+
 /// Install one family's rules in one transaction. First try assuming the shared chains and
 /// jumps exist (checked inside the same transaction with `-C`, so a missing jump fails it
 /// atomically); otherwise read the table and create what is missing.
-fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), BackendError> {
+fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), BackendError> {
     let mut fast = Batch::nat();
     for (chain, jump) in jumps() {
         fast.ops.push(Op::Check(chain.to_string(), jump.to_args()));
@@ -285,16 +287,14 @@ fn install(ctx: &Context, family: Family, rules: &[&Placed]) -> Result<(), Backe
 
 /// DNAT rules go to the top of their chain (newest container first), in mapping order;
 /// masquerade rules are appended.
-fn push_rules(batch: &mut Batch, rules: &[&Placed]) {
-    for p in rules.iter().rev().filter(|p| p.first) {
+fn push_rules(batch: &mut Batch, rules: &[&RuleRecord]) {
+    for r in rules.iter().rev().filter(|r| goes_first(&r.chain)) {
         batch
             .ops
-            .push(Op::InsertFirst(p.chain.to_string(), p.rule.to_args()));
+            .push(Op::InsertFirst(r.chain.clone(), r.rule.clone()));
     }
-    for p in rules.iter().filter(|p| !p.first) {
-        batch
-            .ops
-            .push(Op::Append(p.chain.to_string(), p.rule.to_args()));
+    for r in rules.iter().filter(|r| !goes_first(&r.chain)) {
+        batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
     }
 }
 

@@ -62,7 +62,8 @@ pub(super) fn settle(
     manifest: Option<Manifest>,
     removal: Removal,
 ) -> Result<Removed, Error> {
-    for failure in &removal.failures {
+    // The first failure travels in the returned error; print only the others here.
+    for failure in removal.failures.iter().skip(1) {
         eprintln!("natledger: {failure}");
     }
     let Some(first) = removal.failures.first() else {

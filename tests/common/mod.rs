@@ -132,28 +132,27 @@ pub fn require_tools() {
     }
 }
 
-/// Runs `program args`, feeding `stdin` if given; stdout/stderr are captured.
+/// Runs `program args`, feeding `stdin` if given; stdout/stderr are captured. Uses
+/// natledger's own process seam, so tests and the product run commands the same way.
 fn run_raw<S: AsRef<OsStr>>(program: &str, args: &[S], stdin: Option<&[u8]>) -> io::Result<Output> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    match (stdin, child.stdin.take()) {
-        (Some(data), Some(mut pipe)) => thread::scope(|s| {
-            // Write from a separate thread so a large output cannot deadlock us.
-            s.spawn(move || {
-                let _ = pipe.write_all(data);
-            });
-            child.wait_with_output()
-        }),
-        _ => child.wait_with_output(),
-    }
+    use natledger::exec::{Invocation, Runner, SystemRunner};
+    use std::os::unix::process::ExitStatusExt;
+    let out = SystemRunner::default().run(&Invocation {
+        program: program.into(),
+        args: args
+            .iter()
+            .map(|a| a.as_ref().to_string_lossy().into_owned())
+            .collect(),
+        stdin: stdin.map(<[u8]>::to_vec),
+    })?;
+    // Rebuild the wait status: exit code in bits 8-15; killed by a signal otherwise.
+    let status =
+        std::process::ExitStatus::from_raw(out.code.map_or(libc::SIGKILL, |c| (c & 0xff) << 8));
+    Ok(Output {
+        status,
+        stdout: out.stdout,
+        stderr: out.stderr,
+    })
 }
 
 fn describe(program: &str, args: &[&str]) -> String {
