@@ -1,19 +1,47 @@
 #!/usr/bin/env bash
 # Set up natledger on a Debian 12 host: dependencies, release build, binary, hooks.d file,
-# then a first run. PREFIX (default /usr/local) says where the binary goes.
+# systemd units, then a first run. PREFIX (default /usr/local) says where the binary goes.
+# scripts/uninstall.sh undoes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/usr/local}
+UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
+  natledger-runtime@containerd.service natledger-runtime@crio.service)
 
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables iproute2
 cargo build --release --locked
 install -D -m 0755 target/release/natledger "$PREFIX/bin/natledger"
+install -D -m 0644 README.md "$PREFIX/share/doc/natledger/README.md"
+# Installed files name the binary (and the README) by absolute path: rewrite it for PREFIX.
+at_prefix() {
+  sed -e "s|/usr/local/bin/natledger|$PREFIX/bin/natledger|" \
+    -e "s|/usr/local/share/doc/natledger|$PREFIX/share/doc/natledger|" "$1" > "$2"
+  chmod 0644 "$2"
+}
 # podman and CRI-O read hooks.d; the hook path must be absolute (poststop has no PATH).
 install -d /usr/share/containers/oci/hooks.d
-sed "s|/usr/local/bin/natledger|$PREFIX/bin/natledger|" hooks/natledger.json \
-  > /usr/share/containers/oci/hooks.d/natledger.json
+at_prefix hooks/natledger.json /usr/share/containers/oci/hooks.d/natledger.json
+# systemd: sweep at boot, after a runtime stops, and every 15 minutes (README, "systemd units").
+for unit in packaging/systemd/*; do
+  at_prefix "$unit" "/etc/systemd/system/$(basename "$unit")"
+done
+if [ -d /run/systemd/system ]; then
+  systemctl daemon-reload
+  systemctl enable "${UNITS[@]}"
+  systemctl start natledger-sweep.timer
+  # A runtime that is already running: start its unit now, so that its next stop sweeps.
+  for runtime in docker containerd crio; do
+    if systemctl is-active --quiet "$runtime.service"; then
+      systemctl start "natledger-runtime@$runtime.service"
+    fi
+  done
+else
+  # No running systemd (a chroot, an image build): enable only creates the symlinks.
+  systemctl enable "${UNITS[@]}"
+fi
 install -d -m 0700 /run/natledger
 "$PREFIX/bin/natledger" --version
 "$PREFIX/bin/natledger" list
-echo "natledger installed: $PREFIX/bin/natledger, /usr/share/containers/oci/hooks.d/natledger.json"
+echo "natledger installed: $PREFIX/bin/natledger, /usr/share/containers/oci/hooks.d/natledger.json," \
+  "/etc/systemd/system/natledger-*"

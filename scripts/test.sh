@@ -10,12 +10,14 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
-# Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2).
+# Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2),
+# systemd-analyze for the unit files (systemd).
 missing=()
 command -v iptables-legacy-save >/dev/null || missing+=(iptables)
 command -v iptables-nft-save >/dev/null || missing+=(iptables)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v sysctl >/dev/null || missing+=(procps)
+command -v systemd-analyze >/dev/null || missing+=(systemd)
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -54,7 +54,8 @@ pub trait Runner {
     fn run(&self, invocation: &Invocation) -> std::io::Result<Outcome>;
 }
 
-/// Runs real processes. With `NATLEDGER_TRACE` set, prints each command line to stderr.
+/// Runs real processes. With `NATLEDGER_TRACE` set, prints each command line to stderr, and
+/// how long it took.
 #[derive(Debug, Default)]
 pub struct SystemRunner {
     trace: bool,
@@ -73,6 +74,7 @@ impl Runner for SystemRunner {
         if self.trace {
             eprintln!("natledger: exec {inv}");
         }
+        let start = std::time::Instant::now();
         let mut child = Command::new(&inv.program)
             .args(&inv.args)
             .stdin(if inv.stdin.is_some() {
@@ -95,6 +97,10 @@ impl Runner for SystemRunner {
             })?,
             _ => child.wait_with_output()?,
         };
+        if self.trace {
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            eprintln!("natledger:   {ms:.1} ms, {}", out.status);
+        }
         Ok(Outcome {
             code: out.status.code(),
             stdout: out.stdout,

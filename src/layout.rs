@@ -42,9 +42,56 @@ pub fn tag(id: &ContainerId) -> String {
     format!("natledger:{id}")
 }
 
-/// Whether a chain name is natledger's (any version: names containing `NATLEDGER`).
+/// Every chain natledger creates, in any version, is named `NATLEDGER-…`.
+pub const CHAIN_PREFIX: &str = "NATLEDGER-";
+
+/// Whether a chain name is natledger's (this version's chains, or another version's).
 pub fn is_owned_chain(name: &str) -> bool {
-    name.contains("NATLEDGER")
+    name.starts_with(CHAIN_PREFIX)
+}
+
+/// Whose a rule in a dump is, as far as natledger can tell from its chain and its comment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner<'a> {
+    /// In a natledger chain and tagged `natledger:<id>`: written for container `id` (the
+    /// text after the colon, not necessarily a valid id).
+    Container(&'a str),
+    /// In a natledger chain and tagged `natledger`: natledger's, but no container's.
+    Shared,
+    /// In another chain, tagged `natledger`, jumping to the natledger chain `to`.
+    Jump { to: &'a str },
+    /// Anything else, including rules in natledger chains that natledger did not tag, and
+    /// look-alikes elsewhere (our comment in a foreign chain, a jump without our comment).
+    Foreign,
+}
+
+/// Classify a saved rule (`args` are the tokens after `-A chain`). Only the comment and the
+/// jump target are read, so rules of other natledger versions are recognised too.
+pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
+    let mut comment = None;
+    let mut target = None;
+    let mut tokens = args.iter();
+    while let Some(token) = tokens.next() {
+        match token.as_str() {
+            "--comment" => comment = tokens.next().map(String::as_str),
+            "-j" => target = tokens.next().map(String::as_str),
+            _ => {}
+        }
+    }
+    if is_owned_chain(chain) {
+        return match comment {
+            Some(SHARED_COMMENT) => Owner::Shared,
+            Some(c) => match c.strip_prefix("natledger:") {
+                Some(id) => Owner::Container(id),
+                None => Owner::Foreign,
+            },
+            None => Owner::Foreign,
+        };
+    }
+    match (comment, target) {
+        (Some(SHARED_COMMENT), Some(to)) if is_owned_chain(to) => Owner::Jump { to },
+        _ => Owner::Foreign,
+    }
 }
 
 /// The shared jumps from built-in chains into natledger's chains.
@@ -123,6 +170,43 @@ mod tests {
 
     fn args(p: &Placed) -> String {
         format!("{} {}", p.chain, p.rule.to_args().join(" "))
+    }
+
+    fn owner_of(chain: &str, line: &str) -> Owner<'static> {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        let args: &'static [String] = Box::leak(args.into_boxed_slice());
+        owner(chain, args)
+    }
+
+    #[test]
+    fn ownership_comes_from_the_chain_and_the_comment() {
+        let dnat = "-p tcp -m tcp --dport 80 -m comment --comment natledger:c1 -j DNAT \
+                    --to-destination 10.77.0.2:80";
+        assert_eq!(owner_of(DNAT_CHAIN, dnat), Owner::Container("c1"));
+        assert_eq!(owner_of("NATLEDGER-OLD", dnat), Owner::Container("c1"));
+        // Our comment outside our chains, or our chain name as a substring: not ours.
+        assert_eq!(owner_of("DOCKER", dnat), Owner::Foreign);
+        assert_eq!(owner_of("NATLEDGERISH", dnat), Owner::Foreign);
+        let similar = "-p tcp -m comment --comment natledger-c1 -j DNAT --to-destination 1.2.3.4";
+        assert_eq!(owner_of(DNAT_CHAIN, similar), Owner::Foreign);
+        assert_eq!(owner_of(DNAT_CHAIN, "-p tcp -j ACCEPT"), Owner::Foreign);
+        let jump =
+            "-m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS";
+        assert_eq!(owner_of("PREROUTING", jump), Owner::Jump { to: DNAT_CHAIN });
+        assert_eq!(
+            owner_of(MASQ_CHAIN, "-m comment --comment natledger -j RETURN"),
+            Owner::Shared
+        );
+        // A jump into our chain without our comment is someone else's.
+        assert_eq!(
+            owner_of("PREROUTING", "-j NATLEDGER-HOSTPORTS"),
+            Owner::Foreign
+        );
+        // A comment whose text is "-j" does not confuse the reader.
+        assert_eq!(
+            owner_of("PREROUTING", "-m comment --comment -j -j NATLEDGER-MASQ"),
+            Owner::Foreign
+        );
     }
 
     #[test]

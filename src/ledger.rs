@@ -30,6 +30,7 @@ use crate::backend::Backend;
 use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
+use crate::procfs;
 
 pub const SCHEMA: u32 = 1;
 
@@ -92,6 +93,10 @@ pub struct Manifest {
     /// Start time of `pid` (clock ticks after boot, /proc/PID/stat field 22): a live pid with
     /// another start time is a reused pid, so the container is dead.
     pub pid_start_time: Option<u64>,
+    /// The boot `pid` belongs to (`/proc/sys/kernel/random/boot_id`), for state directories
+    /// that survive a reboot. Absent in manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
     pub phase: Phase,
     pub mappings: Vec<PortMapping>,
     /// Container address per family the rules forward to.
@@ -117,6 +122,17 @@ pub struct Ledger {
 pub struct Locked<'a> {
     ledger: &'a Ledger,
     _file: File,
+}
+
+impl Manifest {
+    /// Whether the container's process still runs (see [`procfs::is_alive`]).
+    pub fn alive(&self) -> bool {
+        procfs::is_alive(procfs::Recorded {
+            pid: self.pid,
+            start_time: self.pid_start_time,
+            boot_id: self.boot_id.as_deref(),
+        })
+    }
 }
 
 impl Ledger {
@@ -167,28 +183,71 @@ impl Ledger {
 
     /// Every manifest, sorted by container id; unreadable ones as errors.
     pub fn list(&self) -> Result<Vec<Result<Manifest, LedgerError>>, LedgerError> {
+        Ok(self
+            .scan()?
+            .manifests
+            .into_iter()
+            .map(|m| m.manifest)
+            .collect())
+    }
+
+    /// Everything in the containers directory: manifests (sorted by file name), read or not,
+    /// and temp files left by a crash between writing and renaming.
+    pub fn scan(&self) -> Result<Scan, LedgerError> {
         let dir = self.containers();
+        let mut scan = Scan::default();
         let entries = match fs::read_dir(&dir) {
             Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(scan),
             Err(e) => return Err(io("read", &dir)(e)),
         };
         let mut found = BTreeMap::new();
         for entry in entries {
             let path = entry.map_err(io("read", &dir))?.path();
-            let is_manifest = path.extension().is_some_and(|e| e == "json")
-                && !path
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with('.'));
-            if is_manifest {
-                let manifest = read_manifest(&path).and_then(|m| {
-                    m.ok_or_else(|| io("read", &path)(std::io::ErrorKind::NotFound.into()))
-                });
-                found.insert(path, manifest);
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if name.starts_with('.') {
+                if name.ends_with(".tmp") {
+                    scan.temps.push(path);
+                }
+                continue;
             }
+            let Some(stem) = name.strip_suffix(".json") else {
+                continue;
+            };
+            let manifest = read_manifest(&path).and_then(|m| {
+                m.ok_or_else(|| io("read", &path)(std::io::ErrorKind::NotFound.into()))
+            });
+            found.insert(
+                path.clone(),
+                Scanned {
+                    id: stem.parse().ok(),
+                    path,
+                    manifest,
+                },
+            );
         }
-        Ok(found.into_values().collect())
+        scan.manifests = found.into_values().collect();
+        Ok(scan)
     }
+}
+
+/// The containers directory as [`Ledger::scan`] found it.
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub manifests: Vec<Scanned>,
+    pub temps: Vec<PathBuf>,
+}
+
+/// One `<id>.json`.
+#[derive(Debug)]
+pub struct Scanned {
+    pub path: PathBuf,
+    /// The id its file name gives (`None`: not a valid container id).
+    pub id: Option<ContainerId>,
+    pub manifest: Result<Manifest, LedgerError>,
 }
 
 impl Locked<'_> {
@@ -210,6 +269,42 @@ impl Locked<'_> {
         file.sync_all().map_err(io("fsync", &tmp))?;
         fs::rename(&tmp, &path).map_err(io("rename", &path))?;
         sync_dir(&dir)
+    }
+
+    /// Remove a file the ledger scan found (a manifest with an unusable name, a temp file);
+    /// absent is fine. Only files directly in the containers directory.
+    pub fn remove_file(&self, path: &Path) -> Result<(), LedgerError> {
+        let dir = self.ledger.containers();
+        if path.parent() != Some(dir.as_path()) {
+            return Err(io("remove", path)(std::io::ErrorKind::InvalidInput.into()));
+        }
+        match fs::remove_file(path) {
+            Ok(()) => sync_dir(&dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("remove", path)(e)),
+        }
+    }
+
+    /// Remove many manifests with one directory fsync at the end; absent is fine. Returns
+    /// the ones that could not be removed.
+    pub fn remove_many(&self, ids: &[ContainerId]) -> Vec<(ContainerId, LedgerError)> {
+        let mut failed = Vec::new();
+        for id in ids {
+            let path = self.ledger.manifest_path(id);
+            match fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => failed.push((id.clone(), io("remove", &path)(e))),
+            }
+        }
+        if !ids.is_empty()
+            && let Err(e) = sync_dir(&self.ledger.containers())
+        {
+            // Removed but perhaps not durably: a crash now could bring them back, which a
+            // later sweep handles (their containers are dead and their rules gone).
+            eprintln!("natledger: warning: {e}");
+        }
+        failed
     }
 
     /// Remove a manifest; absent is fine.
@@ -264,6 +359,7 @@ mod tests {
   "bundle": "/var/lib/ctr/c0ffee",
   "pid": 4242,
   "pid_start_time": 123456,
+  "boot_id": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
   "phase": "installed",
   "mappings": [
     {
@@ -315,6 +411,7 @@ mod tests {
             bundle: Some("/var/lib/ctr/c0ffee".into()),
             pid: Some(4242),
             pid_start_time: Some(123456),
+            boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
             phase: Phase::Installed,
             mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
             addresses: vec!["10.77.0.2".parse().unwrap()],
@@ -342,6 +439,13 @@ mod tests {
         assert_eq!(fs::read_to_string(&path).unwrap(), MANIFEST_V1);
         let read: Manifest = serde_json::from_str(MANIFEST_V1).unwrap();
         assert_eq!(read, sample());
+        // Manifests written before the boot id was recorded still read.
+        let older: String = MANIFEST_V1
+            .lines()
+            .filter(|l| !l.contains("boot_id"))
+            .collect();
+        let read: Manifest = serde_json::from_str(&older).unwrap();
+        assert_eq!(read.boot_id, None);
     }
 
     #[test]
@@ -359,6 +463,12 @@ mod tests {
         let all = ledger.list().unwrap();
         assert_eq!(all.len(), 2);
         assert!(matches!(all[0], Err(LedgerError::Corrupt { .. })));
+        let scan = ledger.scan().unwrap();
+        assert_eq!(scan.temps, [ledger.containers().join(".x.tmp")]);
+        assert_eq!(scan.manifests[0].id, Some("broken".parse().unwrap()));
+        locked.remove_file(&scan.temps[0]).unwrap();
+        assert!(ledger.scan().unwrap().temps.is_empty());
+        assert!(locked.remove_file(Path::new("/etc/passwd")).is_err());
         locked.remove(&id).unwrap();
         locked.remove(&id).unwrap();
         assert!(ledger.load(&id).unwrap().is_none());

@@ -8,6 +8,7 @@
 pub mod backend;
 pub mod exec;
 pub mod family;
+pub mod fault;
 pub mod layout;
 pub mod ledger;
 pub mod netns;

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -10,7 +11,7 @@ use natledger::backend::BackendChoice;
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
-use natledger::ops::{self, Context};
+use natledger::ops::{self, Context, SweepOptions};
 
 #[derive(Parser)]
 #[command(
@@ -48,6 +49,25 @@ enum Command {
         #[arg(value_enum)]
         stage: Option<Stage>,
     },
+    /// Remove the rules of dead containers, and every natledger rule no live container
+    /// claims, in iptables-legacy and iptables-nft, IPv4 and IPv6. Exit status 0 when
+    /// everything due was removed, 1 otherwise (the report says what remains and why).
+    Sweep {
+        /// Print the plan; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print a JSON report instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Remove everything natledger owns, live containers' rules, shared chains and
+        /// jumps included (for uninstalling).
+        #[arg(long)]
+        all: bool,
+        /// First give exiting containers up to SECONDS to die (ends early once none has
+        /// exited for 3 s).
+        #[arg(long, value_name = "SECONDS")]
+        wait: Option<u64>,
+    },
     /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
     List {
         #[arg(long)]
@@ -74,6 +94,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let runner = SystemRunner::from_env();
             let ctx = Context::new(ledger, cli.backend.resolve(), &runner);
             ops::run_hook(&ctx, stage, state)?;
+        }
+        Command::Sweep {
+            dry_run,
+            json,
+            all,
+            wait,
+        } => {
+            let runner = SystemRunner::from_env();
+            let ctx = Context::new(ledger, cli.backend.resolve(), &runner);
+            let opts = SweepOptions {
+                dry_run,
+                all,
+                wait: wait.map(Duration::from_secs),
+            };
+            let report = ops::sweep(&ctx, &opts)?;
+            if json {
+                let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
+                println!("{text}");
+            } else {
+                print!("{}", report.render());
+            }
+            if !report.ok() {
+                anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
+            }
         }
         Command::List { json } => {
             let mut entries = Vec::new();

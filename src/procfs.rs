@@ -1,5 +1,23 @@
 //! Process liveness from procfs: a container is alive while its recorded pid exists with the
-//! same start time (a pid number can be reused by an unrelated process).
+//! same start time (a pid number can be reused by an unrelated process), in the same boot
+//! (a state directory that survives a reboot must not match a new process by chance).
+
+const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
+
+/// This boot's id (random per boot).
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string(BOOT_ID)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// The process a manifest records for its container.
+#[derive(Clone, Copy, Debug)]
+pub struct Recorded<'a> {
+    pub pid: Option<i32>,
+    pub start_time: Option<u64>,
+    pub boot_id: Option<&'a str>,
+}
 
 /// Start time of `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
 pub fn start_time(pid: i32) -> Option<u64> {
@@ -20,15 +38,21 @@ fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((state, start))
 }
 
-/// Whether the process recorded as (`pid`, `start`) still runs. Without a recorded pid
-/// nothing can be known, and the container counts as alive so that nothing is torn down.
-pub fn is_alive(pid: Option<i32>, start: Option<u64>) -> bool {
-    let Some(pid) = pid else {
+/// Whether the recorded process still runs: same boot, pid present and not a zombie, same
+/// start time. Without a recorded pid nothing can be known, and the container counts as
+/// alive so that nothing is torn down.
+pub fn is_alive(recorded: Recorded) -> bool {
+    let Some(pid) = recorded.pid else {
         return true;
     };
+    if let Some(then) = recorded.boot_id
+        && boot_id().is_some_and(|now| now != then)
+    {
+        return false;
+    }
     match stat(pid) {
         None => false,
-        Some((state, now)) => state != "Z" && start.is_none_or(|then| then == now),
+        Some((state, now)) => state != "Z" && recorded.start_time.is_none_or(|then| then == now),
     }
 }
 
@@ -47,9 +71,17 @@ mod tests {
     fn this_process_is_alive_and_a_changed_start_time_is_not() {
         let me = std::process::id() as i32;
         let start = start_time(me).unwrap();
-        assert!(is_alive(Some(me), Some(start)));
-        assert!(!is_alive(Some(me), Some(start + 1)));
-        assert!(!is_alive(Some(i32::MAX), None));
-        assert!(is_alive(None, None));
+        let boot = boot_id().unwrap();
+        let rec = |pid, start_time, boot_id| Recorded {
+            pid,
+            start_time,
+            boot_id,
+        };
+        assert!(is_alive(rec(Some(me), Some(start), Some(&boot))));
+        assert!(is_alive(rec(Some(me), Some(start), None)));
+        assert!(!is_alive(rec(Some(me), Some(start + 1), None)));
+        assert!(!is_alive(rec(Some(me), Some(start), Some("another-boot"))));
+        assert!(!is_alive(rec(Some(i32::MAX), None, None)));
+        assert!(is_alive(rec(None, None, None)));
     }
 }

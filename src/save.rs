@@ -162,6 +162,8 @@ pub enum Op {
     Append(String, Vec<String>),
     /// `-D CHAIN args`: fails the whole batch if the rule is absent.
     Delete(String, Vec<String>),
+    /// `-F CHAIN`: delete every rule of the chain.
+    Flush(String),
     /// `-X CHAIN`: fails the whole batch if the chain is absent, non-empty or referenced.
     DeleteChain(String),
 }
@@ -201,6 +203,7 @@ impl Batch {
                 Op::InsertFirst(c, a) => ("-I", c, a),
                 Op::Append(c, a) => ("-A", c, a),
                 Op::Delete(c, a) => ("-D", c, a),
+                Op::Flush(c) => ("-F", c, &[]),
                 Op::DeleteChain(c) => ("-X", c, &[]),
             };
             out.push_str(flag);
@@ -285,6 +288,7 @@ COMMIT
                 Op::DeclareChain("X".into()),
                 Op::InsertFirst("X".into(), args.clone()),
                 Op::Delete("X".into(), args.clone()),
+                Op::Flush("X".into()),
                 Op::DeleteChain("X".into()),
             ],
         };
@@ -293,8 +297,9 @@ COMMIT
         assert_eq!(lines[0], "*nat");
         assert_eq!(lines[1], ":X - [0:0]");
         assert!(lines[3].starts_with("-I X 1 "));
-        assert_eq!(lines[5], "-X X");
-        assert_eq!(lines[6], "COMMIT");
+        assert_eq!(lines[5], "-F X");
+        assert_eq!(lines[6], "-X X");
+        assert_eq!(lines[7], "COMMIT");
         assert_eq!(tokenize(lines[2]).unwrap()[2..], args[..]);
     }
 }

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 
 use crate::backend::BackendError;
 use crate::family::Family;
+use crate::fault;
 use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
@@ -44,6 +45,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     };
     let locked = ctx.ledger.lock()?;
     release_claims(ctx, &locked, input, &mappings)?;
+    fault::point(fault::CREATE_CLAIMS_RELEASED);
 
     let mut manifest = Manifest {
         schema: SCHEMA,
@@ -51,12 +53,14 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         bundle: input.bundle.clone(),
         pid: input.pid,
         pid_start_time,
+        boot_id: input.pid.and_then(|_| procfs::boot_id()),
         phase: Phase::Installing,
         mappings,
         addresses,
         rules,
     };
     locked.store(&manifest)?;
+    fault::point(fault::CREATE_WRITTEN_AHEAD);
 
     // Written exactly as recorded: the transactions are built from the manifest's records.
     let mut installed: Vec<Family> = Vec::new();
@@ -86,9 +90,14 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
             return Err(e.into());
         }
         installed.push(family);
+        if family == Family::Ipv4 {
+            fault::point(fault::CREATE_IPV4_APPLIED);
+        }
     }
+    fault::point(fault::CREATE_APPLIED);
     manifest.phase = Phase::Installed;
     locked.store(&manifest)?;
+    fault::point(fault::CREATE_RECORDED);
     allow_loopback_sources(&manifest.mappings, &manifest.addresses);
     Ok(Created::Installed {
         rules: manifest.rules.len(),
@@ -209,7 +218,7 @@ fn release_claims(
         let clash = mappings
             .iter()
             .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
-        let alive = || procfs::is_alive(other.pid, other.pid_start_time);
+        let alive = || other.alive();
         if same_container {
             // Ids are unique per runtime, not per host: a live container with this id and
             // another pid belongs to someone else (another runtime or namespace).

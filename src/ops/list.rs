@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::ledger::{Ledger, LedgerError, Manifest};
-use crate::procfs;
 
 #[derive(Debug, Serialize)]
 pub struct ListEntry {
@@ -21,7 +20,7 @@ pub fn list(ledger: &Ledger) -> Result<Vec<Result<ListEntry, LedgerError>>, Ledg
         .into_iter()
         .map(|m| {
             m.map(|manifest| ListEntry {
-                alive: procfs::is_alive(manifest.pid, manifest.pid_start_time),
+                alive: manifest.alive(),
                 manifest,
             })
         })

@@ -4,10 +4,12 @@
 mod create;
 mod list;
 mod remove;
+pub mod sweep;
 
 pub use create::{Created, create_runtime};
 pub use list::{ListEntry, list, render_table};
 pub use remove::{Removal, Removed, poststop, remove_container};
+pub use sweep::{SweepOptions, SweepReport, sweep};
 
 use std::net::IpAddr;
 

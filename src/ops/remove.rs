@@ -3,6 +3,7 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::family::Family;
+use crate::fault;
 use crate::layout::{is_owned_chain, tag};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
@@ -50,7 +51,9 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         );
         None
     });
+    fault::point(fault::POSTSTOP_LOCKED);
     let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
+    fault::point(fault::POSTSTOP_DELETED);
     settle(&locked, &id, manifest, removal)
 }
 

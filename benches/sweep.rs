@@ -1,0 +1,184 @@
+//! Benchmark: `natledger sweep` after N containers died without poststop (3 TCP mappings
+//! each, IPv4: 9 rules per container), with 10,000 foreign nat rules, on both backends.
+//! Prints the median wall time, the processes the sweep started, and checks after each run
+//! that every dead rule is gone and every foreign rule stayed.
+//!
+//! Run as root: `cargo bench --bench sweep` (env BENCH_RUNS, default 5; BENCH_DEAD, a comma
+//! list, default 10,100,1000; BENCH_VERBOSE=1 prints each process the sweep ran and its
+//! time). Everything happens in private network namespaces.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use natledger::backend::Backend;
+use natledger::family::Family;
+use natledger::layout::{OWNED_CHAINS, jumps, mapping_rules};
+use natledger::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
+use natledger::portspec::parse_mappings;
+use natledger::save::{Batch, Op};
+
+mod common;
+
+use common::*;
+
+const FOREIGN: usize = 10_000;
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    if let Ok(spec) = std::env::var("BENCH_CASE") {
+        return case_main(&spec);
+    }
+    let runs: usize = env_or("BENCH_RUNS", "5").parse().unwrap();
+    let deads: Vec<usize> = env_or("BENCH_DEAD", "10,100,1000")
+        .split(',')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    println!(
+        "natledger sweep: N dead containers x 3 tcp mappings (9 rules each), {FOREIGN} foreign \
+         rules, {runs} runs, median ms"
+    );
+    println!(
+        "{:<7} {:>6} {:>8} {:>10} {:>10}",
+        "backend", "dead", "rules", "sweep ms", "processes"
+    );
+    for backend in ["legacy", "nft"] {
+        for dead in &deads {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .env("BENCH_CASE", format!("{backend}:{dead}:{runs}"))
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "case {backend} {dead} failed");
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+        }
+    }
+}
+
+fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+/// The per-case child: BENCH_CASE=backend:dead:runs.
+fn case_main(spec: &str) {
+    let mut parts = spec.split(':');
+    let backend_name = parts.next().unwrap();
+    let dead: usize = parts.next().unwrap().parse().unwrap();
+    let runs: usize = parts.next().unwrap().parse().unwrap();
+    let backend = match backend_name {
+        "legacy" => Backend::Legacy,
+        _ => Backend::Nft,
+    };
+    let ns = Netns::new(format!(
+        "nlsweep-{}-{backend_name}-{dead}",
+        std::process::id()
+    ));
+    enter(&ns.0);
+    let restore = format!("/usr/sbin/iptables-{backend_name}-restore");
+    let save = format!("/usr/sbin/iptables-{backend_name}-save");
+    run(
+        &restore,
+        &["--noflush"],
+        Some(foreign_rules(FOREIGN).as_bytes()),
+    );
+    let foreign_before = foreign_lines(&save);
+
+    let mut times = Vec::new();
+    let mut processes = 0;
+    for _ in 0..runs {
+        let state = tempfile::tempdir_in("/run").unwrap();
+        let rules = dead_containers(state.path(), backend, dead);
+        run(&restore, &["--noflush"], Some(rules.render().as_bytes()));
+        let mut cmd = Command::new(BIN);
+        cmd.args(["--state-dir", state.path().to_str().unwrap(), "sweep"]);
+        cmd.env("NATLEDGER_TRACE", "1");
+        let start = Instant::now();
+        let out = run_cmd(cmd, b"");
+        times.push(start.elapsed());
+        let trace = String::from_utf8_lossy(&out.stderr);
+        processes = trace.matches("natledger: exec ").count();
+        if std::env::var_os("BENCH_VERBOSE").is_some() {
+            eprint!("{trace}");
+        }
+        let after = String::from_utf8_lossy(&run(&save, &["-t", "nat"], None).stdout).to_string();
+        assert!(!after.contains("natledger:"), "a dead rule survived");
+        assert_eq!(
+            foreign_lines(&save),
+            foreign_before,
+            "foreign rules changed"
+        );
+        assert_eq!(
+            std::fs::read_dir(state.path().join("containers"))
+                .unwrap()
+                .count(),
+            0
+        );
+    }
+    println!(
+        "{backend_name:<7} {dead:>6} {:>8} {:>10.1} {processes:>10}",
+        dead * 9,
+        median(times)
+    );
+}
+
+fn foreign_lines(save: &str) -> Vec<String> {
+    String::from_utf8_lossy(&run(save, &["-t", "nat"], None).stdout)
+        .lines()
+        .filter(|l| l.contains("KUBE-FAKE"))
+        .map(String::from)
+        .collect()
+}
+
+/// Write `n` manifests of dead containers (pids that do not exist) and return the batch that
+/// installs their rules, with natledger's chains and jumps, as create-runtime would have.
+fn dead_containers(state: &Path, backend: Backend, n: usize) -> Batch {
+    let ledger = Ledger::new(state);
+    let locked = ledger.lock().unwrap();
+    let mut batch = Batch::nat();
+    for chain in OWNED_CHAINS {
+        batch.ops.push(Op::DeclareChain(chain.to_string()));
+    }
+    for (chain, jump) in jumps() {
+        batch
+            .ops
+            .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+    }
+    for i in 0..n {
+        let id = format!("dead{i}").parse().unwrap();
+        let addr = std::net::IpAddr::from([10, 77, (i / 250) as u8, (i % 250 + 2) as u8]);
+        let base = 20000 + 3 * i;
+        let spec = format!("{base}:80,{}:81,{}:82", base + 1, base + 2);
+        let mappings = parse_mappings(&spec).unwrap();
+        let rules: Vec<RuleRecord> = mappings
+            .iter()
+            .flat_map(|m| mapping_rules(&id, m, addr))
+            .map(|p| RuleRecord {
+                backend,
+                family: Family::Ipv4,
+                table: "nat".into(),
+                chain: p.chain.to_string(),
+                rule: p.rule.to_args(),
+            })
+            .collect();
+        for r in &rules {
+            batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
+        }
+        locked
+            .store(&Manifest {
+                schema: SCHEMA,
+                container_id: id,
+                bundle: None,
+                pid: Some(i32::MAX - i as i32),
+                pid_start_time: Some(1),
+                boot_id: None,
+                phase: Phase::Installed,
+                mappings,
+                addresses: vec![addr],
+                rules,
+            })
+            .unwrap();
+    }
+    batch
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Undo scripts/install.sh: remove the hooks.d file and the systemd units, remove every rule
+# natledger owns (`natledger sweep --all`: live containers' rules too, since no hook will
+# remove them later), then the binary, its README and its state. PREFIX as for install.sh.
+set -euo pipefail
+PREFIX=${PREFIX:-/usr/local}
+UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
+  natledger-runtime@containerd.service natledger-runtime@crio.service)
+
+# First, no new rules: podman and CRI-O stop calling the hook for new containers.
+rm -f /usr/share/containers/oci/hooks.d/natledger.json
+# The units whose file is still there (natledger-runtime@X.service: the template's), so that
+# running this again after a failure does not stop at an already removed unit.
+present=()
+for unit in "${UNITS[@]}"; do
+  if [ -e "/etc/systemd/system/${unit/@*./@.}" ]; then present+=("$unit"); fi
+done
+if [ ${#present[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
+  # Stopping a natledger-runtime@ unit runs its sweep (a few seconds); let a running timer
+  # sweep finish too, so that nothing runs the binary once it is gone.
+  systemctl disable --now "${present[@]}"
+  if [ -e /etc/systemd/system/natledger-sweep.service ]; then
+    systemctl stop natledger-sweep.service
+  fi
+elif [ ${#present[@]} -gt 0 ]; then
+  systemctl disable "${present[@]}"
+fi
+rm -f /etc/systemd/system/natledger-boot.service /etc/systemd/system/natledger-sweep.service \
+  /etc/systemd/system/natledger-sweep.timer /etc/systemd/system/natledger-runtime@.service
+if [ -d /run/systemd/system ]; then
+  systemctl daemon-reload
+  systemctl reset-failed 'natledger-*' 2>/dev/null || true
+fi
+
+if [ -x "$PREFIX/bin/natledger" ] && ! "$PREFIX/bin/natledger" sweep --all; then
+  echo "scripts/uninstall.sh: 'natledger sweep --all' failed, natledger rules remain;" \
+    "$PREFIX/bin/natledger is kept: fix the cause and run scripts/uninstall.sh again" >&2
+  exit 1
+fi
+rm -f "$PREFIX/bin/natledger"
+rm -rf "$PREFIX/share/doc/natledger" /run/natledger
+echo "natledger uninstalled; runc/crun bundles that name it in config.json still need editing"

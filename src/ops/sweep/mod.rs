@@ -1,0 +1,273 @@
+//! `natledger sweep`: remove what dead containers left behind, and every natledger rule no
+//! live container claims, in both backends and both families.
+//!
+//! One pass, under the ledger lock (so hooks wait while it runs, and it never sees a
+//! container half-created):
+//! 1. judge every manifest: alive (pid, start time and boot all match), dead, or unreadable
+//!    (kept: its container might be alive);
+//! 2. per backend and family, one read and at most one `*-restore` transaction: natledger's
+//!    rules tagged for a container that is not alive go, wherever they are now (see
+//!    [`plan`]); a transaction that fails because the table changed since the read is
+//!    planned again from a new read, once;
+//! 3. dead manifests go once no table that could hold their rules failed; otherwise they stay
+//!    (phase `removing`, naming the rules that may remain) for the next sweep.
+//!
+//! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
+//! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
+
+mod plan;
+mod report;
+
+pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
+pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
+
+use std::collections::{HashMap, HashSet};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use crate::backend::{Backend, BackendError};
+use crate::family::Family;
+use crate::fault;
+use crate::ledger::{Ledger, Locked, Manifest, Phase, Scanned};
+use crate::oci::ContainerId;
+
+use super::{Context, Error};
+
+/// What to sweep and how.
+#[derive(Clone, Debug, Default)]
+pub struct SweepOptions {
+    /// Plan and report; change nothing.
+    pub dry_run: bool,
+    /// Remove everything natledger owns, live containers' rules, shared chains and jumps
+    /// included (for uninstalling).
+    pub all: bool,
+    /// First give exiting containers up to this long to die (see [`wait_for_exits`]).
+    pub wait: Option<Duration>,
+}
+
+/// With `--wait`, the wait ends early once no recorded process has exited for this long:
+/// containers still running by then are kept (Docker's live-restore, containerd shims).
+pub const QUIET: Duration = Duration::from_secs(3);
+const POLL: Duration = Duration::from_millis(100);
+
+/// Run one sweep. `Err` only when the ledger itself cannot be read or locked; everything
+/// else that fails is in the report's `errors`.
+pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
+    if let (Some(limit), false) = (opts.wait, opts.all) {
+        wait_for_exits(&ctx.ledger, limit);
+    }
+    let locked = ctx.ledger.lock()?;
+    let mut report = SweepReport::new(opts);
+    let judged = judge(ctx, opts, &mut report)?;
+    fault::point(fault::SWEEP_JUDGED);
+
+    let mut first = true;
+    for backend in Backend::ALL {
+        for family in Family::ALL {
+            let table = sweep_table(ctx, backend, family, &judged.claims, opts.dry_run);
+            if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
+                fault::point(fault::SWEEP_FIRST_TABLE_APPLIED);
+            }
+            report.add_table(table);
+        }
+    }
+    fault::point(fault::SWEEP_APPLIED);
+    settle(&locked, opts, judged, &mut report);
+    report.count_rules_per_container();
+    Ok(report)
+}
+
+/// The verdict on every manifest.
+struct Judged {
+    claims: Claims,
+    /// Manifests whose rules go (dead containers; every container with `--all`).
+    doomed: Vec<Manifest>,
+    /// Files that are removed only with `--all` (unreadable manifests), or always (temps).
+    unreadable: Vec<Scanned>,
+    temps: Vec<std::path::PathBuf>,
+}
+
+fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result<Judged, Error> {
+    let scan = ctx.ledger.scan()?;
+    let mut judged = Judged {
+        claims: Claims {
+            all: opts.all,
+            ..Claims::default()
+        },
+        doomed: Vec::new(),
+        unreadable: Vec::new(),
+        temps: scan.temps,
+    };
+    for scanned in scan.manifests {
+        let manifest = match &scanned.manifest {
+            Ok(m) => m.clone(),
+            Err(e) => {
+                let id = scanned.id.as_ref().map(ToString::to_string);
+                if let (Some(id), false) = (&id, opts.all) {
+                    judged.claims.kept.insert(id.clone());
+                    report.errors.push(format!(
+                        "{e}: the rules tagged natledger:{id} are kept; repair or delete the \
+                         file, or run sweep --all"
+                    ));
+                }
+                report.containers.push(ContainerReport::unreadable(id));
+                judged.unreadable.push(scanned);
+                continue;
+            }
+        };
+        let alive = manifest.alive();
+        let id = manifest.container_id.to_string();
+        report
+            .containers
+            .push(ContainerReport::judged(&manifest, alive));
+        if alive && !opts.all {
+            judged.claims.kept.insert(id);
+        } else {
+            judged.claims.dead.insert(id);
+            judged.doomed.push(manifest);
+        }
+    }
+    Ok(judged)
+}
+
+/// Read one table, plan, apply; re-plan from a new read once if the transaction fails.
+fn sweep_table(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    claims: &Claims,
+    dry_run: bool,
+) -> TableReport {
+    let mut report = TableReport::new(backend, family);
+    for attempt in 0..2 {
+        let table = match ctx.netfilter.read_nat(backend, family) {
+            Ok(Some(table)) => table,
+            Ok(None) => return report.with_state(TableState::Absent),
+            Err(BackendError::ToolNotFound { .. }) => {
+                return report.with_state(TableState::NotInstalled);
+            }
+            Err(e) => return report.failed(e.to_string()),
+        };
+        let plan = plan(&table, claims);
+        report.blocked = plan.blocked.clone();
+        if plan.batch.is_empty() || dry_run {
+            return report.planned(plan);
+        }
+        match ctx.netfilter.apply(backend, family, &plan.batch) {
+            Ok(()) => return report.planned(plan),
+            // The table changed between the read and the write (a rule natledger meant to
+            // delete is gone, or a chain got a new reference): read it again.
+            Err(e) if attempt == 0 => {
+                eprintln!("natledger: {backend}/{family}: {e}; reading the table again");
+            }
+            Err(e) => return report.failed(e.to_string()),
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
+/// Remove the manifests whose rules are gone; keep the others as `removing`, naming what may
+/// remain. Temp files left by a crash go too (under the lock no write is in flight).
+fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut SweepReport) {
+    let unsettled: HashSet<(Backend, Family)> = report
+        .tables
+        .iter()
+        .filter(|t| matches!(t.state, TableState::Failed | TableState::NotInstalled))
+        .map(|t| (t.backend, t.family))
+        .collect();
+    let any_failed = report.tables.iter().any(|t| t.state == TableState::Failed);
+    let mut fates: HashMap<String, Fate> = HashMap::new();
+    let mut gone: Vec<ContainerId> = Vec::new();
+    for manifest in judged.doomed {
+        let id = manifest.container_id.clone();
+        let remaining: Vec<_> = manifest
+            .rules
+            .iter()
+            .filter(|r| unsettled.contains(&(r.backend, r.family)))
+            .cloned()
+            .collect();
+        let fate = if opts.dry_run {
+            Fate::WouldRemove
+        } else if remaining.is_empty() {
+            gone.push(id.clone());
+            Fate::Removed
+        } else {
+            report.errors.push(format!(
+                "{} rule(s) of container {id} may remain in {}; its manifest is kept",
+                remaining.len(),
+                where_(&remaining)
+            ));
+            let mut left = manifest;
+            left.phase = Phase::Removing;
+            left.rules = remaining;
+            if let Err(e) = locked.store(&left) {
+                report.errors.push(e.to_string());
+            }
+            Fate::KeptIncomplete
+        };
+        fates.insert(id.to_string(), fate);
+    }
+    for (id, e) in locked.remove_many(&gone) {
+        report.errors.push(e.to_string());
+        fates.insert(id.to_string(), Fate::Kept);
+    }
+    report.set_fates(&fates);
+    if opts.all && !opts.dry_run && !any_failed {
+        for scanned in judged.unreadable {
+            match locked.remove_file(&scanned.path) {
+                Ok(()) => report.set_fate_of_path(&scanned, Fate::Removed),
+                Err(e) => report.errors.push(e.to_string()),
+            }
+        }
+    }
+    report.stale_temp_files = judged.temps.len();
+    if !opts.dry_run {
+        for temp in &judged.temps {
+            if let Err(e) = locked.remove_file(temp) {
+                report.errors.push(e.to_string());
+            }
+        }
+    }
+}
+
+fn where_(records: &[crate::ledger::RuleRecord]) -> String {
+    let mut places: Vec<String> = records
+        .iter()
+        .map(|r| format!("{}/{}", r.backend, r.family))
+        .collect();
+    places.sort();
+    places.dedup();
+    places.join(", ")
+}
+
+/// Give containers that are exiting (their runtime was just stopped) up to `limit` to die,
+/// polling their recorded pids. Ends when none is left alive, when `limit` passes, or when
+/// none has exited for [`QUIET`]. Runs without the lock, so hooks are not held up.
+pub fn wait_for_exits(ledger: &Ledger, limit: Duration) {
+    let start = Instant::now();
+    let mut last_exit = start;
+    let mut previous = usize::MAX;
+    loop {
+        let alive = ledger
+            .list()
+            .map(|all| {
+                all.into_iter()
+                    .flatten()
+                    .filter(|m| m.pid.is_some() && m.alive())
+                    .count()
+            })
+            .unwrap_or(0);
+        let now = Instant::now();
+        if alive == 0 || now - start >= limit {
+            return;
+        }
+        if alive < previous {
+            last_exit = now;
+        }
+        previous = alive;
+        if now - last_exit >= QUIET.min(limit) {
+            return;
+        }
+        sleep(POLL);
+    }
+}

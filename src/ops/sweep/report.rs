@@ -1,0 +1,288 @@
+//! What a sweep found and did: the `--json` report, and its text for people.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::family::Family;
+use crate::ledger::{Manifest, Scanned};
+
+use super::{Reason, Removed, SweepOptions, TablePlan};
+
+#[derive(Debug, Serialize)]
+pub struct SweepReport {
+    pub dry_run: bool,
+    pub all: bool,
+    pub containers: Vec<ContainerReport>,
+    pub tables: Vec<TableReport>,
+    /// Rules removed that no manifest claimed.
+    pub orphans: usize,
+    /// Temp files a crash left in the ledger (removed).
+    pub stale_temp_files: usize,
+    /// Everything that could not be done; empty means every rule due was removed.
+    pub errors: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Liveness {
+    Alive,
+    Dead,
+    /// The manifest cannot be read: treated as alive.
+    Unreadable,
+}
+
+/// What happened to a manifest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Fate {
+    Kept,
+    Removed,
+    WouldRemove,
+    /// Some of its rules could not be removed: kept, phase `removing`.
+    KeptIncomplete,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ContainerReport {
+    /// `None` for a manifest whose file name is not a container id.
+    pub id: Option<String>,
+    pub pid: Option<i32>,
+    pub state: Liveness,
+    pub manifest: Fate,
+    pub rules_removed: usize,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableState {
+    /// Read (and, unless a dry run, its transaction applied).
+    Swept,
+    /// The table does not exist (legacy, seen in procfs): nothing to do.
+    Absent,
+    /// The backend's tools are not installed.
+    NotInstalled,
+    Failed,
+}
+
+#[derive(Debug, Serialize)]
+pub struct TableReport {
+    pub backend: Backend,
+    pub family: Family,
+    pub state: TableState,
+    pub rules_removed: Vec<Removed>,
+    pub chains_removed: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ContainerReport {
+    pub(super) fn judged(manifest: &Manifest, alive: bool) -> Self {
+        ContainerReport {
+            id: Some(manifest.container_id.to_string()),
+            pid: manifest.pid,
+            state: if alive {
+                Liveness::Alive
+            } else {
+                Liveness::Dead
+            },
+            manifest: Fate::Kept,
+            rules_removed: 0,
+        }
+    }
+
+    pub(super) fn unreadable(id: Option<String>) -> Self {
+        ContainerReport {
+            id,
+            pid: None,
+            state: Liveness::Unreadable,
+            manifest: Fate::Kept,
+            rules_removed: 0,
+        }
+    }
+}
+
+impl TableReport {
+    pub(super) fn new(backend: Backend, family: Family) -> Self {
+        TableReport {
+            backend,
+            family,
+            state: TableState::Swept,
+            rules_removed: Vec::new(),
+            chains_removed: Vec::new(),
+            blocked: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub(super) fn with_state(mut self, state: TableState) -> Self {
+        self.state = state;
+        self
+    }
+
+    pub(super) fn failed(mut self, error: String) -> Self {
+        self.state = TableState::Failed;
+        self.error = Some(error);
+        self
+    }
+
+    pub(super) fn planned(mut self, plan: TablePlan) -> Self {
+        self.rules_removed = plan.rules;
+        self.chains_removed = plan.chains;
+        self
+    }
+}
+
+impl SweepReport {
+    pub(super) fn new(opts: &SweepOptions) -> Self {
+        SweepReport {
+            dry_run: opts.dry_run,
+            all: opts.all,
+            containers: Vec::new(),
+            tables: Vec::new(),
+            orphans: 0,
+            stale_temp_files: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Whether everything due was removed (exit status 0).
+    pub fn ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    pub(super) fn add_table(&mut self, table: TableReport) {
+        let place = format!("{}/{}", table.backend, table.family);
+        if let Some(e) = &table.error {
+            self.errors.push(format!("{place}: {e}"));
+        }
+        for b in &table.blocked {
+            self.errors.push(format!("{place}: {b}"));
+        }
+        self.orphans += table
+            .rules_removed
+            .iter()
+            .filter(|r| r.reason == Reason::Orphan)
+            .count();
+        self.tables.push(table);
+    }
+
+    /// Record what happened to each manifest, by container id (judged manifests only).
+    pub(super) fn set_fates(&mut self, fates: &HashMap<String, Fate>) {
+        for c in &mut self.containers {
+            let fate = c.id.as_ref().and_then(|id| fates.get(id));
+            if let (Some(fate), false) = (fate, c.state == Liveness::Unreadable) {
+                c.manifest = *fate;
+            }
+        }
+    }
+
+    pub(super) fn set_fate_of_path(&mut self, scanned: &Scanned, fate: Fate) {
+        let id = scanned.id.as_ref().map(ToString::to_string);
+        for c in &mut self.containers {
+            if c.state == Liveness::Unreadable && c.id == id {
+                c.manifest = fate;
+            }
+        }
+    }
+
+    pub(super) fn count_rules_per_container(&mut self) {
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for r in self.tables.iter().flat_map(|t| &t.rules_removed) {
+            if let Some(id) = &r.container {
+                *counts.entry(id).or_default() += 1;
+            }
+        }
+        for c in &mut self.containers {
+            c.rules_removed =
+                c.id.as_deref()
+                    .and_then(|id| counts.get(id))
+                    .copied()
+                    .unwrap_or(0);
+        }
+    }
+
+    /// The report for people: one line per container judged dead or unreadable, per table
+    /// that changed, per orphan and per error, then a summary.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let verb = if self.dry_run {
+            "would remove"
+        } else {
+            "removed"
+        };
+        for c in &self.containers {
+            let id = c.id.as_deref().unwrap_or("?");
+            let pid = c.pid.map_or("-".to_string(), |p| p.to_string());
+            let state = match c.state {
+                Liveness::Alive if !self.all => continue,
+                Liveness::Alive => "live",
+                Liveness::Dead => "dead",
+                Liveness::Unreadable => "unreadable",
+            };
+            let fate = match c.manifest {
+                Fate::Kept => "manifest kept",
+                Fate::Removed => "manifest removed",
+                Fate::WouldRemove => "manifest would be removed",
+                Fate::KeptIncomplete => "manifest kept: removal incomplete",
+            };
+            let _ = writeln!(
+                out,
+                "{state} container {id} (pid {pid}): {verb} {} rule(s), {fate}",
+                c.rules_removed
+            );
+        }
+        for t in &self.tables {
+            let place = format!("{}/{}", t.backend, t.family);
+            for r in t
+                .rules_removed
+                .iter()
+                .filter(|r| r.reason != Reason::DeadContainer)
+            {
+                let _ = writeln!(
+                    out,
+                    "{place}: {verb} ({}) -A {} {}",
+                    reason_text(r.reason),
+                    r.chain,
+                    r.rule.join(" ")
+                );
+            }
+            for chain in &t.chains_removed {
+                let _ = writeln!(out, "{place}: {verb} chain {chain}");
+            }
+        }
+        for e in &self.errors {
+            let _ = writeln!(out, "error: {e}");
+        }
+        let dead = self
+            .containers
+            .iter()
+            .filter(|c| c.state == Liveness::Dead)
+            .count();
+        let rules: usize = self.tables.iter().map(|t| t.rules_removed.len()).sum();
+        let _ = writeln!(
+            out,
+            "sweep{}: {} container(s), {dead} dead; {verb} {rules} rule(s), {} of them \
+             orphans; {} error(s)",
+            if self.dry_run { " (dry run)" } else { "" },
+            self.containers.len(),
+            self.orphans,
+            self.errors.len()
+        );
+        out
+    }
+}
+
+fn reason_text(reason: Reason) -> &'static str {
+    match reason {
+        Reason::DeadContainer => "dead container",
+        Reason::Orphan => "orphan",
+        Reason::DuplicateJump => "duplicate jump",
+        Reason::StaleChain => "stale chain",
+        Reason::Uninstall => "uninstall",
+    }
+}

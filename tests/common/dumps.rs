@@ -1,0 +1,174 @@
+//! Firewall dumps: `*-save` of every (backend, family) pair, normalized so that
+//! before/after comparisons are exact, and loading foreign rules with `*-restore`.
+
+use super::run_in;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Backend {
+    Legacy,
+    Nft,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
+
+    /// "legacy" / "nft"
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Legacy => "legacy",
+            Backend::Nft => "nft",
+        }
+    }
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::V4, Family::V6];
+
+    /// "ipv4" / "ipv6"
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::V4 => "ipv4",
+            Family::V6 => "ipv6",
+        }
+    }
+}
+
+/// The iptables binary for a pair, e.g. "ip6tables-nft"; append "-save" /
+/// "-restore" for the others.
+pub fn iptables_tool(backend: Backend, family: Family) -> &'static str {
+    match (backend, family) {
+        (Backend::Legacy, Family::V4) => "iptables-legacy",
+        (Backend::Legacy, Family::V6) => "ip6tables-legacy",
+        (Backend::Nft, Family::V4) => "iptables-nft",
+        (Backend::Nft, Family::V6) => "ip6tables-nft",
+    }
+}
+
+/// Raw `*-save` output (all tables) in `ns`. Panics if the tool fails.
+pub fn save(ns: &str, backend: Backend, family: Family) -> String {
+    let prog = format!("{}-save", iptables_tool(backend, family));
+    let out = run_in(ns, &prog, &[], None);
+    assert!(
+        out.status.success(),
+        "{prog} in {ns} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    String::from_utf8(out.stdout)
+        .unwrap_or_else(|e| panic!("{prog} in {ns}: non-UTF-8 output: {e}"))
+}
+
+/// Replaces a leading "[packets:bytes]" with "[0:0]".
+fn zero_leading_counters(s: &str) -> Option<String> {
+    let rest = s.strip_prefix('[')?;
+    let end = rest.find(']')?;
+    let (p, b) = rest[..end].split_once(':')?;
+    if p.is_empty()
+        || b.is_empty()
+        || !p.bytes().all(|c| c.is_ascii_digit())
+        || !b.bytes().all(|c| c.is_ascii_digit())
+    {
+        return None;
+    }
+    Some(format!("[0:0]{}", &rest[end + 1..]))
+}
+
+/// Normalizes `*-save` output: drops comments and blank lines, zeroes
+/// counters, and drops table blocks made only of built-in chains with policy
+/// ACCEPT (no rules, no user chains), so an absent table equals an empty one.
+pub fn normalized(dump: &str) -> String {
+    let mut out = String::new();
+    // Current table block and whether it carries any information.
+    let mut block: Option<(Vec<String>, bool)> = None;
+    for line in dump.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('*') {
+            if let Some((lines, _)) = block.take() {
+                // Unterminated block: keep it verbatim.
+                lines.iter().for_each(|l| {
+                    out.push_str(l);
+                    out.push('\n');
+                });
+            }
+            block = Some((vec![line.to_string()], false));
+            continue;
+        }
+        let Some((lines, interesting)) = block.as_mut() else {
+            out.push_str(&zero_leading_counters(line).unwrap_or_else(|| line.to_string()));
+            out.push('\n');
+            continue;
+        };
+        if line == "COMMIT" {
+            lines.push(line.to_string());
+            let (lines, interesting) = block.take().expect("block is open");
+            if interesting {
+                lines.iter().for_each(|l| {
+                    out.push_str(l);
+                    out.push('\n');
+                });
+            }
+            continue;
+        }
+        if let Some(chain) = line.strip_prefix(':') {
+            let mut parts = chain.split_whitespace();
+            let name = parts.next().unwrap_or("");
+            let policy = parts.next().unwrap_or("");
+            // "-" marks a user chain; DROP etc. is a non-default policy.
+            if policy != "ACCEPT" {
+                *interesting = true;
+            }
+            lines.push(format!(":{name} {policy} [0:0]"));
+        } else {
+            *interesting = true;
+            lines.push(zero_leading_counters(line).unwrap_or_else(|| line.to_string()));
+        }
+    }
+    if let Some((lines, _)) = block {
+        lines.iter().for_each(|l| {
+            out.push_str(l);
+            out.push('\n');
+        });
+    }
+    out
+}
+
+/// Normalized dumps of all four (backend, family) pairs in `ns`, each headed
+/// by "## <legacy|nft> <ipv4|ipv6>".
+pub fn dump_all(ns: &str) -> String {
+    let mut out = String::new();
+    for backend in Backend::ALL {
+        for family in Family::ALL {
+            out.push_str(&format!("## {} {}\n", backend.name(), family.name()));
+            out.push_str(&normalized(&save(ns, backend, family)));
+        }
+    }
+    out
+}
+
+/// Pipes `restore_text` into `*-restore --noflush` in `ns` (waiting for the
+/// xtables lock, which legacy shares across all namespaces). Panics with
+/// stderr on failure.
+pub fn load_rules(ns: &str, backend: Backend, family: Family, restore_text: &str) {
+    let prog = format!("{}-restore", iptables_tool(backend, family));
+    let out = run_in(
+        ns,
+        &prog,
+        &["--noflush", "-w", "30"],
+        Some(restore_text.as_bytes()),
+    );
+    assert!(
+        out.status.success(),
+        "{prog} --noflush in {ns} failed ({}): {}\ninput:\n{restore_text}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}

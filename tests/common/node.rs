@@ -1,0 +1,161 @@
+//! The `natledger` binary on a [`Topology`]'s node namespace: the [`Node`] fixture and the
+//! small helpers for checking what the binary printed.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Output;
+
+use super::{Backend, Topology, dump_all, run_in};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_natledger");
+
+/// A node with natledger on it: state and bundle directories, and the backend under test.
+pub struct Node {
+    pub topo: Topology,
+    pub backend: Backend,
+    pub dir: tempfile::TempDir,
+}
+
+impl Node {
+    pub fn new(backend: Backend) -> Node {
+        Node {
+            topo: Topology::new(),
+            backend,
+            dir: tempfile::tempdir_in("/run").expect("tempdir in /run"),
+        }
+    }
+
+    pub fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// Write `BUNDLE/config.json` with these annotations.
+    pub fn bundle(&self, id: &str, annotations: &[(&str, &str)]) -> PathBuf {
+        let bundle = self.dir.path().join("bundles").join(id);
+        std::fs::create_dir_all(&bundle).unwrap();
+        let annotations: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::from(*v)))
+            .collect();
+        let config = serde_json::json!({"ociVersion": "1.0.2", "annotations": annotations});
+        std::fs::write(bundle.join("config.json"), config.to_string()).unwrap();
+        bundle
+    }
+
+    pub fn natledger(&self, args: &[&str], stdin: &str, env: &[(&str, &str)]) -> Output {
+        let state_dir = self.state_dir();
+        let mut argv = vec![
+            "env".to_string(),
+            format!("NATLEDGER_STATE_DIR={}", state_dir.display()),
+            format!("NATLEDGER_BACKEND={}", self.backend.name()),
+        ];
+        argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        argv.push(BIN.to_string());
+        argv.extend(args.iter().map(|a| a.to_string()));
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        run_in(
+            self.topo.node(),
+            argv[0],
+            &argv[1..],
+            Some(stdin.as_bytes()),
+        )
+    }
+
+    pub fn hook(&self, stage: &str, id: &str, pid: Option<u32>, bundle: &PathBuf) -> Output {
+        self.hook_env(stage, id, pid, bundle, &[])
+    }
+
+    /// [`Node::hook`] with extra environment (e.g. `NATLEDGER_FAULT`).
+    pub fn hook_env(
+        &self,
+        stage: &str,
+        id: &str,
+        pid: Option<u32>,
+        bundle: &PathBuf,
+        env: &[(&str, &str)],
+    ) -> Output {
+        let status = if stage == "create-runtime" {
+            "creating"
+        } else {
+            "stopped"
+        };
+        let mut state = serde_json::json!({
+            "ociVersion": "1.0.2", "id": id, "status": status, "bundle": bundle,
+        });
+        if let Some(pid) = pid {
+            state["pid"] = pid.into();
+        }
+        self.natledger(&["hook", stage], &state.to_string(), env)
+    }
+
+    /// create-runtime for a container with these annotations; asserts success.
+    pub fn create(&self, id: &str, pid: Option<u32>, annotations: &[(&str, &str)]) -> Output {
+        let bundle = self.bundle(id, annotations);
+        let out = self.hook("create-runtime", id, pid, &bundle);
+        assert_ok(&out, &format!("create-runtime {id}"));
+        out
+    }
+
+    pub fn poststop(&self, id: &str) -> Output {
+        let bundle = self.dir.path().join("bundles").join(id);
+        self.hook("poststop", id, None, &bundle)
+    }
+
+    /// `natledger sweep ARGS...` in the node namespace.
+    pub fn sweep(&self, args: &[&str]) -> Output {
+        let mut argv = vec!["sweep"];
+        argv.extend_from_slice(args);
+        self.natledger(&argv, "", &[])
+    }
+
+    pub fn dump(&self) -> String {
+        dump_all(self.topo.node())
+    }
+
+    pub fn manifest_exists(&self, id: &str) -> bool {
+        self.state_dir()
+            .join("containers")
+            .join(format!("{id}.json"))
+            .exists()
+    }
+
+    /// Bring natledger's shared chains and jumps into being (they stay by design), so that a
+    /// later create + poststop must leave the dump byte-for-byte as it was.
+    pub fn warm_up(&self) {
+        let ip = ("io.natledger.ip", "10.77.9.9,fd77::9:9");
+        self.create("warmup", None, &[("io.natledger.ports", "1:1"), ip]);
+        assert_ok(&self.poststop("warmup"), "warm-up poststop");
+        let dump = self.dump();
+        let ours: Vec<&str> = dump.lines().filter(|l| l.contains("NATLEDGER-")).collect();
+        // Per family: two chain declarations and three jumps.
+        assert_eq!(
+            ours.len(),
+            10,
+            "only the shared chains and jumps stay:\n{dump}"
+        );
+    }
+}
+
+/// Run a test once per backend.
+pub fn both(test: impl Fn(Backend)) {
+    for backend in Backend::ALL {
+        test(backend);
+    }
+}
+
+pub fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+pub fn sock(ip: impl Into<IpAddr>, port: u16) -> SocketAddr {
+    SocketAddr::new(ip.into(), port)
+}

@@ -1,0 +1,411 @@
+//! The [`Topology`] drawn in the docs of `common`: node, ext and container namespaces, and
+//! sleepers that stand in for container processes.
+
+use std::io::Read;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::netns::{NETNS_LOCK, delete_ns, set_sysctls};
+use super::{ip, lock, require_tools};
+
+/// Node address facing the external client ("node IP").
+pub const NODE_V4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 1);
+/// Node IPv6 address facing the external client.
+pub const NODE_V6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 1);
+/// External client address (in the `ext` namespace).
+pub const EXT_V4: Ipv4Addr = Ipv4Addr::new(10, 78, 0, 2);
+/// External client IPv6 address.
+pub const EXT_V6: Ipv6Addr = Ipv6Addr::new(0xfd78, 0, 0, 0, 0, 0, 0, 2);
+/// Node address on the container bridge (containers' default gateway).
+pub const BRIDGE_V4: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 1);
+/// Node IPv6 address on the container bridge.
+pub const BRIDGE_V6: Ipv6Addr = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, 1);
+/// Name of the container bridge in the node namespace.
+pub const BRIDGE: &str = "br0";
+/// Name of the node-side veth towards `ext`.
+pub const NODE_EXT_VETH: &str = "veth-ext";
+
+/// Fixed bridge MAC so it does not change as ports are added.
+const BRIDGE_MAC: &str = "02:4e:4c:00:00:01";
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+static NEXT_TOPOLOGY: AtomicU32 = AtomicU32::new(0);
+/// Children spawned by [`Topology::spawn_sleeper`], so that [`kill_pid`] and
+/// the Topology's Drop agree on who reaps them.
+static SLEEPERS: Mutex<Vec<Child>> = Mutex::new(Vec::new());
+
+/// Kill and reap a sleeper this harness spawned; false if `pid` is not (or no longer) one.
+fn kill_sleeper(pid: u32) -> bool {
+    let child = {
+        let mut sleepers = lock(&SLEEPERS);
+        sleepers
+            .iter()
+            .position(|c| c.id() == pid)
+            .map(|i| sleepers.swap_remove(i))
+    };
+    match child {
+        Some(mut child) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            true
+        }
+        None => false,
+    }
+}
+
+/// SIGKILLs `pid` and reaps it if it is a child of this process.
+pub fn kill_pid(pid: u32) {
+    assert!(
+        pid > 1 && pid <= i32::MAX as u32 && pid != std::process::id(),
+        "kill_pid: refusing to signal pid {pid}"
+    );
+    if kill_sleeper(pid) {
+        return;
+    }
+    // SAFETY: plain syscalls on a positive pid; a null status pointer is allowed.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        // ECHILD (returned at once) if it is not our child.
+        libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0);
+    }
+}
+
+fn wait_until(what: &str, mut ready: impl FnMut() -> Result<bool, String>) -> Result<(), String> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if ready()? {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "timed out after {READY_TIMEOUT:?} waiting for {what}"
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until no IPv6 address on `dev` in `ns` is tentative (and fails on DAD failure).
+fn wait_ipv6_settled(ns: &str, dev: &str) -> Result<(), String> {
+    wait_until(&format!("IPv6 DAD on {dev} in {ns}"), || {
+        let failed = ip(&["-n", ns, "-6", "addr", "show", "dev", dev, "dadfailed"])?;
+        if !failed.trim().is_empty() {
+            return Err(format!("IPv6 DAD failed on {dev} in {ns}: {failed}"));
+        }
+        Ok(
+            ip(&["-n", ns, "-6", "addr", "show", "dev", dev, "tentative"])?
+                .trim()
+                .is_empty(),
+        )
+    })
+}
+
+/// Sysctls applied to every namespace before any link is created in it, so
+/// that link-local addresses are not tentative either.
+const NO_DAD: &[(&str, &str)] = &[
+    ("net/ipv6/conf/all/accept_dad", "0"),
+    ("net/ipv6/conf/default/accept_dad", "0"),
+];
+
+/// A set of network namespaces (node, ext, containers). Dropping it kills the
+/// sleepers it spawned and deletes every namespace.
+pub struct Topology {
+    prefix: String,
+    node: String,
+    ext: String,
+    /// In creation order; deleted in reverse.
+    namespaces: Vec<String>,
+    containers: Vec<u8>,
+    sleepers: Vec<u32>,
+}
+
+/// A container namespace attached to the node's bridge.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Container {
+    pub ns: String,
+    pub v4: Ipv4Addr,
+    pub v6: Ipv6Addr,
+}
+
+impl Container {
+    /// `v4:port`
+    pub fn sock_v4(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.v4.into(), port)
+    }
+
+    /// `[v6]:port`
+    pub fn sock_v6(&self, port: u16) -> SocketAddr {
+        SocketAddr::new(self.v6.into(), port)
+    }
+}
+
+impl Topology {
+    /// Creates the node and ext namespaces (see the docs of `common`). Panics with a
+    /// clear message on failure, after deleting whatever was created.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Topology {
+        require_tools();
+        let counter = NEXT_TOPOLOGY.fetch_add(1, Ordering::Relaxed);
+        let prefix = format!("nlt-{}-{}", std::process::id(), counter);
+        let mut topo = Topology {
+            node: format!("{prefix}-node"),
+            ext: format!("{prefix}-ext"),
+            prefix,
+            namespaces: Vec::new(),
+            containers: Vec::new(),
+            sleepers: Vec::new(),
+        };
+        if let Err(e) = topo.setup() {
+            let prefix = topo.prefix.clone();
+            drop(topo);
+            panic!("Topology::new ({prefix}): setup failed (namespaces deleted): {e}");
+        }
+        topo
+    }
+
+    fn create_ns(&mut self, ns: &str) -> Result<(), String> {
+        {
+            let _guard = lock(&NETNS_LOCK);
+            ip(&["netns", "add", ns])?;
+        }
+        self.namespaces.push(ns.to_string());
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Result<(), String> {
+        let node = self.node.clone();
+        let ext = self.ext.clone();
+        self.create_ns(&node)?;
+        self.create_ns(&ext)?;
+
+        let mut node_sysctls = vec![
+            ("net/ipv4/ip_forward", "1"),
+            ("net/ipv6/conf/all/forwarding", "1"),
+        ];
+        node_sysctls.extend_from_slice(NO_DAD);
+        set_sysctls(&node, &node_sysctls)?;
+        set_sysctls(&ext, NO_DAD)?;
+
+        let n = node.as_str();
+        let x = ext.as_str();
+        ip(&["-n", n, "link", "set", "lo", "up"])?;
+        ip(&["-n", x, "link", "set", "lo", "up"])?;
+
+        // Container bridge. STP off, no forward delay, no multicast snooping
+        // (IPv6 ND uses multicast), fixed MAC.
+        ip(&[
+            "-n",
+            n,
+            "link",
+            "add",
+            BRIDGE,
+            "type",
+            "bridge",
+            "stp_state",
+            "0",
+            "forward_delay",
+            "0",
+            "mcast_snooping",
+            "0",
+        ])?;
+        ip(&["-n", n, "link", "set", BRIDGE, "address", BRIDGE_MAC])?;
+        ip(&["-n", n, "addr", "add", "10.77.0.1/24", "dev", BRIDGE])?;
+        ip(&["-n", n, "addr", "add", "fd77::1/64", "dev", BRIDGE, "nodad"])?;
+        ip(&["-n", n, "link", "set", BRIDGE, "up"])?;
+
+        // node <-> ext
+        ip(&[
+            "-n",
+            n,
+            "link",
+            "add",
+            NODE_EXT_VETH,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            x,
+        ])?;
+        ip(&["-n", n, "addr", "add", "10.78.0.1/24", "dev", NODE_EXT_VETH])?;
+        ip(&[
+            "-n",
+            n,
+            "addr",
+            "add",
+            "fd78::1/64",
+            "dev",
+            NODE_EXT_VETH,
+            "nodad",
+        ])?;
+        ip(&["-n", x, "addr", "add", "10.78.0.2/24", "dev", "eth0"])?;
+        ip(&["-n", x, "addr", "add", "fd78::2/64", "dev", "eth0", "nodad"])?;
+        ip(&["-n", n, "link", "set", NODE_EXT_VETH, "up"])?;
+        ip(&["-n", x, "link", "set", "eth0", "up"])?;
+        wait_ipv6_settled(n, NODE_EXT_VETH)?;
+        wait_ipv6_settled(x, "eth0")?;
+        ip(&["-n", x, "route", "add", "default", "via", "10.78.0.1"])?;
+        ip(&["-n", x, "-6", "route", "add", "default", "via", "fd78::1"])?;
+        Ok(())
+    }
+
+    /// Node namespace name.
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// External client namespace name.
+    pub fn ext(&self) -> &str {
+        &self.ext
+    }
+
+    /// Common prefix of all namespace names ("nlt-<pid>-<counter>").
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// All namespaces owned by this topology, in creation order.
+    pub fn namespaces(&self) -> &[String] {
+        &self.namespaces
+    }
+
+    /// Creates namespace "<prefix>-c<n>" attached to the node bridge through
+    /// veth "vc<n>" (hairpin on), with 10.77.0.<n>/24 and fd77::<n>/64 and
+    /// default routes via the node. `n` must be in 2..=254 and unused.
+    pub fn add_container(&mut self, n: u8) -> Container {
+        assert!(
+            (2..=254).contains(&n),
+            "add_container({n}): n must be in 2..=254 (10.77.0.1 is the node)"
+        );
+        assert!(
+            !self.containers.contains(&n),
+            "add_container({n}): container {n} already exists in {}",
+            self.prefix
+        );
+        let ns = format!("{}-c{n}", self.prefix);
+        match self.setup_container(n, &ns) {
+            Ok(c) => {
+                self.containers.push(n);
+                c
+            }
+            Err(e) => {
+                if let Some(i) = self.namespaces.iter().position(|x| *x == ns) {
+                    self.namespaces.remove(i);
+                    delete_ns(&ns);
+                }
+                panic!("add_container({n}) in {}: {e}", self.prefix);
+            }
+        }
+    }
+
+    fn setup_container(&mut self, n: u8, ns: &str) -> Result<Container, String> {
+        self.create_ns(ns)?;
+        set_sysctls(ns, NO_DAD)?;
+        let node = self.node.clone();
+        let node = node.as_str();
+        let veth = format!("vc{n}");
+        let v4 = Ipv4Addr::new(10, 77, 0, n);
+        let v6 = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, n.into());
+        let v4_cidr = format!("{v4}/24");
+        let v6_cidr = format!("{v6}/64");
+
+        ip(&["-n", ns, "link", "set", "lo", "up"])?;
+        ip(&[
+            "-n", node, "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", ns,
+        ])?;
+        ip(&["-n", node, "link", "set", &veth, "master", BRIDGE])?;
+        ip(&[
+            "-n",
+            node,
+            "link",
+            "set",
+            &veth,
+            "type",
+            "bridge_slave",
+            "hairpin",
+            "on",
+        ])?;
+        ip(&["-n", ns, "addr", "add", &v4_cidr, "dev", "eth0"])?;
+        ip(&["-n", ns, "addr", "add", &v6_cidr, "dev", "eth0", "nodad"])?;
+        ip(&["-n", node, "link", "set", &veth, "up"])?;
+        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+
+        wait_until(&format!("bridge port {veth} forwarding"), || {
+            Ok(ip(&["-n", node, "-d", "link", "show", "dev", &veth])?.contains("state forwarding"))
+        })?;
+        wait_ipv6_settled(node, BRIDGE)?;
+        wait_ipv6_settled(ns, "eth0")?;
+        ip(&["-n", ns, "route", "add", "default", "via", "10.77.0.1"])?;
+        ip(&["-n", ns, "-6", "route", "add", "default", "via", "fd77::1"])?;
+        Ok(Container {
+            ns: ns.to_string(),
+            v4,
+            v6,
+        })
+    }
+
+    /// Spawns `ip netns exec NS sleep 600` and returns its pid once it is the
+    /// `sleep` process (i.e. inside the namespace). Killed when the topology drops.
+    pub fn spawn_sleeper(&mut self, ns: &str) -> u32 {
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", ns, "sleep", "600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn_sleeper({ns}): cannot start ip: {e}"));
+        let pid = child.id();
+        let comm = format!("/proc/{pid}/comm");
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!(
+                    "spawn_sleeper({ns}): exited early ({status}): {}",
+                    err.trim()
+                );
+            }
+            if std::fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("spawn_sleeper({ns}): pid {pid} did not exec sleep in time");
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        lock(&SLEEPERS).push(child);
+        self.sleepers.push(pid);
+        pid
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        for pid in self.sleepers.drain(..) {
+            // Not registered any more: kill_pid() already took care of it.
+            kill_sleeper(pid);
+        }
+        for ns in self.namespaces.iter().rev() {
+            if let Ok(pids) = ip(&["netns", "pids", ns])
+                && !pids.trim().is_empty()
+            {
+                eprintln!(
+                    "warning: processes still running in {ns} (not spawned by the harness): {}",
+                    pids.split_whitespace().collect::<Vec<_>>().join(" ")
+                );
+            }
+            delete_ns(ns);
+        }
+        self.namespaces.clear();
+    }
+}
