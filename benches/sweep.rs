@@ -173,6 +173,7 @@ fn dead_containers(state: &Path, backend: Backend, n: usize) -> Batch {
                 pid: Some(i32::MAX - i as i32),
                 pid_start_time: Some(1),
                 boot_id: None,
+                pid_namespace: None,
                 phase: Phase::Installed,
                 mappings,
                 addresses: vec![addr],

@@ -97,6 +97,11 @@ pub struct Manifest {
     /// that survive a reboot. Absent in manifests written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
+    /// The pid namespace `pid` is a pid of (inode of `/proc/self/ns/pid` of the hook): a
+    /// natledger in another pid namespace cannot judge it, and keeps it. Absent in older
+    /// manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<u64>,
     pub phase: Phase,
     pub mappings: Vec<PortMapping>,
     /// Container address per family the rules forward to.
@@ -131,6 +136,7 @@ impl Manifest {
             pid: self.pid,
             start_time: self.pid_start_time,
             boot_id: self.boot_id.as_deref(),
+            pid_namespace: self.pid_namespace,
         })
     }
 }
@@ -360,6 +366,7 @@ mod tests {
   "pid": 4242,
   "pid_start_time": 123456,
   "boot_id": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+  "pid_namespace": 4026531836,
   "phase": "installed",
   "mappings": [
     {
@@ -412,6 +419,7 @@ mod tests {
             pid: Some(4242),
             pid_start_time: Some(123456),
             boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
+            pid_namespace: Some(4026531836),
             phase: Phase::Installed,
             mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
             addresses: vec!["10.77.0.2".parse().unwrap()],
@@ -442,10 +450,10 @@ mod tests {
         // Manifests written before the boot id was recorded still read.
         let older: String = MANIFEST_V1
             .lines()
-            .filter(|l| !l.contains("boot_id"))
+            .filter(|l| !l.contains("boot_id") && !l.contains("pid_namespace"))
             .collect();
         let read: Manifest = serde_json::from_str(&older).unwrap();
-        assert_eq!(read.boot_id, None);
+        assert_eq!((read.boot_id, read.pid_namespace), (None, None));
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Process liveness from procfs: a container is alive while its recorded pid exists with the
 //! same start time (a pid number can be reused by an unrelated process), in the same boot
-//! (a state directory that survives a reboot must not match a new process by chance).
+//! (a state directory that survives a reboot must not match a new process by chance), as seen
+//! from the same pid namespace (a pid recorded in another one says nothing here).
+
+use std::os::unix::fs::MetadataExt;
 
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -11,12 +14,19 @@ pub fn boot_id() -> Option<String> {
         .map(|s| s.trim().to_string())
 }
 
+/// The pid namespace this process sees pids in (the inode of `/proc/self/ns/pid`).
+pub fn pid_namespace() -> Option<u64> {
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
 /// The process a manifest records for its container.
 #[derive(Clone, Copy, Debug)]
 pub struct Recorded<'a> {
     pub pid: Option<i32>,
     pub start_time: Option<u64>,
     pub boot_id: Option<&'a str>,
+    /// The pid namespace `pid` was seen in.
+    pub pid_namespace: Option<u64>,
 }
 
 /// Start time of `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
@@ -39,12 +49,17 @@ fn parse_stat(stat: &str) -> Option<(String, u64)> {
 }
 
 /// Whether the recorded process still runs: same boot, pid present and not a zombie, same
-/// start time. Without a recorded pid nothing can be known, and the container counts as
-/// alive so that nothing is torn down.
+/// start time. Where nothing can be known (no recorded pid, or a pid recorded in another pid
+/// namespace) the container counts as alive, so that nothing is torn down.
 pub fn is_alive(recorded: Recorded) -> bool {
     let Some(pid) = recorded.pid else {
         return true;
     };
+    if let Some(then) = recorded.pid_namespace
+        && pid_namespace().is_some_and(|now| now != then)
+    {
+        return true;
+    }
     if let Some(then) = recorded.boot_id
         && boot_id().is_some_and(|now| now != then)
     {
@@ -76,6 +91,7 @@ mod tests {
             pid,
             start_time,
             boot_id,
+            pid_namespace: pid_namespace(),
         };
         assert!(is_alive(rec(Some(me), Some(start), Some(&boot))));
         assert!(is_alive(rec(Some(me), Some(start), None)));
@@ -83,5 +99,10 @@ mod tests {
         assert!(!is_alive(rec(Some(me), Some(start), Some("another-boot"))));
         assert!(!is_alive(rec(Some(i32::MAX), None, None)));
         assert!(is_alive(rec(None, None, None)));
+        let elsewhere = Recorded {
+            pid_namespace: Some(1),
+            ..rec(Some(i32::MAX), None, None)
+        };
+        assert!(is_alive(elsewhere), "another pid namespace: cannot judge");
     }
 }

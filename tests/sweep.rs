@@ -171,6 +171,51 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
     });
 }
 
+/// Enough dead rules that sweep rewrites natledger's chains (flush, then the kept rules again,
+/// in one transaction) instead of deleting rule by rule: the live rules come back in order.
+#[test]
+fn many_dead_containers_rewrite_the_chains_around_the_live_one() {
+    both(|backend| {
+        let mut w = World::new(backend);
+        let with_live = w.node.dump();
+        let mut pids = Vec::new();
+        for i in 0..22 {
+            let base = 11000 + 3 * i;
+            let spec = format!("{base}:80,{}:81,{}:82", base + 1, base + 2);
+            let (pid, out) = w.doomed(&format!("d{i}"), &spec, &[]);
+            assert_ok(&out, "create");
+            pids.push(pid);
+        }
+        // Another live container, created after the dead ones: its rules sit above theirs.
+        let (late, out) = w.doomed("late", "12000:80", &[]);
+        assert_ok(&out, "create late");
+        let with_late = w.node.dump();
+        pids.iter().for_each(|p| kill_pid(*p));
+        let report = w.sweep_ok(&[]);
+        let removed: usize = report["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["rules_removed"].as_array().unwrap().len())
+            .sum();
+        assert_eq!(removed, 22 * 3 * 5, "{backend:?}");
+        let expected: String = with_late
+            .lines()
+            .filter(|l| !l.contains("\"natledger:d"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            w.node.dump(),
+            expected,
+            "{backend:?}: live rules kept, in order"
+        );
+        w.assert_live_answers();
+        kill_pid(late);
+        w.sweep_ok(&[]);
+        assert_eq!(w.node.dump(), with_live, "{backend:?}");
+    });
+}
+
 /// SIGKILL at every step of create-runtime, poststop and sweep, then a sweep: no rule of the
 /// dead container remains, the live container answers, every other rule is as it was.
 #[test]

@@ -54,6 +54,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         pid: input.pid,
         pid_start_time,
         boot_id: input.pid.and_then(|_| procfs::boot_id()),
+        pid_namespace: input.pid.and_then(|_| procfs::pid_namespace()),
         phase: Phase::Installing,
         mappings,
         addresses,

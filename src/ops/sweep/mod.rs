@@ -143,6 +143,10 @@ fn sweep_table(
         let table = match ctx.netfilter.read_nat(backend, family) {
             Ok(Some(table)) => table,
             Ok(None) => return report.with_state(TableState::Absent),
+            // Legacy is only read when its table exists: rules may be there, unreadable.
+            Err(e @ BackendError::ToolNotFound { .. }) if backend == Backend::Legacy => {
+                return report.failed(format!("the nat table exists, but {e}"));
+            }
             Err(BackendError::ToolNotFound { .. }) => {
                 return report.with_state(TableState::NotInstalled);
             }
