@@ -116,6 +116,12 @@ pub enum BackendError {
     },
     #[error("{command} cannot show the nat table (written by another iptables version?): {line}")]
     Incompatible { command: String, line: String },
+    #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
+    Procfs {
+        table: String,
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Reads and writes the nat tables of both backends through a [`Runner`].
@@ -135,7 +141,7 @@ impl<'r> Netfilter<'r> {
         backend: Backend,
         family: Family,
     ) -> Result<Option<Table>, BackendError> {
-        if backend == Backend::Legacy && !legacy_table_exists(family, "nat") {
+        if backend == Backend::Legacy && !legacy_table_exists(family, "nat")? {
             return Ok(None);
         }
         let inv = Invocation {
@@ -147,7 +153,10 @@ impl<'r> Netfilter<'r> {
         let text = String::from_utf8_lossy(&out);
         // iptables-nft prints this comment, exits 0 and omits the table when it cannot
         // decode rules: an unreadable table must not pass for an empty one.
-        if let Some(line) = text.lines().find(|l| l.contains("is incompatible")) {
+        if let Some(line) = text
+            .lines()
+            .find(|l| l.starts_with("# Table") && l.contains("is incompatible"))
+        {
             return Err(BackendError::Incompatible {
                 command: inv.to_string(),
                 line: line.to_string(),
@@ -209,10 +218,19 @@ impl<'r> Netfilter<'r> {
 }
 
 /// Whether an iptables-legacy table exists in this network namespace (procfs, no process).
-pub fn legacy_table_exists(family: Family, table: &str) -> bool {
-    std::fs::read_to_string(family.legacy_tables_file())
-        .map(|names| names.lines().any(|l| l.trim() == table))
-        .unwrap_or(false)
+/// Only a missing names file means "no legacy table at all"; any other read error is an
+/// error, so that an unreadable /proc never passes for an empty table.
+pub fn legacy_table_exists(family: Family, table: &str) -> Result<bool, BackendError> {
+    let path = family.legacy_tables_file();
+    match std::fs::read_to_string(path) {
+        Ok(names) => Ok(names.lines().any(|l| l.trim() == table)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(BackendError::Procfs {
+            table: table.to_string(),
+            path: path.to_string(),
+            source,
+        }),
+    }
 }
 
 /// Absolute path of `ip[6]tables-{legacy,nft}-{save,restore}`.

@@ -38,14 +38,46 @@ impl Outcome {
         self.code == Some(0)
     }
 
-    /// The first line of stderr, for one-line error messages.
+    /// One line of stderr for one-line error messages: the one naming an input line
+    /// (`line N …`, where iptables-nft puts the cause after a bare version header), else
+    /// the first.
     pub fn stderr_line(&self) -> String {
         let text = String::from_utf8_lossy(&self.stderr);
-        text.lines()
-            .find(|l| !l.trim().is_empty() && !l.starts_with("# Warning"))
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with("# Warning"))
+            .collect();
+        lines
+            .iter()
+            .find(|l| l.contains("line "))
+            .or(lines.first())
+            .copied()
             .unwrap_or("")
-            .trim()
             .to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stderr_line_is_the_one_naming_the_input_line() {
+        let out = Outcome {
+            code: Some(4),
+            stdout: Vec::new(),
+            stderr: b"iptables-nft-restore v1.8.9 (nf_tables): \nline 2: CHAIN_DEL failed (Device or resource busy): chain B\n".to_vec(),
+        };
+        assert_eq!(
+            out.stderr_line(),
+            "line 2: CHAIN_DEL failed (Device or resource busy): chain B"
+        );
+        let out = Outcome {
+            stderr: b"# Warning: legacy tables present\nsomething broke\n".to_vec(),
+            ..out
+        };
+        assert_eq!(out.stderr_line(), "something broke");
     }
 }
 

@@ -65,19 +65,26 @@ pub enum Owner<'a> {
     Foreign,
 }
 
-/// Classify a saved rule (`args` are the tokens after `-A chain`). Only the comment and the
-/// jump target are read, so rules of other natledger versions are recognised too.
-pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
+/// The comment (`--comment`) and the jump or goto target (`-j`, `-g`) of a saved rule.
+pub fn comment_and_target(args: &[String]) -> (Option<&str>, Option<&str>) {
     let mut comment = None;
     let mut target = None;
     let mut tokens = args.iter();
     while let Some(token) = tokens.next() {
         match token.as_str() {
             "--comment" => comment = tokens.next().map(String::as_str),
-            "-j" => target = tokens.next().map(String::as_str),
+            "-j" | "-g" => target = tokens.next().map(String::as_str),
             _ => {}
         }
     }
+    (comment, target)
+}
+
+/// Classify a saved rule (`args` are the tokens after `-A chain`). Only the comment and the
+/// jump target are read, so rules of other natledger versions are recognised too. Jumps are
+/// natledger's only in the built-in chains it puts them in.
+pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
+    let (comment, target) = comment_and_target(args);
     if is_owned_chain(chain) {
         return match comment {
             Some(SHARED_COMMENT) => Owner::Shared,
@@ -88,8 +95,9 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
             None => Owner::Foreign,
         };
     }
+    let built_in = jumps().iter().any(|(from, _)| *from == chain);
     match (comment, target) {
-        (Some(SHARED_COMMENT), Some(to)) if is_owned_chain(to) => Owner::Jump { to },
+        (Some(SHARED_COMMENT), Some(to)) if built_in && is_owned_chain(to) => Owner::Jump { to },
         _ => Owner::Foreign,
     }
 }

@@ -20,10 +20,12 @@ use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
+use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
@@ -122,8 +124,9 @@ pub struct Ledger {
 /// `:CHAIN` declaration would flush the first container's rules); two containers both
 /// passing the host-port claim check for the same port; a removal reading the rules while
 /// another hook inserts, and so deleting or missing a rule; and a manifest being read
-/// while it is replaced. Released when dropped (or when the process dies, so a killed hook
-/// never wedges the host).
+/// while it is replaced. Released when dropped, or when the process and every child it
+/// started have exited (a killed hook never wedges the host, and its unfinished
+/// iptables-restore cannot commit after another natledger has read the tables).
 pub struct Locked<'a> {
     ledger: &'a Ledger,
     _file: File,
@@ -176,6 +179,11 @@ impl Ledger {
             .open(&path)
             .map_err(io("open", &path))?;
         file.lock_exclusive().map_err(io("lock", &path))?;
+        // Children inherit the locked file: an iptables-restore still running when natledger
+        // is killed keeps the lock until it exits (flock follows the open file description),
+        // so no other natledger can read the tables while that transaction may still commit.
+        fcntl(file.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+            .map_err(|e| io("set FD_CLOEXEC off on", &path)(e.into()))?;
         Ok(Locked {
             ledger: self,
             _file: file,
@@ -277,50 +285,36 @@ impl Locked<'_> {
         sync_dir(&dir)
     }
 
-    /// Remove a file the ledger scan found (a manifest with an unusable name, a temp file);
-    /// absent is fine. Only files directly in the containers directory.
-    pub fn remove_file(&self, path: &Path) -> Result<(), LedgerError> {
-        let dir = self.ledger.containers();
-        if path.parent() != Some(dir.as_path()) {
-            return Err(io("remove", path)(std::io::ErrorKind::InvalidInput.into()));
-        }
-        match fs::remove_file(path) {
-            Ok(()) => sync_dir(&dir),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("remove", path)(e)),
-        }
-    }
-
-    /// Remove many manifests with one directory fsync at the end; absent is fine. Returns
-    /// the ones that could not be removed.
-    pub fn remove_many(&self, ids: &[ContainerId]) -> Vec<(ContainerId, LedgerError)> {
-        let mut failed = Vec::new();
-        for id in ids {
-            let path = self.ledger.manifest_path(id);
-            match fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => failed.push((id.clone(), io("remove", &path)(e))),
-            }
-        }
-        if !ids.is_empty()
-            && let Err(e) = sync_dir(&self.ledger.containers())
-        {
-            // Removed but perhaps not durably: a crash now could bring them back, which a
-            // later sweep handles (their containers are dead and their rules gone).
-            eprintln!("natledger: warning: {e}");
-        }
-        failed
-    }
-
     /// Remove a manifest; absent is fine.
     pub fn remove(&self, id: &ContainerId) -> Result<(), LedgerError> {
         let path = self.ledger.manifest_path(id);
-        match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.ledger.containers()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("remove", &path)(e)),
+        self.remove_files(&[path])
+            .into_iter()
+            .next()
+            .map_or(Ok(()), Err)
+    }
+
+    /// Remove files of the containers directory (manifests, temp files), then fsync the
+    /// directory once; absent is fine. Returns what failed.
+    pub fn remove_files(&self, paths: &[PathBuf]) -> Vec<LedgerError> {
+        let dir = self.ledger.containers();
+        let mut errors = Vec::new();
+        let mut removed = false;
+        for path in paths {
+            if path.parent() != Some(dir.as_path()) {
+                errors.push(io("remove", path)(std::io::ErrorKind::InvalidInput.into()));
+                continue;
+            }
+            match fs::remove_file(path) {
+                Ok(()) => removed = true,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => errors.push(io("remove", path)(e)),
+            }
         }
+        if removed && let Err(e) = sync_dir(&dir) {
+            errors.push(e);
+        }
+        errors
     }
 }
 
@@ -457,6 +451,25 @@ mod tests {
     }
 
     #[test]
+    fn a_child_keeps_the_lock_after_its_parent_lets_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let locked = ledger.lock().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("0.5")
+            .spawn()
+            .unwrap();
+        drop(locked);
+        let other = File::open(dir.path().join("lock")).unwrap();
+        assert!(
+            other.try_lock_exclusive().is_err(),
+            "the child still holds it"
+        );
+        child.wait().unwrap();
+        assert!(other.try_lock_exclusive().is_ok());
+    }
+
+    #[test]
     fn store_list_remove() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::new(dir.path());
@@ -474,9 +487,9 @@ mod tests {
         let scan = ledger.scan().unwrap();
         assert_eq!(scan.temps, [ledger.containers().join(".x.tmp")]);
         assert_eq!(scan.manifests[0].id, Some("broken".parse().unwrap()));
-        locked.remove_file(&scan.temps[0]).unwrap();
+        assert!(locked.remove_files(&scan.temps).is_empty());
         assert!(ledger.scan().unwrap().temps.is_empty());
-        assert!(locked.remove_file(Path::new("/etc/passwd")).is_err());
+        assert_eq!(locked.remove_files(&["/etc/passwd".into()]).len(), 1);
         locked.remove(&id).unwrap();
         locked.remove(&id).unwrap();
         assert!(ledger.load(&id).unwrap().is_none());

@@ -5,6 +5,10 @@
 
 use std::os::unix::fs::MetadataExt;
 
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
 /// This boot's id (random per boot).
@@ -48,25 +52,39 @@ fn parse_stat(stat: &str) -> Option<(String, u64)> {
     Some((state, start))
 }
 
+/// Fails unless this process can read what judging liveness needs (its own stat, the boot id,
+/// its pid namespace): without /proc every container would look dead.
+pub fn check_readable() -> std::io::Result<()> {
+    std::fs::read_to_string("/proc/self/stat")?;
+    std::fs::read_to_string(BOOT_ID)?;
+    std::fs::metadata("/proc/self/ns/pid")?;
+    Ok(())
+}
+
 /// Whether the recorded process still runs: same boot, pid present and not a zombie, same
-/// start time. Where nothing can be known (no recorded pid, or a pid recorded in another pid
-/// namespace) the container counts as alive, so that nothing is torn down.
+/// start time. Only positive evidence makes a container dead (another boot; `kill(pid, 0)`
+/// says no such process; its stat shows a zombie or another start time). Where nothing can be
+/// known it counts as alive, so that nothing is torn down: no recorded pid, a pid recorded in
+/// another pid namespace, or a process whose stat this process may not read (`hidepid`).
 pub fn is_alive(recorded: Recorded) -> bool {
-    let Some(pid) = recorded.pid else {
+    let Some(pid) = recorded.pid.filter(|p| *p > 0) else {
         return true;
     };
-    if let Some(then) = recorded.pid_namespace
-        && pid_namespace().is_some_and(|now| now != then)
-    {
-        return true;
-    }
     if let Some(then) = recorded.boot_id
         && boot_id().is_some_and(|now| now != then)
     {
         return false;
     }
+    if let Some(then) = recorded.pid_namespace
+        && pid_namespace().is_some_and(|now| now != then)
+    {
+        return true;
+    }
+    if kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH) {
+        return false;
+    }
     match stat(pid) {
-        None => false,
+        None => true,
         Some((state, now)) => state != "Z" && recorded.start_time.is_none_or(|then| then == now),
     }
 }
@@ -104,5 +122,14 @@ mod tests {
             ..rec(Some(i32::MAX), None, None)
         };
         assert!(is_alive(elsewhere), "another pid namespace: cannot judge");
+        let other_boot = Recorded {
+            pid_namespace: Some(1),
+            ..rec(Some(me), Some(start), Some("another-boot"))
+        };
+        assert!(
+            !is_alive(other_boot),
+            "another boot is dead, whatever the namespace"
+        );
+        assert!(check_readable().is_ok());
     }
 }

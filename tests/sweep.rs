@@ -384,6 +384,54 @@ fn an_unreadable_manifest_keeps_its_rules_until_all() {
     assert!(!path.exists());
 }
 
+/// A copy of a live container's manifest under another name (an operator's backup, say) is
+/// not judged as that container: both files and the live rules stay, and the sweep says why.
+#[test]
+fn a_manifest_under_another_name_is_kept_and_reported() {
+    let w = World::new(Backend::Nft);
+    let containers = w.node.state_dir().join("containers");
+    let mut copy: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(containers.join("live.json")).unwrap()).unwrap();
+    copy["pid"] = i32::MAX.into(); // as if taken before a restart: a dead pid
+    std::fs::write(containers.join("live-old.json"), copy.to_string()).unwrap();
+    let before = w.node.dump();
+    let out = w.node.sweep(&[]);
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("names container live, not the one its file name says"),
+        "{text}"
+    );
+    assert_eq!(w.node.dump(), before);
+    assert!(containers.join("live.json").exists() && containers.join("live-old.json").exists());
+    w.assert_live_answers();
+}
+
+/// A shared jump that appears twice, once below someone else's rule, ends up once, at the top.
+#[test]
+fn a_duplicated_jump_ends_up_once_at_the_top() {
+    both(|backend| {
+        let node = Node::new(backend);
+        node.warm_up();
+        let ns = node.topo.node().to_string();
+        let jump = "-A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS";
+        load_rules(
+            &ns,
+            backend,
+            Family::V4,
+            &format!("*nat\n:DOCKER - [0:0]\n-A PREROUTING -j DOCKER\n{jump}\nCOMMIT\n"),
+        );
+        let report = node.sweep(&["--json"]);
+        assert_ok(&report, "sweep");
+        let pre: Vec<String> = save(&ns, backend, Family::V4)
+            .lines()
+            .filter(|l| l.starts_with("-A PREROUTING"))
+            .map(String::from)
+            .collect();
+        assert_eq!(pre, [jump, "-A PREROUTING -j DOCKER"], "{backend:?}");
+    });
+}
+
 /// `--wait` gives an exiting container time to die and ends soon after the last exit, while
 /// a container that keeps running keeps its rules.
 #[test]

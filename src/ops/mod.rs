@@ -79,6 +79,8 @@ pub enum Error {
     },
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
+    #[error("cannot judge whether containers live: /proc is not readable: {0}")]
+    Procfs(std::io::Error),
     #[error("{remaining} rule(s) of container {id} may remain: {first_error}")]
     Incomplete {
         id: ContainerId,

@@ -22,14 +22,15 @@ pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
 pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
 
 use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
-use crate::ledger::{Ledger, Locked, Manifest, Phase, Scanned};
-use crate::oci::ContainerId;
+use crate::ledger::{Ledger, Locked, Manifest, Phase};
+use crate::procfs;
 
 use super::{Context, Error};
 
@@ -81,13 +82,22 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
 struct Judged {
     claims: Claims,
     /// Manifests whose rules go (dead containers; every container with `--all`).
-    doomed: Vec<Manifest>,
-    /// Files that are removed only with `--all` (unreadable manifests), or always (temps).
-    unreadable: Vec<Scanned>,
-    temps: Vec<std::path::PathBuf>,
+    doomed: Vec<Doomed>,
+    /// Manifests that cannot be read or do not match their file name: removed only by
+    /// `--all`.
+    unreadable: Vec<PathBuf>,
+    /// Temp files a crash left (always removed).
+    temps: Vec<PathBuf>,
+}
+
+struct Doomed {
+    path: PathBuf,
+    manifest: Manifest,
 }
 
 fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result<Judged, Error> {
+    // Without /proc every container would look dead.
+    procfs::check_readable().map_err(Error::Procfs)?;
     let scan = ctx.ledger.scan()?;
     let mut judged = Judged {
         claims: Claims {
@@ -99,19 +109,42 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
         temps: scan.temps,
     };
     for scanned in scan.manifests {
-        let manifest = match &scanned.manifest {
-            Ok(m) => m.clone(),
-            Err(e) => {
-                let id = scanned.id.as_ref().map(ToString::to_string);
-                if let (Some(id), false) = (&id, opts.all) {
-                    judged.claims.kept.insert(id.clone());
+        let manifest = match scanned.manifest {
+            Ok(m) if scanned.id.as_ref() == Some(&m.container_id) => m,
+            other => {
+                // Whose rules it names is unknown: keep those of both the id in its file
+                // name and the id inside it.
+                let mut ids: Vec<String> = scanned.id.iter().map(ToString::to_string).collect();
+                let problem = match other {
+                    Ok(m) => {
+                        ids.push(m.container_id.to_string());
+                        format!(
+                            "manifest {} names container {}, not the one its file name says",
+                            scanned.path.display(),
+                            m.container_id
+                        )
+                    }
+                    Err(e) => e.to_string(),
+                };
+                if !opts.all {
+                    judged.claims.kept.extend(ids.iter().cloned());
+                    let tags: Vec<String> =
+                        ids.iter().map(|id| format!("natledger:{id}")).collect();
                     report.errors.push(format!(
-                        "{e}: the rules tagged natledger:{id} are kept; repair or delete the \
-                         file, or run sweep --all"
+                        "{problem}; the rules tagged {} are kept; repair or delete the file, \
+                         or run sweep --all",
+                        if tags.is_empty() {
+                            "with it".to_string()
+                        } else {
+                            tags.join(", ")
+                        }
                     ));
                 }
-                report.containers.push(ContainerReport::unreadable(id));
-                judged.unreadable.push(scanned);
+                report.containers.push(ContainerReport::unreadable(
+                    ids.first().cloned(),
+                    &scanned.path,
+                ));
+                judged.unreadable.push(scanned.path);
                 continue;
             }
         };
@@ -119,12 +152,15 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
         let id = manifest.container_id.to_string();
         report
             .containers
-            .push(ContainerReport::judged(&manifest, alive));
+            .push(ContainerReport::judged(&manifest, alive, &scanned.path));
         if alive && !opts.all {
             judged.claims.kept.insert(id);
         } else {
             judged.claims.dead.insert(id);
-            judged.doomed.push(manifest);
+            judged.doomed.push(Doomed {
+                path: scanned.path,
+                manifest,
+            });
         }
     }
     Ok(judged)
@@ -171,7 +207,8 @@ fn sweep_table(
 }
 
 /// Remove the manifests whose rules are gone; keep the others as `removing`, naming what may
-/// remain. Temp files left by a crash go too (under the lock no write is in flight).
+/// remain. Temp files left by a crash go too (under the lock no write is in flight). A dry run
+/// reports the same verdicts and changes nothing.
 fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut SweepReport) {
     let unsettled: HashSet<(Backend, Family)> = report
         .tables
@@ -180,58 +217,59 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
         .map(|t| (t.backend, t.family))
         .collect();
     let any_failed = report.tables.iter().any(|t| t.state == TableState::Failed);
-    let mut fates: HashMap<String, Fate> = HashMap::new();
-    let mut gone: Vec<ContainerId> = Vec::new();
-    for manifest in judged.doomed {
-        let id = manifest.container_id.clone();
+    let mut fates: HashMap<PathBuf, Fate> = HashMap::new();
+    let mut gone: Vec<PathBuf> = Vec::new();
+    for Doomed { path, manifest } in judged.doomed {
         let remaining: Vec<_> = manifest
             .rules
             .iter()
             .filter(|r| unsettled.contains(&(r.backend, r.family)))
             .cloned()
             .collect();
-        let fate = if opts.dry_run {
-            Fate::WouldRemove
-        } else if remaining.is_empty() {
-            gone.push(id.clone());
-            Fate::Removed
-        } else {
-            report.errors.push(format!(
-                "{} rule(s) of container {id} may remain in {}; its manifest is kept",
-                remaining.len(),
-                where_(&remaining)
-            ));
+        if remaining.is_empty() {
+            fates.insert(path.clone(), Fate::Removed);
+            gone.push(path);
+            continue;
+        }
+        report.errors.push(format!(
+            "{} rule(s) of container {} may remain in {}; its manifest is kept",
+            remaining.len(),
+            manifest.container_id,
+            where_(&remaining)
+        ));
+        fates.insert(path, Fate::KeptIncomplete);
+        if !opts.dry_run {
             let mut left = manifest;
             left.phase = Phase::Removing;
             left.rules = remaining;
             if let Err(e) = locked.store(&left) {
                 report.errors.push(e.to_string());
             }
-            Fate::KeptIncomplete
-        };
-        fates.insert(id.to_string(), fate);
+        }
     }
-    for (id, e) in locked.remove_many(&gone) {
-        report.errors.push(e.to_string());
-        fates.insert(id.to_string(), Fate::Kept);
-    }
-    report.set_fates(&fates);
-    if opts.all && !opts.dry_run && !any_failed {
-        for scanned in judged.unreadable {
-            match locked.remove_file(&scanned.path) {
-                Ok(()) => report.set_fate_of_path(&scanned, Fate::Removed),
-                Err(e) => report.errors.push(e.to_string()),
-            }
+    if opts.all && !any_failed {
+        for path in judged.unreadable {
+            fates.insert(path.clone(), Fate::Removed);
+            gone.push(path);
         }
     }
     report.stale_temp_files = judged.temps.len();
-    if !opts.dry_run {
-        for temp in &judged.temps {
-            if let Err(e) = locked.remove_file(temp) {
-                report.errors.push(e.to_string());
+    if opts.dry_run {
+        for fate in fates.values_mut().filter(|f| **f == Fate::Removed) {
+            *fate = Fate::WouldRemove;
+        }
+    } else {
+        gone.extend(judged.temps);
+        for e in locked.remove_files(&gone) {
+            report.errors.push(e.to_string());
+        }
+        for (path, fate) in &mut fates {
+            if *fate == Fate::Removed && path.exists() {
+                *fate = Fate::Kept;
             }
         }
     }
+    report.set_fates(&fates);
 }
 
 fn where_(records: &[crate::ledger::RuleRecord]) -> String {

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::layout::{OWNED_CHAINS, Owner, is_owned_chain, owner};
+use crate::layout::{OWNED_CHAINS, Owner, comment_and_target, is_owned_chain, owner};
 use crate::save::{Batch, Op, SavedRule, Table};
 
 /// Who keeps their rules.
@@ -77,10 +77,20 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
         .map(|(c, _)| c.as_str())
         .filter(|c| is_owned_chain(c))
         .collect();
-    let mut verdicts: Vec<(&SavedRule, Option<Removed>)> = Vec::new();
+    // Per rule in a natledger chain: whether it goes, and whether natledger wrote it.
+    let mut verdicts: Vec<(&SavedRule, Option<Removed>, bool)> = Vec::new();
     let mut held: HashSet<&str> = HashSet::new();
     let mut blockers: Vec<(&str, &SavedRule)> = Vec::new();
     for rule in &table.rules {
+        let target = comment_and_target(&rule.args).1;
+        if is_owned_chain(&rule.chain) {
+            // A rule in a natledger chain that may stay holds the chain it jumps to.
+            let certainly_gone = matches!(owner(&rule.chain, &rule.args),
+                Owner::Container(id) if claims.all || !claims.kept.contains(id));
+            if let (false, Some(to)) = (certainly_gone, target.filter(|t| is_owned_chain(t))) {
+                held.insert(to);
+            }
+        }
         match owner(&rule.chain, &rule.args) {
             Owner::Container(id) => {
                 let gone = claims.all || !claims.kept.contains(id);
@@ -95,15 +105,15 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
                     held.insert(&rule.chain);
                 }
                 let removed = gone.then(|| removed(rule, reason, Some(id)));
-                verdicts.push((rule, removed));
+                verdicts.push((rule, removed, true));
             }
-            Owner::Shared => verdicts.push((rule, None)),
+            Owner::Shared => verdicts.push((rule, None, true)),
             Owner::Foreign if is_owned_chain(&rule.chain) => {
                 blockers.push((&rule.chain, rule));
-                verdicts.push((rule, None));
+                verdicts.push((rule, None, false));
             }
             Owner::Foreign => {
-                if let Some(to) = target(&rule.args).filter(|t| is_owned_chain(t)) {
+                if let Some(to) = target.filter(|t| is_owned_chain(t)) {
                     blockers.push((to, rule));
                 }
             }
@@ -139,61 +149,79 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
     } else {
         Reason::StaleChain
     };
-    for (rule, verdict) in &mut verdicts {
+    for (rule, verdict, _) in &mut verdicts {
         if verdict.is_none() && removable.contains(rule.chain.as_str()) {
             *verdict = Some(removed(rule, shared_reason, None));
         }
     }
 
     // Per natledger chain: flush when it goes or when most of it goes, else exact deletes.
+    // A chain is rewritten only when every rule kept is natledger's own: `*-save` can print
+    // another owner's rule in a form that does not restore to the same rule.
     for chain in &owned {
         let (gone, kept): (Vec<_>, Vec<_>) = verdicts
             .iter()
-            .filter(|(r, _)| r.chain == *chain)
-            .partition(|(_, v)| v.is_some());
+            .filter(|(r, _, _)| r.chain == *chain)
+            .partition(|(_, v, _)| v.is_some());
         if gone.is_empty() {
             continue;
         }
-        let rewrite =
-            removable.contains(chain) || (gone.len() >= REWRITE_AT && gone.len() >= kept.len());
+        let only_ours = kept.iter().all(|(_, _, ours)| *ours);
+        let rewrite = removable.contains(chain)
+            || (only_ours && gone.len() >= REWRITE_AT && gone.len() >= kept.len());
         if rewrite {
             out.batch.ops.push(Op::Flush(chain.to_string()));
-            for (rule, _) in &kept {
+            for (rule, _, _) in &kept {
                 out.batch
                     .ops
                     .push(Op::Append(rule.chain.clone(), rule.args.clone()));
             }
         } else {
-            for (rule, _) in &gone {
+            for (rule, _, _) in &gone {
                 out.batch
                     .ops
                     .push(Op::Delete(rule.chain.clone(), rule.args.clone()));
             }
         }
         out.rules
-            .extend(gone.into_iter().filter_map(|(_, v)| v.clone()));
+            .extend(gone.into_iter().filter_map(|(_, v, _)| v.clone()));
     }
 
-    // Shared jumps: all with --all, those into chains that go, and second copies.
-    let mut seen: HashSet<(&str, &[String])> = HashSet::new();
+    // Shared jumps: all with --all, and those into chains that go. A jump present more than
+    // once loses every copy and is inserted again at the top (`-D` removes the first match,
+    // which may be the copy above other rules).
+    let mut copies: Vec<(&SavedRule, usize)> = Vec::new();
     for rule in &table.rules {
         let Owner::Jump { to } = owner(&rule.chain, &rule.args) else {
             continue;
         };
         let reason = if claims.all {
-            Some(Reason::Uninstall)
+            Reason::Uninstall
         } else if removable.contains(to) {
-            Some(Reason::StaleChain)
-        } else if !seen.insert((&rule.chain, &rule.args)) {
-            Some(Reason::DuplicateJump)
+            Reason::StaleChain
         } else {
-            None
+            match copies.iter_mut().find(|(r, _)| *r == rule) {
+                Some((_, n)) => *n += 1,
+                None => copies.push((rule, 1)),
+            }
+            continue;
         };
-        if let Some(reason) = reason {
+        out.batch
+            .ops
+            .push(Op::Delete(rule.chain.clone(), rule.args.clone()));
+        out.rules.push(removed(rule, reason, None));
+    }
+    for (rule, n) in copies.into_iter().filter(|(_, n)| *n > 1) {
+        for _ in 0..n {
             out.batch
                 .ops
                 .push(Op::Delete(rule.chain.clone(), rule.args.clone()));
-            out.rules.push(removed(rule, reason, None));
+        }
+        out.batch
+            .ops
+            .push(Op::InsertFirst(rule.chain.clone(), rule.args.clone()));
+        for _ in 1..n {
+            out.rules.push(removed(rule, Reason::DuplicateJump, None));
         }
     }
 
@@ -211,21 +239,6 @@ fn removed(rule: &SavedRule, reason: Reason, container: Option<&str>) -> Removed
         reason,
         container: container.map(str::to_string),
     }
-}
-
-/// The chain a rule jumps (`-j`) or goes (`-g`) to.
-fn target(args: &[String]) -> Option<&str> {
-    let mut tokens = args.iter();
-    while let Some(token) = tokens.next() {
-        match token.as_str() {
-            "-j" | "-g" => return tokens.next().map(String::as_str),
-            "--comment" => {
-                tokens.next();
-            }
-            _ => {}
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -368,18 +381,48 @@ mod tests {
         let reasons: Vec<Reason> = plan.rules.iter().map(|r| r.reason).collect();
         assert_eq!(
             reasons,
-            [Reason::Orphan, Reason::DuplicateJump, Reason::StaleChain]
+            [Reason::Orphan, Reason::StaleChain, Reason::DuplicateJump]
         );
         assert_eq!(plan.chains, ["NATLEDGER-OLD"]);
         let text = rendered(&plan);
         assert_eq!(text[1], "-F NATLEDGER-OLD");
-        assert_eq!(
-            text.iter()
-                .filter(|l| l.starts_with("-D PREROUTING"))
-                .count(),
-            1
-        );
+        // Both copies go and one comes back at the top.
+        let pre: Vec<&String> = text.iter().filter(|l| l.contains(" PREROUTING ")).collect();
+        assert_eq!(pre.len(), 3, "{text:?}");
+        assert!(pre[0].starts_with("-D") && pre[1].starts_with("-D"));
+        assert!(pre[2].starts_with("-I PREROUTING 1 "));
         assert_eq!(text[text.len() - 2], "-X NATLEDGER-OLD");
+    }
+
+    #[test]
+    fn a_chain_another_kept_rule_jumps_to_stays() {
+        let mut t = table(&[
+            "-A NATLEDGER-HOSTPORTS -m comment --comment natledger -j NATLEDGER-OLD".into(),
+            dnat("gone", 1),
+        ]);
+        t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
+        let plan = plan(&t, &claims(&[], &[], false));
+        assert!(plan.chains.is_empty(), "{:?}", plan.chains);
+        assert_eq!(
+            rendered(&plan),
+            [
+                "*nat".to_string(),
+                format!("-D{}", &dnat("gone", 1)[2..]),
+                "COMMIT".into()
+            ]
+        );
+    }
+
+    #[test]
+    fn a_chain_holding_a_foreign_rule_is_never_rewritten() {
+        let mut lines: Vec<String> = (0..REWRITE_AT as u16)
+            .map(|p| dnat("dead", 1000 + p))
+            .collect();
+        lines.push("-A NATLEDGER-HOSTPORTS -d 10.0.0.0/8 -p tcp -j RETURN".into());
+        let plan = plan(&table(&lines), &claims(&[], &["dead"], false));
+        let text = rendered(&plan);
+        assert!(!text.iter().any(|l| l.starts_with("-F")), "{text:?}");
+        assert_eq!(text.len(), REWRITE_AT + 2);
     }
 
     #[test]

@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::family::Family;
-use crate::ledger::{Manifest, Scanned};
+use crate::ledger::Manifest;
 
 use super::{Reason, Removed, SweepOptions, TablePlan};
 
@@ -53,6 +54,9 @@ pub struct ContainerReport {
     pub state: Liveness,
     pub manifest: Fate,
     pub rules_removed: usize,
+    /// The manifest file.
+    #[serde(skip)]
+    path: PathBuf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -81,7 +85,7 @@ pub struct TableReport {
 }
 
 impl ContainerReport {
-    pub(super) fn judged(manifest: &Manifest, alive: bool) -> Self {
+    pub(super) fn judged(manifest: &Manifest, alive: bool, path: &Path) -> Self {
         ContainerReport {
             id: Some(manifest.container_id.to_string()),
             pid: manifest.pid,
@@ -92,16 +96,18 @@ impl ContainerReport {
             },
             manifest: Fate::Kept,
             rules_removed: 0,
+            path: path.to_path_buf(),
         }
     }
 
-    pub(super) fn unreadable(id: Option<String>) -> Self {
+    pub(super) fn unreadable(id: Option<String>, path: &Path) -> Self {
         ContainerReport {
             id,
             pid: None,
             state: Liveness::Unreadable,
             manifest: Fate::Kept,
             rules_removed: 0,
+            path: path.to_path_buf(),
         }
     }
 }
@@ -171,21 +177,11 @@ impl SweepReport {
         self.tables.push(table);
     }
 
-    /// Record what happened to each manifest, by container id (judged manifests only).
-    pub(super) fn set_fates(&mut self, fates: &HashMap<String, Fate>) {
+    /// Record what happened to each manifest, by file.
+    pub(super) fn set_fates(&mut self, fates: &HashMap<PathBuf, Fate>) {
         for c in &mut self.containers {
-            let fate = c.id.as_ref().and_then(|id| fates.get(id));
-            if let (Some(fate), false) = (fate, c.state == Liveness::Unreadable) {
+            if let Some(fate) = fates.get(&c.path) {
                 c.manifest = *fate;
-            }
-        }
-    }
-
-    pub(super) fn set_fate_of_path(&mut self, scanned: &Scanned, fate: Fate) {
-        let id = scanned.id.as_ref().map(ToString::to_string);
-        for c in &mut self.containers {
-            if c.state == Liveness::Unreadable && c.id == id {
-                c.manifest = fate;
             }
         }
     }
