@@ -6,6 +6,7 @@
 //! format, [`ledger`] records what was written, and [`ops`] puts them together.
 
 pub mod backend;
+pub mod bundle;
 pub mod exec;
 pub mod family;
 pub mod fault;
@@ -18,3 +19,4 @@ pub mod portspec;
 pub mod procfs;
 pub mod rule;
 pub mod save;
+pub mod wrapper;

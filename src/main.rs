@@ -1,5 +1,6 @@
 //! The `natledger` command: argument parsing and error printing; the work is in the library.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -8,10 +9,12 @@ use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
 use natledger::backend::BackendChoice;
+use natledger::bundle::{self, HookSpec, Injected};
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
+use natledger::wrapper;
 
 #[derive(Parser)]
 #[command(
@@ -68,6 +71,29 @@ enum Command {
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
     },
+    /// Add natledger's createRuntime and poststop hooks to BUNDLE/config.json (runc, crun),
+    /// after any hooks already there. Idempotent; keeps every other field; refuses a
+    /// malformed file and leaves it unchanged.
+    Inject {
+        bundle: PathBuf,
+        /// The natledger binary the runtime runs (default: this one).
+        #[arg(long)]
+        binary: Option<PathBuf>,
+        /// Environment for the hooks (repeatable), e.g. NATLEDGER_STATE_DIR=/run/natledger.
+        #[arg(long = "hook-env", value_name = "KEY=VALUE", value_parser = key_value)]
+        hook_env: Vec<String>,
+        /// Seconds the runtime gives each hook.
+        #[arg(long, default_value_t = natledger::wrapper::HOOK_TIMEOUT)]
+        timeout: u32,
+    },
+    /// Wrapper runtime for Docker and containerd (also reached as `natledger-runtime`):
+    /// [--natledger-runtime PATH] [--natledger-hook-env KEY=VALUE]... RUNC-ARGS...; on
+    /// create/run, injects the hooks when the container asks for ports, then execs runc.
+    #[command(disable_help_flag = true)]
+    Runtime {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<OsString>,
+    },
     /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
     List {
         #[arg(long)]
@@ -76,6 +102,13 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    let mut args = std::env::args_os();
+    if args
+        .next()
+        .is_some_and(|argv0| wrapper::called_as_wrapper(&argv0))
+    {
+        return runtime(args.collect());
+    }
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
@@ -83,6 +116,20 @@ fn main() -> ExitCode {
             eprintln!("natledger: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The wrapper runtime; returns only if the real runtime could not be started.
+fn runtime(args: Vec<OsString>) -> ExitCode {
+    let error = wrapper::run(args);
+    eprintln!("natledger-runtime: {error}");
+    ExitCode::FAILURE
+}
+
+fn key_value(s: &str) -> Result<String, String> {
+    match s.split_once('=') {
+        Some((k, _)) if !k.is_empty() => Ok(s.to_string()),
+        _ => Err("expected KEY=VALUE".into()),
     }
 }
 
@@ -119,6 +166,33 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
             }
         }
+        Command::Inject {
+            bundle,
+            binary,
+            hook_env,
+            timeout,
+        } => {
+            let binary = match binary {
+                Some(b) => b,
+                None => std::env::current_exe().context("finding the natledger binary")?,
+            };
+            let spec = HookSpec {
+                binary: std::path::absolute(&binary)
+                    .with_context(|| format!("{}", binary.display()))?,
+                env: hook_env,
+                timeout,
+            };
+            let done = bundle::inject(&bundle, &spec)?;
+            eprintln!(
+                "natledger: {}: {}",
+                bundle.join("config.json").display(),
+                match done {
+                    Injected::Written => "hooks added",
+                    _ => "hooks already present",
+                }
+            );
+        }
+        Command::Runtime { args } => return Err(anyhow::anyhow!(wrapper::run(args))),
         Command::List { json } => {
             let mut entries = Vec::new();
             for entry in ops::list(&ledger)? {
