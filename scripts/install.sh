@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Set up natledger on a Debian 12 host: dependencies, release build, binary, hooks.d file,
-# systemd units, then a first run. PREFIX (default /usr/local) says where the binary goes.
+# Set up natledger on a Debian 12 host: dependencies, release build, binary (and the
+# natledger-runtime wrapper link), hooks.d file, systemd units, then `natledger selftest`. PREFIX (default /usr/local) says where the binary goes.
 # scripts/uninstall.sh undoes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,10 +8,19 @@ PREFIX=${PREFIX:-/usr/local}
 UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
   natledger-runtime@containerd.service natledger-runtime@crio.service)
 
+# Build dependencies (a C linker; Rust itself comes from rustup) and what natledger runs:
+# both iptables backends and iproute2 (selftest).
 apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends iptables iproute2
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+  gcc libc6-dev iptables iproute2 ca-certificates
+command -v cargo >/dev/null || {
+  echo "scripts/install.sh: needs a Rust toolchain, 1.88 or newer (rustup)" >&2
+  exit 1
+}
 cargo build --release --locked
 install -D -m 0755 target/release/natledger "$PREFIX/bin/natledger"
+# The wrapper runtime for Docker and containerd is the same binary under another name.
+ln -sf natledger "$PREFIX/bin/natledger-runtime"
 install -D -m 0644 README.md "$PREFIX/share/doc/natledger/README.md"
 # Installed files name the binary (and the README) by absolute path: rewrite it for PREFIX.
 at_prefix() {
@@ -43,5 +52,7 @@ fi
 install -d -m 0700 /run/natledger
 "$PREFIX/bin/natledger" --version
 "$PREFIX/bin/natledger" list
+# Prove it works on this host, in private namespaces (the host's own rules are not touched).
+"$PREFIX/bin/natledger" selftest
 echo "natledger installed: $PREFIX/bin/natledger, /usr/share/containers/oci/hooks.d/natledger.json," \
   "/etc/systemd/system/natledger-*"

@@ -11,16 +11,30 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2),
-# systemd-analyze for the unit files (systemd).
+# systemd-analyze for the unit files (systemd), and the real runtimes the end-to-end tests
+# run containers with: runc, podman (with conmon and the CNI plugins), Docker's daemon and
+# containerd, and busybox-static for the containers' root filesystem. nsenter is util-linux.
 missing=()
 command -v iptables-legacy-save >/dev/null || missing+=(iptables)
 command -v iptables-nft-save >/dev/null || missing+=(iptables)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v sysctl >/dev/null || missing+=(procps)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
+for pkg in runc busybox-static podman conmon containernetworking-plugins docker.io containerd \
+  util-linux tar; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
 if [ ${#missing[@]} -gt 0 ]; then
+  # No package may start its service (dockerd would write the machine's own firewall):
+  # policy-rc.d answering 101 forbids it, for the install only, unless one is already there.
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 0755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  if [ "$(trap -p EXIT)" != "" ]; then rm -f "$policy"; trap - EXIT; fi
 fi
 command -v cargo >/dev/null || { echo "scripts/test.sh: needs cargo (rustup)" >&2; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true

@@ -37,6 +37,6 @@ if [ -x "$PREFIX/bin/natledger" ] && ! "$PREFIX/bin/natledger" sweep --all; then
     "$PREFIX/bin/natledger is kept: fix the cause and run scripts/uninstall.sh again" >&2
   exit 1
 fi
-rm -f "$PREFIX/bin/natledger"
+rm -f "$PREFIX/bin/natledger" "$PREFIX/bin/natledger-runtime"
 rm -rf "$PREFIX/share/doc/natledger" /run/natledger
 echo "natledger uninstalled; runc/crun bundles that name it in config.json still need editing"

@@ -19,4 +19,5 @@ pub mod portspec;
 pub mod procfs;
 pub mod rule;
 pub mod save;
+pub mod selftest;
 pub mod wrapper;

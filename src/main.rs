@@ -14,7 +14,7 @@ use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
-use natledger::wrapper;
+use natledger::{selftest, wrapper};
 
 #[derive(Parser)]
 #[command(
@@ -94,6 +94,10 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
+    /// Prove natledger works on this host, in private network namespaces it creates and
+    /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
+    /// tables as they were. One line per check; exit 1 on any failure.
+    Selftest,
     /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
     List {
         #[arg(long)]
@@ -193,6 +197,15 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Command::Runtime { args } => return Err(anyhow::anyhow!(wrapper::run(args))),
+        Command::Selftest => {
+            let ok = selftest::run(&mut |check| match &check.result {
+                Ok(seen) => println!("ok    {}: {seen}", check.name),
+                Err(why) => println!("FAIL  {}: {why}", check.name),
+            });
+            if !ok {
+                anyhow::bail!("selftest failed");
+            }
+        }
         Command::List { json } => {
             let mut entries = Vec::new();
             for entry in ops::list(&ledger)? {

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nix::sched::{CloneFlags, setns};
 
@@ -30,13 +30,7 @@ pub enum NetnsError {
 /// so a short-lived thread does the looking and the process never leaves the host namespace.
 pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
     let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
-    let file = File::open(&path).map_err(|source| NetnsError::Open {
-        path: path.clone(),
-        source,
-    })?;
-    std::thread::spawn(move || {
-        setns(&file, CloneFlags::CLONE_NEWNET)
-            .map_err(|source| NetnsError::Enter { path, source })?;
+    in_namespace(&path, || {
         let addrs =
             nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
         let mut found: Vec<IpAddr> = Vec::new();
@@ -51,9 +45,28 @@ pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
             }
         }
         Ok(found)
+    })?
+}
+
+/// Run `f` on a thread of its own inside the network namespace at `path` (a
+/// `/proc/PID/ns/net` or `/run/netns/NAME` file). Processes `f` starts are in that namespace
+/// too; the rest of the process never leaves its own.
+pub fn in_namespace<T: Send>(path: &Path, f: impl FnOnce() -> T + Send) -> Result<T, NetnsError> {
+    let file = File::open(path).map_err(|source| NetnsError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NetnsError::Enter {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            Ok(f())
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
-    .join()
-    .expect("address lookup thread does not panic")
 }
 
 pub fn is_global_unicast(ip: IpAddr) -> bool {
@@ -78,7 +91,9 @@ pub fn is_global_unicast(ip: IpAddr) -> bool {
 /// by longest-prefix match in the main routing table), never globally. Returns the interface
 /// when it was changed. Not reverted: other containers behind the same bridge may rely on it.
 pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
-    let routes = std::fs::read_to_string("/proc/net/route").unwrap_or_default();
+    // thread-self: /proc/net follows the thread-group leader, which may sit in another
+    // namespace than this thread (selftest runs the operations on a thread inside one).
+    let routes = std::fs::read_to_string("/proc/thread-self/net/route").unwrap_or_default();
     let Some(iface) = route_interface(&routes, dest) else {
         return Ok(None);
     };
@@ -91,7 +106,7 @@ pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsErro
     Ok(Some(iface))
 }
 
-/// Longest-prefix match over `/proc/net/route` (addresses in host-endian hex).
+/// Longest-prefix match over `/proc/thread-self/net/route` (addresses in host-endian hex).
 fn route_interface(table: &str, dest: Ipv4Addr) -> Option<String> {
     let dest = u32::from_ne_bytes(dest.octets());
     table

@@ -1,0 +1,305 @@
+//! `natledger selftest`: proof on this host that natledger works here, without touching the
+//! host's own rules. It creates two network namespaces (a node and a container wired by a veth
+//! pair, private addresses), and for each backend runs the real operations in the node
+//! namespace: create-runtime installs the rules (IPv4 and IPv6), a forwarded port answers over
+//! TCP from the node's address and from 127.0.0.1, poststop leaves the nat tables exactly as
+//! they were, and `sweep --all` removes the rest. The namespaces and state directories are
+//! removed at the end, whatever happened.
+//!
+//! ```text
+//!   natledger-selftest-<pid>-node               natledger-selftest-<pid>-ctr
+//!   nlst0 10.253.0.1/30, fd53::1/64  <--veth-->  eth0 10.253.0.2/30, fd53::2/64
+//!   rules: host port 18080 -> container :80      TCP server on :80
+//! ```
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use crate::backend::Backend;
+use crate::exec::SystemRunner;
+use crate::family::Family;
+use crate::ledger::Ledger;
+use crate::netns::in_namespace;
+use crate::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
+use crate::ops::{self, Context, Created, SweepOptions};
+use crate::save::Table;
+
+const NODE_V4: &str = "10.253.0.1";
+const CTR_V4: &str = "10.253.0.2";
+const NODE_V6: &str = "fd53::1";
+const CTR_V6: &str = "fd53::2";
+const HOST_PORT: u16 = 18080;
+const REPLY: &[u8] = b"natledger selftest\n";
+const TIMEOUT: Duration = Duration::from_secs(3);
+
+/// One check's outcome: `Ok(what was seen)` or `Err(what went wrong)`.
+pub struct Check {
+    pub name: String,
+    pub result: Result<String, String>,
+}
+
+/// Run every check, reporting each as it completes. True when all passed.
+pub fn run(report: &mut dyn FnMut(&Check)) -> bool {
+    let mut ok = true;
+    let mut check = |name: String, result: Result<String, String>| {
+        ok &= result.is_ok();
+        report(&Check { name, result });
+    };
+    let pair = match Pair::create() {
+        Ok(pair) => {
+            check(
+                "namespaces".into(),
+                Ok(format!("{} and {}", pair.node, pair.ctr)),
+            );
+            pair
+        }
+        Err(e) => {
+            check("namespaces".into(), Err(e));
+            return false;
+        }
+    };
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let server = s.spawn(|| in_namespace(&pair.path(&pair.ctr), || serve(&stop)));
+        for backend in Backend::ALL {
+            let checks = in_namespace(&pair.path(&pair.node), || backend_checks(backend));
+            match checks {
+                Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
+                Err(e) => check(format!("{backend}"), Err(e.to_string())),
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        match server.join() {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => check("server".into(), Err(e)),
+            Ok(Err(e)) => check("server".into(), Err(e.to_string())),
+            Err(_) => check("server".into(), Err("the server thread panicked".into())),
+        }
+    });
+    ok
+}
+
+/// The checks for one backend, run inside the node namespace.
+fn backend_checks(backend: Backend) -> Vec<(String, Result<String, String>)> {
+    let mut out = Vec::new();
+    let state_dir = PathBuf::from(format!(
+        "/run/natledger-selftest-{}-{backend}",
+        std::process::id()
+    ));
+    let runner = SystemRunner::from_env();
+    let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
+    let name = |what: &str| format!("{backend}: {what}");
+
+    // The first container creates the shared chains and jumps, which stay by design.
+    let warm = create(&ctx, "selftest-warmup").and_then(|_| poststop(&ctx, "selftest-warmup"));
+    let before = warm.and_then(|()| dump(&ctx, backend));
+    let result = before.and_then(|before| {
+        let rules = create(&ctx, "selftest")?;
+        out.push((
+            name("create-runtime"),
+            Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
+        ));
+        for addr in [
+            format!("{NODE_V4}:{HOST_PORT}"),
+            format!("[{NODE_V6}]:{HOST_PORT}"),
+            format!("127.0.0.1:{HOST_PORT}"),
+        ] {
+            out.push((name(&format!("tcp to {addr}")), request(&addr)));
+        }
+        poststop(&ctx, "selftest")?;
+        let after = dump(&ctx, backend)?;
+        Ok(if after == before {
+            Ok("the nat tables are as they were".to_string())
+        } else {
+            Err("the nat tables differ from before the container".to_string())
+        })
+    });
+    match result {
+        Ok(verdict) => out.push((name("poststop"), verdict)),
+        Err(e) => out.push((name("hooks"), Err(e))),
+    }
+    let swept = ops::sweep(
+        &ctx,
+        &SweepOptions {
+            all: true,
+            ..SweepOptions::default()
+        },
+    );
+    out.push((
+        name("sweep --all"),
+        match swept {
+            Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
+            Ok(report) => Err(report.errors.join("; ")),
+            Err(e) => Err(e.to_string()),
+        },
+    ));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    out
+}
+
+fn create(ctx: &Context, id: &str) -> Result<usize, String> {
+    let input = HookInput {
+        id: id.parse().map_err(|e| format!("{e}"))?,
+        pid: None,
+        bundle: None,
+        annotations: HashMap::from([
+            (PORTS_ANNOTATION.to_string(), format!("{HOST_PORT}:80")),
+            (IP_ANNOTATION.to_string(), format!("{CTR_V4},{CTR_V6}")),
+        ]),
+    };
+    match ops::create_runtime(ctx, &input).map_err(|e| e.to_string())? {
+        Created::Installed { rules } => Ok(rules),
+        Created::Skipped => Err("create-runtime did nothing".into()),
+    }
+}
+
+fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
+    let state = State {
+        id: id.to_string(),
+        status: "stopped".into(),
+        pid: None,
+        bundle: None,
+        annotations: None,
+    };
+    ops::poststop(ctx, &state)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// Both families' nat tables of one backend.
+fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
+    Family::ALL
+        .iter()
+        .map(|f| {
+            ctx.netfilter
+                .read_nat(backend, *f)
+                .map_err(|e| e.to_string())
+        })
+        .collect()
+}
+
+fn request(addr: &str) -> Result<String, String> {
+    let addr: SocketAddr = addr.parse().map_err(|e| format!("{e}"))?;
+    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).map_err(|e| e.to_string())?;
+    if reply == REPLY {
+        Ok("answered by the container".into())
+    } else {
+        Err(format!(
+            "unexpected reply {:?}",
+            String::from_utf8_lossy(&reply)
+        ))
+    }
+}
+
+/// The container's server: answers every connection on port 80 (both families) until `stop`.
+fn serve(stop: &AtomicBool) -> Result<(), String> {
+    let listener = TcpListener::bind("[::]:80").map_err(|e| format!("bind [::]:80: {e}"))?;
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((mut conn, _)) => {
+                let _ = conn.set_nonblocking(false);
+                let _ = conn.write_all(REPLY);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
+
+/// The two namespaces; deleted on drop.
+struct Pair {
+    node: String,
+    ctr: String,
+}
+
+impl Pair {
+    fn create() -> Result<Pair, String> {
+        let prefix = format!("natledger-selftest-{}", std::process::id());
+        let pair = Pair {
+            node: format!("{prefix}-node"),
+            ctr: format!("{prefix}-ctr"),
+        };
+        let (node, ctr) = (pair.node.as_str(), pair.ctr.as_str());
+        ip(&["netns", "add", node])?;
+        ip(&["netns", "add", ctr])?;
+        for step in [
+            vec!["-n", node, "link", "set", "lo", "up"],
+            vec!["-n", ctr, "link", "set", "lo", "up"],
+            vec![
+                "-n", node, "link", "add", "nlst0", "type", "veth", "peer", "name", "eth0",
+                "netns", ctr,
+            ],
+            vec!["-n", node, "addr", "add", "10.253.0.1/30", "dev", "nlst0"],
+            vec![
+                "-n",
+                node,
+                "addr",
+                "add",
+                "fd53::1/64",
+                "dev",
+                "nlst0",
+                "nodad",
+            ],
+            vec!["-n", ctr, "addr", "add", "10.253.0.2/30", "dev", "eth0"],
+            vec![
+                "-n",
+                ctr,
+                "addr",
+                "add",
+                "fd53::2/64",
+                "dev",
+                "eth0",
+                "nodad",
+            ],
+            vec!["-n", node, "link", "set", "nlst0", "up"],
+            vec!["-n", ctr, "link", "set", "eth0", "up"],
+            vec!["-n", ctr, "route", "add", "default", "via", NODE_V4],
+            vec!["-n", ctr, "-6", "route", "add", "default", "via", NODE_V6],
+        ] {
+            ip(&step)?;
+        }
+        Ok(pair)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        Path::new("/run/netns").join(name)
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        for ns in [&self.node, &self.ctr] {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
+
+fn ip(args: &[&str]) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run ip (iproute2): {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
