@@ -117,10 +117,24 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("natledger: {e:#}");
+            eprintln!("natledger: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line. Library errors already name their cause in their
+/// own message (they are read on their own too), so a cause whose text is already there is
+/// not repeated.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = error.to_string();
+    for cause in error.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line = format!("{line}: {text}");
+        }
+    }
+    line
 }
 
 /// The wrapper runtime; returns only if the real runtime could not be started.
@@ -191,8 +205,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 "natledger: {}: {}",
                 bundle.join("config.json").display(),
                 match done {
-                    Injected::Written => "hooks added",
-                    _ => "hooks already present",
+                    Injected::Written => "natledger hooks written",
+                    _ => "natledger hooks already there, unchanged",
                 }
             );
         }
