@@ -8,13 +8,13 @@
 //! fsync, rename, with the original's permissions); a file natledger cannot read as a config
 //! is refused and left unchanged.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::durable;
 use crate::oci::{IP_ANNOTATION, PORTS_ANNOTATION};
 
 /// A bundle edit that failed, naming the file.
@@ -201,22 +201,11 @@ fn write_atomically(path: &Path, value: &Value) -> Result<(), BundleError> {
     let tmp = path.with_file_name(".config.json.natledger.tmp");
     let mut text = serde_json::to_vec_pretty(value).expect("a JSON value serialises");
     text.push(b'\n');
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(mode & 0o7777)
-        .open(&tmp)
-        .map_err(io("create", &tmp))?;
-    file.write_all(&text).map_err(io("write", &tmp))?;
-    file.sync_all().map_err(io("fsync", &tmp))?;
-    fs::rename(&tmp, path).map_err(io("rename", path))?;
-    if let Some(dir) = path.parent() {
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("fsync", dir))?;
-    }
-    Ok(())
+    durable::replace(path, &tmp, &text, mode & 0o7777).map_err(|f| BundleError::Io {
+        action: f.action,
+        path: f.path,
+        source: f.source,
+    })
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> BundleError + 'a {

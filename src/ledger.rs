@@ -18,7 +18,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -29,6 +28,7 @@ use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
+use crate::durable;
 use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
@@ -272,17 +272,7 @@ impl Locked<'_> {
         let tmp = dir.join(format!(".{}.tmp", manifest.container_id));
         let mut json = serde_json::to_vec_pretty(manifest).expect("manifest serialises");
         json.push(b'\n');
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(io("create", &tmp))?;
-        file.write_all(&json).map_err(io("write", &tmp))?;
-        file.sync_all().map_err(io("fsync", &tmp))?;
-        fs::rename(&tmp, &path).map_err(io("rename", &path))?;
-        sync_dir(&dir)
+        durable::replace(&path, &tmp, &json, 0o600).map_err(LedgerError::from)
     }
 
     /// Remove a manifest; absent is fine.
@@ -319,9 +309,17 @@ impl Locked<'_> {
 }
 
 fn sync_dir(dir: &Path) -> Result<(), LedgerError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync", dir))
+    durable::sync_dir(dir).map_err(LedgerError::from)
+}
+
+impl From<durable::Failure> for LedgerError {
+    fn from(f: durable::Failure) -> Self {
+        LedgerError::Io {
+            action: f.action,
+            path: f.path,
+            source: f.source,
+        }
+    }
 }
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {

@@ -178,7 +178,8 @@ fn prepare(args: Vec<OsString>) -> Result<(PathBuf, Vec<OsString>), WrapperError
         std::env::var_os(RUNTIME_ENV).filter(|v| !v.is_empty()),
         &me,
     )?;
-    if let Some(bundle) = bundle_of(&invocation.args) {
+    // No config.json: nothing to add to; the runtime reports the bundle problem itself.
+    if let Some(bundle) = bundle_of(&invocation.args).filter(|b| b.join("config.json").exists()) {
         let spec = HookSpec {
             binary: me,
             env: invocation.hook_env,

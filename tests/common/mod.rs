@@ -22,15 +22,17 @@
 // different subset of it.
 #![allow(dead_code)]
 
+mod daemons;
 mod dumps;
 mod netns;
 mod node;
+mod rootfs;
 mod topology;
 mod traffic;
 
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
-pub use {dumps::*, netns::*, node::*, topology::*, traffic::*};
+pub use {daemons::*, dumps::*, netns::*, node::*, rootfs::*, topology::*, traffic::*};
 
 use std::ffi::OsStr;
 use std::io;

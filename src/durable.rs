@@ -1,0 +1,56 @@
+//! Durable file replacement, shared by the ledger (manifests) and bundle edits (config.json):
+//! write a temp file beside the target, fsync it, rename it over the target, fsync the
+//! directory. A crash leaves the old file or the new one, never a mix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// The step that failed and the file it failed on.
+#[derive(Debug)]
+pub struct Failure {
+    pub action: &'static str,
+    pub path: PathBuf,
+    pub source: std::io::Error,
+}
+
+/// Replace `path` with `bytes` through the temp file `tmp` (same directory), created with
+/// permissions `mode`.
+pub fn replace(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> Result<(), Failure> {
+    fn fail<'p>(
+        action: &'static str,
+        path: &'p Path,
+    ) -> impl FnOnce(std::io::Error) -> Failure + 'p {
+        move |source| Failure {
+            action,
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+    let mut file = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(mode)
+        .open(tmp)
+        .map_err(fail("create", tmp))?;
+    file.write_all(bytes).map_err(fail("write", tmp))?;
+    file.sync_all().map_err(fail("fsync", tmp))?;
+    fs::rename(tmp, path).map_err(fail("rename", path))?;
+    match path.parent() {
+        Some(dir) => sync_dir(dir),
+        None => Ok(()),
+    }
+}
+
+/// fsync a directory, so that a rename or an unlink in it survives a crash.
+pub fn sync_dir(dir: &Path) -> Result<(), Failure> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| Failure {
+            action: "fsync",
+            path: dir.to_path_buf(),
+            source,
+        })
+}

@@ -1,0 +1,523 @@
+//! Docker end to end through the wrapper runtime: Debian's dockerd 20.10 (with the containerd
+//! it starts itself) inside a node namespace, every piece of its state in a temporary
+//! directory, natledger registered as the runtime `natledger` (a `natledger-runtime` symlink)
+//! in its daemon.json. And the wrapper's pass-through of runc's own commands, compared with
+//! runc itself.
+
+mod common;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const IMAGE: &str = "natledger-busybox:latest";
+/// The address the container claims through NATLEDGER_IP (it has no network of its own).
+const CONTAINER_IP: &str = "10.77.0.5";
+const T: Duration = Duration::from_secs(10);
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The real runtime the wrapper finds by default: the first runc in its directories.
+fn system_runc() -> PathBuf {
+    natledger::wrapper::RUNTIME_DIRS
+        .iter()
+        .map(|d| Path::new(d).join("runc"))
+        .find(|p| p.exists())
+        .expect("runc is installed (apt-get install runc)")
+}
+
+/// Debian's docker.io client, matching the 20.10 daemon (PATH may hold a newer one first).
+fn docker_cli() -> &'static str {
+    if Path::new("/usr/bin/docker").exists() {
+        "/usr/bin/docker"
+    } else {
+        "docker"
+    }
+}
+
+/// `dir/natledger-runtime -> the test natledger binary`.
+fn wrapper_symlink(dir: &Path) -> PathBuf {
+    let link = dir.join("natledger-runtime");
+    std::os::unix::fs::symlink(BIN, &link).unwrap();
+    link
+}
+
+/// dockerd running in network namespace `ns` with all of its state under `dir`: data root,
+/// exec root (and with it the containerd dockerd starts, its sockets and state), socket,
+/// pid file, daemon.json, trust key, client configuration and logs.
+struct Dockerd {
+    own: Owned,
+    child: Option<Child>,
+}
+
+impl Dockerd {
+    /// Starts dockerd with the runtime `natledger` (hooks writing manifests to
+    /// `node.state_dir()` and rules to `node.backend`) and waits until it answers.
+    fn start(node: &Node) -> Dockerd {
+        let own = Owned::new(node.dir.path(), "docker");
+        let dir = own.dir.clone();
+        let link = wrapper_symlink(&dir);
+        let config = serde_json::json!({
+            // Else dockerd 20.10 writes /etc/docker/key.json.
+            "deprecated-key-path": dir.join("key.json"),
+            "runtimes": {"natledger": {
+                "path": link,
+                "runtimeArgs": [
+                    "--natledger-hook-env",
+                    format!("NATLEDGER_STATE_DIR={}", node.state_dir().display()),
+                    "--natledger-hook-env",
+                    format!("NATLEDGER_BACKEND={}", node.backend.name()),
+                ],
+            }},
+        });
+        std::fs::write(
+            dir.join("daemon.json"),
+            serde_json::to_string_pretty(&config).unwrap(),
+        )
+        .unwrap();
+        let log = File::create(dir.join("dockerd.log")).unwrap();
+        let mut cmd = nsenter_net(node.topo.node(), "dockerd");
+        cmd.arg("--config-file")
+            .arg(dir.join("daemon.json"))
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("-H")
+            .arg(format!("unix://{}", dir.join("docker.sock").display()))
+            .arg("--pidfile")
+            .arg(dir.join("docker.pid"))
+            .args(["--iptables=false", "--ip6tables=false", "--bridge=none"])
+            .args(["--cgroup-parent", &own.cgroup_parent])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        // nsenter execs dockerd (no fork for a network namespace): the child is dockerd.
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let mut dockerd = Dockerd {
+            own,
+            child: Some(child),
+        };
+        dockerd.wait_ready();
+        dockerd
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                panic!("dockerd exited while starting ({status}):\n{}", self.log());
+            }
+            if self.own.dir.join("docker.sock").exists() && self.run(&["version"]).status.success()
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "dockerd did not answer within {START_TIMEOUT:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.own.dir.join("dockerd.log")).unwrap_or_default()
+    }
+
+    /// `docker -H unix://DIR/docker.sock ARGS` (the client needs no namespace).
+    fn run(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(docker_cli());
+        cmd.arg("-H")
+            .arg(format!(
+                "unix://{}",
+                self.own.dir.join("docker.sock").display()
+            ))
+            .args(args)
+            .env("DOCKER_CONFIG", self.own.dir.join("client"));
+        output(&mut cmd)
+    }
+
+    /// [`Dockerd::run`], asserting success; returns stdout, trimmed.
+    fn ok(&self, args: &[&str]) -> String {
+        stdout_of(&self.run(args), &format!("docker {}", args.join(" ")), "")
+    }
+
+    /// `docker run -d --runtime natledger --network none` of httpd with these extra options;
+    /// returns the container id.
+    fn start_container(&mut self, options: &[&str]) -> String {
+        let fixed = ["--runtime", "natledger", "--network", "none"];
+        let id = container_id(
+            self.ok(&httpd_run_args(&[&fixed, options].concat(), IMAGE)),
+            "docker",
+        );
+        self.own.ids.push(id.clone());
+        id
+    }
+
+    /// The bundle's config.json as the runtime saw it (containerd keeps the bundle in its
+    /// state directory while the task exists).
+    fn bundle_config(&self, id: &str) -> serde_json::Value {
+        let path = self
+            .own
+            .dir
+            .join("exec/containerd/daemon/io.containerd.runtime.v2.task/moby")
+            .join(id)
+            .join("config.json");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// SIGTERM, then wait (SIGKILL after [`STOP_TIMEOUT`]). Returns how it went.
+    fn stop(&mut self) -> Result<Duration, String> {
+        let Some(mut child) = self.child.take() else {
+            return Err("dockerd was not running".into());
+        };
+        let started = Instant::now();
+        // SAFETY: kill(2) on the pid of our own child, which has not been reaped yet.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        while started.elapsed() < STOP_TIMEOUT {
+            match child.try_wait() {
+                Ok(Some(status)) if status.success() => return Ok(started.elapsed()),
+                Ok(Some(status)) => return Err(format!("dockerd exited with {status}")),
+                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(format!("waiting for dockerd: {e}")),
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        Err(format!("dockerd ignored SIGTERM for {STOP_TIMEOUT:?}"))
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            if !self.own.ids.is_empty() {
+                let mut args = vec!["rm", "--force"];
+                args.extend(self.own.ids.iter().map(String::as_str));
+                let _ = self.run(&args);
+            }
+            if let Err(e) = self.stop() {
+                eprintln!("warning: {e}");
+            }
+        }
+        if std::thread::panicking() {
+            eprintln!("--- dockerd log\n{}", self.log());
+        }
+        let left = self.own.reap(T);
+        if !left.is_empty() {
+            eprintln!("warning: dockerd left behind (now cleaned up): {left:#?}");
+        }
+    }
+}
+
+/// Hooks natledger put in a bundle's config.json for one stage.
+fn natledger_hooks<'a>(config: &'a serde_json::Value, stage: &str) -> Vec<&'a serde_json::Value> {
+    config["hooks"][stage]
+        .as_array()
+        .map(|hooks| {
+            hooks
+                .iter()
+                .filter(|h| h["args"].get(0).and_then(|a| a.as_str()) == Some("natledger"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `docker run --runtime natledger -e NATLEDGER_PORTS=8080:80 -e NATLEDGER_IP=10.77.0.5`:
+/// the wrapper turns the variables into annotations and injects both hooks (with the state
+/// directory and backend from daemon.json's runtimeArgs), so while the container runs the
+/// DNAT rule 8080 -> 10.77.0.5:80 is in the backend under test and a manifest exists; a
+/// server at 10.77.0.5 (a topology namespace standing in, since the container has no
+/// network) is reached through it from an external client. `docker rm -f` runs poststop:
+/// no rule, no manifest. A container without the variables gets no hooks. dockerd stops
+/// cleanly and neither it nor its containerd leave a process or mount behind.
+#[test]
+fn docker_wrapper_runtime_forwards_and_rm_removes() {
+    both(|backend| {
+        let started = Instant::now();
+        let mut node = Node::new(backend);
+        let what = format!("docker, {backend:?}");
+        let stand_in = node.topo.add_container(5);
+        assert_eq!(stand_in.v4.to_string(), CONTAINER_IP);
+        let _server = serve_tcp(&stand_in.ns, stand_in.sock_v4(80), "c5 tcp");
+
+        let t = Instant::now();
+        let mut dockerd = Dockerd::start(&node);
+        let dockerd_start = t.elapsed();
+        let tarball = image_tarball(node.dir.path());
+        dockerd.ok(&["import", &tarball.display().to_string(), IMAGE]);
+
+        let t = Instant::now();
+        let id = dockerd.start_container(&[
+            "-e",
+            "NATLEDGER_PORTS=8080:80",
+            "-e",
+            &format!("NATLEDGER_IP={CONTAINER_IP}"),
+        ]);
+        let run_time = t.elapsed();
+        let running = dockerd.ok(&["inspect", "--format", "{{.State.Running}}", &id]);
+        assert_eq!(running, "true", "{what}: container not running");
+        // dockerd's own containerd and the container's shim, all with state under our dir.
+        let ours = dockerd.own.processes();
+        for program in ["containerd --config", "containerd-shim-runc-v2"] {
+            assert!(
+                ours.iter().any(|(_, cmdline)| cmdline.contains(program)),
+                "{what}: no {program} process of this dockerd: {ours:#?}"
+            );
+        }
+
+        let config = dockerd.bundle_config(&id);
+        assert_eq!(config["annotations"]["io.natledger.ports"], "8080:80");
+        assert_eq!(config["annotations"]["io.natledger.ip"], CONTAINER_IP);
+        let state_env = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
+        let backend_env = format!("NATLEDGER_BACKEND={}", backend.name());
+        for (stage, arg) in [
+            ("createRuntime", "create-runtime"),
+            ("poststop", "poststop"),
+        ] {
+            let hooks = natledger_hooks(&config, stage);
+            assert_eq!(
+                hooks.len(),
+                1,
+                "{what}: {stage} hooks: {:#}",
+                config["hooks"]
+            );
+            let hook = hooks[0];
+            assert_eq!(hook["args"], serde_json::json!(["natledger", "hook", arg]));
+            assert_eq!(hook["env"], serde_json::json!([state_env, backend_env]));
+            let path = hook["path"].as_str().unwrap_or_default();
+            assert!(
+                Path::new(path).canonicalize().ok() == Path::new(BIN).canonicalize().ok(),
+                "{what}: {stage} hook runs {path}, not the natledger binary {BIN}"
+            );
+        }
+
+        let dest = format!("{CONTAINER_IP}:80");
+        assert_forward(&node.dump(), backend, &id, 8080, &dest);
+        assert!(node.manifest_exists(&id), "{what}: no manifest");
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("c5 tcp"),
+            "{what}: the forward docker's container installed does not reach {CONTAINER_IP}"
+        );
+
+        // Without NATLEDGER_PORTS the wrapper leaves the bundle alone.
+        let plain = dockerd.start_container(&[]);
+        let plain_config = dockerd.bundle_config(&plain);
+        assert!(
+            natledger_hooks(&plain_config, "createRuntime").is_empty()
+                && natledger_hooks(&plain_config, "poststop").is_empty()
+                && plain_config["annotations"]
+                    .get("io.natledger.ports")
+                    .is_none(),
+            "{what}: natledger in a plain container's bundle: {plain_config:#}"
+        );
+        assert!(
+            !node.manifest_exists(&plain),
+            "{what}: manifest for a plain container"
+        );
+        dockerd.ok(&["rm", "--force", &plain]);
+
+        let t = Instant::now();
+        dockerd.ok(&["rm", "--force", &id]);
+        let rm_time = t.elapsed();
+        assert_removed(&node, &id, T);
+        assert!(
+            tcp_request(&ext, sock(NODE_V4, 8080), Duration::from_secs(1)).is_err(),
+            "{what}: still forwarded after docker rm -f"
+        );
+        let ps = dockerd.ok(&["ps", "--all", "--quiet"]);
+        assert!(ps.is_empty(), "{what}: containers left: {ps}");
+
+        let stop_time = dockerd
+            .stop()
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", dockerd.log()));
+        dockerd.own.assert_clean(T);
+        drop(dockerd);
+        eprintln!(
+            "{what}: dockerd start {dockerd_start:?}, docker run {run_time:?}, docker rm {rm_time:?}, \
+             dockerd stop {stop_time:?}, whole test {:?}",
+            started.elapsed()
+        );
+    });
+}
+
+/// runc's stderr without its log timestamps (`time="..."`), which differ between two runs.
+fn without_timestamps(stderr: &[u8]) -> String {
+    String::from_utf8_lossy(stderr)
+        .split_whitespace()
+        .filter(|w| !w.starts_with("time="))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Every runc command other than create/run goes through the wrapper untouched: the same exit
+/// code, stdout and (timestamps aside) stderr as runc given the same arguments, whether the
+/// wrapper is reached as `natledger-runtime` or `natledger runtime`, with or without its own
+/// `--natledger-*` options in front. create/run of a bundle without a config.json pass
+/// through too, so runc reports the problem itself.
+#[test]
+fn wrapper_passes_runc_commands_through() {
+    let dir = tempfile::tempdir_in("/run").expect("tempdir in /run");
+    let root = dir.path().join("runc-root");
+    std::fs::create_dir(&root).unwrap();
+    let root = root.display().to_string();
+    // runc creates a missing --root itself; so must the wrapper (through runc).
+    let fresh_root = dir.path().join("fresh-root");
+    let fresh = fresh_root.display().to_string();
+    let no_bundle = dir.path().join("no-bundle").display().to_string();
+    let link = wrapper_symlink(dir.path());
+    let runc = system_runc();
+    let runc_path = runc.display().to_string();
+    const ID: &str = "nlt-no-such-container";
+    // (runc arguments, whether stderr must match too)
+    let cases: &[(&[&str], bool)] = &[
+        (&["--version"], true),
+        (&["--help"], true),
+        (&["--root", &root, "list"], true),
+        (&["--root", &root, "list", "--format", "json"], true),
+        (&["--root", &root, "list", "--quiet"], true),
+        (&["--root", &fresh, "list"], true),
+        (&["--root", &root, "state", ID], true),
+        (&["--root", &root, "kill", ID, "KILL"], true),
+        (&["--root", &root, "delete", ID], true),
+        (&["--root", &root, "delete", "--force", ID], true),
+        (&["--root", &root, "ps", ID], true),
+        (&["--root", &root, "exec", ID, "true"], true),
+        (&["--root", &root, "pause", ID], true),
+        (&["--root", &root, "no-such-command"], true),
+        (&["--no-such-option"], true),
+        (
+            &["--root", &root, "create", "--bundle", &no_bundle, ID],
+            true,
+        ),
+        (&["--root", &root, "run", "-b", &no_bundle, ID], true),
+    ];
+    let prefix: &[&str] = &[
+        "--natledger-hook-env",
+        "NATLEDGER_STATE_DIR=/nonexistent",
+        "--natledger-runtime",
+        &runc_path,
+    ];
+    for (case, same_stderr) in cases {
+        let args = case.join(" ");
+        let _ = std::fs::remove_dir(&fresh_root);
+        let expected = output(Command::new(&runc).args(*case));
+        let runc_made_root = fresh_root.exists();
+        let with_options = [prefix, case].concat();
+        let via_subcommand = [&["runtime"], *case].concat();
+        let wrappers: [(&str, &Path, &[&str]); 3] = [
+            ("natledger-runtime", &link, case),
+            ("natledger-runtime --natledger-…", &link, &with_options),
+            ("natledger runtime", Path::new(BIN), &via_subcommand),
+        ];
+        for (how, program, wrapper_args) in wrappers {
+            let _ = std::fs::remove_dir(&fresh_root);
+            let got = output(
+                Command::new(program)
+                    .args(wrapper_args)
+                    .env_remove("NATLEDGER_RUNTIME"),
+            );
+            assert_eq!(
+                got.status.code(),
+                expected.status.code(),
+                "{how} {args}: exit status\nrunc: {}\nwrapper: {}",
+                show(&expected),
+                show(&got)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&got.stdout),
+                String::from_utf8_lossy(&expected.stdout),
+                "{how} {args}: stdout"
+            );
+            if *same_stderr {
+                assert_eq!(
+                    without_timestamps(&got.stderr),
+                    without_timestamps(&expected.stderr),
+                    "{how} {args}: stderr"
+                );
+            }
+            assert_eq!(
+                fresh_root.exists(),
+                runc_made_root,
+                "{how} {args}: --root made"
+            );
+        }
+    }
+    // Nothing was created in the state root, and no bundle appeared.
+    assert_eq!(std::fs::read_dir(&root).unwrap().count(), 0);
+    assert!(!Path::new(&no_bundle).exists());
+}
+
+/// The wrapper becomes the real runtime (exec, not a child): the runtime sees the wrapper's
+/// pid, the arguments after the wrapper's own options unchanged, the same stdin, and its exit
+/// code is the wrapper's. The runtime is named by NATLEDGER_RUNTIME or --natledger-runtime.
+#[test]
+fn wrapper_execs_the_runtime_with_the_same_pid_stdio_and_exit_code() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir_in("/run").expect("tempdir in /run");
+    let link = wrapper_symlink(dir.path());
+    let fake = dir.path().join("fake-runc");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"$$ $*\"\ncat\necho oops >&2\nexit 7\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let fake_path = fake.display().to_string();
+    let runtime_args = ["--root", "/nonexistent", "state", "some id"];
+
+    let by_option = [
+        &["--natledger-runtime", fake_path.as_str()][..],
+        &runtime_args,
+    ]
+    .concat();
+    let runs: [(&str, &[&str], bool); 2] = [
+        ("NATLEDGER_RUNTIME", &runtime_args, true),
+        ("--natledger-runtime", &by_option, false),
+    ];
+    for (how, args, by_env) in runs {
+        let mut cmd = Command::new(&link);
+        cmd.args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if by_env {
+            cmd.env("NATLEDGER_RUNTIME", &fake);
+        } else {
+            cmd.env_remove("NATLEDGER_RUNTIME");
+        }
+        let mut child = cmd.spawn().unwrap();
+        let pid = child.id();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"from stdin\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(7), "{how}: {}", show(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("{pid} {}\nfrom stdin\n", runtime_args.join(" ")),
+            "{how}: the runtime runs as the wrapper's pid with its arguments and stdin"
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "oops\n", "{how}");
+    }
+}
