@@ -30,7 +30,7 @@ pub enum Backend {
 impl Backend {
     pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
 
-    fn suffix(self) -> &'static str {
+    pub fn suffix(self) -> &'static str {
         match self {
             Backend::Legacy => "legacy",
             Backend::Nft => "nft",
@@ -144,9 +144,24 @@ impl<'r> Netfilter<'r> {
         if backend == Backend::Legacy && !legacy_table_exists(family, "nat")? {
             return Ok(None);
         }
+        let tables = self.save(backend, family, &["-t", "nat"])?;
+        Ok(tables.into_iter().find(|t| t.name == "nat"))
+    }
+
+    /// Every table of one backend and family (`*-save` without `-t`, which creates none).
+    pub fn read_all(&self, backend: Backend, family: Family) -> Result<Vec<Table>, BackendError> {
+        self.save(backend, family, &[])
+    }
+
+    fn save(
+        &self,
+        backend: Backend,
+        family: Family,
+        args: &[&str],
+    ) -> Result<Vec<Table>, BackendError> {
         let inv = Invocation {
             program: tool(backend, family, "save")?,
-            args: vec!["-t".into(), "nat".into()],
+            args: args.iter().map(|a| a.to_string()).collect(),
             stdin: None,
         };
         let out = self.execute(&inv, None)?;
@@ -162,11 +177,10 @@ impl<'r> Netfilter<'r> {
                 line: line.to_string(),
             });
         }
-        let tables = save::parse_dump(&text).map_err(|source| BackendError::Parse {
+        save::parse_dump(&text).map_err(|source| BackendError::Parse {
             command: inv.to_string(),
             source,
-        })?;
-        Ok(tables.into_iter().find(|t| t.name == "nat"))
+        })
     }
 
     /// Apply one batch as one `*-restore --noflush` transaction.

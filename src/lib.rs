@@ -7,6 +7,7 @@
 
 pub mod backend;
 pub mod bundle;
+pub mod doctor;
 pub mod durable;
 pub mod exec;
 pub mod family;

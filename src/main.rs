@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 
-use natledger::backend::BackendChoice;
+use natledger::backend::{self, BackendChoice, Netfilter};
 use natledger::bundle::{self, HookSpec, Injected};
+use natledger::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
@@ -94,6 +95,22 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
+    /// Find the rules that make a port unreachable, whoever wrote them: shadowed rules, dead
+    /// DNAT targets, hijacked listeners, rules split across backends, natledger's own state.
+    /// Only reads; prints the fixing commands. Exit 0 no problem, 1 warnings only, 2 errors,
+    /// 3 doctor itself failed.
+    Doctor {
+        /// Print a JSON report instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Only findings about this host port.
+        #[arg(long)]
+        port: Option<u16>,
+        /// Analyse saved *-save dumps instead of this host: BACKEND[/FAMILY]:FILE, e.g.
+        /// legacy:iptables.txt nft/ipv6:ip6tables.txt.
+        #[arg(long, num_args = 1.., value_name = "BACKEND[/FAMILY]:FILE")]
+        from: Vec<DumpFile>,
+    },
     /// Prove natledger works on this host, in private network namespaces it creates and
     /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
     /// tables as they were. One line per check; exit 1 on any failure.
@@ -115,7 +132,7 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             eprintln!("natledger: {}", one_line(&e));
             ExitCode::FAILURE
@@ -151,7 +168,7 @@ fn key_value(s: &str) -> Result<String, String> {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ledger = Ledger::new(cli.state_dir);
     match cli.command {
         Command::Hook { stage } => {
@@ -211,6 +228,31 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Command::Runtime { args } => return Err(anyhow::anyhow!(wrapper::run(args))),
+        Command::Doctor { json, port, from } => {
+            let runner = SystemRunner::from_env();
+            let opts = DoctorOptions {
+                from,
+                port,
+                ledger,
+                netfilter: Netfilter::new(&runner),
+                host_backend: backend::detect(),
+                roots: Roots::default(),
+            };
+            let report = match doctor::doctor(&opts) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("natledger: doctor: {e}");
+                    return Ok(ExitCode::from(doctor::EXIT_FAILED));
+                }
+            };
+            if json {
+                let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
+                println!("{text}");
+            } else {
+                print!("{}", doctor::render(&report));
+            }
+            return Ok(ExitCode::from(report.exit_code()));
+        }
         Command::Selftest => {
             let ok = selftest::run(&mut |check| match &check.result {
                 Ok(seen) => println!("ok    {}: {seen}", check.name),
@@ -236,5 +278,5 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,11 @@ use serde::{Deserialize, Serialize};
 
 pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
 pub const IP_ANNOTATION: &str = "io.natledger.ip";
+/// `refuse`: create-runtime fails when a local process already listens on a mapped host
+/// port; otherwise (`warn`, the default) it only warns.
+pub const PORT_CONFLICT_ANNOTATION: &str = "io.natledger.port-conflict";
+/// The same setting for every container (the annotation wins).
+pub const PORT_CONFLICT_ENV: &str = "NATLEDGER_PORT_CONFLICT";
 
 /// Largest accepted state document; a runtime sends a few hundred bytes.
 const MAX_STATE_BYTES: u64 = 1 << 20;

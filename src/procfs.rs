@@ -43,7 +43,8 @@ fn stat(pid: i32) -> Option<(String, u64)> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-fn parse_stat(stat: &str) -> Option<(String, u64)> {
+/// State letter (field 3) and start time (field 22) of a `/proc/PID/stat` line.
+pub(crate) fn parse_stat(stat: &str) -> Option<(String, u64)> {
     // The command name (field 2) is in parentheses and may hold spaces or ')'.
     let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
     let state = fields.next()?.to_string();

@@ -3,12 +3,13 @@
 use std::net::IpAddr;
 
 use crate::backend::BackendError;
+use crate::doctor::evidence::{self, Listener};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
-use crate::oci::{HookInput, IP_ANNOTATION};
+use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
 use crate::portspec::{PortMapping, parse_mappings};
 use crate::procfs;
 use crate::rule::Rule;
@@ -34,6 +35,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         return Ok(Created::Skipped);
     };
     let mappings = parse_mappings(spec)?;
+    check_listeners(input, &mappings)?;
     let addresses = container_addresses(input)?;
     let rules = plan(ctx, input, &mappings, &addresses)?;
     let pid_start_time = match input.pid {
@@ -103,6 +105,52 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     Ok(Created::Installed {
         rules: manifest.rules.len(),
     })
+}
+
+/// A local process already listening on a mapped host port loses that traffic to the
+/// container (the DNAT comes first): warn, or refuse when the container or the host says so
+/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`).
+fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Error> {
+    let clash = |l: &Listener, m: &PortMapping| {
+        m.protocol == l.protocol
+            && (m.host_ports.start..=m.host_ports.end).contains(&l.port)
+            && match m.host_destination() {
+                Some(ip) => l.addr.is_unspecified() || l.addr == ip || ip.is_unspecified(),
+                None => true,
+            }
+    };
+    let listeners = evidence::listeners_where(&evidence::Roots::default(), |l| {
+        mappings.iter().any(|m| clash(l, m))
+    });
+    let setting = input
+        .annotations
+        .get(PORT_CONFLICT_ANNOTATION)
+        .cloned()
+        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
+    let refuse = setting.as_deref() == Some("refuse");
+    for l in &listeners {
+        let mapping = mappings
+            .iter()
+            .find(|m| clash(l, m))
+            .expect("selected above");
+        let who = match (&l.command, l.pid) {
+            (Some(c), Some(p)) => format!("{c} (pid {p})"),
+            _ => format!("a process (socket inode {})", l.inode),
+        };
+        if refuse {
+            return Err(Error::PortInUse {
+                mapping: mapping.clone(),
+                who,
+                addr: l.addr,
+            });
+        }
+        eprintln!(
+            "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards to \
+             the container; that process no longer gets those connections",
+            l.addr, l.port, l.protocol
+        );
+    }
+    Ok(())
 }
 
 /// `io.natledger.ip`, or the addresses found inside the container's network namespace.

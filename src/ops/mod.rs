@@ -77,6 +77,14 @@ pub enum Error {
         holder: ContainerId,
         pid: String,
     },
+    #[error(
+        "host port {mapping} is in use by {who} on {addr}, and io.natledger.port-conflict=refuse"
+    )]
+    PortInUse {
+        mapping: PortMapping,
+        who: String,
+        addr: IpAddr,
+    },
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
     #[error("cannot judge whether containers live: /proc is not readable: {0}")]

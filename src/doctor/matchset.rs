@@ -1,0 +1,1533 @@
+//! Match sets: does rule A take every packet rule B would?
+//!
+//! [`parse_rule`] turns the argument tokens of a saved rule (after `-A CHAIN`) into a
+//! [`Match`] (a conjunction of [`Cond`]s) and a [`Target`]. [`Match::covers`] and
+//! [`Match::is_empty`] are *sound, not complete*: they answer `true` only when certain, so
+//! doctor never claims a shadow it cannot prove. Whatever the parser does not model becomes an
+//! opaque [`Cond::Other`], which only an identical condition implies.
+//!
+//! Semantics kept in mind:
+//! - Port matches (`tcp`, `udp`, `sctp`, `dccp`, `multiport`) never match non-first fragments,
+//!   negated or not, so a port condition is never vacuous (`--dport 0:65535` still needs one).
+//! - `-m addrtype` differs by family: IPv4 tests the one route type of the address, IPv6 tests
+//!   UNICAST/MULTICAST/UNSPEC as extra requirements and LOCAL/ANYCAST/UNREACHABLE by a route
+//!   lookup. Implications are claimed only where they hold in both.
+//! - An unknown module's options, or an `addrtype` with an option not modelled
+//!   (`--limit-iface-in`), stay together as one [`Cond::Other`]: options can qualify each
+//!   other (`--limit-burst`), so splitting them would not be sound. The options of `tcp`,
+//!   `udp`, `sctp`, `dccp` and `multiport` are independent and become one condition each.
+//! - Both rules are assumed to come from the same table and family.
+
+use std::net::IpAddr;
+
+use crate::rule::IpNet;
+
+/// One condition of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cond {
+    /// `-p`: lower-case name or number as printed (`tcp`, `47`); `all`/`0` is no condition.
+    Protocol { negated: bool, proto: String },
+    /// `-s`
+    Src { negated: bool, net: IpNet },
+    /// `-d`
+    Dst { negated: bool, net: IpNet },
+    /// `-i`; a trailing `+` matches every name with that prefix.
+    InIface { negated: bool, name: String },
+    /// `-o`; a trailing `+` matches every name with that prefix.
+    OutIface { negated: bool, name: String },
+    /// `--dport`/`--dports`/`--destination-port(s)` of `tcp`, `udp`, `sctp`, `dccp`, `multiport`.
+    DPorts { negated: bool, ports: PortSet },
+    /// `--sport`/`--sports`/`--source-port(s)`.
+    SPorts { negated: bool, ports: PortSet },
+    /// `-m addrtype --dst-type LOCAL,UNICAST` (sorted, upper-case).
+    DstType { negated: bool, types: Vec<String> },
+    /// `-m addrtype --src-type ...` (sorted, upper-case).
+    SrcType { negated: bool, types: Vec<String> },
+    /// Anything not modelled (e.g. `-m mark --mark 0x1`, `-m conntrack --ctstate NEW`,
+    /// `-m set --match-set x dst`, `-f`): the exact tokens of that option and its module,
+    /// `--match` written `-m`, joined by single spaces (tokens with blanks or quotes quoted).
+    Other(String),
+}
+
+/// A set of ports as sorted, merged inclusive ranges.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortSet(pub Vec<(u16, u16)>);
+
+/// What a rule matches: the conjunction of its conditions (empty = every packet).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Match {
+    pub conds: Vec<Cond>,
+}
+
+/// Where a matching packet goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// No `-j`/`-g`: a counting rule, evaluation continues.
+    None,
+    /// `-j NAME` for any name that is not a known target: a chain (the caller checks it exists).
+    Jump(String),
+    /// `-g CHAIN`
+    Goto(String),
+    Accept,
+    Drop,
+    Return,
+    /// With or without `--reject-with`.
+    Reject,
+    /// The first `--to-destination` value (empty if none).
+    Dnat {
+        to: String,
+    },
+    /// `--to-ports`, if given.
+    Redirect {
+        to_ports: Option<String>,
+    },
+    Masquerade,
+    /// The first `--to-source` value (empty if none).
+    Snat {
+        to: String,
+    },
+    /// Targets that do not end evaluation (MARK, LOG, CONNMARK, CT, NOTRACK, TRACE, ...), the
+    /// other extension targets (NETMAP, NFQUEUE, TPROXY, ...) and `-j` without a name: name only.
+    Other(String),
+}
+
+/// Extension targets that are not chains; all are [`Target::Other`].
+const EXTENSION_TARGETS: &str = "AUDIT CHECKSUM CLASSIFY CLUSTERIP CONNMARK CONNSECMARK CT DNPT \
+    DSCP ECN HL HMARK IDLETIMER LED LOG MARK NETMAP NFLOG NFQUEUE NOTRACK QUEUE RATEEST SECMARK \
+    SET SNPT SYNPROXY TCPMSS TCPOPTSTRIP TEE TOS TPROXY TRACE TTL ULOG";
+const ADDR_TYPES: &str = "UNSPEC UNICAST LOCAL BROADCAST ANYCAST MULTICAST BLACKHOLE UNREACHABLE PROHIBIT THROW NAT XRESOLVE";
+/// Types IPv6 looks up in the routing table (a set of them is a union there too).
+const LOOKUP_TYPES: &str = "LOCAL ANYCAST UNREACHABLE";
+/// Types ip6tables refuses: a rule naming one is IPv4, where a set is a plain union.
+const V4_ONLY_TYPES: &str = "BROADCAST BLACKHOLE PROHIBIT THROW NAT XRESOLVE";
+const PORT_MODULES: &str = "tcp udp sctp dccp";
+/// Options whose one value is free text (which could look like an option, `--string -s`).
+const FREE_TEXT: &str =
+    "--string --hex-string --u32 --bytecode --comment --log-prefix --nflog-prefix --ulog-prefix";
+
+fn listed(list: &str, word: &str) -> bool {
+    list.split_whitespace().any(|w| w == word)
+}
+
+impl Target {
+    /// Whether a packet this rule matches stops being evaluated in this table's hook here
+    /// (ACCEPT, DROP, REJECT, DNAT, REDIRECT, MASQUERADE, SNAT). RETURN is not terminal (the
+    /// caller handles it); neither are jumps, gotos and [`Target::Other`].
+    pub fn is_terminal(&self) -> bool {
+        use Target::*;
+        matches!(
+            self,
+            Accept | Drop | Reject | Dnat { .. } | Redirect { .. } | Masquerade | Snat { .. }
+        )
+    }
+}
+
+impl PortSet {
+    /// The union of inclusive ranges, sorted and merged; a range with `first > last` is empty
+    /// (as the kernel treats it).
+    pub fn new(ranges: Vec<(u16, u16)>) -> PortSet {
+        let mut ranges: Vec<(u16, u16)> = ranges.into_iter().filter(|(a, b)| a <= b).collect();
+        ranges.sort_unstable();
+        let mut out: Vec<(u16, u16)> = Vec::with_capacity(ranges.len());
+        for (a, b) in ranges {
+            match out.last_mut() {
+                Some(last) if u32::from(a) <= u32::from(last.1) + 1 => last.1 = last.1.max(b),
+                _ => out.push((a, b)),
+            }
+        }
+        PortSet(out)
+    }
+
+    /// Every port not in the set.
+    pub fn complement(&self) -> PortSet {
+        let (mut out, mut next) = (Vec::new(), 0u32);
+        for (a, b) in PortSet::new(self.0.clone()).0 {
+            if u32::from(a) > next {
+                out.push((next as u16, a - 1));
+            }
+            next = u32::from(b) + 1;
+        }
+        if next <= u32::from(u16::MAX) {
+            out.push((next as u16, u16::MAX));
+        }
+        PortSet(out)
+    }
+
+    /// The ports in both sets.
+    pub fn intersection(&self, other: &PortSet) -> PortSet {
+        let (x, y) = (
+            PortSet::new(self.0.clone()).0,
+            PortSet::new(other.0.clone()).0,
+        );
+        let (mut i, mut j, mut out) = (0, 0, Vec::new());
+        while i < x.len() && j < y.len() {
+            let (lo, hi) = (x[i].0.max(y[j].0), x[i].1.min(y[j].1));
+            if lo <= hi {
+                out.push((lo, hi));
+            }
+            if x[i].1 < y[j].1 { i += 1 } else { j += 1 }
+        }
+        PortSet(out)
+    }
+
+    /// Whether every port of `self` is in `other`.
+    pub fn is_subset(&self, other: &PortSet) -> bool {
+        self.intersection(other) == PortSet::new(self.0.clone())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|(a, b)| a > b)
+    }
+}
+
+/// Parse a saved rule's arguments (the tokens after `-A CHAIN`). Never fails: whatever is not
+/// understood becomes [`Cond::Other`] (so it can only make coverage less likely).
+pub fn parse_rule(args: &[String]) -> (Match, Target) {
+    let mut p = Parser::default();
+    let mut i = 0;
+    while i < args.len() {
+        let (mut negated, mut tok) = (false, args[i].as_str());
+        i += 1;
+        if tok == "!" {
+            let Some(next) = args.get(i) else {
+                p.close();
+                p.conds.push(Cond::Other("!".into()));
+                break;
+            };
+            (negated, tok) = (true, next);
+            i += 1;
+        }
+        let context = match tok {
+            "-m" | "--match" => Some("-m"),
+            "-j" | "--jump" => Some("-j"),
+            "-g" | "--goto" => Some("-g"),
+            _ => None,
+        };
+        if let Some(kind) = basic_option(tok) {
+            p.close();
+            p.in_target = false;
+            i = p.basic(kind, negated, args, i);
+        } else if let Some(opt) = context {
+            p.close();
+            let value = args.get(i).map(String::as_str);
+            i += usize::from(value.is_some());
+            if negated {
+                p.conds
+                    .push(Cond::Other(render(["!", opt, value.unwrap_or("")])));
+            }
+            p.in_target = opt != "-m";
+            match value {
+                Some(name) if opt == "-m" => p.open(name),
+                None if opt == "-m" => p.conds.push(Cond::Other("-m".into())),
+                name if p.target.is_none() => {
+                    p.target = Some((opt == "-g", name.unwrap_or("").into()))
+                }
+                _ => p.two_targets = true,
+            }
+        } else if p.in_target {
+            // Target options do not affect matching; only these three are kept.
+            if listed(FREE_TEXT, tok) {
+                i += 1;
+            }
+            let key = ["--to-destination", "--to-source", "--to-ports"]
+                .into_iter()
+                .find(|k| *k == tok);
+            if let (Some(key), Some(v)) = (key, args.get(i)) {
+                i += 1;
+                if !p.target_opts.iter().any(|(k, _)| *k == key) {
+                    p.target_opts.push((key, v.clone()));
+                }
+            }
+        } else {
+            i = p.option(negated, tok, args, i);
+        }
+    }
+    p.close();
+    let opt = |key: &str| {
+        p.target_opts
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.clone())
+    };
+    let target = match p.target.clone() {
+        None => Target::None,
+        // A second `-j` is most likely free text misread: trust neither.
+        Some((_, name)) if p.two_targets => Target::Other(name),
+        Some((true, chain)) => Target::Goto(chain),
+        Some((false, name)) => match name.as_str() {
+            "ACCEPT" => Target::Accept,
+            "DROP" => Target::Drop,
+            "RETURN" => Target::Return,
+            "REJECT" => Target::Reject,
+            "DNAT" => Target::Dnat {
+                to: opt("--to-destination").unwrap_or_default(),
+            },
+            "SNAT" => Target::Snat {
+                to: opt("--to-source").unwrap_or_default(),
+            },
+            "REDIRECT" => Target::Redirect {
+                to_ports: opt("--to-ports"),
+            },
+            "MASQUERADE" => Target::Masquerade,
+            n if n.is_empty() || listed(EXTENSION_TARGETS, n) => Target::Other(name),
+            _ => Target::Jump(name),
+        },
+    };
+    (Match { conds: p.conds }, target)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Basic {
+    Proto,
+    Src,
+    Dst,
+    In,
+    Out,
+    Frag,
+}
+
+fn basic_option(tok: &str) -> Option<Basic> {
+    Some(match tok {
+        "-p" | "--protocol" => Basic::Proto,
+        "-s" | "--source" | "--src" => Basic::Src,
+        "-d" | "--destination" | "--dst" => Basic::Dst,
+        "-i" | "--in-interface" => Basic::In,
+        "-o" | "--out-interface" => Basic::Out,
+        "-f" | "--fragment" => Basic::Frag,
+        _ => return None,
+    })
+}
+
+/// Where tokens belong: `-m NAME` and `-j`/`-g` open contexts that last until the next one
+/// or the next basic option.
+#[derive(Default)]
+struct Parser {
+    conds: Vec<Cond>,
+    module: Option<Module>,
+    in_target: bool,
+    /// (is goto, name) of the first `-j`/`-g`.
+    target: Option<(bool, String)>,
+    target_opts: Vec<(&'static str, String)>,
+    two_targets: bool,
+}
+
+/// An open `-m NAME` and what it has produced so far.
+struct Module {
+    name: String,
+    tokens: Vec<String>,
+    conds: Vec<Cond>,
+    /// The whole module is one [`Cond::Other`] of its tokens.
+    opaque: bool,
+}
+
+impl Parser {
+    fn open(&mut self, name: &str) {
+        let known = listed(PORT_MODULES, name) || listed("multiport addrtype comment", name);
+        let tokens = vec!["-m".into(), name.into()];
+        self.module = Some(Module {
+            name: name.into(),
+            tokens,
+            conds: Vec::new(),
+            opaque: !known,
+        });
+    }
+
+    fn close(&mut self) {
+        match self.module.take() {
+            Some(m) if m.opaque => self
+                .conds
+                .push(Cond::Other(render(m.tokens.iter().map(String::as_str)))),
+            Some(m) => self.conds.extend(m.conds),
+            None => {}
+        }
+    }
+
+    /// `-p`, `-s`, `-d`, `-i`, `-o`, `-f`; `i` is the index after the option. Returns the next.
+    fn basic(&mut self, kind: Basic, mut negated: bool, args: &[String], mut i: usize) -> usize {
+        let name = ["-p", "-s", "-d", "-i", "-o", "-f"][kind as usize];
+        let mut value = if kind == Basic::Frag {
+            None
+        } else {
+            args.get(i).map(String::as_str)
+        };
+        i += usize::from(value.is_some());
+        if value == Some("!") {
+            // The pre-1.4.3 spelling `-s ! 10.0.0.0/8`.
+            negated = !negated;
+            value = args.get(i).map(String::as_str);
+            i += usize::from(value.is_some());
+        }
+        let other = Cond::Other(render([
+            if negated { "!" } else { "" },
+            name,
+            value.unwrap_or(""),
+        ]));
+        let value = value.unwrap_or("");
+        let cond = match kind {
+            _ if value.is_empty() => other,
+            Basic::Proto => match value.to_ascii_lowercase() {
+                p if (p == "all" || p == "0") && !negated => return i,
+                p if p == "all" || p == "0" => other,
+                proto => Cond::Protocol { negated, proto },
+            },
+            Basic::Src | Basic::Dst => match value.parse::<IpNet>() {
+                Ok(net) if kind == Basic::Src => Cond::Src { negated, net },
+                Ok(net) => Cond::Dst { negated, net },
+                Err(_) => other,
+            },
+            Basic::In => Cond::InIface {
+                negated,
+                name: value.into(),
+            },
+            Basic::Out => Cond::OutIface {
+                negated,
+                name: value.into(),
+            },
+            Basic::Frag => other,
+        };
+        self.conds.push(cond);
+        i
+    }
+
+    /// Any other option outside a target; `i` is the index after it. Returns the next.
+    fn option(&mut self, negated: bool, tok: &str, args: &[String], i: usize) -> usize {
+        let bang = if negated { "!" } else { "" };
+        let module = match &mut self.module {
+            Some(m) if m.opaque => {
+                let free_text = args.get(i).filter(|_| listed(FREE_TEXT, tok));
+                let tokens = [bang, tok, free_text.map_or("", String::as_str)];
+                m.tokens.extend(
+                    tokens
+                        .into_iter()
+                        .filter(|t| !t.is_empty())
+                        .map(String::from),
+                );
+                return i + usize::from(free_text.is_some());
+            }
+            Some(m) => m.name.clone(),
+            // `-p tcp --dport 80` as typed: iptables loads `-m tcp` implicitly.
+            None => self
+                .conds
+                .iter()
+                .rev()
+                .find_map(|c| match c {
+                    Cond::Protocol {
+                        negated: false,
+                        proto,
+                    } if listed(PORT_MODULES, proto) => Some(proto.clone()),
+                    _ => None,
+                })
+                .unwrap_or_default(),
+        };
+        let ports = |v: &str, list: bool| {
+            let (dst, multi) = port_option(tok)?;
+            (multi == list).then_some(())?;
+            let ports = parse_ports(v, list)?;
+            Some(Some(if dst {
+                Cond::DPorts { negated, ports }
+            } else {
+                Cond::SPorts { negated, ports }
+            }))
+        };
+        // Some(None): understood, no condition.
+        let modelled: Option<Option<Cond>> = match (module.as_str(), args.get(i)) {
+            (m, Some(v)) if listed(PORT_MODULES, m) => ports(v, false),
+            ("multiport", Some(v)) => ports(v, true),
+            ("addrtype", Some(v)) => parse_types(v).and_then(|types| match tok {
+                "--dst-type" => Some(Some(Cond::DstType { negated, types })),
+                "--src-type" => Some(Some(Cond::SrcType { negated, types })),
+                _ => None,
+            }),
+            ("comment", Some(_)) if tok == "--comment" && !negated => Some(None),
+            _ => None,
+        };
+        let end = if modelled.is_some() {
+            i + 1
+        } else {
+            values_end(args, i)
+        };
+        let mut tokens: Vec<&str> = vec![bang, tok];
+        tokens.extend(args[i.min(args.len())..end].iter().map(String::as_str));
+        tokens.retain(|t| !t.is_empty());
+        let in_module = self.module.is_some();
+        // An addrtype or comment option not modelled may qualify the others: all opaque.
+        let opaque =
+            modelled.is_none() && in_module && (module == "addrtype" || module == "comment");
+        let cond = match modelled {
+            Some(cond) => cond,
+            None if opaque => None,
+            None if in_module => Some(Cond::Other(render(
+                ["-m", &module].into_iter().chain(tokens.iter().copied()),
+            ))),
+            None => Some(Cond::Other(render(tokens.iter().copied()))),
+        };
+        match &mut self.module {
+            Some(m) => {
+                m.tokens.extend(tokens.iter().map(|t| t.to_string()));
+                m.conds.extend(cond);
+                m.opaque |= opaque;
+            }
+            None => self.conds.extend(cond),
+        }
+        end
+    }
+}
+
+/// For a port option: (is destination, is a multiport list option).
+fn port_option(tok: &str) -> Option<(bool, bool)> {
+    Some(match tok {
+        "--dport" | "--destination-port" => (true, false),
+        "--sport" | "--source-port" => (false, false),
+        "--dports" | "--destination-ports" => (true, true),
+        "--sports" | "--source-ports" => (false, true),
+        _ => return None,
+    })
+}
+
+/// `80`, `80:90`, `:90`, `80:`; with `list`, comma-separated. `None` when anything is off.
+fn parse_ports(v: &str, list: bool) -> Option<PortSet> {
+    let items: Vec<&str> = if list {
+        v.split(',').collect()
+    } else {
+        vec![v]
+    };
+    let mut ranges = Vec::with_capacity(items.len());
+    for item in items {
+        let (a, b) = item.split_once(':').unwrap_or((item, item));
+        let a = if a.is_empty() { 0 } else { a.parse().ok()? };
+        let b = if b.is_empty() {
+            u16::MAX
+        } else {
+            b.parse().ok()?
+        };
+        (a <= b).then_some(())?;
+        ranges.push((a, b));
+    }
+    Some(PortSet::new(ranges))
+}
+
+fn parse_types(v: &str) -> Option<Vec<String>> {
+    let mut types: Vec<String> = v.split(',').map(str::to_ascii_uppercase).collect();
+    types.sort();
+    types.dedup();
+    types.iter().all(|t| listed(ADDR_TYPES, t)).then_some(types)
+}
+
+/// The index of the first token from `i` on that looks like an option (or `!`).
+fn values_end(args: &[String], i: usize) -> usize {
+    let is_option = |t: &&String| {
+        *t == "!" || (t.starts_with('-') && !t[1..].starts_with(|c: char| c.is_ascii_digit()))
+    };
+    let start = i.min(args.len());
+    start + args[start..].iter().take_while(|t| !is_option(t)).count()
+}
+
+/// Tokens joined by single spaces; empty ones dropped, ones with blanks or quotes quoted.
+fn render<'a>(tokens: impl IntoIterator<Item = &'a str>) -> String {
+    let quote = |t: &str| {
+        let plain = !t.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\');
+        if plain {
+            t.to_string()
+        } else {
+            format!("{t:?}")
+        }
+    };
+    let tokens: Vec<String> = tokens
+        .into_iter()
+        .filter(|t| !t.is_empty())
+        .map(quote)
+        .collect();
+    tokens.join(" ")
+}
+
+/// A condition taken apart: (field, negated, value). Conditions on the same field compare.
+enum Val<'a> {
+    Proto(&'a str),
+    Net(&'a IpNet),
+    Iface(&'a str),
+    Ports(&'a PortSet),
+    Types(&'a [String]),
+    Other(&'a str),
+}
+
+fn parts(c: &Cond) -> (u8, bool, Val<'_>) {
+    match c {
+        Cond::Protocol { negated, proto } => (0, *negated, Val::Proto(proto)),
+        Cond::Src { negated, net } => (1, *negated, Val::Net(net)),
+        Cond::Dst { negated, net } => (2, *negated, Val::Net(net)),
+        Cond::InIface { negated, name } => (3, *negated, Val::Iface(name)),
+        Cond::OutIface { negated, name } => (4, *negated, Val::Iface(name)),
+        Cond::DPorts { negated, ports } => (5, *negated, Val::Ports(ports)),
+        Cond::SPorts { negated, ports } => (6, *negated, Val::Ports(ports)),
+        Cond::DstType { negated, types } => (7, *negated, Val::Types(types)),
+        Cond::SrcType { negated, types } => (8, *negated, Val::Types(types)),
+        Cond::Other(x) => (9, false, Val::Other(x)),
+    }
+}
+
+/// Whether every packet satisfying `b` satisfies `a`.
+fn implies(b: &Cond, a: &Cond) -> bool {
+    let ((ak, an, a), (bk, bn, b)) = (parts(a), parts(b));
+    ak == bk && implies_parts((bn, b), (an, a))
+}
+
+/// [`implies`] on parts of the same field (negation flags given separately).
+fn implies_parts((bn, b): (bool, Val), (an, a): (bool, Val)) -> bool {
+    // From set relations: non-negated b ⊆ a; both negated a ⊆ b; negated a: b disjoint from a.
+    fn by_sets<T: ?Sized>(
+        an: bool,
+        a: &T,
+        bn: bool,
+        b: &T,
+        subset: fn(&T, &T) -> bool,
+        disjoint: fn(&T, &T) -> bool,
+    ) -> bool {
+        match (an, bn) {
+            (false, false) => subset(b, a),
+            (true, true) => subset(a, b),
+            (true, false) => disjoint(a, b),
+            (false, true) => false,
+        }
+    }
+    match (a, b) {
+        (Val::Proto(a), Val::Proto(b)) => by_sets(
+            an,
+            a,
+            bn,
+            b,
+            |x, y| x == y || proto_number(x).is_some_and(|n| proto_number(y) == Some(n)),
+            |x, y| matches!((proto_number(x), proto_number(y)), (Some(m), Some(n)) if m != n),
+        ),
+        (Val::Net(a), Val::Net(b)) => {
+            by_sets(an, a, bn, b, |x, y| net_contains(y, x), net_disjoint)
+        }
+        (Val::Iface(a), Val::Iface(b)) => by_sets(an, a, bn, b, iface_subset, iface_disjoint),
+        (Val::Ports(a), Val::Ports(b)) => effective(bn, b).is_subset(&effective(an, a)),
+        (Val::Types(a), Val::Types(b)) => by_sets(an, a, bn, b, types_imply, types_disjoint),
+        (Val::Other(a), Val::Other(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// Whether every packet satisfies the condition (`-s 0.0.0.0/0`, `-i +`; never ports, see
+/// the module comment), with its negation flag replaced by `negated`.
+fn vacuous(c: &Cond, negated: bool) -> bool {
+    match parts(c) {
+        (_, _, Val::Net(net)) => !negated && net.prefix == 0,
+        (_, _, Val::Iface(name)) => !negated && name == "+",
+        _ => false,
+    }
+}
+
+fn effective(negated: bool, ports: &PortSet) -> PortSet {
+    if negated {
+        ports.complement()
+    } else {
+        PortSet::new(ports.0.clone())
+    }
+}
+
+/// (bits, width) of an address.
+fn addr_bits(addr: IpAddr) -> (u128, u8) {
+    match addr {
+        IpAddr::V4(a) => (u128::from(u32::from(a)), 32),
+        IpAddr::V6(a) => (u128::from(a), 128),
+    }
+}
+
+/// Whether every address of `inner` is in `outer` (never across families).
+fn net_contains(outer: &IpNet, inner: &IpNet) -> bool {
+    let ((o, ow), (n, nw)) = (addr_bits(outer.addr), addr_bits(inner.addr));
+    let (op, ip) = (outer.prefix.min(ow), inner.prefix.min(nw));
+    let key = |bits: u128| if op == 0 { 0 } else { bits >> (ow - op) };
+    ow == nw && op <= ip && key(o) == key(n)
+}
+
+/// Whether no address is in both (within one family prefixes nest or are disjoint).
+fn net_disjoint(a: &IpNet, b: &IpNet) -> bool {
+    addr_bits(a.addr).1 == addr_bits(b.addr).1 && !net_contains(a, b) && !net_contains(b, a)
+}
+
+/// An interface name as a pattern: (literal part, is a `+` prefix).
+fn iface(name: &str) -> (&str, bool) {
+    name.strip_suffix('+')
+        .map_or((name, false), |prefix| (prefix, true))
+}
+
+fn iface_subset(inner: &str, outer: &str) -> bool {
+    match (iface(inner), iface(outer)) {
+        ((i, _), (o, true)) => i.starts_with(o),
+        _ => inner == outer,
+    }
+}
+
+fn iface_disjoint(a: &str, b: &str) -> bool {
+    match (iface(a), iface(b)) {
+        ((x, false), (y, false)) => x != y,
+        ((x, false), (p, true)) | ((p, true), (x, false)) => !x.starts_with(p),
+        ((p, true), (q, true)) => !p.starts_with(q) && !q.starts_with(p),
+    }
+}
+
+/// Whether `--X-type T` implies `--X-type S`, in IPv4 (T ⊆ S) and in IPv6 alike.
+fn types_imply(t: &[String], s: &[String]) -> bool {
+    let extra: Vec<&String> = s.iter().filter(|x| !t.contains(x)).collect();
+    t.iter().all(|x| s.contains(x))
+        && (extra.is_empty()
+            || s.iter().any(|x| listed(V4_ONLY_TYPES, x))
+            || (extra.iter().all(|x| listed(LOOKUP_TYPES, x))
+                && t.iter().any(|x| listed(LOOKUP_TYPES, x))))
+}
+
+/// Whether no address has both types: claimed only for certainly-IPv4 rules.
+fn types_disjoint(a: &[String], b: &[String]) -> bool {
+    a.iter().chain(b).any(|x| listed(V4_ONLY_TYPES, x)) && !a.iter().any(|x| b.contains(x))
+}
+
+/// The protocol number of a number or of a name iptables prints.
+fn proto_number(p: &str) -> Option<u8> {
+    let names = "icmp:1 tcp:6 udp:17 dccp:33 gre:47 esp:50 ah:51 icmpv6:58 ipv6-icmp:58 sctp:132 \
+        mh:135 ipv6-mh:135 udplite:136";
+    let named = names
+        .split_whitespace()
+        .filter_map(|e| e.split_once(':'))
+        .find(|(n, _)| *n == p);
+    p.parse()
+        .ok()
+        .or_else(|| named.and_then(|(_, v)| v.parse().ok()))
+}
+
+impl Match {
+    /// Every packet `other` matches, `self` matches too. Sound, not complete: false when
+    /// unsure. Each condition of `self` must be vacuous or implied by one condition of
+    /// `other`; a match that is certainly empty is covered by anything.
+    pub fn covers(&self, other: &Match) -> bool {
+        let implied =
+            |a: &Cond| vacuous(a, parts(a).1) || other.conds.iter().any(|b| implies(b, a));
+        self.conds.iter().all(implied) || other.is_empty()
+    }
+
+    /// The conjunction of both (the conditions of a jump and of a rule in the chain it jumps
+    /// to); conditions already present are not repeated.
+    pub fn and(&self, other: &Match) -> Match {
+        let mut conds = self.conds.clone();
+        for c in &other.conds {
+            if !conds.contains(c) {
+                conds.push(c.clone());
+            }
+        }
+        Match { conds }
+    }
+
+    /// Whether no packet can match (`-p tcp` and `-p udp`; disjoint port sets; two different
+    /// host addresses). Sound: true only when certain.
+    pub fn is_empty(&self) -> bool {
+        // a contradicts b when a implies not-b.
+        let contradicts = |a: &Cond, b: &Cond| {
+            let ((ak, an, av), (bk, bn, bv)) = (parts(a), parts(b));
+            ak == bk && ak != 9 && implies_parts((an, av), (!bn, bv))
+        };
+        let ports_empty = |field: u8| {
+            let sets = self.conds.iter().filter_map(|c| match parts(c) {
+                (k, negated, Val::Ports(p)) if k == field => Some(effective(negated, p)),
+                _ => None,
+            });
+            sets.reduce(|x, y| x.intersection(&y))
+                .is_some_and(|s| s.is_empty())
+        };
+        let conds = &self.conds;
+        ports_empty(5)
+            || ports_empty(6)
+            || conds
+                .iter()
+                .any(|c| parts(c).0 != 9 && vacuous(c, !parts(c).1))
+            || conds.iter().enumerate().any(|(i, a)| {
+                conds[i + 1..]
+                    .iter()
+                    .any(|b| contradicts(a, b) || contradicts(b, a))
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A rule as printed (with or without `-A CHAIN`).
+    fn rule(line: &str) -> (Match, Target) {
+        let mut tokens = crate::save::tokenize(line).expect("test line tokenizes");
+        if tokens.first().map(String::as_str) == Some("-A") {
+            tokens.drain(..2.min(tokens.len()));
+        }
+        parse_rule(&tokens)
+    }
+
+    fn m(line: &str) -> Match {
+        rule(line).0
+    }
+
+    /// Conditions in short: `!in docker0 | proto tcp | dports 80,90:99 | other[-f]`.
+    fn show(mat: &Match) -> String {
+        let one = |c: &Cond| {
+            let ports = |p: &PortSet| {
+                let r: Vec<String> =
+                    p.0.iter()
+                        .map(|(a, b)| {
+                            if a == b {
+                                format!("{a}")
+                            } else {
+                                format!("{a}:{b}")
+                            }
+                        })
+                        .collect();
+                r.join(",")
+            };
+            let (negated, text) = match c {
+                Cond::Protocol { negated, proto } => (*negated, format!("proto {proto}")),
+                Cond::Src { negated, net } => (*negated, format!("src {net}")),
+                Cond::Dst { negated, net } => (*negated, format!("dst {net}")),
+                Cond::InIface { negated, name } => (*negated, format!("in {name}")),
+                Cond::OutIface { negated, name } => (*negated, format!("out {name}")),
+                Cond::DPorts { negated, ports: p } => (*negated, format!("dports {}", ports(p))),
+                Cond::SPorts { negated, ports: p } => (*negated, format!("sports {}", ports(p))),
+                Cond::DstType { negated, types } => {
+                    (*negated, format!("dst-type {}", types.join(",")))
+                }
+                Cond::SrcType { negated, types } => {
+                    (*negated, format!("src-type {}", types.join(",")))
+                }
+                Cond::Other(x) => (false, format!("other[{x}]")),
+            };
+            format!("{}{text}", if negated { "!" } else { "" })
+        };
+        mat.conds.iter().map(one).collect::<Vec<_>>().join(" | ")
+    }
+
+    /// (saved rule, its conditions in short)
+    const PARSED: &[(&str, &str)] = &[
+        (
+            r#"-A KUBE-NODEPORTS -p tcp -m comment --comment "default/svc:http" -m tcp --dport 30080 -j KUBE-EXT-ABC"#,
+            "proto tcp | dports 30080",
+        ),
+        (
+            r#"-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"cbr0\" id: \"fb7c\"" -m multiport --dports 443,9001,80 -j CNI-DN-b24a"#,
+            "proto tcp | dports 80,443,9001",
+        ),
+        (
+            "-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80",
+            "!in docker0 | proto tcp | dports 8080",
+        ),
+        (
+            "-A NATLEDGER-HOSTPORTS -d 10.1.2.3/32 -p udp -m udp --dport 5353 -m addrtype --dst-type LOCAL -m comment --comment natledger:abc -j DNAT --to-destination 10.88.0.2:53",
+            "dst 10.1.2.3/32 | proto udp | dports 5353 | dst-type LOCAL",
+        ),
+        (
+            "-A PREROUTING -m addrtype --dst-type LOCAL -j NATLEDGER-HOSTPORTS",
+            "dst-type LOCAL",
+        ),
+        (
+            "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE",
+            "src 172.17.0.0/16 | !out docker0",
+        ),
+        (
+            "-A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j DOCKER",
+            "!dst 127.0.0.0/8 | dst-type LOCAL",
+        ),
+        ("-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000", ""),
+        (
+            "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+            "other[-m mark ! --mark 0x4000/0x4000]",
+        ),
+        (
+            "-p tcp -m tcp ! --dport 80 -m multiport ! --sports 1,2:4,8000:8010 -p all",
+            "proto tcp | !dports 80 | !sports 1:4,8000:8010",
+        ),
+        (
+            "-p tcp --dport 22 -m addrtype ! --src-type LOCAL,unicast",
+            "proto tcp | dports 22 | !src-type LOCAL,UNICAST",
+        ),
+        (
+            "-s 2001:db8::/32 -i eth+ -p 47 -m sctp --sport 1:",
+            "src 2001:db8::/32 | in eth+ | proto 47 | sports 1:65535",
+        ),
+        (
+            "--source 10.0.0.1 --protocol TCP --match tcp --destination-port :1023",
+            "src 10.0.0.1/32 | proto tcp | dports 0:1023",
+        ),
+        (
+            "-s ! 10.0.0.0/8 -d ::1/128",
+            "!src 10.0.0.0/8 | dst ::1/128",
+        ),
+        // not modelled: whole modules, or single options of the port modules
+        (
+            "-m conntrack --ctstate NEW",
+            "other[-m conntrack --ctstate NEW]",
+        ),
+        (
+            "-m conntrack ! --ctstate NEW,RELATED --ctdir REPLY",
+            "other[-m conntrack ! --ctstate NEW,RELATED --ctdir REPLY]",
+        ),
+        ("-m mark --mark 0x1", "other[-m mark --mark 0x1]"),
+        (
+            "-m set --match-set KUBE-X dst,dst -m set ! --match-set Y src",
+            "other[-m set --match-set KUBE-X dst,dst] | other[-m set ! --match-set Y src]",
+        ),
+        (
+            "-m statistic --mode random --probability 0.5",
+            "other[-m statistic --mode random --probability 0.5]",
+        ),
+        (
+            "-m physdev --physdev-is-bridged -f ! -f",
+            "other[-m physdev --physdev-is-bridged] | other[-f] | other[! -f]",
+        ),
+        (
+            "-p icmp -m icmp --icmp-type 8",
+            "proto icmp | other[-m icmp --icmp-type 8]",
+        ),
+        (
+            "-m addrtype --dst-type LOCAL --limit-iface-in",
+            "other[-m addrtype --dst-type LOCAL --limit-iface-in]",
+        ),
+        (
+            "-m addrtype --dst-type BOGUS",
+            "other[-m addrtype --dst-type BOGUS]",
+        ),
+        (
+            "-p tcp -m tcp --dport 22 --tcp-flags FIN,SYN SYN",
+            "proto tcp | dports 22 | other[-m tcp --tcp-flags FIN,SYN SYN]",
+        ),
+        (
+            "-p tcp -m tcp --dport 90:80 -m multiport --ports 80",
+            "proto tcp | other[-m tcp --dport 90:80] | other[-m multiport --ports 80]",
+        ),
+        (
+            "-s example.com ! -p all -p 0",
+            "other[-s example.com] | other[! -p all]",
+        ),
+        (
+            "-m comment --comment \"a b\" --bogus",
+            "other[-m comment --comment \"a b\" --bogus]",
+        ),
+        ("--weird 1 -2 -i", "other[--weird 1 -2] | other[-i]"),
+        (
+            "-p udp --dport 53 --dports 1",
+            "proto udp | dports 53 | other[--dports 1]",
+        ),
+        (
+            "-m string --algo bm --string -s -j DROP",
+            "other[-m string --algo bm --string -s]",
+        ),
+        ("-m comment --comment -p -j LOG --log-prefix -p", ""),
+    ];
+
+    #[test]
+    fn parses_conditions() {
+        for (line, want) in PARSED {
+            assert_eq!(show(&m(line)), *want, "{line}");
+        }
+    }
+
+    #[test]
+    fn parses_targets() {
+        let cases: &[(&str, Target, bool)] = &[
+            ("-p tcp", Target::None, false),
+            ("-j ACCEPT", Target::Accept, true),
+            ("-j DROP", Target::Drop, true),
+            ("-j RETURN", Target::Return, false),
+            (
+                "-j REJECT --reject-with icmp-port-unreachable",
+                Target::Reject,
+                true,
+            ),
+            (
+                "-j DNAT --to-destination 10.0.0.2:80",
+                Target::Dnat {
+                    to: "10.0.0.2:80".into(),
+                },
+                true,
+            ),
+            (
+                "-j REDIRECT --to-ports 8080",
+                Target::Redirect {
+                    to_ports: Some("8080".into()),
+                },
+                true,
+            ),
+            ("-j REDIRECT", Target::Redirect { to_ports: None }, true),
+            ("-j MASQUERADE --random-fully", Target::Masquerade, true),
+            (
+                "--jump SNAT --to-source 1.2.3.4",
+                Target::Snat {
+                    to: "1.2.3.4".into(),
+                },
+                true,
+            ),
+            (
+                "-j MARK --set-xmark 0x4000/0x4000",
+                Target::Other("MARK".into()),
+                false,
+            ),
+            (
+                "-j LOG --log-prefix \"x: \"",
+                Target::Other("LOG".into()),
+                false,
+            ),
+            ("-j CT --notrack", Target::Other("CT".into()), false),
+            (
+                "-j KUBE-SVC-XYZ",
+                Target::Jump("KUBE-SVC-XYZ".into()),
+                false,
+            ),
+            ("-g KUBE-SEP-1", Target::Goto("KUBE-SEP-1".into()), false),
+            ("-j", Target::Other(String::new()), false),
+            ("-j DROP -j LOG", Target::Other("DROP".into()), false),
+            (
+                "-m string --string -j --algo bm -j DROP",
+                Target::Drop,
+                true,
+            ),
+        ];
+        for (line, target, terminal) in cases {
+            let (mat, got) = rule(line);
+            assert_eq!((&got, got.is_terminal()), (target, *terminal), "{line}");
+            assert!(
+                mat.conds.len() <= 1,
+                "{line}: target options are no conditions"
+            );
+        }
+    }
+
+    #[test]
+    fn port_sets() {
+        let set = |r: &[(u16, u16)]| PortSet::new(r.to_vec());
+        assert_eq!(
+            set(&[(5, 9), (1, 3), (4, 4), (20, 30), (25, 26), (9, 1)]).0,
+            [(1, 9), (20, 30)]
+        );
+        assert_eq!(set(&[(0, 9), (65530, 65535)]).complement().0, [(10, 65529)]);
+        assert_eq!(set(&[]).complement().0, [(0, 65535)]);
+        assert!(set(&[(0, 65535)]).complement().is_empty());
+        assert_eq!(
+            set(&[(1, 10), (20, 30)]).intersection(&set(&[(5, 25)])).0,
+            [(5, 10), (20, 25)]
+        );
+        assert!(set(&[(80, 80)]).is_subset(&set(&[(1, 100)])));
+        assert!(!set(&[(80, 443)]).is_subset(&set(&[(1, 100), (200, 500)])));
+        assert!(PortSet(vec![(443, 443), (80, 80)]).is_subset(&set(&[(80, 80), (443, 443)])));
+        assert_eq!(parse_ports("1,2", false), None);
+        assert_eq!(parse_ports("1,x", true), None);
+    }
+
+    /// (A, B, A covers B)
+    const COVERS: &[(&str, &str, bool)] = &[
+        // ports: single, range, multiport, negated
+        ("-p tcp -m tcp --dport 80", "-p tcp -m tcp --dport 80", true),
+        (
+            "-p tcp -m tcp --dport 80:90",
+            "-p tcp -m tcp --dport 85",
+            true,
+        ),
+        (
+            "-p tcp -m tcp --dport 85",
+            "-p tcp -m tcp --dport 80:90",
+            false,
+        ),
+        (
+            "-p tcp -m multiport --dports 80,443",
+            "-p tcp -m tcp --dport 443",
+            true,
+        ),
+        (
+            "-p tcp -m multiport --dports 80,443",
+            "-p tcp -m multiport --dports 443,80",
+            true,
+        ),
+        (
+            "-p tcp -m multiport --dports 80,443",
+            "-p tcp -m multiport --dports 80,8080",
+            false,
+        ),
+        (
+            "-p tcp -m multiport --dports 1:100,200",
+            "-p tcp -m multiport --dports 5,50:60,200",
+            true,
+        ),
+        (
+            "-p tcp -m tcp ! --dport 80",
+            "-p tcp -m tcp --dport 443",
+            true,
+        ),
+        (
+            "-p tcp -m tcp ! --dport 80",
+            "-p tcp -m tcp --dport 80",
+            false,
+        ),
+        (
+            "-p tcp -m tcp ! --dport 80",
+            "-p tcp -m multiport ! --dports 80,81",
+            true,
+        ),
+        (
+            "-p tcp -m multiport ! --dports 80,81",
+            "-p tcp -m tcp ! --dport 80",
+            false,
+        ),
+        ("-p tcp -m tcp --dport 0:65535", "-p tcp", false), // fragments have no ports
+        ("-p tcp", "-p tcp -m tcp --dport 80", true),
+        (
+            "-p tcp -m tcp --sport 1024:65535",
+            "-p tcp -m tcp --dport 1024",
+            false,
+        ),
+        (
+            "-p tcp -m tcp --dport 80",
+            "-p udp -m udp --dport 80",
+            false,
+        ),
+        (
+            "-p tcp --dport 8080",
+            "! -i docker0 -p tcp -m tcp --dport 8080",
+            true,
+        ),
+        (
+            "! -i docker0 -p tcp -m tcp --dport 8080",
+            "-p tcp -m tcp --dport 8080",
+            false,
+        ),
+        // addresses and prefixes
+        ("-s 10.0.0.0/8", "-s 10.1.2.0/24", true),
+        ("-s 10.1.2.0/24", "-s 10.0.0.0/8", false),
+        ("-d 10.0.0.1/32", "-d 10.0.0.1", true),
+        ("-d 10.0.0.1/32", "-d 10.0.0.2/32", false),
+        ("! -d 10.0.0.1/32", "-d 10.0.0.2/32", true),
+        ("! -d 10.0.0.0/8", "-d 10.9.0.0/16", false),
+        ("! -s 10.0.0.0/16", "! -s 10.0.0.0/8", true),
+        ("! -s 10.0.0.0/8", "! -s 10.0.0.0/16", false),
+        ("-s 10.0.0.0/8", "! -s 11.0.0.0/8", false),
+        ("-s 0.0.0.0/0", "-p tcp", true),
+        ("-s ::/0", "-p tcp", true),
+        ("-s 10.0.0.0/8", "-d 10.0.0.1/32", false),
+        ("-s 2001:db8::/32", "-s 2001:db8:1::/48", true),
+        ("-s 2001:db8:1::/48", "-s 2001:db8::/32", false),
+        ("! -s 2001:db8::/32", "-s 2001:db9::1/128", true),
+        ("-s ::/96", "-s 0.0.0.1/32", false), // families never imply each other
+        ("! -s ::ffff:0:0/96", "-s 10.0.0.1/32", false),
+        // interfaces
+        ("-i eth+", "-i eth0", true),
+        ("-i eth+", "-i eth1+", true),
+        ("-i eth+", "-i eth+", true),
+        ("-i eth1+", "-i eth+", false),
+        ("-i eth0", "-i eth+", false),
+        ("-i eth0", "-i eth0", true),
+        ("-i eth0", "-i eth1", false),
+        ("! -i eth+", "-i wlan0", true),
+        ("! -i eth+", "-i eth0", false),
+        ("! -i eth+", "-i e+", false),
+        ("! -i eth0", "! -i eth+", true),
+        ("! -i eth+", "! -i eth0", false),
+        ("! -i docker0", "-i eth0", true),
+        ("-o +", "-p tcp", true),
+        ("-i eth0", "-o eth0", false),
+        // address types
+        (
+            "-m addrtype --dst-type LOCAL",
+            "-m addrtype --dst-type LOCAL",
+            true,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL,ANYCAST",
+            "-m addrtype --dst-type LOCAL",
+            true,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL,UNICAST",
+            "-m addrtype --dst-type LOCAL",
+            false,
+        ), // not in IPv6
+        (
+            "-m addrtype --dst-type BROADCAST,LOCAL",
+            "-m addrtype --dst-type LOCAL",
+            true,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL",
+            "-m addrtype --dst-type LOCAL,ANYCAST",
+            false,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL",
+            "-m addrtype --src-type LOCAL",
+            false,
+        ),
+        (
+            "-m addrtype ! --dst-type LOCAL",
+            "-m addrtype ! --dst-type LOCAL,ANYCAST",
+            true,
+        ),
+        (
+            "-m addrtype ! --dst-type LOCAL",
+            "-m addrtype --dst-type BROADCAST",
+            true,
+        ),
+        (
+            "-m addrtype ! --dst-type LOCAL",
+            "-m addrtype --dst-type UNICAST",
+            false,
+        ), // IPv6 overlap
+        (
+            "-m addrtype ! --dst-type LOCAL",
+            "-m addrtype --dst-type LOCAL",
+            false,
+        ),
+        ("-m addrtype --dst-type LOCAL", "-d 10.0.0.1/32", false),
+        // protocols
+        ("! -p udp", "-p tcp", true),
+        ("! -p udp", "-p 6", true),
+        ("-p tcp", "-p 6", true),
+        ("! -p tcp", "-p 6", false),
+        ("! -p udp", "-p foo", false),
+        ("! -p udp", "! -p udp", true),
+        ("-p tcp", "! -p udp", false),
+        ("-p ipv6-icmp", "-p icmpv6", true),
+        // comments ignored, marks are conditions, the MARK target is not
+        (
+            "-m comment --comment a -p tcp",
+            "-p tcp -m comment --comment b",
+            true,
+        ),
+        (
+            "-p tcp -j MARK --set-xmark 0x1/0x1",
+            "-p tcp -j ACCEPT",
+            true,
+        ),
+        ("-m mark --mark 0x1 -p tcp", "-p tcp", false),
+        ("-p tcp", "-m mark --mark 0x1 -p tcp", true),
+        ("-m mark --mark 0x1", "-m mark --mark 0x1 -p tcp", true),
+        ("-m mark --mark 0x1", "-m mark --mark 0x2", false),
+        ("-m mark ! --mark 0x1", "-m mark --mark 0x2", false),
+        (
+            "-m conntrack --ctstate NEW",
+            "-m conntrack --ctstate NEW,RELATED",
+            false,
+        ),
+        (
+            "-m limit --limit 5/min",
+            "-m limit --limit 5/min --limit-burst 10",
+            false,
+        ),
+        ("-f", "-f", true),
+        ("-f", "! -f", false),
+        // an empty match is covered by anything
+        ("-p udp", "-p tcp -p udp", true),
+        ("-d 10.0.0.1/32", "-d 10.0.0.2/32 -d 10.0.0.3/32", true),
+        // rules from the seeds and peers
+        (
+            "-A PREROUTING -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.0.0.5:6667",
+            "-A PREROUTING -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.0.0.9:6667",
+            true,
+        ),
+        (
+            r#"-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"cbr0\" id: \"fb7c\"" -m multiport --dports 443,9001,80,9002 -j CNI-DN-b24a"#,
+            r#"-A CNI-HOSTPORT-DNAT -p tcp -m comment --comment "dnat name: \"cbr0\" id: \"0961\"" -m multiport --dports 443,9001,80 -j CNI-DN-f239"#,
+            true,
+        ),
+        (
+            "-A KUBE-NODEPORTS -p tcp -m comment --comment \"default/svc:http\" -m tcp --dport 30080 -j KUBE-EXT-ABC",
+            "-A NATLEDGER-HOSTPORTS -d 10.1.2.3/32 -p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -m comment --comment natledger:abc -j DNAT --to-destination 10.88.0.2:80",
+            true,
+        ),
+        (
+            "-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80",
+            "-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m addrtype --dst-type LOCAL -j DNAT --to-destination 10.88.0.2:80",
+            false,
+        ),
+    ];
+
+    #[test]
+    fn covers() {
+        for (a, b, want) in COVERS {
+            assert_eq!(m(a).covers(&m(b)), *want, "{a:?} covers {b:?}");
+        }
+    }
+
+    /// (rule, certainly matches nothing)
+    const EMPTY: &[(&str, bool)] = &[
+        ("", false),
+        ("-p tcp -p udp", true),
+        ("-p tcp -p 6", false),
+        ("-p tcp ! -p 6", true),
+        ("-p tcp -p foo", false),
+        ("-d 10.0.0.1/32 -d 10.0.0.2/32", true),
+        ("-d 10.0.0.0/8 -d 10.0.0.2/32", false),
+        ("-d 10.0.0.0/8 ! -d 10.0.0.0/7", true),
+        ("! -d 0.0.0.0/0", true),
+        ("-s 10.0.0.1/32 -s ::1/128", false),
+        ("-p tcp -m tcp --dport 80 -m multiport --dports 81,82", true),
+        (
+            "-p tcp -m multiport --dports 1,2 -m multiport --dports 2,3 -m multiport --dports 1,3",
+            true,
+        ),
+        (
+            "-p tcp -m tcp --dport 80 -m multiport --dports 80,82",
+            false,
+        ),
+        ("-p tcp -m tcp --dport 80 -m tcp ! --dport 80", true),
+        ("-p tcp -m tcp ! --dport 0:65535", true),
+        ("-p tcp -m tcp --dport 80 -m tcp --sport 80", false),
+        ("-i eth0 -i eth1", true),
+        ("-i eth0 ! -i eth+", true),
+        ("-i eth+ -i eth0", false),
+        ("! -o +", true),
+        (
+            "-m addrtype --dst-type LOCAL -m addrtype ! --dst-type LOCAL",
+            true,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL -m addrtype ! --dst-type LOCAL,ANYCAST",
+            true,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL -m addrtype --dst-type UNICAST",
+            false,
+        ),
+        (
+            "-m addrtype --dst-type LOCAL -m addrtype --dst-type BROADCAST",
+            true,
+        ),
+        ("-m mark --mark 0x1 -m mark --mark 0x2", false),
+        ("-m mark --mark 0x1 -m mark ! --mark 0x1", false),
+    ];
+
+    #[test]
+    fn is_empty() {
+        for (line, want) in EMPTY {
+            assert_eq!(m(line).is_empty(), *want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn conjunction_of_jump_and_rule() {
+        let jump = m("-A PREROUTING -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS");
+        let rule = m("-A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j KUBE-EXT-ABC");
+        let path = jump.and(&rule);
+        assert_eq!(show(&path), "dst-type LOCAL | proto tcp | dports 30080");
+        assert_eq!(path.and(&path), path);
+        assert!(jump.covers(&path) && rule.covers(&path));
+        assert!(!path.covers(&rule), "the jump's condition is missing");
+        assert!(path.covers(&m(
+            "-p tcp -m tcp --dport 30080 -m addrtype --dst-type LOCAL -d 10.0.0.1/32"
+        )));
+        assert!(path.and(&m("-p udp")).is_empty());
+        assert!(!path.and(&m("-p tcp -m tcp --dport 30000:31000")).is_empty());
+        assert!(
+            path.and(&m("-p tcp -m tcp ! --dport 30000:31000"))
+                .is_empty()
+        );
+    }
+
+    /// Token soup never panics; parsing is deterministic, coverage reflexive, and a
+    /// conjunction is covered by each side.
+    #[test]
+    fn token_soup() {
+        const WORDS: &[&str] = &[
+            "!",
+            "-p",
+            "tcp",
+            "udp",
+            "all",
+            "-s",
+            "-d",
+            "10.0.0.0/8",
+            "::/0",
+            "0.0.0.0/0",
+            "-i",
+            "-o",
+            "eth+",
+            "+",
+            "",
+            "-f",
+            "-m",
+            "--match",
+            "multiport",
+            "addrtype",
+            "comment",
+            "mark",
+            "--dport",
+            "--sport",
+            "--dports",
+            "80",
+            "1:2",
+            "3,4:",
+            ":",
+            ",",
+            "--dst-type",
+            "--src-type",
+            "LOCAL",
+            "UNICAST,BROADCAST",
+            "--comment",
+            "-j",
+            "-g",
+            "--jump",
+            "DNAT",
+            "--to-destination",
+            "-1",
+            "X",
+            "--limit-iface-in",
+            "65536",
+            "-",
+            "--",
+        ];
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut previous = Match::default();
+        for _ in 0..20_000 {
+            let len = next(12);
+            let args: Vec<String> = (0..len)
+                .map(|_| WORDS[next(WORDS.len())].to_string())
+                .collect();
+            let (mat, target) = parse_rule(&args);
+            assert_eq!(parse_rule(&args), (mat.clone(), target.clone()), "{args:?}");
+            assert!(mat.covers(&mat), "{args:?}");
+            let both = mat.and(&previous);
+            assert!(mat.covers(&both) && previous.covers(&both), "{args:?}");
+            let _ = (
+                target.is_terminal(),
+                mat.is_empty(),
+                both.is_empty(),
+                mat.covers(&previous),
+            );
+            previous = mat;
+        }
+    }
+
+    /// Soundness against a packet model (IPv4): whenever `covers` or `is_empty` says yes,
+    /// no packet of a grid contradicts it. Packets without ports are non-first fragments.
+    #[test]
+    fn sound_on_a_packet_grid() {
+        const PIECES: &[&str] = &[
+            "-p tcp",
+            "! -p udp",
+            "-p 17",
+            "-s 10.0.0.0/8",
+            "! -s 10.0.0.1/32",
+            "-d 10.0.0.1/32",
+            "! -d 11.0.0.0/8",
+            "-i eth+",
+            "! -i eth0",
+            "-i wlan0",
+            "! -i e+",
+            "-m tcp --dport 80:90",
+            "-m tcp ! --dport 80",
+            "-m multiport --dports 80,443",
+            "-m multiport ! --dports 85,443",
+            "-m udp --sport 53",
+            "-m addrtype --dst-type LOCAL",
+            "-m addrtype ! --dst-type LOCAL",
+            "-m addrtype --dst-type BROADCAST,LOCAL",
+            "-m addrtype ! --dst-type UNICAST,BROADCAST",
+        ];
+        struct Packet {
+            proto: u8,
+            src: IpAddr,
+            dst: IpAddr,
+            iface: &'static str,
+            ports: Option<(u16, u16)>,
+            dst_type: &'static str,
+        }
+        let holds = |c: &Cond, p: &Packet| {
+            let (_, negated, val) = parts(c);
+            let ports = |field: u8, set: &PortSet| {
+                let port = p.ports.map(|(s, d)| if field == 5 { d } else { s });
+                port.is_some_and(|port| {
+                    effective(negated, set)
+                        .0
+                        .iter()
+                        .any(|(a, b)| (*a..=*b).contains(&port))
+                })
+            };
+            let hit = match (c, val) {
+                (Cond::DPorts { .. }, Val::Ports(set)) => return ports(5, set),
+                (Cond::SPorts { .. }, Val::Ports(set)) => return ports(6, set),
+                (_, Val::Proto(x)) => proto_number(x) == Some(p.proto),
+                (Cond::Src { .. }, Val::Net(n)) => net_contains(n, &IpNet::host(p.src)),
+                (_, Val::Net(n)) => net_contains(n, &IpNet::host(p.dst)),
+                (_, Val::Iface(name)) => iface_subset(p.iface, name),
+                (_, Val::Types(types)) => types.iter().any(|t| t == p.dst_type),
+                _ => unreachable!("no other conditions are generated: {c:?}"),
+            };
+            hit != negated
+        };
+        let addrs: Vec<IpAddr> = ["10.0.0.1", "10.0.0.2", "11.0.0.1", "192.168.1.1"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        let mut grid = Vec::new();
+        for proto in [6, 17, 1] {
+            for (&src, &dst) in addrs
+                .iter()
+                .zip(addrs.iter().rev())
+                .chain(addrs.iter().zip(&addrs))
+            {
+                for iface in ["eth0", "eth1", "wlan0", "docker0"] {
+                    for ports in [
+                        None,
+                        Some((53, 80)),
+                        Some((1000, 85)),
+                        Some((53, 443)),
+                        Some((2, 8080)),
+                    ] {
+                        let ports = ports.filter(|_| proto != 1);
+                        for dst_type in ["LOCAL", "UNICAST", "BROADCAST"] {
+                            grid.push(Packet {
+                                proto,
+                                src,
+                                dst,
+                                iface,
+                                ports,
+                                dst_type,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let mut random_rule = || {
+            let line: Vec<&str> = (0..next(4)).map(|_| PIECES[next(PIECES.len())]).collect();
+            m(&line.join(" "))
+        };
+        let (mut covered, mut empty) = (0, 0);
+        for _ in 0..2_000 {
+            let (a, b) = (random_rule(), random_rule());
+            let matches = |x: &Match, p: &Packet| x.conds.iter().all(|c| holds(c, p));
+            if a.covers(&b) {
+                covered += 1;
+                let counter = grid.iter().find(|p| matches(&b, p) && !matches(&a, p));
+                assert!(counter.is_none(), "{a:?} claimed to cover {b:?}");
+            }
+            let both = a.and(&b);
+            if both.is_empty() {
+                empty += 1;
+                assert!(
+                    !grid.iter().any(|p| matches(&both, p)),
+                    "{both:?} claimed empty"
+                );
+            }
+        }
+        assert!(
+            covered > 300 && empty > 100,
+            "the grid checked too little: {covered} {empty}"
+        );
+    }
+}

@@ -1,0 +1,346 @@
+//! `natledger doctor`: find the rules that make a port unreachable, whoever wrote them, in
+//! both backends and both families, from the live host or from saved dumps.
+//!
+//! ```text
+//!  rulesets (live *-save, or --from FILE...)  ─┐
+//!  host evidence (evidence.rs: listeners,      ├─▶ checks.rs ─▶ findings ─▶ report.rs
+//!   CNI IPAM, runtime state, routes)           │     uses paths.rs (evaluation order,
+//!  natledger's ledger (live only)             ─┘     shadows) and matchset.rs (coverage)
+//! ```
+//!
+//! Doctor only reads. Every finding carries the exact rule lines and a command that would
+//! fix it, printed, never run.
+
+mod checks;
+pub mod evidence;
+pub mod matchset;
+pub mod paths;
+mod report;
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
+use crate::family::Family;
+use crate::ledger::Ledger;
+use crate::save::{self, Table};
+
+pub use report::render;
+
+/// Exit statuses, for monitoring.
+pub const EXIT_CLEAN: u8 = 0;
+pub const EXIT_WARNINGS: u8 = 1;
+pub const EXIT_ERRORS: u8 = 2;
+pub const EXIT_FAILED: u8 = 3;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DoctorError {
+    #[error(
+        "--from {0:?}: expected BACKEND[/FAMILY]:FILE, BACKEND legacy or nft, FAMILY ipv4 or ipv6"
+    )]
+    BadFrom(String),
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: {source}", path.display())]
+    Parse {
+        path: PathBuf,
+        source: save::ParseError,
+    },
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// One backend and family's tables, and where they came from.
+#[derive(Debug)]
+pub struct Ruleset {
+    pub backend: Backend,
+    pub family: Family,
+    pub source: String,
+    pub tables: Vec<Table>,
+}
+
+impl Ruleset {
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+
+    fn rule_count(&self) -> usize {
+        self.tables.iter().map(|t| t.rules.len()).sum()
+    }
+}
+
+/// A saved dump to analyse: `legacy:FILE`, `nft/ipv6:FILE`. Without a family, the dump's
+/// header (`ip6tables-save`) or its addresses decide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpFile {
+    pub backend: Backend,
+    pub family: Option<Family>,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for DumpFile {
+    type Err = DoctorError;
+    fn from_str(s: &str) -> Result<Self, DoctorError> {
+        let bad = || DoctorError::BadFrom(s.to_string());
+        let (label, path) = s.split_once(':').ok_or_else(bad)?;
+        let (backend, family) = match label.split_once('/') {
+            Some((b, f)) => (b, Some(f)),
+            None => (label, None),
+        };
+        let backend = match backend {
+            "legacy" => Backend::Legacy,
+            "nft" => Backend::Nft,
+            _ => return Err(bad()),
+        };
+        let family = match family {
+            None => None,
+            Some("ipv4") => Some(Family::Ipv4),
+            Some("ipv6") => Some(Family::Ipv6),
+            Some(_) => return Err(bad()),
+        };
+        if path.is_empty() {
+            return Err(bad());
+        }
+        Ok(DumpFile {
+            backend,
+            family,
+            path: path.into(),
+        })
+    }
+}
+
+/// What to examine.
+pub struct DoctorOptions<'r> {
+    /// Saved dumps; empty means the live host (both backends, both families, plus host
+    /// evidence and natledger's ledger).
+    pub from: Vec<DumpFile>,
+    /// Only findings about this host port.
+    pub port: Option<u16>,
+    pub ledger: Ledger,
+    pub netfilter: Netfilter<'r>,
+    /// The backend the host's `iptables` command uses.
+    pub host_backend: Backend,
+    pub roots: evidence::Roots,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// A rule that can never match: an earlier one takes all its packets.
+    Shadowed,
+    /// A DNAT whose destination nothing holds.
+    DeadTarget,
+    /// A local listener whose traffic a rule redirects or rejects.
+    HijackedListener,
+    /// Rules in both iptables-legacy and iptables-nft (the kernel runs both).
+    SplitBackends,
+    /// natledger's own state: dead manifests, orphaned rules, missing rules.
+    NatledgerState,
+}
+
+/// A rule as found: where it is and its line.
+#[derive(Clone, Debug, Serialize)]
+pub struct RuleRef {
+    pub backend: Backend,
+    pub family: Family,
+    pub table: String,
+    pub chain: String,
+    /// 1-based position in its chain.
+    pub position: usize,
+    /// `-A CHAIN args`, as `*-save` prints it.
+    pub line: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    pub severity: Severity,
+    pub kind: Kind,
+    /// The host port concerned, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protocol: Option<String>,
+    /// One plain sentence.
+    pub summary: String,
+    pub rules: Vec<RuleRef>,
+    /// What the judgement rests on (dead targets, listeners).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub evidence: Vec<String>,
+    /// A command that would fix it (printed, never run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fix: Option<String>,
+}
+
+/// Everything doctor found.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// What was read: `legacy/ipv4 (live)`, `nft/ipv4 (dump.txt)`, …
+    pub sources: Vec<String>,
+    pub rules_read: usize,
+    /// False when a walk was cut short (see `paths::MAX_STEPS`).
+    pub complete: bool,
+    pub findings: Vec<Finding>,
+}
+
+impl Report {
+    /// 0 no problem (info only), 1 warnings only, 2 errors.
+    pub fn exit_code(&self) -> u8 {
+        match self.findings.iter().map(|f| f.severity).max() {
+            Some(Severity::Error) => EXIT_ERRORS,
+            Some(Severity::Warning) => EXIT_WARNINGS,
+            _ => EXIT_CLEAN,
+        }
+    }
+}
+
+/// Run every check.
+pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
+    let live = opts.from.is_empty();
+    let rulesets = if live {
+        read_live(opts)?
+    } else {
+        read_files(&opts.from)?
+    };
+    let host = live.then(|| checks::Host::gather(opts));
+    let mut out = checks::Checks::new(&rulesets, host.as_ref(), opts.host_backend);
+    out.shadowed();
+    out.dead_targets();
+    out.hijacked_listeners();
+    out.split_backends();
+    out.natledger_state();
+    let (mut findings, complete) = out.finish();
+    if let Some(port) = opts.port {
+        findings.retain(|f| f.port == Some(port));
+    }
+    findings.sort_by(|a, b| {
+        b.severity
+            .cmp(&a.severity)
+            .then(a.port.cmp(&b.port))
+            .then(a.summary.cmp(&b.summary))
+    });
+    Ok(Report {
+        sources: rulesets
+            .iter()
+            .map(|r| format!("{}/{} ({})", r.backend, r.family, r.source))
+            .collect(),
+        rules_read: rulesets.iter().map(Ruleset::rule_count).sum(),
+        complete,
+        findings,
+    })
+}
+
+fn read_live(opts: &DoctorOptions) -> Result<Vec<Ruleset>, DoctorError> {
+    let mut out = Vec::new();
+    for backend in Backend::ALL {
+        for family in Family::ALL {
+            if backend == Backend::Legacy && !any_legacy_table(family)? {
+                continue;
+            }
+            let tables = match opts.netfilter.read_all(backend, family) {
+                Ok(tables) => tables,
+                Err(BackendError::ToolNotFound { .. }) if backend == Backend::Nft => continue,
+                Err(e) => return Err(e.into()),
+            };
+            out.push(Ruleset {
+                backend,
+                family,
+                source: "live".into(),
+                tables,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Whether any iptables-legacy table exists (procfs; no process).
+fn any_legacy_table(family: Family) -> Result<bool, BackendError> {
+    for table in ["nat", "filter", "mangle", "raw", "security"] {
+        if legacy_table_exists(family, table)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn read_files(files: &[DumpFile]) -> Result<Vec<Ruleset>, DoctorError> {
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(&f.path).map_err(|source| DoctorError::Read {
+                path: f.path.clone(),
+                source,
+            })?;
+            let tables = save::parse_dump(&text).map_err(|source| DoctorError::Parse {
+                path: f.path.clone(),
+                source,
+            })?;
+            Ok(Ruleset {
+                backend: f.backend,
+                family: f.family.unwrap_or_else(|| guess_family(&text)),
+                source: f.path.display().to_string(),
+                tables,
+            })
+        })
+        .collect()
+}
+
+/// A dump's family from its header, or from an IPv6 address in it.
+fn guess_family(text: &str) -> Family {
+    let v6_header = text
+        .lines()
+        .take(3)
+        .any(|l| l.starts_with('#') && l.contains("ip6tables"));
+    let v6_address = text.lines().take(2000).any(|l| {
+        l.split_whitespace()
+            .any(|t| t.contains("::") || (t.matches(':').count() >= 2 && t.contains('/')))
+    });
+    if v6_header || v6_address {
+        Family::Ipv6
+    } else {
+        Family::Ipv4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_labels() {
+        let f: DumpFile = "legacy:/tmp/a".parse().unwrap();
+        assert_eq!((f.backend, f.family), (Backend::Legacy, None));
+        let f: DumpFile = "nft/ipv6:b.txt".parse().unwrap();
+        assert_eq!((f.backend, f.family), (Backend::Nft, Some(Family::Ipv6)));
+        for bad in ["a.txt", "iptables:a", "nft/v7:a", "nft:"] {
+            assert!(bad.parse::<DumpFile>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn family_from_the_dump() {
+        assert_eq!(
+            guess_family("# Generated by ip6tables-save v1.8.9\n*nat\n"),
+            Family::Ipv6
+        );
+        assert_eq!(
+            guess_family("*nat\n-A X -d fd00::1/128 -j ACCEPT\n"),
+            Family::Ipv6
+        );
+        assert_eq!(
+            guess_family("*nat\n-A X -d 10.0.0.1/32 -j DNAT --to-destination 10.0.0.2:80\n"),
+            Family::Ipv4
+        );
+    }
+}

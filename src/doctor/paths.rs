@@ -1,0 +1,277 @@
+//! The order in which the kernel evaluates a table's rules for one hook, and which rules
+//! can never match because an earlier one takes all their packets.
+//!
+//! [`walk`] follows a built-in chain and every jump in order (depth first, as the kernel
+//! does), giving each rule reached the conjunction of the conditions on its path. [`shadows`]
+//! then finds, for each rule of interest, the first earlier rule that takes every packet it
+//! would match and ends evaluation (a terminal target), or returns from a chain on its path.
+
+use std::collections::HashMap;
+
+use super::matchset::{Cond, Match, Target, parse_rule};
+use crate::save::{SavedRule, Table};
+
+/// Chains deeper than this are not followed (iptables itself refuses loops).
+const MAX_DEPTH: usize = 32;
+/// Rules reached per hook at most; past it the walk stops and says so.
+pub const MAX_STEPS: usize = 2_000_000;
+
+/// One rule as reached from a built-in chain.
+#[derive(Clone, Debug)]
+pub struct Step<'t> {
+    pub rule: &'t SavedRule,
+    /// 1-based position in its chain.
+    pub position: usize,
+    /// The rule's conditions and those of every jump that led to it.
+    pub cond: Match,
+    pub target: Target,
+    /// The chain invocations it runs in, outermost first (a RETURN ends the innermost).
+    pub frames: Vec<u32>,
+}
+
+/// The rules of `table` in the order the kernel tries them for `builtin`; `complete` is false
+/// when [`MAX_STEPS`] cut the walk short.
+pub fn walk<'t>(table: &'t Table, builtin: &str) -> (Vec<Step<'t>>, bool) {
+    let mut by_chain: HashMap<&str, Vec<(usize, &SavedRule)>> = HashMap::new();
+    for rule in &table.rules {
+        let list = by_chain.entry(rule.chain.as_str()).or_default();
+        list.push((list.len() + 1, rule));
+    }
+    let mut walker = Walker {
+        by_chain,
+        steps: Vec::new(),
+        next_frame: 0,
+        complete: true,
+    };
+    walker.chain(builtin, &Match::default(), &mut Vec::new(), &mut Vec::new());
+    (walker.steps, walker.complete)
+}
+
+struct Walker<'t> {
+    by_chain: HashMap<&'t str, Vec<(usize, &'t SavedRule)>>,
+    steps: Vec<Step<'t>>,
+    next_frame: u32,
+    complete: bool,
+}
+
+impl<'t> Walker<'t> {
+    fn chain(&mut self, name: &str, cond: &Match, frames: &mut Vec<u32>, stack: &mut Vec<String>) {
+        if stack.len() >= MAX_DEPTH || stack.iter().any(|c| c == name) {
+            return;
+        }
+        let Some(rules) = self.by_chain.get(name).cloned() else {
+            return;
+        };
+        frames.push(self.next_frame);
+        self.next_frame += 1;
+        stack.push(name.to_string());
+        for (position, rule) in rules {
+            if self.steps.len() >= MAX_STEPS {
+                self.complete = false;
+                break;
+            }
+            let (own, target) = parse_rule(&rule.args);
+            let cond = cond.and(&own);
+            if cond.is_empty() {
+                continue;
+            }
+            let into = match &target {
+                Target::Jump(to) | Target::Goto(to) if self.by_chain.contains_key(to.as_str()) => {
+                    Some(to.clone())
+                }
+                _ => None,
+            };
+            self.steps.push(Step {
+                rule,
+                position,
+                cond: cond.clone(),
+                target,
+                frames: frames.clone(),
+            });
+            if let Some(to) = into {
+                self.chain(&to, &cond, frames, stack);
+            }
+        }
+        stack.pop();
+        frames.pop();
+    }
+}
+
+/// A rule that never matches, and the earlier rule that takes its packets.
+#[derive(Clone, Copy, Debug)]
+pub struct Shadow {
+    /// Index in the walk of the rule that never matches.
+    pub shadowed: usize,
+    /// Index of the earlier rule.
+    pub by: usize,
+}
+
+/// For every step `interesting` selects, the first earlier step that ends evaluation for all
+/// its packets: a terminal target whose path conditions cover its own, or a RETURN that
+/// covers it in a chain it runs in. Earlier candidates are indexed by destination port, so
+/// this stays near-linear on kube-proxy-sized tables.
+pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shadow> {
+    // Enders: steps that stop evaluation (of the hook, or of their chain) for what they match.
+    // Those with a small explicit destination-port set are filed under each port; the rest
+    // are checked against everything.
+    const INDEXED_PORTS: u32 = 1024;
+    let mut by_port: HashMap<u16, Vec<usize>> = HashMap::new();
+    let mut wildcard: Vec<usize> = Vec::new();
+    let mut found = Vec::new();
+    for (i, step) in steps.iter().enumerate() {
+        let ends = step.target.is_terminal() || step.target == Target::Return;
+        let wanted = interesting(step);
+        if !ends && !wanted {
+            continue;
+        }
+        let candidates = match exact_ports(&step.cond) {
+            Some(first) => merge(&wildcard, by_port.get(&first).map_or(&[][..], |v| v)),
+            None => wildcard.clone(),
+        };
+        let by = candidates.into_iter().find(|&a| ends_for(&steps[a], step));
+        if let Some(by) = by {
+            if wanted {
+                found.push(Shadow { shadowed: i, by });
+            }
+            // A rule that is never reached takes nothing from later rules.
+            continue;
+        }
+        if !ends {
+            continue;
+        }
+        match port_set(&step.cond) {
+            Some(ranges) if span(&ranges) <= INDEXED_PORTS => {
+                for (lo, hi) in ranges {
+                    for port in lo..=hi {
+                        by_port.entry(port).or_default().push(i);
+                    }
+                }
+            }
+            _ => wildcard.push(i),
+        }
+    }
+    found
+}
+
+/// Whether the earlier step `a` keeps every packet of `b` from reaching it.
+fn ends_for(a: &Step, b: &Step) -> bool {
+    if !a.cond.covers(&b.cond) {
+        return false;
+    }
+    if a.target == Target::Return {
+        // A RETURN ends its own chain invocation: b must run inside it.
+        let frame = a.frames.last();
+        return frame.is_some_and(|f| b.frames.contains(f));
+    }
+    a.target.is_terminal()
+}
+
+/// Sorted union of two ascending index lists.
+fn merge(a: &[usize], b: &[usize]) -> Vec<usize> {
+    let mut out: Vec<usize> = a.iter().chain(b).copied().collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// The destination ports a step requires (a positive port condition), as ranges.
+fn port_set(cond: &Match) -> Option<Vec<(u16, u16)>> {
+    cond.conds.iter().find_map(|c| match c {
+        Cond::DPorts {
+            negated: false,
+            ports,
+        } => Some(ports.0.clone()),
+        _ => None,
+    })
+}
+
+/// The lowest port of a step's required set: any earlier rule that covers it must match
+/// this port too, so it is filed under it (or is a wildcard).
+fn exact_ports(cond: &Match) -> Option<u16> {
+    port_set(cond).and_then(|r| r.first().map(|(lo, _)| *lo))
+}
+
+fn span(ranges: &[(u16, u16)]) -> u32 {
+    ranges
+        .iter()
+        .map(|(lo, hi)| u32::from(*hi) - u32::from(*lo) + 1)
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::save::parse_dump;
+
+    fn table(lines: &str) -> Table {
+        parse_dump(&format!("*nat\n{lines}\nCOMMIT\n"))
+            .unwrap()
+            .remove(0)
+    }
+
+    fn dnat(step: &Step) -> bool {
+        matches!(step.target, Target::Dnat { .. })
+    }
+
+    #[test]
+    fn walks_jumps_depth_first_with_path_conditions() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n:SVC - [0:0]\n\
+             -A PREROUTING -m addrtype --dst-type LOCAL -j SVC\n\
+             -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.9:80\n\
+             -A SVC -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.1:80",
+        );
+        let (steps, complete) = walk(&t, "PREROUTING");
+        assert!(complete);
+        let order: Vec<(&str, usize)> = steps
+            .iter()
+            .map(|s| (s.rule.chain.as_str(), s.position))
+            .collect();
+        assert_eq!(order, [("PREROUTING", 1), ("SVC", 1), ("PREROUTING", 2)]);
+        // The DNAT in SVC carries the jump's LOCAL condition, so it does not cover the later
+        // DNAT for every destination: no shadow.
+        assert!(shadows(&steps, dnat).is_empty());
+    }
+
+    #[test]
+    fn an_earlier_covering_dnat_shadows_and_a_narrower_one_does_not() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n\
+             -A PREROUTING -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.0.0.5:6667\n\
+             -A PREROUTING -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.0.0.6:6667\n\
+             -A PREROUTING -s 10.1.0.0/16 -p tcp -m tcp --dport 7000 -j DNAT --to-destination 10.0.0.7:7000\n\
+             -A PREROUTING -p tcp -m tcp --dport 7000 -j DNAT --to-destination 10.0.0.8:7000",
+        );
+        let (steps, _) = walk(&t, "PREROUTING");
+        let found = shadows(&steps, dnat);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].by, found[0].shadowed), (0, 1));
+    }
+
+    #[test]
+    fn a_covering_return_shadows_the_rest_of_its_chain_only() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n:A - [0:0]\n\
+             -A PREROUTING -j A\n\
+             -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.2:80\n\
+             -A A -p tcp -j RETURN\n\
+             -A A -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.1:80",
+        );
+        let (steps, _) = walk(&t, "PREROUTING");
+        let found = shadows(&steps, dnat);
+        assert_eq!(found.len(), 1);
+        assert_eq!(steps[found[0].shadowed].rule.chain, "A");
+        assert_eq!(steps[found[0].by].target, Target::Return);
+    }
+
+    #[test]
+    fn loops_and_missing_chains_end_the_walk() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n:A - [0:0]\n:B - [0:0]\n\
+             -A PREROUTING -j A\n-A A -j B\n-A B -j A\n-A B -j NOWHERE",
+        );
+        let (steps, complete) = walk(&t, "PREROUTING");
+        assert!(complete);
+        assert_eq!(steps.len(), 4);
+    }
+}
