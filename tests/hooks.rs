@@ -441,3 +441,57 @@ fn list_reports_containers_alive_and_dead() {
     assert_eq!(v[0]["alive"], false);
     assert_ok(&node.poststop("c2"), "poststop");
 }
+
+/// A local process already listening on a host port natledger is about to forward loses those
+/// connections: create-runtime names it in a warning, and refuses when the container says so.
+#[test]
+fn a_local_listener_on_a_mapped_port_is_named_or_refused() {
+    let node = Node::new(Backend::Nft);
+    let ns = node.topo.node().to_string();
+    let _listener = serve_tcp(&ns, sock(Ipv4Addr::UNSPECIFIED, 8080), "local");
+    let me = std::process::id().to_string();
+    let out = node.create(
+        "c2",
+        None,
+        &[
+            ("io.natledger.ports", "8080:80"),
+            ("io.natledger.ip", "10.77.0.2"),
+        ],
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning:") && err.contains("listens on 0.0.0.0 port 8080/tcp"),
+        "{err}"
+    );
+    assert!(err.contains(&format!("(pid {me})")), "{err}");
+    assert_ok(&node.poststop("c2"), "poststop");
+
+    let before = node.dump();
+    let bundle = node.bundle(
+        "c3",
+        &[
+            ("io.natledger.ports", "8080:80"),
+            ("io.natledger.ip", "10.77.0.3"),
+            ("io.natledger.port-conflict", "refuse"),
+        ],
+    );
+    let refused = node.hook("create-runtime", "c3", None, &bundle);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("is in use by"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(!node.manifest_exists("c3"));
+    assert_eq!(node.dump(), before);
+    // Another port is not affected.
+    node.create(
+        "c4",
+        None,
+        &[
+            ("io.natledger.ports", "8081:80"),
+            ("io.natledger.ip", "10.77.0.4"),
+            ("io.natledger.port-conflict", "refuse"),
+        ],
+    );
+}
