@@ -604,9 +604,36 @@ fn implies_parts((bn, b): (bool, Val), (an, a): (bool, Val)) -> bool {
         (Val::Iface(a), Val::Iface(b)) => by_sets(an, a, bn, b, iface_subset, iface_disjoint),
         (Val::Ports(a), Val::Ports(b)) => effective(bn, b).is_subset(&effective(an, a)),
         (Val::Types(a), Val::Types(b)) => by_sets(an, a, bn, b, types_imply, types_disjoint),
-        (Val::Other(a), Val::Other(b)) => a == b,
+        (Val::Other(a), Val::Other(b)) => a == b && !stateful(a),
         _ => false,
     }
+}
+
+/// Modules whose verdict is a fresh draw or a per-rule counter (random sampling, every nth
+/// packet, token buckets, quotas, recent lists): two rules with the same such condition do
+/// not match the same packets, so an identical condition implies nothing.
+const STATEFUL_MODULES: &[&str] = &[
+    "statistic",
+    "limit",
+    "hashlimit",
+    "connlimit",
+    "quota",
+    "quota2",
+    "recent",
+    "nth",
+    "random",
+];
+
+fn stateful(other: &str) -> bool {
+    let mut tokens = other.split_whitespace();
+    while let Some(t) = tokens.next() {
+        if (t == "-m" || t == "--match")
+            && tokens.next().is_some_and(|m| STATEFUL_MODULES.contains(&m))
+        {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether every packet satisfies the condition (`-s 0.0.0.0/0`, `-i +`; never ports, see
@@ -746,6 +773,26 @@ impl Match {
                     .iter()
                     .any(|b| contradicts(a, b) || contradicts(b, a))
             })
+    }
+}
+
+#[cfg(test)]
+mod stateful_tests {
+    use super::*;
+
+    fn m(line: &str) -> Match {
+        let args: Vec<String> = line.split_whitespace().map(String::from).collect();
+        parse_rule(&args).0
+    }
+
+    #[test]
+    fn identical_random_or_counting_conditions_imply_nothing() {
+        let sampled = "-p tcp -m statistic --mode random --probability 0.5 -j X";
+        assert!(!m(sampled).covers(&m(sampled)));
+        let limited = "-p tcp -m limit --limit 5/sec -j X";
+        assert!(!m(limited).covers(&m(limited)));
+        let marked = "-p tcp -m mark --mark 0x1 -j X";
+        assert!(m(marked).covers(&m(marked)));
     }
 }
 

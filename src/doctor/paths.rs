@@ -7,6 +7,8 @@
 //! would match and ends evaluation (a terminal target), or returns from a chain on its path.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
+use std::rc::Rc;
 
 use super::matchset::{Cond, Match, Target, parse_rule};
 use crate::save::{SavedRule, Table};
@@ -26,37 +28,68 @@ pub struct Step<'t> {
     pub cond: Match,
     pub target: Target,
     /// The chain invocations it runs in, outermost first (a RETURN ends the innermost).
-    pub frames: Vec<u32>,
+    pub frames: Rc<[u32]>,
+}
+
+/// Every rule of a table parsed once, in table order (walks of several hooks share it).
+pub fn parse_table(table: &Table) -> Vec<(Match, Target)> {
+    table.rules.iter().map(|r| parse_rule(&r.args)).collect()
 }
 
 /// The rules of `table` in the order the kernel tries them for `builtin`; `complete` is false
-/// when [`MAX_STEPS`] cut the walk short.
-pub fn walk<'t>(table: &'t Table, builtin: &str) -> (Vec<Step<'t>>, bool) {
-    let mut by_chain: HashMap<&str, Vec<(usize, &SavedRule)>> = HashMap::new();
-    for rule in &table.rules {
+/// when [`MAX_STEPS`] cut the walk short. `parsed` is [`parse_table`] of `table`.
+pub fn walk<'t>(
+    table: &'t Table,
+    parsed: &[(Match, Target)],
+    builtin: &str,
+) -> (Vec<Step<'t>>, bool) {
+    let mut by_chain: HashMap<&str, Vec<Entry<'t, '_>>> = HashMap::new();
+    for (rule, (own, target)) in table.rules.iter().zip(parsed) {
         let list = by_chain.entry(rule.chain.as_str()).or_default();
-        list.push((list.len() + 1, rule));
+        list.push(Entry {
+            position: list.len() + 1,
+            rule,
+            own,
+            target,
+        });
     }
     let mut walker = Walker {
         by_chain,
-        steps: Vec::new(),
+        steps: Vec::with_capacity(table.rules.len()),
         next_frame: 0,
         complete: true,
     };
-    walker.chain(builtin, &Match::default(), &mut Vec::new(), &mut Vec::new());
+    if let Some((name, _)) = walker.by_chain.get_key_value(builtin) {
+        let name: &'t str = name;
+        walker.chain(name, &Match::default(), &mut Vec::new(), &mut Vec::new());
+    }
     (walker.steps, walker.complete)
 }
 
-struct Walker<'t> {
-    by_chain: HashMap<&'t str, Vec<(usize, &'t SavedRule)>>,
+#[derive(Clone, Copy)]
+struct Entry<'t, 'p> {
+    position: usize,
+    rule: &'t SavedRule,
+    own: &'p Match,
+    target: &'p Target,
+}
+
+struct Walker<'t, 'p> {
+    by_chain: HashMap<&'t str, Vec<Entry<'t, 'p>>>,
     steps: Vec<Step<'t>>,
     next_frame: u32,
     complete: bool,
 }
 
-impl<'t> Walker<'t> {
-    fn chain(&mut self, name: &str, cond: &Match, frames: &mut Vec<u32>, stack: &mut Vec<String>) {
-        if stack.len() >= MAX_DEPTH || stack.iter().any(|c| c == name) {
+impl<'t, 'p> Walker<'t, 'p> {
+    fn chain(
+        &mut self,
+        name: &'t str,
+        cond: &Match,
+        frames: &mut Vec<u32>,
+        stack: &mut Vec<&'t str>,
+    ) {
+        if stack.len() >= MAX_DEPTH || stack.contains(&name) {
             return;
         }
         let Some(rules) = self.by_chain.get(name).cloned() else {
@@ -64,32 +97,44 @@ impl<'t> Walker<'t> {
         };
         frames.push(self.next_frame);
         self.next_frame += 1;
-        stack.push(name.to_string());
-        for (position, rule) in rules {
+        // Shared by every step of this invocation.
+        let here: Rc<[u32]> = Rc::from(frames.as_slice());
+        stack.push(name);
+        for Entry {
+            position,
+            rule,
+            own,
+            target,
+        } in rules
+        {
             if self.steps.len() >= MAX_STEPS {
                 self.complete = false;
                 break;
             }
-            let (own, target) = parse_rule(&rule.args);
-            let cond = cond.and(&own);
+            let cond = cond.and(own);
             if cond.is_empty() {
                 continue;
             }
-            let into = match &target {
-                Target::Jump(to) | Target::Goto(to) if self.by_chain.contains_key(to.as_str()) => {
-                    Some(to.clone())
+            let into = match target {
+                Target::Jump(to) | Target::Goto(to) => {
+                    self.by_chain.get_key_value(to.as_str()).map(|(k, _)| *k)
                 }
                 _ => None,
             };
-            self.steps.push(Step {
+            let step = Step {
                 rule,
                 position,
-                cond: cond.clone(),
-                target,
-                frames: frames.clone(),
-            });
-            if let Some(to) = into {
-                self.chain(&to, &cond, frames, stack);
+                cond,
+                target: target.clone(),
+                frames: here.clone(),
+            };
+            match into {
+                Some(to) => {
+                    let cond = step.cond.clone();
+                    self.steps.push(step);
+                    self.chain(to, &cond, frames, stack);
+                }
+                None => self.steps.push(step),
             }
         }
         stack.pop();
@@ -108,15 +153,13 @@ pub struct Shadow {
 
 /// For every step `interesting` selects, the first earlier step that ends evaluation for all
 /// its packets: a terminal target whose path conditions cover its own, or a RETURN that
-/// covers it in a chain it runs in. Earlier candidates are indexed by destination port, so
-/// this stays near-linear on kube-proxy-sized tables.
+/// covers it in a chain it runs in. Earlier enders are indexed by destination port and by
+/// destination address, so this stays near-linear on kube-proxy-sized tables (where
+/// thousands of DNATs share a port but each has its own service address).
 pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shadow> {
-    // Enders: steps that stop evaluation (of the hook, or of their chain) for what they match.
-    // Those with a small explicit destination-port set are filed under each port; the rest
-    // are checked against everything.
     const INDEXED_PORTS: u32 = 1024;
-    let mut by_port: HashMap<u16, Vec<usize>> = HashMap::new();
-    let mut wildcard: Vec<usize> = Vec::new();
+    let mut by_port: HashMap<u16, Bucket> = HashMap::new();
+    let mut any_port = Bucket::default();
     let mut found = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let ends = step.target.is_terminal() || step.target == Target::Return;
@@ -124,10 +167,15 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
         if !ends && !wanted {
             continue;
         }
-        let candidates = match exact_ports(&step.cond) {
-            Some(first) => merge(&wildcard, by_port.get(&first).map_or(&[][..], |v| v)),
-            None => wildcard.clone(),
-        };
+        // An ender that names ports or a host address can cover this step only if this step
+        // names them too: look only where it could be.
+        let dst = host_destination(&step.cond);
+        let mut candidates = any_port.candidates(dst);
+        if let Some(bucket) = exact_ports(&step.cond).and_then(|p| by_port.get(&p)) {
+            candidates.extend(bucket.candidates(dst));
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
         let by = candidates.into_iter().find(|&a| ends_for(&steps[a], step));
         if let Some(by) = by {
             if wanted {
@@ -143,14 +191,51 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
             Some(ranges) if span(&ranges) <= INDEXED_PORTS => {
                 for (lo, hi) in ranges {
                     for port in lo..=hi {
-                        by_port.entry(port).or_default().push(i);
+                        by_port.entry(port).or_default().file(i, dst);
                     }
                 }
             }
-            _ => wildcard.push(i),
+            _ => any_port.file(i, dst),
         }
     }
     found
+}
+
+/// Enders filed by the host address they require (`-d A/32`), if any.
+#[derive(Default)]
+struct Bucket {
+    by_host: HashMap<IpAddr, Vec<usize>>,
+    rest: Vec<usize>,
+}
+
+impl Bucket {
+    fn file(&mut self, index: usize, dst: Option<IpAddr>) {
+        match dst {
+            Some(addr) => self.by_host.entry(addr).or_default().push(index),
+            None => self.rest.push(index),
+        }
+    }
+
+    /// Enders that might cover a step requiring `dst` (a host-address ender covers only a
+    /// step requiring the same host).
+    fn candidates(&self, dst: Option<IpAddr>) -> Vec<usize> {
+        let mut out = self.rest.clone();
+        if let Some(same) = dst.and_then(|d| self.by_host.get(&d)) {
+            out.extend(same);
+        }
+        out
+    }
+}
+
+/// The single host a step's packets must be addressed to (a positive `-d` of a full prefix).
+fn host_destination(cond: &Match) -> Option<IpAddr> {
+    cond.conds.iter().find_map(|c| match c {
+        Cond::Dst {
+            negated: false,
+            net,
+        } if net.prefix == crate::family::Family::of(net.addr).host_prefix() => Some(net.addr),
+        _ => None,
+    })
 }
 
 /// Whether the earlier step `a` keeps every packet of `b` from reaching it.
@@ -164,14 +249,6 @@ fn ends_for(a: &Step, b: &Step) -> bool {
         return frame.is_some_and(|f| b.frames.contains(f));
     }
     a.target.is_terminal()
-}
-
-/// Sorted union of two ascending index lists.
-fn merge(a: &[usize], b: &[usize]) -> Vec<usize> {
-    let mut out: Vec<usize> = a.iter().chain(b).copied().collect();
-    out.sort_unstable();
-    out.dedup();
-    out
 }
 
 /// The destination ports a step requires (a positive port condition), as ranges.
@@ -221,7 +298,8 @@ mod tests {
              -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.9:80\n\
              -A SVC -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.1:80",
         );
-        let (steps, complete) = walk(&t, "PREROUTING");
+        let parsed = parse_table(&t);
+        let (steps, complete) = walk(&t, &parsed, "PREROUTING");
         assert!(complete);
         let order: Vec<(&str, usize)> = steps
             .iter()
@@ -242,7 +320,8 @@ mod tests {
              -A PREROUTING -s 10.1.0.0/16 -p tcp -m tcp --dport 7000 -j DNAT --to-destination 10.0.0.7:7000\n\
              -A PREROUTING -p tcp -m tcp --dport 7000 -j DNAT --to-destination 10.0.0.8:7000",
         );
-        let (steps, _) = walk(&t, "PREROUTING");
+        let parsed = parse_table(&t);
+        let (steps, _) = walk(&t, &parsed, "PREROUTING");
         let found = shadows(&steps, dnat);
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].by, found[0].shadowed), (0, 1));
@@ -257,7 +336,8 @@ mod tests {
              -A A -p tcp -j RETURN\n\
              -A A -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.0.0.1:80",
         );
-        let (steps, _) = walk(&t, "PREROUTING");
+        let parsed = parse_table(&t);
+        let (steps, _) = walk(&t, &parsed, "PREROUTING");
         let found = shadows(&steps, dnat);
         assert_eq!(found.len(), 1);
         assert_eq!(steps[found[0].shadowed].rule.chain, "A");
@@ -270,7 +350,8 @@ mod tests {
             ":PREROUTING ACCEPT [0:0]\n:A - [0:0]\n:B - [0:0]\n\
              -A PREROUTING -j A\n-A A -j B\n-A B -j A\n-A B -j NOWHERE",
         );
-        let (steps, complete) = walk(&t, "PREROUTING");
+        let parsed = parse_table(&t);
+        let (steps, complete) = walk(&t, &parsed, "PREROUTING");
         assert!(complete);
         assert_eq!(steps.len(), 4);
     }
