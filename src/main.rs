@@ -130,7 +130,16 @@ fn main() -> ExitCode {
     {
         return runtime(args.collect());
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Monitoring reads doctor's exit status: a usage error is doctor failing (3), not
+        // "errors found" (clap's 2).
+        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "doctor") => {
+            let _ = e.print();
+            return ExitCode::from(doctor::EXIT_FAILED);
+        }
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -118,75 +118,130 @@ impl<'a> Checks<'a> {
         (self.findings, self.complete)
     }
 
-    /// 1. Rules that never match because an earlier one takes their packets.
+    /// Check 1: Rules that never match because an earlier one takes their packets: one finding per
+    /// earlier rule, naming every rule it shadows (a duplicate is a note, anything else an
+    /// error).
     pub fn shadowed(&mut self) {
+        type Key<'k> = (Backend, Family, &'k str, &'k str, usize, bool);
+        let mut groups: BTreeMap<Key, (usize, usize, Vec<usize>)> = BTreeMap::new();
         let mut seen = HashSet::new();
-        for w in &self.walks {
-            for (&b, &a) in &w.shadowed {
+        for (wi, w) in self.walks.iter().enumerate() {
+            let mut pairs: Vec<(usize, usize)> = w.shadowed.iter().map(|(b, a)| (*b, *a)).collect();
+            pairs.sort_unstable();
+            for (b, a) in pairs {
                 let (sa, sb) = (&w.steps[a], &w.steps[b]);
+                let at = (
+                    w.set.backend,
+                    w.set.family,
+                    w.table,
+                    sb.rule.chain.as_str(),
+                    sb.position,
+                );
+                if !seen.insert(at) {
+                    continue;
+                }
+                let duplicate = sa.target == sb.target;
                 let key = (
                     w.set.backend,
                     w.set.family,
                     w.table,
-                    &sb.rule.chain,
-                    sb.position,
-                    &sa.rule.chain,
+                    sa.rule.chain.as_str(),
                     sa.position,
+                    duplicate,
                 );
-                if !seen.insert(key) {
-                    continue;
-                }
-                let duplicate = sa.target == sb.target;
-                let severity = if duplicate {
+                groups.entry(key).or_insert((wi, a, Vec::new())).2.push(b);
+            }
+        }
+        for ((.., duplicate), (wi, a, shadowed)) in groups {
+            let w = &self.walks[wi];
+            let sa = &w.steps[a];
+            let first = &w.steps[shadowed[0]];
+            let (port, protocol) = port_of(&first.cond);
+            let named: Vec<String> = shadowed
+                .iter()
+                .take(5)
+                .map(|&b| {
+                    let sb = &w.steps[b];
+                    format!(
+                        "rule {} of {} ({})",
+                        sb.position,
+                        sb.rule.chain,
+                        target_text(&sb.target)
+                    )
+                })
+                .collect();
+            let more = match shadowed.len() {
+                n if n > 5 => format!(" and {} more", n - 5),
+                _ => String::new(),
+            };
+            let later = if shadowed.len() == 1 {
+                format!("{} never matches", named[0])
+            } else {
+                format!(
+                    "{} later rules never match: {}{more}",
+                    shadowed.len(),
+                    named.join(", ")
+                )
+            };
+            let summary = if duplicate {
+                format!(
+                    "{later}: {} duplicate {} rule {} of {} ({}).",
+                    if shadowed.len() == 1 {
+                        "it is a"
+                    } else {
+                        "they"
+                    },
+                    w.table,
+                    sa.position,
+                    sa.rule.chain,
+                    target_text(&sa.target)
+                )
+            } else {
+                format!(
+                    "For {}, {} rule {} of {} ({}) takes every packet first, so {later}.",
+                    packets(&first.cond),
+                    w.table,
+                    sa.position,
+                    sa.rule.chain,
+                    target_text(&sa.target)
+                )
+            };
+            let mut rules = vec![rule_ref(w, sa)];
+            rules.extend(shadowed.iter().map(|&b| rule_ref(w, &w.steps[b])));
+            self.findings.push(Finding {
+                severity: if duplicate {
                     Severity::Info
                 } else {
                     Severity::Error
-                };
-                let (port, protocol) = port_of(&sb.cond);
-                let what = if duplicate {
-                    "duplicates it".to_string()
-                } else {
-                    format!("takes them first ({})", target_text(&sa.target))
-                };
-                let summary = format!(
-                    "{} rule {} of {} ({}) never matches: for {}, {} rule {} of {} {what}.",
-                    w.table,
-                    sb.position,
-                    sb.rule.chain,
-                    target_text(&sb.target),
-                    packets(&sb.cond),
-                    if sa.rule.chain == sb.rule.chain {
-                        "the earlier"
-                    } else {
-                        "earlier"
-                    },
-                    sa.position,
-                    sa.rule.chain,
-                );
-                let fix = if duplicate {
-                    delete_command(w, sb)
+                },
+                kind: Kind::Shadowed,
+                port,
+                protocol,
+                summary,
+                rules,
+                evidence: Vec::new(),
+                fix: Some(if duplicate {
+                    delete_command(w, first)
                 } else {
                     fix_for(w, sa)
-                };
-                self.findings.push(Finding {
-                    severity,
-                    kind: Kind::Shadowed,
-                    port,
-                    protocol,
-                    summary,
-                    rules: vec![rule_ref(w, sa), rule_ref(w, sb)],
-                    evidence: Vec::new(),
-                    fix: Some(fix),
-                });
-            }
+                }),
+            });
         }
     }
 
-    /// 2. DNAT rules whose destination no live container or local route holds.
+    /// Check 2: DNAT rules whose destination no live container or local route holds.
     pub fn dead_targets(&mut self) {
         let Some(host) = self.host else { return };
         let mut seen = HashSet::new();
         for w in self.walks.iter().filter(|w| w.table == "nat") {
+            // The comments of the rules jumping to each chain: portmap and netavark put the
+            // container id on the jump into the per-container chain, not on its DNAT.
+            let mut jumped_from: HashMap<&str, Vec<&str>> = HashMap::new();
+            for rule in w.set.table("nat").map_or(&[][..], |t| &t.rules) {
+                if let (Some(c), Some(to)) = crate::layout::comment_and_target(&rule.args) {
+                    jumped_from.entry(to).or_default().push(c);
+                }
+            }
             for (i, step) in w.steps.iter().enumerate() {
                 let Target::Dnat { to } = &step.target else {
                     continue;
@@ -198,7 +253,14 @@ impl<'a> Checks<'a> {
                 let Some(addr) = dnat_address(to) else {
                     continue;
                 };
-                let Some(evidence) = judge_target(host, w, step, addr) else {
+                let mut comments: Vec<&str> = comment(&step.rule.args).into_iter().collect();
+                comments.extend(
+                    jumped_from
+                        .get(step.rule.chain.as_str())
+                        .into_iter()
+                        .flatten(),
+                );
+                let Some(evidence) = judge_target(host, step, &comments, addr) else {
                     continue;
                 };
                 let first = !w.shadowed.contains_key(&i);
@@ -231,7 +293,7 @@ impl<'a> Checks<'a> {
         }
     }
 
-    /// 3. Local listeners whose traffic a rule redirects (nat) or rejects (filter INPUT).
+    /// Check 3: Local listeners whose traffic a rule redirects (nat) or rejects (filter INPUT).
     pub fn hijacked_listeners(&mut self) {
         let Some(host) = self.host else { return };
         let mut seen = HashSet::new();
@@ -244,7 +306,13 @@ impl<'a> Checks<'a> {
             }
             let family = Family::of(l.addr);
             let packets = listener_packets(l);
-            for w in self.walks.iter().filter(|w| w.set.family == family) {
+            // A socket on [::] also receives IPv4 (unless IPV6_V6ONLY, which procfs hides).
+            let dual_stack = family == Family::Ipv6 && l.addr.is_unspecified();
+            for w in self
+                .walks
+                .iter()
+                .filter(|w| w.set.family == family || dual_stack)
+            {
                 let loopback = l.addr.is_loopback();
                 let relevant = match (w.table, w.hook) {
                     ("nat", "PREROUTING") | ("filter", "INPUT") => !loopback,
@@ -254,14 +322,11 @@ impl<'a> Checks<'a> {
                 if !relevant {
                     continue;
                 }
-                let Some(step) = first_taker(w, &packets, l.port) else {
+                let takers = takers(w, &packets, l.port);
+                let Some(step) = takers.first().copied() else {
                     continue;
                 };
-                let hijacks = matches!(
-                    (w.table, &step.target),
-                    ("nat", Target::Dnat { .. } | Target::Redirect { .. })
-                        | ("filter", Target::Drop | Target::Reject)
-                );
+                let hijacks = hijacking(w.table, step);
                 let key = (
                     l.port,
                     l.protocol,
@@ -273,7 +338,12 @@ impl<'a> Checks<'a> {
                 if !hijacks || !seen.insert(key) {
                     continue;
                 }
-                let all = step.cond.covers(&packets);
+                // All of it, when a run of hijacking rules ends in one that takes everything
+                // left (kube-proxy's random split over endpoints).
+                let all = takers
+                    .iter()
+                    .take_while(|s| hijacking(w.table, s))
+                    .any(|s| s.cond.covers(&packets));
                 let who = match (&l.command, l.pid) {
                     (Some(c), Some(p)) => format!("{c} (pid {p})"),
                     _ => "a process".to_string(),
@@ -306,7 +376,7 @@ impl<'a> Checks<'a> {
         }
     }
 
-    /// 4. Rules in both backends: the kernel runs both, whatever `iptables` points to.
+    /// Check 4: Rules in both backends: the kernel runs both, whatever `iptables` points to.
     pub fn split_backends(&mut self) {
         type Seen = (usize, BTreeSet<String>);
         let mut owners: BTreeMap<&'static str, BTreeMap<Backend, Seen>> = BTreeMap::new();
@@ -343,10 +413,22 @@ impl<'a> Checks<'a> {
                 .cloned()
                 .unwrap_or_default();
             let (n_other, chains) = by_backend.get(&other).cloned().unwrap_or_default();
-            let summary = format!(
-                "{owner} has rules in both backends ({n_host} in iptables-{}, which `iptables` uses, and {n_other} in iptables-{other}); the kernel runs both, so the {other} ones stay active.",
-                self.host_backend,
-            );
+            let summary = if self.host.is_some() {
+                format!(
+                    "{owner} has rules in both backends ({n_host} in iptables-{}, which \
+                     `iptables` uses, and {n_other} in iptables-{other}); the kernel runs both, \
+                     so the {other} ones stay active.",
+                    self.host_backend,
+                )
+            } else {
+                // Dumps: which backend their host's `iptables` used is unknown.
+                format!(
+                    "{owner} has rules in both backends ({n_host} in iptables-{} and {n_other} \
+                     in iptables-{other}); the kernel runs both, so the ones left in the \
+                     backend no longer in use stay active.",
+                    self.host_backend,
+                )
+            };
             let fix = format!(
                 "iptables-{other}-save | grep -n -- '{}'   # then remove what is stale there: iptables-{other} -t TABLE -F CHAIN; iptables-{other} -t TABLE -X CHAIN",
                 owner_pattern(owner)
@@ -368,7 +450,7 @@ impl<'a> Checks<'a> {
         }
     }
 
-    /// 5. natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
+    /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
     pub fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
         let alive: HashSet<String> = host
@@ -496,13 +578,26 @@ fn interesting(table: &str, step: &Step) -> bool {
     }
 }
 
-/// The first step on a walk that would take some of a listener's packets and names its port.
-fn first_taker<'w>(w: &'w Walked, packets: &Match, port: u16) -> Option<&'w Step<'w>> {
-    w.steps.iter().find(|s| {
-        (s.target.is_terminal() || s.target == Target::Return)
-            && names_port(&s.cond, port)
-            && !s.cond.and(packets).is_empty()
-    })
+/// The steps on a walk that would take some of a listener's packets and name its port, in
+/// order.
+fn takers<'w>(w: &'w Walked, packets: &Match, port: u16) -> Vec<&'w Step<'w>> {
+    w.steps
+        .iter()
+        .filter(|s| {
+            (s.target.is_terminal() || s.target == Target::Return)
+                && names_port(&s.cond, port)
+                && !s.cond.and(packets).is_empty()
+        })
+        .collect()
+}
+
+/// Whether a rule taking a listener's packets keeps them from it.
+fn hijacking(table: &str, step: &Step) -> bool {
+    matches!(
+        (table, &step.target),
+        ("nat", Target::Dnat { .. } | Target::Redirect { .. })
+            | ("filter", Target::Drop | Target::Reject)
+    )
 }
 
 fn names_port(cond: &Match, port: u16) -> bool {
@@ -515,8 +610,9 @@ fn names_port(cond: &Match, port: u16) -> bool {
     })
 }
 
-/// The packets that reach a listener: its protocol and port, to a local address (its own,
-/// unless it listens on every address).
+/// The packets that open connections to a listener: its protocol and port, to a local
+/// address (its own, unless it listens on every address), conntrack state NEW (so a rule
+/// limited to new connections, as kube-proxy's are, is seen to take them all).
 fn listener_packets(l: &Listener) -> Match {
     let mut conds = vec![
         Cond::Protocol {
@@ -532,6 +628,8 @@ fn listener_packets(l: &Listener) -> Match {
             types: vec!["LOCAL".into()],
         },
     ];
+    let (new, _) = parse_rule(&["-m", "conntrack", "--ctstate", "NEW"].map(String::from));
+    conds.extend(new.conds);
     if !l.addr.is_unspecified() {
         conds.push(Cond::Dst {
             negated: false,
@@ -549,8 +647,7 @@ fn socket_text(l: &Listener) -> String {
 }
 
 /// Whether a DNAT's destination is dead, and the evidence; `None` when nothing conclusive.
-fn judge_target(host: &Host, w: &Walked, step: &Step, addr: IpAddr) -> Option<Vec<String>> {
-    let comment = comment(&step.rule.args);
+fn judge_target(host: &Host, step: &Step, comments: &[&str], addr: IpAddr) -> Option<Vec<String>> {
     // natledger's own rules: its manifests are authoritative.
     if let Owner::Container(id) = owner(&step.rule.chain, &step.rule.args) {
         return match host
@@ -566,11 +663,15 @@ fn judge_target(host: &Host, w: &Walked, step: &Step, addr: IpAddr) -> Option<Ve
             None => Some(vec![format!("natledger: no manifest for container {id}")]),
         };
     }
-    let _ = w;
     let mut evidence = Vec::new();
-    // Container ids in the comment, against the runtimes' state.
-    if let Some(c) = comment {
-        for id in evidence::comment_container_ids(c) {
+    // Container ids in the comments (the rule's and its jumps'), against the runtimes' state.
+    let mut ids: Vec<String> = comments
+        .iter()
+        .flat_map(|c| evidence::comment_container_ids(c))
+        .collect();
+    ids.dedup();
+    {
+        for id in ids {
             match evidence::container_id_alive(&id, &host.containers) {
                 Some(true) => return None,
                 Some(false) => evidence.push(format!(
@@ -645,23 +746,17 @@ fn comment(args: &[String]) -> Option<&str> {
     crate::layout::comment_and_target(args).0
 }
 
-/// The first destination port and the protocol a rule's conditions name.
+/// The lowest destination port a rule's path requires (all its port conditions together)
+/// and its protocol.
 fn port_of(cond: &Match) -> (Option<u16>, Option<String>) {
-    let mut port = None;
-    let mut proto = None;
-    for c in &cond.conds {
-        match c {
-            Cond::DPorts {
-                negated: false,
-                ports,
-            } => port = port.or(ports.0.first().map(|(lo, _)| *lo)),
-            Cond::Protocol {
-                negated: false,
-                proto: p,
-            } => proto = proto.or(Some(p.clone())),
-            _ => {}
-        }
-    }
+    let port = paths::port_set(cond).and_then(|r| r.first().map(|(lo, _)| *lo));
+    let proto = cond.conds.iter().find_map(|c| match c {
+        Cond::Protocol {
+            negated: false,
+            proto,
+        } => Some(proto.clone()),
+        _ => None,
+    });
     (port, proto)
 }
 
@@ -669,17 +764,20 @@ fn port_of(cond: &Match) -> (Option<u16>, Option<String>) {
 fn packets(cond: &Match) -> String {
     let mut proto = "packets".to_string();
     let mut parts = Vec::new();
+    // Every positive port condition on the path, as the one set they leave.
+    if let Some(ranges) = paths::port_set(cond) {
+        parts.push(format!("to port {}", ports_text(&PortSet(ranges))));
+    }
     for c in &cond.conds {
         match c {
             Cond::Protocol {
                 negated: false,
                 proto: p,
             } => proto = format!("{p} packets"),
-            Cond::DPorts { negated, ports } => parts.push(format!(
-                "{}to port {}",
-                if *negated { "not " } else { "" },
-                ports_text(ports)
-            )),
+            Cond::DPorts {
+                negated: true,
+                ports,
+            } => parts.push(format!("not to port {}", ports_text(ports))),
             Cond::Dst { negated, net } => {
                 parts.push(format!("{}to {net}", if *negated { "not " } else { "" }))
             }

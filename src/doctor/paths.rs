@@ -160,6 +160,7 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
     const INDEXED_PORTS: u32 = 1024;
     let mut by_port: HashMap<u16, Bucket> = HashMap::new();
     let mut any_port = Bucket::default();
+    let mut returns: Vec<usize> = Vec::new();
     let mut found = Vec::new();
     for (i, step) in steps.iter().enumerate() {
         let ends = step.target.is_terminal() || step.target == Target::Return;
@@ -176,7 +177,9 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
         }
         candidates.sort_unstable();
         candidates.dedup();
-        let by = candidates.into_iter().find(|&a| ends_for(&steps[a], step));
+        let by = candidates
+            .into_iter()
+            .find(|&a| ends_for(&steps[a], step) && !detoured(steps, &returns, a, step));
         if let Some(by) = by {
             if wanted {
                 found.push(Shadow { shadowed: i, by });
@@ -186,6 +189,9 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
         }
         if !ends {
             continue;
+        }
+        if step.target == Target::Return {
+            returns.push(i);
         }
         match port_set(&step.cond) {
             Some(ranges) if span(&ranges) <= INDEXED_PORTS => {
@@ -199,6 +205,21 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
         }
     }
     found
+}
+
+/// Whether some of `b`'s packets go around the earlier step `a` without being stopped: a
+/// RETURN before `a` leaves a chain invocation that `a` runs in but `b` does not, and may
+/// match some of `b`'s packets (Docker's `-i docker0 -j RETURN` at the top of DOCKER). Then
+/// `a`'s conditions overstate what reaches it, and it cannot be said to shadow `b`.
+fn detoured(steps: &[Step], returns: &[usize], a: usize, b: &Step) -> bool {
+    let a_frames = &steps[a].frames;
+    returns.iter().take_while(|&&r| r < a).any(|&r| {
+        let ret = &steps[r];
+        ret.frames
+            .last()
+            .is_some_and(|f| a_frames.contains(f) && !b.frames.contains(f))
+            && !ret.cond.and(&b.cond).is_empty()
+    })
 }
 
 /// Enders filed by the host address they require (`-d A/32`), if any.
@@ -251,19 +272,24 @@ fn ends_for(a: &Step, b: &Step) -> bool {
     a.target.is_terminal()
 }
 
-/// The destination ports a step requires (a positive port condition), as ranges.
-fn port_set(cond: &Match) -> Option<Vec<(u16, u16)>> {
-    cond.conds.iter().find_map(|c| match c {
-        Cond::DPorts {
-            negated: false,
-            ports,
-        } => Some(ports.0.clone()),
-        _ => None,
-    })
+/// The destination ports a step requires: the intersection of its positive port conditions
+/// (a multiport jump and a `--dport` in the chain it jumps to), as ranges.
+pub fn port_set(cond: &Match) -> Option<Vec<(u16, u16)>> {
+    cond.conds
+        .iter()
+        .filter_map(|c| match c {
+            Cond::DPorts {
+                negated: false,
+                ports,
+            } => Some(ports.clone()),
+            _ => None,
+        })
+        .reduce(|a, b| a.intersection(&b))
+        .map(|p| p.0)
 }
 
-/// The lowest port of a step's required set: any earlier rule that covers it must match
-/// this port too, so it is filed under it (or is a wildcard).
+/// The lowest port a step requires: any earlier rule that covers it must match this port
+/// too, so it is filed under it (or under no port).
 fn exact_ports(cond: &Match) -> Option<u16> {
     port_set(cond).and_then(|r| r.first().map(|(lo, _)| *lo))
 }
@@ -342,6 +368,35 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!(steps[found[0].shadowed].rule.chain, "A");
         assert_eq!(steps[found[0].by].target, Target::Return);
+    }
+
+    #[test]
+    fn a_return_that_lets_packets_around_the_earlier_rule_prevents_the_claim() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n\
+             -A PREROUTING -j DOCKER\n\
+             -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 172.17.0.7:80\n\
+             -A DOCKER -i docker0 -j RETURN\n\
+             -A DOCKER -p tcp -m tcp --dport 80 -j DNAT --to-destination 172.17.0.2:80",
+        );
+        let parsed = parse_table(&t);
+        let (steps, _) = walk(&t, &parsed, "PREROUTING");
+        assert!(shadows(&steps, dnat).is_empty());
+    }
+
+    #[test]
+    fn a_multiport_jump_files_under_the_ports_it_leaves() {
+        let t = table(
+            ":PREROUTING ACCEPT [0:0]\n:PM - [0:0]\n\
+             -A PREROUTING -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.0.0.1:443\n\
+             -A PREROUTING -p tcp -m multiport --dports 80,443 -j PM\n\
+             -A PM -p tcp -m tcp --dport 443 -j DNAT --to-destination 10.0.0.2:443",
+        );
+        let parsed = parse_table(&t);
+        let (steps, _) = walk(&t, &parsed, "PREROUTING");
+        let found = shadows(&steps, dnat);
+        assert_eq!(found.len(), 1);
+        assert_eq!(steps[found[0].shadowed].rule.chain, "PM");
     }
 
     #[test]
