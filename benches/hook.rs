@@ -5,87 +5,21 @@
 //! Run as root: `cargo bench --bench hook` (env BENCH_RUNS, default 30). Everything happens in
 //! a private network namespace that is deleted at the end.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
 use common::*;
 
-struct Case<'a> {
-    backend: &'a str,
-    state: &'a Path,
-    bundle: &'a Path,
-}
-
-impl Case<'_> {
-    fn hook(&self, stage: &str, trace: bool) -> Duration {
-        let state = format!(
-            r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"}}"#,
-            if stage == "create-runtime" {
-                "creating"
-            } else {
-                "stopped"
-            },
-            self.bundle.display()
-        );
-        let mut cmd = Command::new(BIN);
-        cmd.args([
-            "--state-dir",
-            self.state.to_str().unwrap(),
-            "--backend",
-            self.backend,
-        ]);
-        cmd.args(["hook", stage]);
-        if trace {
-            cmd.env("NATLEDGER_TRACE", "1");
-        }
-        let start = Instant::now();
-        let out = run_cmd(cmd, state.as_bytes());
-        let took = start.elapsed();
-        if trace {
-            let n = String::from_utf8_lossy(&out.stderr)
-                .matches("exec ")
-                .count();
-            println!("    {stage}: {n} process(es)");
-        }
-        took
+/// Runs one stage; with `trace`, prints how many processes natledger started.
+fn hook(case: &Case, stage: &str, trace: bool) -> Duration {
+    let (took, n) = case.hook_counted(stage, trace);
+    if trace {
+        println!("    {stage}: {n} process(es)");
     }
-
-    /// The rules natledger wrote, from its manifest, as restore batches (insert, delete).
-    fn floor_batches(&self) -> (String, String) {
-        let text = std::fs::read_to_string(self.state.join("containers/bench.json")).unwrap();
-        let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let (mut add, mut del) = (String::from("*nat\n"), String::from("*nat\n"));
-        for r in manifest["rules"].as_array().unwrap() {
-            let chain = r["chain"].as_str().unwrap();
-            let args: Vec<String> = r["rule"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string())
-                .collect();
-            let args = args.join(" ");
-            let verb = if chain == "NATLEDGER-HOSTPORTS" {
-                "-I"
-            } else {
-                "-A"
-            };
-            add += &format!("{verb} {chain} {args}\n");
-            del += &format!("-D {chain} {args}\n");
-        }
-        (add + "COMMIT\n", del + "COMMIT\n")
-    }
-
-    fn restore(&self, batch: &str) -> Duration {
-        let tool = format!("/usr/sbin/iptables-{}-restore", self.backend);
-        let mut cmd = Command::new(tool);
-        cmd.arg("--noflush");
-        let start = Instant::now();
-        run_cmd(cmd, batch.as_bytes());
-        start.elapsed()
-    }
+    took
 }
 
 fn main() {
@@ -100,13 +34,7 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(30);
     let work = tempfile::tempdir().unwrap();
-    let bundle: PathBuf = work.path().join("bundle");
-    std::fs::create_dir(&bundle).unwrap();
-    std::fs::write(
-        bundle.join("config.json"),
-        r#"{"ociVersion":"1.0.2","annotations":{"io.natledger.ports":"8080:80","io.natledger.ip":"10.77.0.2"}}"#,
-    )
-    .unwrap();
+    let bundle: PathBuf = bench_bundle(work.path());
     println!(
         "natledger create+poststop vs floor (restore add + restore del), one tcp mapping, IPv4, {runs} runs, median ms"
     );
@@ -152,25 +80,25 @@ fn case_main(spec: &str) {
         );
     }
     // The state dir lives on tmpfs, as /run/natledger does in production.
-    let state = tempfile::tempdir_in("/run").unwrap();
+    let state = TmpfsDir::new();
     let case = Case {
         backend,
         state: state.path(),
         bundle: &bundle,
     };
     // Warm up: the first create makes the shared chains and jumps, which stay.
-    case.hook("create-runtime", false);
+    hook(&case, "create-runtime", false);
     let (add, del) = case.floor_batches();
-    case.hook("poststop", false);
+    hook(&case, "poststop", false);
     let mut ours = Vec::new();
     let mut floor = Vec::new();
     for _ in 0..runs {
-        ours.push(case.hook("create-runtime", false) + case.hook("poststop", false));
+        ours.push(hook(&case, "create-runtime", false) + hook(&case, "poststop", false));
         floor.push(case.restore(&add) + case.restore(&del));
     }
     let (n, f) = (median(ours), median(floor));
-    case.hook("create-runtime", true);
-    case.hook("poststop", true);
+    hook(&case, "create-runtime", true);
+    hook(&case, "poststop", true);
     println!(
         "{backend:<7} {foreign:>8} {n:>10.2} {f:>10.2} {:>9.2}x",
         n / f

@@ -85,10 +85,11 @@ fn case_main(spec: &str) {
     );
     let foreign_before = foreign_lines(&save);
 
+    let tmpfs = TmpfsDir::new();
     let mut times = Vec::new();
     let mut processes = 0;
     for run_no in 0..runs {
-        let state = tempfile::tempdir_in("/run").unwrap();
+        let state = tempfile::tempdir_in(tmpfs.path()).unwrap();
         let rules = dead_containers(state.path(), backend, dead, run_no == 0);
         run(&restore, &["--noflush"], Some(rules.render().as_bytes()));
         let mut cmd = Command::new(BIN);

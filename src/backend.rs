@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::exec::{Invocation, Runner};
 use crate::family::Family;
+use crate::layout;
 use crate::save::{self, Batch, Table};
 
 /// Directories searched for iptables tools. Absolute, because podman runs poststop hooks
@@ -144,13 +145,20 @@ impl<'r> Netfilter<'r> {
         if backend == Backend::Legacy && !legacy_table_exists(family, "nat")? {
             return Ok(None);
         }
-        let tables = self.save(backend, family, &["-t", "nat"])?;
+        // Only what natledger reads: the built-in chains (its jumps), its own chains, and any
+        // rule naming one of them.
+        let relevant = |line: &str| {
+            let chain = line.split_whitespace().nth(1).unwrap_or("");
+            matches!(chain, "PREROUTING" | "INPUT" | "OUTPUT" | "POSTROUTING")
+                || line.contains(layout::CHAIN_PREFIX)
+        };
+        let tables = self.save(backend, family, &["-t", "nat"], relevant)?;
         Ok(tables.into_iter().find(|t| t.name == "nat"))
     }
 
     /// Every table of one backend and family (`*-save` without `-t`, which creates none).
     pub fn read_all(&self, backend: Backend, family: Family) -> Result<Vec<Table>, BackendError> {
-        self.save(backend, family, &[])
+        self.save(backend, family, &[], |_| true)
     }
 
     fn save(
@@ -158,6 +166,7 @@ impl<'r> Netfilter<'r> {
         backend: Backend,
         family: Family,
         args: &[&str],
+        keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<Table>, BackendError> {
         let inv = Invocation {
             program: tool(backend, family, "save")?,
@@ -177,7 +186,7 @@ impl<'r> Netfilter<'r> {
                 line: line.to_string(),
             });
         }
-        save::parse_dump(&text).map_err(|source| BackendError::Parse {
+        save::parse_dump_where(&text, keep).map_err(|source| BackendError::Parse {
             command: inv.to_string(),
             source,
         })

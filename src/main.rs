@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use nix::sys::resource::{UsageWho, getrusage};
 
 use natledger::backend::{self, BackendChoice, Netfilter};
 use natledger::bundle::{self, HookSpec, Injected};
@@ -140,13 +141,21 @@ fn main() -> ExitCode {
         }
         Err(e) => e.exit(),
     };
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("natledger: {}", one_line(&e));
             ExitCode::FAILURE
         }
+    };
+    if std::env::var_os("NATLEDGER_TRACE").is_some() {
+        // This process alone (its iptables children are not counted).
+        let usage = getrusage(UsageWho::RUSAGE_SELF);
+        if let Ok(usage) = usage {
+            eprintln!("natledger: peak rss {} KiB", usage.max_rss());
+        }
     }
+    code
 }
 
 /// The error and its causes on one line. Library errors already name their cause in their

@@ -42,6 +42,12 @@ impl Table {
 
 /// Parse a whole dump (any number of tables).
 pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
+    parse_dump_where(text, |_| true)
+}
+
+/// Parse a dump keeping only the rule lines `keep` selects (chains are always kept). A hook
+/// that needs natledger's chains and the built-in ones need not hold 50,000 foreign rules.
+pub fn parse_dump_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Table>, ParseError> {
     let mut tables = Vec::new();
     let mut current: Option<Table> = None;
     for (i, raw) in text.lines().enumerate() {
@@ -76,6 +82,9 @@ pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
             };
             table.chains.push((name.to_string(), policy.to_string()));
         } else {
+            if !keep(line) {
+                continue;
+            }
             let mut tokens = tokenize(line).map_err(|r| err(&r))?;
             if tokens.len() < 2 || tokens[0] != "-A" {
                 return Err(err("expected -A CHAIN"));

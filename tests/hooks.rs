@@ -292,7 +292,11 @@ fn containers_without_the_annotation_start_no_process() {
             serde_json::json!({"id": "plain", "status": status, "pid": 1, "bundle": bundle});
         let out = node.natledger(&["hook"], &state.to_string(), &[("NATLEDGER_TRACE", "1")]);
         assert_ok(&out, stage);
-        assert_eq!(stderr(&out), "", "{stage} ran something");
+        // With the trace on, natledger prints every process it starts, and its peak memory.
+        let err = stderr(&out);
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 1, "{stage} ran something: {err}");
+        assert!(lines[0].starts_with("natledger: peak rss "), "{err}");
     }
     assert!(!node.manifest_exists("plain"));
 }

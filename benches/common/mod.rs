@@ -89,3 +89,138 @@ pub fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
     v[v.len() / 2].as_secs_f64() * 1000.0
 }
+
+/// One container's natledger hooks (state dir, bundle, backend), and the floor for the same
+/// rules: shared by the hook and peers benchmarks.
+pub struct Case<'a> {
+    pub backend: &'a str,
+    pub state: &'a std::path::Path,
+    pub bundle: &'a std::path::Path,
+}
+
+impl Case<'_> {
+    /// Runs one hook stage; with `trace`, also counts the processes natledger started (from
+    /// `NATLEDGER_TRACE`), else 0.
+    pub fn hook_counted(&self, stage: &str, trace: bool) -> (Duration, usize) {
+        let state = format!(
+            r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"}}"#,
+            if stage == "create-runtime" {
+                "creating"
+            } else {
+                "stopped"
+            },
+            self.bundle.display()
+        );
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "--state-dir",
+            self.state.to_str().unwrap(),
+            "--backend",
+            self.backend,
+        ]);
+        cmd.args(["hook", stage]);
+        if trace {
+            cmd.env("NATLEDGER_TRACE", "1");
+        }
+        let start = std::time::Instant::now();
+        let out = run_cmd(cmd, state.as_bytes());
+        let took = start.elapsed();
+        let n = if trace {
+            String::from_utf8_lossy(&out.stderr)
+                .matches("exec ")
+                .count()
+        } else {
+            0
+        };
+        (took, n)
+    }
+
+    /// The rules natledger wrote, from its manifest, as restore batches (insert, delete).
+    pub fn floor_batches(&self) -> (String, String) {
+        let text = std::fs::read_to_string(self.state.join("containers/bench.json")).unwrap();
+        let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let (mut add, mut del) = (String::from("*nat\n"), String::from("*nat\n"));
+        for r in manifest["rules"].as_array().unwrap() {
+            let chain = r["chain"].as_str().unwrap();
+            let args: Vec<String> = r["rule"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+            let args = args.join(" ");
+            let verb = if chain == "NATLEDGER-HOSTPORTS" {
+                "-I"
+            } else {
+                "-A"
+            };
+            add += &format!("{verb} {chain} {args}\n");
+            del += &format!("-D {chain} {args}\n");
+        }
+        (add + "COMMIT\n", del + "COMMIT\n")
+    }
+
+    /// One bare `iptables-<backend>-restore --noflush` of `batch`.
+    pub fn restore(&self, batch: &str) -> Duration {
+        let tool = format!("/usr/sbin/iptables-{}-restore", self.backend);
+        let mut cmd = Command::new(tool);
+        cmd.arg("--noflush");
+        let start = std::time::Instant::now();
+        run_cmd(cmd, batch.as_bytes());
+        start.elapsed()
+    }
+}
+
+/// A bundle whose config.json asks natledger for 8080->80 to 10.77.0.2, in `dir`.
+pub fn bench_bundle(dir: &std::path::Path) -> std::path::PathBuf {
+    let bundle = dir.join("bundle");
+    std::fs::create_dir(&bundle).unwrap();
+    std::fs::write(
+        bundle.join("config.json"),
+        r#"{"ociVersion":"1.0.2","annotations":{"io.natledger.ports":"8080:80","io.natledger.ip":"10.77.0.2"}}"#,
+    )
+    .unwrap();
+    bundle
+}
+
+/// A directory on its own tmpfs, for natledger's state: on a normal host /run is a tmpfs,
+/// where the manifest fsyncs cost nothing, while this VM's /run is ext4 (~1 ms per fsync).
+/// The mount lives in a private mount namespace of this bench child process; call before
+/// starting any thread. Unmounted (and the directory removed) on drop.
+pub struct TmpfsDir(Option<tempfile::TempDir>);
+
+impl TmpfsDir {
+    pub fn new() -> TmpfsDir {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS)
+            .expect("a private mount namespace");
+        run("mount", &["--make-rprivate", "/"], None);
+        let dir = tempfile::tempdir_in("/run").unwrap();
+        let path = dir.path().to_str().unwrap();
+        run(
+            "mount",
+            &[
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=256m,mode=0700",
+                "natledger-bench",
+                path,
+            ],
+            None,
+        );
+        TmpfsDir(Some(dir))
+    }
+
+    pub fn path(&self) -> &std::path::Path {
+        self.0.as_ref().unwrap().path()
+    }
+}
+
+impl Drop for TmpfsDir {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = Command::new("umount").arg(dir.path()).status();
+            drop(dir);
+        }
+    }
+}

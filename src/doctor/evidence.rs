@@ -11,6 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
+use super::sockdiag;
 use crate::portspec::Protocol;
 
 /// The entries of `dir`; none if it cannot be read.
@@ -90,17 +91,38 @@ pub fn listeners(roots: &Roots) -> Vec<Listener> {
 /// The listeners `keep` selects, with owners looked up for those only (the fd scan of every
 /// process is the expensive part: create-runtime asks only about its own host ports).
 pub fn listeners_where(roots: &Roots, keep: impl Fn(&Listener) -> bool) -> Vec<Listener> {
-    let files = [
-        ("tcp", Protocol::Tcp, "0A"),
-        ("tcp6", Protocol::Tcp, "0A"),
-        ("udp", Protocol::Udp, "07"),
-        ("udp6", Protocol::Udp, "07"),
-    ];
-    let mut found = Vec::new();
-    for (file, protocol, state) in files {
-        let text = std::fs::read_to_string(roots.net.join(file)).unwrap_or_default();
-        found.extend(parse_sockets(&text, protocol, state));
-    }
+    // The live namespace: ask the kernel for listening sockets only (sockdiag.rs says why);
+    // the socket tables under `net` for a fake tree, or if sock_diag is unavailable.
+    let from_kernel = (roots.net == Roots::default().net)
+        .then(sockdiag::listening)
+        .and_then(Result::ok);
+    let mut found = match from_kernel {
+        Some(sockets) => sockets
+            .into_iter()
+            .map(|s| Listener {
+                protocol: s.protocol,
+                addr: s.addr,
+                port: s.port,
+                inode: s.inode,
+                pid: None,
+                command: None,
+            })
+            .collect(),
+        None => {
+            let files = [
+                ("tcp", Protocol::Tcp, "0A"),
+                ("tcp6", Protocol::Tcp, "0A"),
+                ("udp", Protocol::Udp, "07"),
+                ("udp6", Protocol::Udp, "07"),
+            ];
+            let mut found = Vec::new();
+            for (file, protocol, state) in files {
+                let text = std::fs::read_to_string(roots.net.join(file)).unwrap_or_default();
+                found.extend(parse_sockets(&text, protocol, state));
+            }
+            found
+        }
+    };
     found.retain(|l| keep(l));
     if found.is_empty() {
         return found;

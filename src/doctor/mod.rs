@@ -16,6 +16,7 @@ pub mod evidence;
 pub mod matchset;
 pub mod paths;
 mod report;
+mod sockdiag;
 
 use std::path::PathBuf;
 

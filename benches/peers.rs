@@ -1,0 +1,540 @@
+//! Benchmark: natledger beside the peers a user would otherwise pick, for one TCP host-port
+//! mapping 8080->80, on both iptables backends, with an empty nat table and with 10,000 foreign
+//! rules:
+//! - natledger: create-runtime + poststop hooks;
+//! - CNI portmap (`/usr/lib/cni/portmap`): ADD + DEL;
+//! - netavark 1.4 (iptables firewall driver): setup + teardown of a bridge network (its times
+//!   include the bridge, veth and addresses it creates, not only the firewall);
+//! - the floor: one bare `iptables-<backend>-restore --noflush` inserting natledger's rules, one
+//!   deleting them.
+//!
+//! Plus a curve of natledger and the floor against foreign rules (env BENCH_CURVE, default
+//! 0,1000,10000,50000). Medians over BENCH_RUNS runs (default 20; curve points with 50,000 or
+//! more foreign rules use BENCH_RUNS_LARGE, default 5). Process counts come from a separate
+//! counting run: natledger's own trace, and for the peers PATH wrappers around iptables* that
+//! log each call. "processes" counts the tool itself plus every process it started.
+//!
+//! Prints a table and writes a CSV (tool,backend,foreign,op,median_ms,processes) to BENCH_CSV
+//! (default target/bench-peers.csv). Run as root: `cargo bench --bench peers`. Needs
+//! `apt-get install netavark containernetworking-plugins`. Everything happens in private network
+//! namespaces, deleted at the end; peers pick the backend through a PATH of symlinks.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+
+use common::*;
+
+const PORTMAP: &str = "/usr/lib/cni/portmap";
+const NETAVARK_CANDIDATES: [&str; 2] = ["/usr/lib/podman/netavark", "/usr/libexec/podman/netavark"];
+const IPT_TOOLS: [&str; 6] = [
+    "iptables",
+    "iptables-save",
+    "iptables-restore",
+    "ip6tables",
+    "ip6tables-save",
+    "ip6tables-restore",
+];
+const TOOLS: [&str; 4] = ["natledger", "floor", "portmap", "netavark"];
+
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn netavark_bin() -> Option<&'static str> {
+    NETAVARK_CANDIDATES
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+}
+
+/// One result row, as the child prints it and the CSV holds it.
+#[derive(Clone)]
+struct Row {
+    tool: String,
+    backend: String,
+    foreign: usize,
+    op: String,
+    median_ms: f64,
+    processes: usize,
+    runs: usize,
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return; // `cargo test --benches` asks for a list; nothing to run then.
+    }
+    if let Ok(spec) = std::env::var("BENCH_CASE") {
+        return case_main(&spec);
+    }
+    let runs = env_usize("BENCH_RUNS", 20);
+    let runs_large = env_usize("BENCH_RUNS_LARGE", 5);
+    let curve: Vec<usize> = std::env::var("BENCH_CURVE")
+        .unwrap_or_else(|_| "0,1000,10000,50000".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let csv_path = std::env::var("BENCH_CSV").unwrap_or_else(|_| "target/bench-peers.csv".into());
+    let loads = [0usize, 10_000];
+    let mut all: Vec<usize> = loads.iter().chain(curve.iter()).copied().collect();
+    all.sort();
+    all.dedup();
+
+    let mut peers: Vec<&str> = Vec::new();
+    if Path::new(PORTMAP).exists() {
+        peers.push("portmap");
+    } else {
+        eprintln!(
+            "peers: {PORTMAP} missing (apt-get install containernetworking-plugins): skipped"
+        );
+    }
+    if netavark_bin().is_some() {
+        peers.push("netavark");
+    } else {
+        eprintln!("peers: netavark missing (apt-get install netavark): skipped");
+    }
+
+    let work = tempfile::tempdir().unwrap();
+    let bundle = bench_bundle(work.path());
+    let started = Instant::now();
+    let mut rows: Vec<Row> = Vec::new();
+    for backend in ["legacy", "nft"] {
+        for &foreign in &all {
+            let mut tools = vec!["natledger", "floor"];
+            if loads.contains(&foreign) {
+                tools.extend(&peers);
+            }
+            let n = if foreign >= 50_000 {
+                runs.min(runs_large)
+            } else {
+                runs
+            };
+            eprintln!(
+                "peers: {backend} {foreign} foreign rules, {} , {n} runs ({:.0} s so far)",
+                tools.join(","),
+                started.elapsed().as_secs_f64()
+            );
+            // A child process per case, so each enters fresh namespaces.
+            let out = Command::new(std::env::current_exe().unwrap())
+                .env(
+                    "BENCH_CASE",
+                    format!(
+                        "{backend}:{foreign}:{n}:{}:{}",
+                        tools.join(","),
+                        bundle.display()
+                    ),
+                )
+                .stderr(Stdio::inherit())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "case {backend} {foreign} failed");
+            for line in String::from_utf8_lossy(&out.stdout).lines() {
+                let Some(rest) = line.strip_prefix("ROW ") else {
+                    println!("{line}");
+                    continue;
+                };
+                let f: Vec<&str> = rest.split(',').collect();
+                rows.push(Row {
+                    tool: f[0].into(),
+                    backend: f[1].into(),
+                    foreign: f[2].parse().unwrap(),
+                    op: f[3].into(),
+                    median_ms: f[4].parse().unwrap(),
+                    processes: f[5].parse().unwrap(),
+                    runs: f[6].parse().unwrap(),
+                });
+            }
+        }
+    }
+
+    let get = |tool: &str, backend: &str, foreign: usize, op: &str| {
+        rows.iter()
+            .find(|r| r.tool == tool && r.backend == backend && r.foreign == foreign && r.op == op)
+            .cloned()
+    };
+
+    println!();
+    println!(
+        "One tcp mapping 8080->80, IPv4: median ms over {runs} runs; processes = the tool + what it started (create/remove)"
+    );
+    println!(
+        "{:<7} {:>7} {:<10} {:>9} {:>9} {:>9} {:>11} {:>12}",
+        "backend", "foreign", "tool", "create", "remove", "total", "processes", "x natledger"
+    );
+    for backend in ["legacy", "nft"] {
+        for &foreign in &loads {
+            let ours = get("natledger", backend, foreign, "total").map(|r| r.median_ms);
+            for tool in TOOLS {
+                let (Some(c), Some(d), Some(t)) = (
+                    get(tool, backend, foreign, "create"),
+                    get(tool, backend, foreign, "remove"),
+                    get(tool, backend, foreign, "total"),
+                ) else {
+                    continue;
+                };
+                let ratio = ours.map_or(String::from("-"), |o| format!("{:.2}x", t.median_ms / o));
+                println!(
+                    "{backend:<7} {foreign:>7} {tool:<10} {:>9.2} {:>9.2} {:>9.2} {:>11} {ratio:>12}",
+                    c.median_ms,
+                    d.median_ms,
+                    t.median_ms,
+                    format!("{}/{}", c.processes, d.processes)
+                );
+            }
+        }
+    }
+    if !peers.contains(&"netavark") || !peers.contains(&"portmap") {
+        println!("(missing peers skipped: see stderr)");
+    }
+    println!("netavark's times include creating/removing its bridge, veth and addresses.");
+
+    println!();
+    println!("Curve: natledger create+remove vs the floor, median ms (total)");
+    println!(
+        "{:<7} {:>7} {:>5} {:>10} {:>9} {:>7}",
+        "backend", "foreign", "runs", "natledger", "floor", "ratio"
+    );
+    for backend in ["legacy", "nft"] {
+        for &foreign in &curve {
+            let (Some(n), Some(f)) = (
+                get("natledger", backend, foreign, "total"),
+                get("floor", backend, foreign, "total"),
+            ) else {
+                continue;
+            };
+            println!(
+                "{backend:<7} {foreign:>7} {:>5} {:>10.2} {:>9.2} {:>6.2}x",
+                n.runs,
+                n.median_ms,
+                f.median_ms,
+                n.median_ms / f.median_ms
+            );
+        }
+    }
+    if curve.iter().any(|&f| f >= 50_000) && runs_large < runs {
+        println!(
+            "(points with 50,000+ foreign rules use {} runs, BENCH_RUNS_LARGE, to keep the run short)",
+            runs.min(runs_large)
+        );
+    }
+
+    // Deduplicate: the curve and the loads share points measured once.
+    let mut seen = BTreeMap::new();
+    let mut csv = String::from("tool,backend,foreign,op,median_ms,processes\n");
+    for r in &rows {
+        if seen
+            .insert(
+                (r.tool.clone(), r.backend.clone(), r.foreign, r.op.clone()),
+                (),
+            )
+            .is_none()
+        {
+            csv += &format!(
+                "{},{},{},{},{:.3},{}\n",
+                r.tool, r.backend, r.foreign, r.op, r.median_ms, r.processes
+            );
+        }
+    }
+    if let Some(dir) = Path::new(&csv_path).parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir).unwrap();
+    }
+    std::fs::write(&csv_path, csv).unwrap();
+    println!();
+    println!(
+        "CSV: {csv_path} ({:.0} s in all)",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// PATH directories selecting a backend for the peers: `plain` holds symlinks to the backend's
+/// binaries, `counting` holds wrappers that log each call to `log` and exec the real binary.
+struct PathDirs {
+    _dir: tempfile::TempDir,
+    plain: String,
+    counting: String,
+    log: PathBuf,
+}
+
+fn path_dirs(backend: &str) -> PathDirs {
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("plain");
+    let counting = dir.path().join("counting");
+    let log = dir.path().join("calls.log");
+    std::fs::create_dir(&plain).unwrap();
+    std::fs::create_dir(&counting).unwrap();
+    for tool in IPT_TOOLS {
+        // iptables-save -> /usr/sbin/iptables-legacy-save, ip6tables -> ip6tables-legacy...
+        let real = match tool.split_once('-') {
+            Some((base, rest)) => format!("/usr/sbin/{base}-{backend}-{rest}"),
+            None => format!("/usr/sbin/{tool}-{backend}"),
+        };
+        assert!(Path::new(&real).exists(), "{real} missing");
+        std::os::unix::fs::symlink(&real, plain.join(tool)).unwrap();
+        let wrapper = counting.join(tool);
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\necho \"{tool} $*\" >> '{}'\nexec '{real}' \"$@\"\n",
+                log.display()
+            ),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let tail = ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    PathDirs {
+        plain: format!("{}{tail}", plain.display()),
+        counting: format!("{}{tail}", counting.display()),
+        log,
+        _dir: dir,
+    }
+}
+
+impl PathDirs {
+    /// Runs `cmd` with the counting PATH; returns 1 (the tool) + the iptables* calls it made.
+    fn count(&self, mut cmd: Command, stdin: &[u8]) -> usize {
+        let _ = std::fs::remove_file(&self.log);
+        cmd.env("PATH", &self.counting);
+        run_cmd(cmd, stdin);
+        1 + std::fs::read_to_string(&self.log)
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+fn timed(mut cmd: Command, path: &str, stdin: &[u8]) -> Duration {
+    cmd.env("PATH", path);
+    let start = Instant::now();
+    run_cmd(cmd, stdin);
+    start.elapsed()
+}
+
+/// CNI portmap against a container netns wired to the node by a veth (10.77.0.1 <-> .2).
+struct Portmap {
+    netns: String,
+    config: String,
+}
+
+impl Portmap {
+    fn new(ctr: &Netns) -> Portmap {
+        run(
+            "ip",
+            &[
+                "link", "add", "nlb-pm0", "type", "veth", "peer", "name", "eth0", "netns", &ctr.0,
+            ],
+            None,
+        );
+        run(
+            "ip",
+            &["addr", "add", "10.77.0.1/24", "dev", "nlb-pm0"],
+            None,
+        );
+        run("ip", &["link", "set", "nlb-pm0", "up"], None);
+        run(
+            "ip",
+            &["-n", &ctr.0, "addr", "add", "10.77.0.2/24", "dev", "eth0"],
+            None,
+        );
+        run("ip", &["-n", &ctr.0, "link", "set", "eth0", "up"], None);
+        let netns = format!("/var/run/netns/{}", ctr.0);
+        let config = format!(
+            r#"{{"cniVersion":"1.0.0","name":"bench","type":"portmap","capabilities":{{"portMappings":true}},"runtimeConfig":{{"portMappings":[{{"hostPort":8080,"containerPort":80,"protocol":"tcp"}}]}},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"eth0","sandbox":"{netns}"}}],"ips":[{{"address":"10.77.0.2/24","interface":0}}]}}}}"#
+        );
+        Portmap { netns, config }
+    }
+
+    fn cmd(&self, verb: &str) -> Command {
+        let mut cmd = Command::new(PORTMAP);
+        cmd.env("CNI_COMMAND", verb)
+            .env("CNI_CONTAINERID", "benchcontainer")
+            .env("CNI_NETNS", &self.netns)
+            .env("CNI_IFNAME", "eth0")
+            .env("CNI_PATH", "/usr/lib/cni");
+        cmd
+    }
+}
+
+/// netavark setup/teardown of a bridge network `bench` (10.88.0.0/24 on nlb-br0).
+struct Netavark {
+    bin: &'static str,
+    netns: String,
+    config: tempfile::TempDir,
+    options: String,
+}
+
+impl Netavark {
+    fn new(ctr: &Netns) -> Netavark {
+        let options = r#"{"container_id":"6e61746c65646765726265656e636800000000000000000000000000000000aa","container_name":"bench","networks":{"bench":{"interface_name":"eth0","static_ips":["10.88.0.2"]}},"network_info":{"bench":{"name":"bench","id":"6e61746c65646765726265656e636800000000000000000000000000000000bb","driver":"bridge","network_interface":"nlb-br0","subnets":[{"subnet":"10.88.0.0/24","gateway":"10.88.0.1"}],"ipv6_enabled":false,"internal":false,"dns_enabled":false,"ipam_options":{"driver":"host-local"}}},"port_mappings":[{"host_ip":"","container_port":80,"host_port":8080,"range":1,"protocol":"tcp"}]}"#;
+        Netavark {
+            bin: netavark_bin().unwrap(),
+            netns: format!("/var/run/netns/{}", ctr.0),
+            config: tempfile::tempdir().unwrap(),
+            options: options.into(),
+        }
+    }
+
+    fn cmd(&self, verb: &str) -> Command {
+        let mut cmd = Command::new(self.bin);
+        cmd.env("NETAVARK_FW", "iptables")
+            .arg("--config")
+            .arg(self.config.path())
+            .args([verb, &self.netns]);
+        cmd
+    }
+}
+
+/// Durations of one operation pair over the runs.
+#[derive(Default)]
+struct Samples {
+    create: Vec<Duration>,
+    remove: Vec<Duration>,
+    total: Vec<Duration>,
+}
+
+impl Samples {
+    fn push(&mut self, c: Duration, d: Duration) {
+        self.create.push(c);
+        self.remove.push(d);
+        self.total.push(c + d);
+    }
+}
+
+fn nat_dump(backend: &str) -> String {
+    let out = run(
+        &format!("/usr/sbin/iptables-{backend}-save"),
+        &["-t", "nat"],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The per-case child: BENCH_CASE=backend:foreign:runs:tool,tool:bundle.
+fn case_main(spec: &str) {
+    let mut parts = spec.splitn(5, ':');
+    let backend = parts.next().unwrap();
+    let foreign: usize = parts.next().unwrap().parse().unwrap();
+    let runs: usize = parts.next().unwrap().parse().unwrap();
+    let tools: Vec<&str> = parts.next().unwrap().split(',').collect();
+    let bundle = PathBuf::from(parts.next().unwrap());
+    let tag = format!("{}-{backend}-{foreign}", std::process::id());
+    let node = Netns::new(format!("nlpeers-{tag}"));
+    enter(&node.0);
+    if foreign > 0 {
+        let tool = format!("/usr/sbin/iptables-{backend}-restore");
+        run(
+            &tool,
+            &["--noflush"],
+            Some(foreign_rules(foreign).as_bytes()),
+        );
+    }
+    let dirs = path_dirs(backend);
+    let has = |t: &str| tools.contains(&t);
+
+    // The state dir lives on tmpfs, as /run/natledger does in production.
+    let state = TmpfsDir::new();
+    let case = Case {
+        backend,
+        state: state.path(),
+        bundle: &bundle,
+    };
+    // Warm up each tool once: first runs create shared chains and jumps, which stay.
+    case.hook_counted("create-runtime", false);
+    let (add, del) = case.floor_batches();
+    case.hook_counted("poststop", false);
+
+    let pm_ns = has("portmap").then(|| Netns::new(format!("nlpeers-pm-{tag}")));
+    let pm = pm_ns.as_ref().map(Portmap::new);
+    if let Some(pm) = &pm {
+        timed(pm.cmd("ADD"), &dirs.plain, pm.config.as_bytes());
+        timed(pm.cmd("DEL"), &dirs.plain, pm.config.as_bytes());
+    }
+    let nv_ns = has("netavark").then(|| Netns::new(format!("nlpeers-nv-{tag}")));
+    let nv = nv_ns.as_ref().map(Netavark::new);
+    if let Some(nv) = &nv {
+        timed(nv.cmd("setup"), &dirs.plain, nv.options.as_bytes());
+        timed(nv.cmd("teardown"), &dirs.plain, nv.options.as_bytes());
+    }
+
+    let mut samples: BTreeMap<&str, Samples> = BTreeMap::new();
+    for _ in 0..runs {
+        let (c, _) = case.hook_counted("create-runtime", false);
+        let (d, _) = case.hook_counted("poststop", false);
+        samples.entry("natledger").or_default().push(c, d);
+        let (c, d) = (case.restore(&add), case.restore(&del));
+        samples.entry("floor").or_default().push(c, d);
+        if let Some(pm) = &pm {
+            let c = timed(pm.cmd("ADD"), &dirs.plain, pm.config.as_bytes());
+            let d = timed(pm.cmd("DEL"), &dirs.plain, pm.config.as_bytes());
+            samples.entry("portmap").or_default().push(c, d);
+        }
+        if let Some(nv) = &nv {
+            let c = timed(nv.cmd("setup"), &dirs.plain, nv.options.as_bytes());
+            let d = timed(nv.cmd("teardown"), &dirs.plain, nv.options.as_bytes());
+            samples.entry("netavark").or_default().push(c, d);
+        }
+    }
+
+    // Each tool must have removed what it added (beyond its shared, permanent chains).
+    let dump = nat_dump(backend);
+    for (what, needle) in [
+        ("natledger", "10.77.0.2:80"),
+        ("portmap", "CNI-DN-"),
+        ("netavark", "NETAVARK-DN-"),
+    ] {
+        if dump.contains(needle) {
+            eprintln!("peers: {backend} {foreign}: {what} left rules behind ({needle})");
+        }
+    }
+
+    // The counting run, apart from the timed ones.
+    let mut procs: BTreeMap<&str, (usize, usize)> = BTreeMap::new();
+    let (_, c) = case.hook_counted("create-runtime", true);
+    let (_, d) = case.hook_counted("poststop", true);
+    procs.insert("natledger", (1 + c, 1 + d));
+    procs.insert("floor", (1, 1));
+    if let Some(pm) = &pm {
+        let c = dirs.count(pm.cmd("ADD"), pm.config.as_bytes());
+        assert!(
+            nat_dump(backend).contains("CNI-DN-"),
+            "portmap ADD wrote no rules in {backend}"
+        );
+        let d = dirs.count(pm.cmd("DEL"), pm.config.as_bytes());
+        procs.insert("portmap", (c, d));
+    }
+    if let Some(nv) = &nv {
+        let c = dirs.count(nv.cmd("setup"), nv.options.as_bytes());
+        assert!(
+            nat_dump(backend).contains("NETAVARK-DN-"),
+            "netavark setup wrote no rules in {backend}"
+        );
+        let d = dirs.count(nv.cmd("teardown"), nv.options.as_bytes());
+        procs.insert("netavark", (c, d));
+    }
+
+    for (tool, s) in samples {
+        let (pc, pd) = procs[tool];
+        for (op, v, p) in [
+            ("create", s.create, pc),
+            ("remove", s.remove, pd),
+            ("total", s.total, pc + pd),
+        ] {
+            println!(
+                "ROW {tool},{backend},{foreign},{op},{:.3},{p},{runs}",
+                median(v)
+            );
+        }
+    }
+    // Container namespaces go before the node namespace (drop order is reverse of creation).
+    drop(nv);
+    drop(nv_ns);
+    drop(pm);
+    drop(pm_ns);
+}
