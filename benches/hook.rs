@@ -71,14 +71,7 @@ fn case_main(spec: &str) {
         std::process::id()
     ));
     enter(&ns.0);
-    if foreign > 0 {
-        let tool = format!("/usr/sbin/iptables-{backend}-restore");
-        run(
-            &tool,
-            &["--noflush"],
-            Some(foreign_rules(foreign).as_bytes()),
-        );
-    }
+    load_foreign(backend, foreign);
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = TmpfsDir::new();
     let case = Case {

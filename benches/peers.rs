@@ -427,14 +427,7 @@ fn case_main(spec: &str) {
     let tag = format!("{}-{backend}-{foreign}", std::process::id());
     let node = Netns::new(format!("nlpeers-{tag}"));
     enter(&node.0);
-    if foreign > 0 {
-        let tool = format!("/usr/sbin/iptables-{backend}-restore");
-        run(
-            &tool,
-            &["--noflush"],
-            Some(foreign_rules(foreign).as_bytes()),
-        );
-    }
+    load_foreign(backend, foreign);
     let dirs = path_dirs(backend);
     let has = |t: &str| tools.contains(&t);
 

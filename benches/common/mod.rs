@@ -53,6 +53,14 @@ pub fn enter(ns: &str) {
     nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
 }
 
+/// Load `n` foreign nat rules with `backend`'s restore (none for 0).
+pub fn load_foreign(backend: &str, n: usize) {
+    if n > 0 {
+        let tool = format!("/usr/sbin/iptables-{backend}-restore");
+        run(&tool, &["--noflush"], Some(foreign_rules(n).as_bytes()));
+    }
+}
+
 pub fn foreign_rules(n: usize) -> String {
     let mut s = String::from("*nat\n:KUBE-FAKE - [0:0]\n-A PREROUTING -j KUBE-FAKE\n");
     for i in 0..n {
