@@ -88,7 +88,8 @@ pub fn is_global_unicast(ip: IpAddr) -> bool {
 /// Make the node's own connections to 127.0.0.1:hostPort routable to `dest`: after DNAT the
 /// packet still has a loopback source, which the kernel drops as martian unless
 /// `route_localnet` is on for the outgoing interface. Sets it on that interface only (found
-/// by longest-prefix match in the main routing table), never globally. Returns the interface
+/// by longest-prefix match in the main routing table, the default route excluded), never
+/// globally. Returns the interface
 /// when it was changed. Not reverted: other containers behind the same bridge may rely on it.
 pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
     // thread-self: /proc/net follows the thread-group leader, which may sit in another
@@ -116,7 +117,10 @@ fn route_interface(table: &str, dest: Ipv4Addr) -> Option<String> {
             let f: Vec<&str> = line.split_whitespace().collect();
             let net = u32::from_str_radix(f.get(1)?, 16).ok()?;
             let mask = u32::from_str_radix(f.get(7)?, 16).ok()?;
-            (dest & mask == net).then(|| (mask.count_ones(), f[0].to_string()))
+            // Only a route to the container's own network: a container reached through the
+            // default route is not behind this host's bridge, and route_localnet on the
+            // uplink would expose 127.0.0.1 to the neighbours there.
+            (mask != 0 && dest & mask == net).then(|| (mask.count_ones(), f[0].to_string()))
         })
         .max_by_key(|(bits, _)| *bits)
         .map(|(_, iface)| iface)
@@ -138,8 +142,9 @@ mod tests {
                 Some("br0")
             );
             assert_eq!(
-                route_interface(table, Ipv4Addr::new(8, 8, 8, 8)).as_deref(),
-                Some("eth0")
+                route_interface(table, Ipv4Addr::new(8, 8, 8, 8)),
+                None,
+                "never the default route's interface"
             );
         }
     }
