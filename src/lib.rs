@@ -12,6 +12,7 @@ pub mod durable;
 pub mod exec;
 pub mod family;
 pub mod fault;
+pub mod host;
 pub mod layout;
 pub mod ledger;
 pub mod netns;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use nix::sched::{CloneFlags, setns};
 
+use crate::host;
+
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
     #[error("cannot open {}: {source} (is the container running?)", path.display())]
@@ -87,17 +89,17 @@ pub fn is_global_unicast(ip: IpAddr) -> bool {
 
 /// Make the node's own connections to 127.0.0.1:hostPort routable to `dest`: after DNAT the
 /// packet still has a loopback source, which the kernel drops as martian unless
-/// `route_localnet` is on for the outgoing interface. Sets it on that interface only (found
-/// by longest-prefix match in the main routing table, the default route excluded), never
-/// globally. Returns the interface
-/// when it was changed. Not reverted: other containers behind the same bridge may rely on it.
+/// `route_localnet` is on for the outgoing interface. Sets it on that interface only (the
+/// longest-prefix route of the main table, [`host::route_to`], which never picks the default
+/// route: a container reached through it is not behind this host's bridge, and
+/// route_localnet on the uplink would expose 127.0.0.1 to the neighbours there), never
+/// globally. Returns the interface when it was changed. Not reverted: other containers
+/// behind the same bridge may rely on it.
 pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
-    // thread-self: /proc/net follows the thread-group leader, which may sit in another
-    // namespace than this thread (selftest runs the operations on a thread inside one).
-    let routes = std::fs::read_to_string("/proc/thread-self/net/route").unwrap_or_default();
-    let Some(iface) = route_interface(&routes, dest) else {
+    let Some(route) = host::route_to(&host::Roots::default(), IpAddr::V4(dest)) else {
         return Ok(None);
     };
+    let iface = route.interface;
     let path = format!("/proc/sys/net/ipv4/conf/{iface}/route_localnet");
     let current = std::fs::read_to_string(&path).unwrap_or_default();
     if current.trim() == "1" {
@@ -105,25 +107,6 @@ pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsErro
     }
     std::fs::write(&path, "1").map_err(|source| NetnsError::Sysctl { path, source })?;
     Ok(Some(iface))
-}
-
-/// Longest-prefix match over `/proc/thread-self/net/route` (addresses in host-endian hex).
-fn route_interface(table: &str, dest: Ipv4Addr) -> Option<String> {
-    let dest = u32::from_ne_bytes(dest.octets());
-    table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let net = u32::from_str_radix(f.get(1)?, 16).ok()?;
-            let mask = u32::from_str_radix(f.get(7)?, 16).ok()?;
-            // Only a route to the container's own network: a container reached through the
-            // default route is not behind this host's bridge, and route_localnet on the
-            // uplink would expose 127.0.0.1 to the neighbours there.
-            (mask != 0 && dest & mask == net).then(|| (mask.count_ones(), f[0].to_string()))
-        })
-        .max_by_key(|(bits, _)| *bits)
-        .map(|(_, iface)| iface)
 }
 
 #[cfg(test)]
@@ -136,13 +119,21 @@ mod tests {
         let table = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
                      eth0\t00000000\t0100000A\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
                      br0\t00004D0A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n";
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("route"), table).unwrap();
+        let roots = host::Roots {
+            net: dir.path().into(),
+            ..host::Roots::default()
+        };
+        let route_interface =
+            |dest: Ipv4Addr| host::route_to(&roots, IpAddr::V4(dest)).map(|r| r.interface);
         if cfg!(target_endian = "little") {
             assert_eq!(
-                route_interface(table, Ipv4Addr::new(10, 77, 0, 2)).as_deref(),
+                route_interface(Ipv4Addr::new(10, 77, 0, 2)).as_deref(),
                 Some("br0")
             );
             assert_eq!(
-                route_interface(table, Ipv4Addr::new(8, 8, 8, 8)),
+                route_interface(Ipv4Addr::new(8, 8, 8, 8)),
                 None,
                 "never the default route's interface"
             );

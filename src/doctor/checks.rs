@@ -10,7 +10,7 @@ use super::{DoctorOptions, Finding, Kind, RuleRef, Ruleset, Severity};
 use crate::backend::Backend;
 use crate::family::Family;
 use crate::layout::{Owner, is_owned_chain, owner};
-use crate::ledger::Manifest;
+use crate::ledger::{Manifest, RuleRecord};
 use crate::rule::IpNet;
 
 /// The built-in chains each table's packets to a host port go through, in hook order.
@@ -453,27 +453,24 @@ impl<'a> Checks<'a> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
     pub fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
-        let alive: HashSet<String> = host
+        let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) =
+            host.manifests.iter().partition(|m| m.alive());
+        let known: HashSet<&str> = host
             .manifests
             .iter()
-            .filter(|m| m.alive())
-            .map(|m| m.container_id.to_string())
+            .map(|m| m.container_id.as_str())
             .collect();
-        for m in host.manifests.iter().filter(|m| !m.alive()) {
+        for m in dead {
+            let summary = format!(
+                "Container {} (pid {}) is dead, but its manifest and {} rule(s) remain.",
+                m.container_id,
+                m.pid.map_or("-".into(), |p| p.to_string()),
+                m.rules.len()
+            );
+            let finding = manifest_finding(m, Severity::Warning, summary, Vec::new());
             self.findings.push(Finding {
-                severity: Severity::Warning,
-                kind: Kind::NatledgerState,
-                port: m.mappings.first().map(|p| p.host_ports.start),
-                protocol: m.mappings.first().map(|p| p.protocol.to_string()),
-                summary: format!(
-                    "Container {} (pid {}) is dead, but its manifest and {} rule(s) remain.",
-                    m.container_id,
-                    m.pid.map_or("-".into(), |p| p.to_string()),
-                    m.rules.len()
-                ),
-                rules: Vec::new(),
-                evidence: vec!["natledger manifest".into()],
                 fix: Some("natledger sweep".into()),
+                ..finding
             });
         }
         for set in self.rulesets {
@@ -487,13 +484,10 @@ impl<'a> Checks<'a> {
                 let Owner::Container(id) = owner(&rule.chain, &rule.args) else {
                     continue;
                 };
-                if alive.contains(id)
-                    || host.manifests.iter().any(|m| m.container_id.as_str() == id)
-                {
+                if known.contains(id) {
                     continue;
                 }
-                let (m, _) = parse_rule(&rule.args);
-                let (port, protocol) = port_of(&m);
+                let (port, protocol) = port_of(&parse_rule(&rule.args).0);
                 self.findings.push(Finding {
                     severity: Severity::Warning,
                     kind: Kind::NatledgerState,
@@ -502,63 +496,87 @@ impl<'a> Checks<'a> {
                     summary: format!(
                         "A natledger rule of container {id}, which has no manifest (an orphan)."
                     ),
-                    rules: vec![RuleRef {
-                        backend: set.backend,
-                        family: set.family,
-                        table: "nat".into(),
-                        chain: rule.chain.clone(),
-                        position: *n,
-                        line: line(&rule.chain, &rule.args),
-                    }],
+                    rules: vec![RuleRef::new(set, "nat", &rule.chain, *n, &rule.args)],
                     evidence: vec!["natledger manifests".into()],
                     fix: Some("natledger sweep".into()),
                 });
             }
         }
-        for m in host.manifests.iter().filter(|m| m.alive()) {
-            let missing: Vec<_> = m
+        for m in alive {
+            let present = |r: &RuleRecord| {
+                self.rulesets
+                    .iter()
+                    .find(|s| s.backend == r.backend && s.family == r.family)
+                    .and_then(|s| s.table(&r.table))
+                    .is_some_and(|t| {
+                        t.rules
+                            .iter()
+                            .any(|s| s.chain == r.chain && s.args == r.rule)
+                    })
+            };
+            let missing: Vec<RuleRef> = m
                 .rules
                 .iter()
-                .filter(|r| {
-                    self.rulesets
-                        .iter()
-                        .find(|s| s.backend == r.backend && s.family == r.family)
-                        .and_then(|s| s.table(&r.table))
-                        .is_none_or(|t| {
-                            !t.rules
-                                .iter()
-                                .any(|s| s.chain == r.chain && s.args == r.rule)
-                        })
+                .filter(|r| !present(r))
+                .map(|r| RuleRef {
+                    backend: r.backend,
+                    family: r.family,
+                    table: r.table.clone(),
+                    chain: r.chain.clone(),
+                    position: 0,
+                    line: line(&r.chain, &r.rule),
                 })
                 .collect();
             if missing.is_empty() {
                 continue;
             }
+            let summary = format!(
+                "Live container {} is missing {} of its {} recorded rule(s): its ports do not \
+                 forward.",
+                m.container_id,
+                missing.len(),
+                m.rules.len()
+            );
+            let finding = manifest_finding(m, Severity::Error, summary, missing);
             self.findings.push(Finding {
-                severity: Severity::Error,
-                kind: Kind::NatledgerState,
-                port: m.mappings.first().map(|p| p.host_ports.start),
-                protocol: m.mappings.first().map(|p| p.protocol.to_string()),
-                summary: format!(
-                    "Live container {} is missing {} of its {} recorded rule(s): its ports do not forward.",
-                    m.container_id,
-                    missing.len(),
-                    m.rules.len()
-                ),
-                rules: missing
-                    .iter()
-                    .map(|r| RuleRef {
-                        backend: r.backend,
-                        family: r.family,
-                        table: r.table.clone(),
-                        chain: r.chain.clone(),
-                        position: 0,
-                        line: line(&r.chain, &r.rule),
-                    })
-                    .collect(),
-                evidence: vec!["natledger manifest".into()],
-                fix: Some(format!("restart container {} (its createRuntime hook writes the rules again)", m.container_id)),
+                fix: Some(format!(
+                    "restart container {} (its createRuntime hook writes the rules again)",
+                    m.container_id
+                )),
+                ..finding
             });
+        }
+    }
+}
+
+/// A finding about one natledger container, on the port of its first mapping.
+fn manifest_finding(
+    m: &Manifest,
+    severity: Severity,
+    summary: String,
+    rules: Vec<RuleRef>,
+) -> Finding {
+    Finding {
+        severity,
+        kind: Kind::NatledgerState,
+        port: m.mappings.first().map(|p| p.host_ports.start),
+        protocol: m.mappings.first().map(|p| p.protocol.to_string()),
+        summary,
+        rules,
+        evidence: vec!["natledger manifest".into()],
+        fix: None,
+    }
+}
+
+impl RuleRef {
+    fn new(set: &Ruleset, table: &str, chain: &str, position: usize, args: &[String]) -> Self {
+        RuleRef {
+            backend: set.backend,
+            family: set.family,
+            table: table.to_string(),
+            chain: chain.to_string(),
+            position,
+            line: line(chain, args),
         }
     }
 }
@@ -851,14 +869,13 @@ fn line(chain: &str, args: &[String]) -> String {
 }
 
 fn rule_ref(w: &Walked, step: &Step) -> RuleRef {
-    RuleRef {
-        backend: w.set.backend,
-        family: w.set.family,
-        table: w.table.to_string(),
-        chain: step.rule.chain.clone(),
-        position: step.position,
-        line: line(&step.rule.chain, &step.rule.args),
-    }
+    RuleRef::new(
+        w.set,
+        w.table,
+        &step.rule.chain,
+        step.position,
+        &step.rule.args,
+    )
 }
 
 /// The command deleting this rule, for the backend and family it is in.

@@ -12,11 +12,11 @@
 //! fix it, printed, never run.
 
 mod checks;
-pub mod evidence;
+/// Host facts live in [`crate::host`] (create-runtime uses them too).
+pub use crate::host as evidence;
 pub mod matchset;
 pub mod paths;
 mod report;
-mod sockdiag;
 
 use std::path::PathBuf;
 

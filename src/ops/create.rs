@@ -3,9 +3,9 @@
 use std::net::IpAddr;
 
 use crate::backend::BackendError;
-use crate::doctor::evidence::{self, Listener};
 use crate::family::Family;
 use crate::fault;
+use crate::host::{self, Listener};
 use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
@@ -119,7 +119,7 @@ fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Er
                 None => true,
             }
     };
-    let listeners = evidence::listeners_where(&evidence::Roots::default(), |l| {
+    let listeners = host::listeners_where(&host::Roots::default(), |l| {
         mappings.iter().any(|m| clash(l, m))
     });
     let setting = input

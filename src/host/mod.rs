@@ -7,11 +7,12 @@
 //! fails: a missing or unreadable file yields an empty result (doctor says which evidence it
 //! had, the caller can ask [`cni_networks_present`] and [`runtime_state_present`]).
 
+mod sockdiag;
+
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use super::sockdiag;
 use crate::portspec::Protocol;
 
 /// The entries of `dir`; none if it cannot be read.
