@@ -28,7 +28,7 @@ def main(csv_path, png_path):
             if row.get("op") != "total":
                 continue
             tool = row["tool"].lower()
-            key = next((k for k in STYLE if k in tool), None)
+            key = tool if tool in STYLE else None
             if key is None:
                 continue
             series[(key, row["backend"])][int(row["foreign"])] = float(row["median_ms"])

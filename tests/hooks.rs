@@ -499,3 +499,61 @@ fn a_local_listener_on_a_mapped_port_is_named_or_refused() {
         ],
     );
 }
+
+/// iptables-nft poststop deletes over netlink (no iptables-nft-restore, whose socket release
+/// waits an RCU grace period) when the chains hold exactly the manifest's tagged rules, in
+/// both families; otherwise, or with NATLEDGER_NO_NETLINK, it goes through
+/// iptables-nft-restore. Every way ends with the tables exactly as before.
+#[test]
+fn nft_poststop_deletes_over_netlink_or_falls_back() {
+    let node = Node::new(Backend::Nft);
+    node.warm_up();
+    let before = node.dump();
+    let annotations = [
+        ("io.natledger.ports", "8080:80,8081:81/udp"),
+        ("io.natledger.ip", "10.77.0.2,fd77::2"),
+    ];
+    let trace = [("NATLEDGER_TRACE", "1")];
+    let poststop = |id: &str, env: &[(&str, &str)]| {
+        let bundle = node.bundle(id, &annotations);
+        let out = node.hook_env("poststop", id, None, &bundle, env);
+        assert_ok(&out, &format!("poststop {id}"));
+        stderr(&out)
+    };
+
+    node.create("c1", None, &annotations);
+    let err = poststop("c1", &trace);
+    assert!(
+        err.contains("netlink: deleted 6 ipv4 rule(s) tagged natledger:c1"),
+        "{err}"
+    );
+    assert!(
+        err.contains("netlink: deleted 4 ipv6 rule(s) tagged natledger:c1"),
+        "{err}"
+    );
+    assert!(!err.contains("exec "), "a process was started: {err}");
+    assert_eq!(node.dump(), before, "netlink poststop");
+
+    // A hand-made copy of a tagged rule: the counts differ from the manifest, nothing is
+    // deleted over netlink, and iptables-nft-restore removes both copies.
+    node.create("c2", None, &annotations);
+    let copy = "*nat\n-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 \
+                -m comment --comment natledger:c2 -j DNAT --to-destination 10.77.0.2:80\nCOMMIT\n";
+    load_rules(node.topo.node(), Backend::Nft, Family::V4, copy);
+    let err = poststop("c2", &trace);
+    assert!(err.contains("using iptables-nft-restore"), "{err}");
+    assert!(err.contains("exec /usr/sbin/iptables-nft-"), "{err}");
+    assert_eq!(node.dump(), before, "fallback poststop");
+
+    node.create("c3", None, &annotations);
+    let err = poststop(
+        "c3",
+        &[("NATLEDGER_TRACE", "1"), ("NATLEDGER_NO_NETLINK", "1")],
+    );
+    assert!(!err.contains("netlink:"), "{err}");
+    assert!(
+        err.contains("exec /usr/sbin/ip6tables-nft-restore"),
+        "{err}"
+    );
+    assert_eq!(node.dump(), before, "NATLEDGER_NO_NETLINK poststop");
+}

@@ -232,3 +232,14 @@ impl Drop for TmpfsDir {
         }
     }
 }
+
+/// Wait until the kernel has finished freeing what earlier nf_tables transactions in this
+/// network namespace deleted: releasing a netfilter netlink socket flushes that work (see
+/// `natledger::nftables`). Called, untimed, before every timed operation of every tool, so
+/// that each measures one operation on an idle host rather than the tail of the previous
+/// tool's cleanup.
+pub fn settle() {
+    let mut session = natledger::nftables::Session::open().expect("netfilter netlink socket");
+    let _ = session.rules(natledger::family::Family::Ipv4, "nat", "PREROUTING");
+    drop(session);
+}

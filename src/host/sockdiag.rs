@@ -13,19 +13,15 @@ use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
 };
 
+use crate::netlink::{self, HEADER, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE};
 use crate::portspec::Protocol;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
-const NLM_F_REQUEST: u16 = 0x1;
-const NLM_F_DUMP: u16 = 0x300;
-const NLMSG_ERROR: u16 = 2;
-const NLMSG_DONE: u16 = 3;
 const TCP_LISTEN: u32 = 10;
 /// Unconnected UDP sockets are in TCP_CLOSE.
 const TCP_CLOSE: u32 = 7;
 const IPPROTO_TCP: u8 = 6;
 const IPPROTO_UDP: u8 = 17;
-const HEADER: usize = 16;
 /// `struct inet_diag_msg`: family, state, timer, retrans, sockid (48), expires, rqueue,
 /// wqueue, uid, inode.
 const MSG_LEN: usize = 72;
@@ -74,16 +70,12 @@ fn libc_af(af: AddressFamily) -> u8 {
 
 /// `nlmsghdr` + `inet_diag_req_v2` asking for every socket of one family, protocol and state.
 fn request(seq: u32, family: u8, protocol: u8, state: u32) -> Vec<u8> {
-    let len = HEADER + 56;
-    let mut m = Vec::with_capacity(len);
-    m.extend((len as u32).to_ne_bytes());
-    m.extend(SOCK_DIAG_BY_FAMILY.to_ne_bytes());
-    m.extend((NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
-    m.extend(seq.to_ne_bytes());
-    m.extend(0u32.to_ne_bytes());
+    let mut m = Vec::with_capacity(HEADER + 56);
+    let start = netlink::begin(&mut m, SOCK_DIAG_BY_FAMILY, NLM_F_REQUEST | NLM_F_DUMP, seq);
     m.extend([family, protocol, 0, 0]);
     m.extend((1u32 << state).to_ne_bytes());
-    m.resize(len, 0); // the socket id: all wildcards
+    m.resize(HEADER + 56, 0); // the socket id: all wildcards
+    netlink::finish(&mut m, start);
     m
 }
 
@@ -91,27 +83,21 @@ fn read_dump(fd: i32, protocol: Protocol, found: &mut Vec<Socket>) -> std::io::R
     let mut buf = vec![0u8; 32 * 1024];
     loop {
         let n = recv(fd, &mut buf, MsgFlags::empty())?;
-        let mut at = 0;
-        while at + HEADER <= n {
-            let len = u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap()) as usize;
-            let kind = u16::from_ne_bytes(buf[at + 4..at + 6].try_into().unwrap());
-            if len < HEADER || at + len > n {
-                return Err(std::io::Error::other("truncated sock_diag message"));
-            }
-            match kind {
-                NLMSG_DONE => return Ok(()),
-                NLMSG_ERROR => {
-                    let code = i32::from_ne_bytes(buf[at + 16..at + 20].try_into().unwrap());
-                    return Err(std::io::Error::from_raw_os_error(-code));
+        for message in netlink::messages(&buf[..n]) {
+            let message = message?;
+            match message.kind {
+                _ if message.error().is_some_and(|e| e != 0) => {
+                    let errno = message.error().unwrap_or_default();
+                    return Err(std::io::Error::from_raw_os_error(errno));
                 }
-                SOCK_DIAG_BY_FAMILY if len >= HEADER + MSG_LEN => {
-                    if let Some(s) = parse(&buf[at + HEADER..at + len], protocol) {
+                NLMSG_DONE => return Ok(()),
+                SOCK_DIAG_BY_FAMILY if message.payload.len() >= MSG_LEN => {
+                    if let Some(s) = parse(message.payload, protocol) {
                         found.push(s);
                     }
                 }
                 _ => {}
             }
-            at += (len + 3) & !3;
         }
         if n == 0 {
             return Ok(());

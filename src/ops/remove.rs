@@ -1,7 +1,7 @@
 //! Removal: poststop, and the routine that deletes one container's rules, shared with
 //! create-runtime (dead holders of a port) and sweep.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Native};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{is_owned_chain, tag};
@@ -92,8 +92,10 @@ pub(super) fn settle(
 /// natledger chain tagged `natledger:<id>`, in each backend and family where they exist now.
 ///
 /// Per backend and family, one transaction. Where the manifest recorded rules, it first tries
-/// deleting exactly those (one process; a transaction with an absent rule fails whole and
-/// changes nothing); if that fails, it reads the table and deletes what is present. Only when
+/// deleting exactly those: on iptables-nft over netlink when the chains hold exactly the
+/// recorded number of tagged rules (no process, [`crate::nftables`]), otherwise with one
+/// `*-restore` (a transaction with an absent rule fails whole and changes nothing); if that
+/// fails, it reads the table and deletes what is present. Only when
 /// recorded rules were not all where they were written (or there is no usable manifest) does
 /// it read the other backend too, since a ruleset saved from one backend and restored into
 /// the other brings them along. Reading legacy costs nothing when its nat table does not
@@ -160,6 +162,7 @@ pub fn remove_container(
             removal.remaining.extend(unconfirmed.into_iter().cloned());
         }
     }
+    ctx.netfilter.release_native();
     removal
 }
 
@@ -194,7 +197,31 @@ fn remove_in(
     id: &ContainerId,
     recorded: &[&RuleRecord],
 ) -> Result<Found, BackendError> {
-    if !recorded.is_empty() {
+    // Whether deleting exactly the recorded rules is worth a try: not when the native path
+    // has just seen that the chains hold other tagged rules too (a copy, say).
+    let mut exact_first = !recorded.is_empty();
+    if exact_first && backend == Backend::Nft {
+        let mut expected: Vec<(&str, usize)> = Vec::new();
+        for r in recorded {
+            match expected.iter_mut().find(|(c, _)| *c == r.chain) {
+                Some((_, n)) => *n += 1,
+                None => expected.push((r.chain.as_str(), 1)),
+            }
+        }
+        match ctx.netfilter.delete_tagged_nft(family, &tag(id), &expected) {
+            Ok(Native::Deleted(deleted)) => {
+                return Ok(Found {
+                    deleted,
+                    complete: true,
+                });
+            }
+            Ok(Native::Differs) => exact_first = false,
+            Ok(Native::Off) => {}
+            // Nothing was changed; iptables-nft-restore below reports what is really wrong.
+            Err(e) => eprintln!("natledger: {e}; using iptables-nft-restore"),
+        }
+    }
+    if exact_first {
         let mut exact = Batch::nat();
         exact.ops = recorded
             .iter()
