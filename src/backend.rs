@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::exec::{Invocation, Runner};
 use crate::family::Family;
+use crate::iptc::{self, IptcError, Place};
 use crate::layout;
 use crate::nftables::{self, NftError};
+use crate::rule::Rule;
 use crate::save::{self, Batch, Table};
 
 /// Directories searched for iptables tools. Absolute, because podman runs poststop hooks
@@ -129,23 +131,25 @@ pub enum BackendError {
     },
 }
 
-/// What [`Netfilter::delete_tagged_nft`] did.
+/// What a native (no helper process) change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Native {
     /// Not enabled: nothing was looked at.
     Off,
-    /// The chains hold a different number of tagged rules than recorded: nothing changed.
-    Differs,
-    /// This many rules were deleted, exactly the recorded number.
-    Deleted(usize),
+    /// The table is not as the native path expects (chains hold other rules than recorded,
+    /// a chain or jump is missing): nothing changed.
+    Declined,
+    /// This many rules were inserted or deleted, exactly those asked for.
+    Done(usize),
 }
 
 /// Reads and writes the nat tables of both backends through a [`Runner`].
 pub struct Netfilter<'r> {
     runner: &'r dyn Runner,
-    /// Whether [`Netfilter::delete_tagged_nft`] may reach the kernel. Off unless asked for,
-    /// so that code driven by a scripted runner never touches a real table.
-    native_nft: bool,
+    /// Whether the native paths ([`Netfilter::delete_tagged_nft`], the `*_legacy` methods)
+    /// may reach the kernel. Off unless asked for, so that code driven by a scripted runner
+    /// never touches a real table.
+    native: bool,
     /// The netlink session of native deletions, kept open across families so that only
     /// one socket is released (and one grace period waited for, by someone else) per run.
     session: RefCell<Option<nftables::Session>>,
@@ -156,17 +160,68 @@ impl<'r> Netfilter<'r> {
     pub fn new(runner: &'r dyn Runner) -> Self {
         Netfilter {
             runner,
-            native_nft: false,
+            native: false,
             session: RefCell::new(None),
             trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
         }
     }
 
-    /// Allow deleting iptables-nft rules over netlink (the hooks and sweep do, unless
-    /// `NATLEDGER_NO_NETLINK` is set).
-    pub fn with_native_nft(mut self, on: bool) -> Self {
-        self.native_nft = on;
+    /// Allow the native paths: deleting iptables-nft rules over netlink, and inserting or
+    /// deleting iptables-legacy rules through the table's socket options (the hooks do,
+    /// unless `NATLEDGER_NO_NETLINK` is set).
+    pub fn with_native(mut self, on: bool) -> Self {
+        self.native = on;
         self
+    }
+
+    /// Insert rules into the iptables-legacy nat table without a process ([`iptc::insert`]),
+    /// provided the table, the chains and the `required` jumps exist.
+    pub fn insert_legacy(
+        &self,
+        family: Family,
+        rules: &[(&str, &Rule, Place)],
+        required: &[(&str, Rule)],
+    ) -> Result<Native, IptcError> {
+        self.legacy_native(family, "inserted", || iptc::insert(family, rules, required))
+    }
+
+    /// Delete exactly these rules from the iptables-legacy nat table without a process
+    /// ([`iptc::delete`]); declined unless every one is found.
+    pub fn delete_legacy(
+        &self,
+        family: Family,
+        rules: &[(&str, &Rule)],
+    ) -> Result<Native, IptcError> {
+        self.legacy_native(family, "deleted", || iptc::delete(family, rules))
+    }
+
+    fn legacy_native(
+        &self,
+        family: Family,
+        verb: &str,
+        op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
+    ) -> Result<Native, IptcError> {
+        // Asking the kernel about an absent table would create it.
+        if !self.native || !legacy_table_exists(family, "nat").unwrap_or(false) {
+            return Ok(Native::Off);
+        }
+        let start = std::time::Instant::now();
+        let outcome = op()?;
+        if self.trace {
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            match outcome {
+                iptc::Outcome::Done(n) => {
+                    eprintln!("natledger: iptc: {verb} {n} {family} rule(s) in {ms:.1} ms")
+                }
+                iptc::Outcome::Declined => eprintln!(
+                    "natledger: iptc: {family} table not as expected; using iptables-legacy-restore"
+                ),
+            }
+        }
+        Ok(match outcome {
+            iptc::Outcome::Done(n) => Native::Done(n),
+            iptc::Outcome::Declined => Native::Declined,
+        })
     }
 
     /// Delete, over netlink, every rule tagged `tag` in the iptables-nft nat chains named in
@@ -179,7 +234,7 @@ impl<'r> Netfilter<'r> {
         tag: &str,
         expected: &[(&str, usize)],
     ) -> Result<Native, NftError> {
-        if !self.native_nft {
+        if !self.native {
             return Ok(Native::Off);
         }
         let start = std::time::Instant::now();
@@ -204,7 +259,7 @@ impl<'r> Netfilter<'r> {
                         tagged.len()
                     );
                 }
-                return Ok(Native::Differs);
+                return Ok(Native::Declined);
             }
             victims.extend(tagged.into_iter().map(|h| (*chain, h)));
         }
@@ -216,7 +271,7 @@ impl<'r> Netfilter<'r> {
                 victims.len()
             );
         }
-        Ok(Native::Deleted(victims.len()))
+        Ok(Native::Done(victims.len()))
     }
 
     /// End the native session, if any, leaving the kernel's cleanup wait to a detached

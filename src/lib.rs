@@ -13,6 +13,7 @@ pub mod exec;
 pub mod family;
 pub mod fault;
 pub mod host;
+pub mod iptc;
 pub mod layout;
 pub mod ledger;
 pub mod netlink;

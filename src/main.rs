@@ -186,8 +186,8 @@ fn key_value(s: &str) -> Result<String, String> {
     }
 }
 
-/// Deleting iptables-nft rules over netlink is the default; `NATLEDGER_NO_NETLINK=1` makes
-/// every change go through iptables-nft-restore.
+/// The hooks' native paths (nf_tables netlink, iptables-legacy socket options) are the
+/// default; `NATLEDGER_NO_NETLINK=1` makes every change go through `*-restore`.
 fn netlink_allowed() -> bool {
     std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
 }
@@ -199,7 +199,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let state = State::read(std::io::stdin().lock())?;
             let runner = SystemRunner::from_env();
             let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
-            ctx.netfilter = ctx.netfilter.with_native_nft(netlink_allowed());
+            ctx.netfilter = ctx.netfilter.with_native(netlink_allowed());
             ops::run_hook(&ctx, stage, state)?;
         }
         Command::Sweep {

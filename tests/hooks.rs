@@ -557,3 +557,40 @@ fn nft_poststop_deletes_over_netlink_or_falls_back() {
     );
     assert_eq!(node.dump(), before, "NATLEDGER_NO_NETLINK poststop");
 }
+
+/// iptables-legacy in the steady state (natledger's chains and jumps exist): create-runtime
+/// and poststop write the table in-process, starting no process, in both families; the
+/// tables end exactly as before. The traffic tests above run through the same path.
+#[test]
+fn legacy_hooks_write_the_table_in_process() {
+    let node = Node::new(Backend::Legacy);
+    node.warm_up();
+    let before = node.dump();
+    let annotations = [
+        (
+            "io.natledger.ports",
+            "8080:80,10.78.0.1:9000-9002:80-82/udp",
+        ),
+        ("io.natledger.ip", "10.77.0.2,fd77::2"),
+    ];
+    let trace = [("NATLEDGER_TRACE", "1")];
+    let bundle = node.bundle("c1", &annotations);
+    let out = node.hook_env("create-runtime", "c1", None, &bundle, &trace);
+    assert_ok(&out, "create-runtime");
+    let err = stderr(&out);
+    assert!(err.contains("iptc: inserted 5 ipv4 rule(s)"), "{err}");
+    assert!(err.contains("iptc: inserted 2 ipv6 rule(s)"), "{err}");
+    assert!(!err.contains("exec "), "a process was started: {err}");
+    assert!(
+        node.dump()
+            .contains("--to-destination 10.77.0.2:80-82/9000")
+    );
+
+    let out = node.hook_env("poststop", "c1", None, &bundle, &trace);
+    assert_ok(&out, "poststop");
+    let err = stderr(&out);
+    assert!(err.contains("iptc: deleted 5 ipv4 rule(s)"), "{err}");
+    assert!(err.contains("iptc: deleted 2 ipv6 rule(s)"), "{err}");
+    assert!(!err.contains("exec "), "a process was started: {err}");
+    assert_eq!(node.dump(), before);
+}

@@ -2,10 +2,11 @@
 
 use std::net::IpAddr;
 
-use crate::backend::BackendError;
+use crate::backend::{Backend, BackendError, Native};
 use crate::family::Family;
 use crate::fault;
 use crate::host::{self, Listener};
+use crate::iptc::Place;
 use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
@@ -309,14 +310,32 @@ fn pid_text(pid: Option<i32>) -> String {
 }
 
 /// Install one family's rules in one transaction. First try assuming the shared chains and
-/// jumps exist (checked inside the same transaction with `-C`, so a missing jump fails it
-/// atomically); otherwise read the table and create what is missing.
+/// jumps exist: on legacy in-process ([`crate::iptc`], declined unless they do), otherwise in
+/// one restore that checks the jumps with `-C` (a missing jump fails it atomically). If that
+/// fails, read the table and create what is missing.
 fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), BackendError> {
+    let placed = placements(rules);
+    if ctx.backend == Backend::Legacy {
+        let parsed: Option<Vec<(&str, Rule, Place)>> = placed
+            .iter()
+            .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
+            .collect();
+        if let Some(parsed) = parsed {
+            let native: Vec<(&str, &Rule, Place)> =
+                parsed.iter().map(|(c, r, p)| (*c, r, *p)).collect();
+            match ctx.netfilter.insert_legacy(family, &native, &jumps()) {
+                Ok(Native::Done(_)) => return Ok(()),
+                Ok(Native::Declined | Native::Off) => {}
+                // Nothing was written; the restore below reports what is really wrong.
+                Err(e) => eprintln!("natledger: {e}; using iptables-legacy-restore"),
+            }
+        }
+    }
     let mut fast = Batch::nat();
     for (chain, jump) in jumps() {
         fast.ops.push(Op::Check(chain.to_string(), jump.to_args()));
     }
-    push_rules(&mut fast, rules);
+    push_rules(&mut fast, &placed);
     if ctx.netfilter.apply(ctx.backend, family, &fast).is_ok() {
         return Ok(());
     }
@@ -339,20 +358,28 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), B
                 .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
         }
     }
-    push_rules(&mut full, rules);
+    push_rules(&mut full, &placed);
     ctx.netfilter.apply(ctx.backend, family, &full)
 }
 
-/// DNAT rules go to the top of their chain (newest container first), in mapping order;
-/// masquerade rules are appended.
-fn push_rules(batch: &mut Batch, rules: &[&RuleRecord]) {
-    for r in rules.iter().rev().filter(|r| goes_first(&r.chain)) {
-        batch
-            .ops
-            .push(Op::InsertFirst(r.chain.clone(), r.rule.clone()));
-    }
-    for r in rules.iter().filter(|r| !goes_first(&r.chain)) {
-        batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
+/// Where each rule goes: DNAT rules to the top of their chain (newest container first, in
+/// mapping order, so they are inserted in reverse), masquerade rules appended.
+fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<(&'a str, &'a [String], Place)> {
+    let first = rules.iter().rev().filter(|r| goes_first(&r.chain));
+    let last = rules.iter().filter(|r| !goes_first(&r.chain));
+    first
+        .map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::First))
+        .chain(last.map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::Last)))
+        .collect()
+}
+
+fn push_rules(batch: &mut Batch, placed: &[(&str, &[String], Place)]) {
+    for (chain, args, place) in placed {
+        let (chain, args) = (chain.to_string(), args.to_vec());
+        batch.ops.push(match place {
+            Place::First => Op::InsertFirst(chain, args),
+            Place::Last => Op::Append(chain, args),
+        });
     }
 }
 

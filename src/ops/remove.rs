@@ -184,6 +184,43 @@ fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
     ok
 }
 
+/// Delete the recorded rules without a process: on nft every rule of the recorded chains
+/// tagged for `id`, when they are as many as recorded ([`crate::nftables`]); on legacy exactly
+/// the recorded rules, when all are present ([`crate::iptc`]).
+fn delete_native(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    id: &ContainerId,
+    recorded: &[&RuleRecord],
+) -> Result<Native, Box<dyn std::error::Error>> {
+    match backend {
+        Backend::Nft => {
+            let mut expected: Vec<(&str, usize)> = Vec::new();
+            for r in recorded {
+                match expected.iter_mut().find(|(c, _)| *c == r.chain) {
+                    Some((_, n)) => *n += 1,
+                    None => expected.push((r.chain.as_str(), 1)),
+                }
+            }
+            Ok(ctx
+                .netfilter
+                .delete_tagged_nft(family, &tag(id), &expected)?)
+        }
+        Backend::Legacy => {
+            let Ok(parsed) = recorded
+                .iter()
+                .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
+                .collect::<Result<Vec<_>, crate::rule::RuleParseError>>()
+            else {
+                return Ok(Native::Declined);
+            };
+            let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
+            Ok(ctx.netfilter.delete_legacy(family, &rules)?)
+        }
+    }
+}
+
 struct Found {
     deleted: usize,
     /// Every recorded rule was present (and is now deleted).
@@ -200,25 +237,18 @@ fn remove_in(
     // Whether deleting exactly the recorded rules is worth a try: not when the native path
     // has just seen that the chains hold other tagged rules too (a copy, say).
     let mut exact_first = !recorded.is_empty();
-    if exact_first && backend == Backend::Nft {
-        let mut expected: Vec<(&str, usize)> = Vec::new();
-        for r in recorded {
-            match expected.iter_mut().find(|(c, _)| *c == r.chain) {
-                Some((_, n)) => *n += 1,
-                None => expected.push((r.chain.as_str(), 1)),
-            }
-        }
-        match ctx.netfilter.delete_tagged_nft(family, &tag(id), &expected) {
-            Ok(Native::Deleted(deleted)) => {
+    if exact_first {
+        match delete_native(ctx, backend, family, id, recorded) {
+            Ok(Native::Done(deleted)) => {
                 return Ok(Found {
                     deleted,
                     complete: true,
                 });
             }
-            Ok(Native::Differs) => exact_first = false,
+            Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            // Nothing was changed; iptables-nft-restore below reports what is really wrong.
-            Err(e) => eprintln!("natledger: {e}; using iptables-nft-restore"),
+            // Nothing was changed; the restore below reports what is really wrong.
+            Err(e) => eprintln!("natledger: {e}; using {}", backend.suffix()),
         }
     }
     if exact_first {

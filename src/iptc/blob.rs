@@ -1,0 +1,368 @@
+//! The legacy table as one blob, and edits to it.
+//!
+//! ```text
+//! offset 0                                                              size
+//! | PREROUTING rules.. policy | INPUT .. policy | ... | ERROR "NATLEDGER-HOSTPORTS" |
+//!   ^hook_entry[0]   ^underflow[0]                       rules.. RETURN | ... | ERROR "ERROR"
+//! ```
+//!
+//! Built-in chains run from `hook_entry[h]` to their policy entry at `underflow[h]`; a user
+//! chain is an ERROR entry naming it, its rules, and a RETURN entry; the table ends with an
+//! ERROR entry named "ERROR". A jump or goto is a standard target whose verdict is the offset
+//! of the entry it continues at (a user chain's first rule, or its RETURN when it is empty).
+//!
+//! An edit inserts entries before, or removes, entries at given offsets and moves every jump
+//! verdict, hook entry and underflow with them. A jump to an offset where entries were
+//! inserted lands on the first inserted entry (the chain's new first rule); a jump to a
+//! removed entry lands on what follows it. Nothing else in the blob holds an offset.
+
+use super::entry::{ERROR, Layout, STANDARD, XT_HEADER, i32_at, xt_at};
+
+/// `ipt_getinfo` without the name: where the hooks start and end, and the totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Info {
+    pub valid_hooks: u32,
+    pub hook_entry: [u32; 5],
+    pub underflow: [u32; 5],
+    pub num_entries: u32,
+    pub size: u32,
+}
+
+/// The built-in chains by hook number.
+const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub layout: Layout,
+    pub info: Info,
+    pub bytes: Vec<u8>,
+    /// Entry offsets, in order.
+    offsets: Vec<usize>,
+}
+
+/// Where a chain's rules are: `first..tail`, `tail` being its policy or RETURN entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub first: usize,
+    pub tail: usize,
+}
+
+/// The result of [`Blob::edit`].
+#[derive(Debug)]
+pub struct Edited {
+    pub info: Info,
+    pub bytes: Vec<u8>,
+    /// For each new entry, the index of the old entry it is (its counters carry over).
+    pub from_old: Vec<Option<usize>>,
+}
+
+impl Blob {
+    /// Walk the entries; `None` if they do not tile the blob exactly as `info` says.
+    pub fn parse(layout: Layout, info: Info, bytes: Vec<u8>) -> Option<Blob> {
+        let mut offsets = Vec::with_capacity(info.num_entries as usize);
+        let mut at = 0;
+        while at < bytes.len() {
+            let e = bytes.get(at..at + layout.entry_size)?;
+            let next = layout.next_offset(e);
+            let target = layout.target_offset(e);
+            if next < layout.entry_size || target < layout.entry_size || target >= next {
+                return None;
+            }
+            bytes.get(at..at + next)?;
+            offsets.push(at);
+            at += next;
+        }
+        (at == info.size as usize && offsets.len() == info.num_entries as usize).then_some(Blob {
+            layout,
+            info,
+            bytes,
+            offsets,
+        })
+    }
+
+    fn entry(&self, at: usize) -> &[u8] {
+        let next = self.layout.next_offset(&self.bytes[at..]);
+        &self.bytes[at..at + next]
+    }
+
+    fn target_name(&self, at: usize) -> Option<&str> {
+        let e = self.entry(at);
+        xt_at(e, self.layout.target_offset(e)).map(|(t, _)| t.name)
+    }
+
+    /// The chain name of a user chain's ERROR head entry.
+    fn head_name(&self, at: usize) -> Option<&str> {
+        if self.target_name(at) != Some(ERROR) {
+            return None;
+        }
+        let e = self.entry(at);
+        let (t, _) = xt_at(e, self.layout.target_offset(e))?;
+        let end = t.data.iter().position(|b| *b == 0)?;
+        std::str::from_utf8(&t.data[..end]).ok()
+    }
+
+    pub fn chain(&self, name: &str) -> Option<Span> {
+        if let Some(h) = HOOKS.iter().position(|n| *n == name) {
+            if self.info.valid_hooks & (1 << h) == 0 {
+                return None;
+            }
+            return Some(Span {
+                first: self.info.hook_entry[h] as usize,
+                tail: self.info.underflow[h] as usize,
+            });
+        }
+        let i = self
+            .offsets
+            .iter()
+            .position(|&at| self.head_name(at) == Some(name) && name != ERROR)?;
+        // Rules follow the head up to the next ERROR entry; the last of them is the RETURN.
+        let next_head = self.offsets[i + 1..]
+            .iter()
+            .position(|&at| self.target_name(at) == Some(ERROR))
+            .map(|k| i + 1 + k)?;
+        if next_head < i + 2 {
+            return None; // no RETURN entry: not a chain libiptc wrote
+        }
+        Some(Span {
+            first: self.offsets[i + 1],
+            tail: self.offsets[next_head - 1],
+        })
+    }
+
+    /// The entries of a chain before its tail, with their offsets.
+    pub fn rules(&self, span: Span) -> impl Iterator<Item = (usize, &[u8])> {
+        self.offsets
+            .iter()
+            .copied()
+            .filter(move |&at| at >= span.first && at < span.tail)
+            .map(|at| (at, self.entry(at)))
+    }
+
+    /// The user chain whose rules start at `offset` (a jump's destination).
+    pub fn chain_starting_at(&self, offset: usize) -> Option<&str> {
+        let i = self.offsets.iter().position(|&at| at == offset)?;
+        let head = *self.offsets.get(i.checked_sub(1)?)?;
+        self.head_name(head).filter(|n| *n != ERROR)
+    }
+
+    /// Insert `inserts` (each before the entry at its offset, in the order given) and remove
+    /// the entries at `removes`. `None` if an offset is not an entry's.
+    pub fn edit(&self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
+        let valid = |at: &usize| self.offsets.binary_search(at).is_ok();
+        if !inserts.iter().all(|(at, _)| valid(at)) || !removes.iter().all(valid) {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(
+            self.bytes.len() + inserts.iter().map(|(_, e)| e.len()).sum::<usize>(),
+        );
+        let mut from_old = Vec::new();
+        // Per old entry: where its position begins (before inserted entries) and where the
+        // entry itself lands (if kept).
+        let mut position = Vec::with_capacity(self.offsets.len());
+        let mut landed = Vec::with_capacity(self.offsets.len());
+        let mut relocate = Vec::new();
+        for (i, &at) in self.offsets.iter().enumerate() {
+            position.push(bytes.len());
+            for (_, e) in inserts.iter().filter(|(x, _)| *x == at) {
+                bytes.extend(e);
+                from_old.push(None);
+            }
+            if removes.contains(&at) {
+                landed.push(None);
+                continue;
+            }
+            landed.push(Some(bytes.len()));
+            if let Some(verdict_at) = self.jump_verdict_at(at) {
+                relocate.push(bytes.len() + verdict_at);
+            }
+            bytes.extend(self.entry(at));
+            from_old.push(Some(i));
+        }
+        let moved = |old: u32| -> Option<u32> {
+            let i = self.offsets.binary_search(&(old as usize)).ok()?;
+            u32::try_from(position[i]).ok()
+        };
+        for at in relocate {
+            let old = i32_at(&bytes, at) as u32;
+            let new = moved(old)?;
+            bytes[at..at + 4].copy_from_slice(&(new as i32).to_ne_bytes());
+        }
+        let mut info = self.info;
+        for h in 0..5 {
+            if info.valid_hooks & (1 << h) == 0 {
+                continue;
+            }
+            info.hook_entry[h] = moved(self.info.hook_entry[h])?;
+            // The policy entry itself, never what was inserted before it.
+            let i = self
+                .offsets
+                .binary_search(&(self.info.underflow[h] as usize))
+                .ok()?;
+            info.underflow[h] = u32::try_from(landed[i]?).ok()?;
+        }
+        info.num_entries = from_old.len() as u32;
+        info.size = bytes.len() as u32;
+        Some(Edited {
+            info,
+            bytes,
+            from_old,
+        })
+    }
+
+    /// Where, inside the entry at `at`, a standard target holds a jump offset.
+    fn jump_verdict_at(&self, at: usize) -> Option<usize> {
+        let e = self.entry(at);
+        let target_at = self.layout.target_offset(e);
+        let (t, size) = xt_at(e, target_at)?;
+        let verdict_at = target_at + XT_HEADER;
+        (t.name == STANDARD && size >= XT_HEADER + 4 && i32_at(e, verdict_at) >= 0)
+            .then_some(verdict_at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::entry::{Encoded, align8, encode};
+    use super::*;
+    use crate::family::Family;
+    use crate::rule::Rule;
+
+    fn rule(args: &str) -> Rule {
+        Rule::parse_args(&args.split_whitespace().collect::<Vec<_>>()).unwrap()
+    }
+
+    /// A standard or ERROR entry with no match.
+    fn bare(layout: Layout, name: &str, data: &[u8]) -> Vec<u8> {
+        let mut e = vec![0u8; layout.entry_size];
+        let size = align8(XT_HEADER + data.len());
+        e.extend((size as u16).to_ne_bytes());
+        let mut n = [0u8; 29];
+        n[..name.len()].copy_from_slice(name.as_bytes());
+        e.extend(n);
+        e.push(0);
+        e.extend(data);
+        e.resize(layout.entry_size + size, 0);
+        let at = layout.target_offset_at;
+        e[at..at + 2].copy_from_slice(&(layout.entry_size as u16).to_ne_bytes());
+        let len = e.len() as u16;
+        e[at + 2..at + 4].copy_from_slice(&len.to_ne_bytes());
+        e
+    }
+
+    fn verdict(layout: Layout, v: i32) -> Vec<u8> {
+        bare(layout, STANDARD, &v.to_ne_bytes())
+    }
+
+    fn head(layout: Layout, name: &str) -> Vec<u8> {
+        let mut d = [0u8; 32];
+        d[..name.len()].copy_from_slice(name.as_bytes());
+        bare(layout, ERROR, &d)
+    }
+
+    /// nat with PREROUTING jumping to X, X empty (RETURN), the other hooks empty.
+    fn table() -> Blob {
+        let l = Layout::of(Family::Ipv4);
+        let accept = -2; // -NF_ACCEPT - 1
+        let ret = -5; // XT_RETURN
+        let mut bytes = Vec::new();
+        let mut info = Info {
+            valid_hooks: 0b11011,
+            hook_entry: [0; 5],
+            underflow: [0; 5],
+            num_entries: 0,
+            size: 0,
+        };
+        let mut jump_at = 0;
+        let mut count = 0;
+        for h in [0usize, 1, 3, 4] {
+            info.hook_entry[h] = bytes.len() as u32;
+            if h == 0 {
+                jump_at = bytes.len();
+                bytes.extend(verdict(l, 0));
+                count += 1;
+            }
+            info.underflow[h] = bytes.len() as u32;
+            bytes.extend(verdict(l, accept));
+            count += 1;
+        }
+        bytes.extend(head(l, "X"));
+        let x_first = bytes.len();
+        bytes.extend(verdict(l, ret));
+        bytes.extend(head(l, ERROR));
+        count += 3;
+        let v = jump_at + l.entry_size + XT_HEADER;
+        bytes[v..v + 4].copy_from_slice(&(x_first as i32).to_ne_bytes());
+        info.num_entries = count;
+        info.size = bytes.len() as u32;
+        Blob::parse(l, info, bytes).unwrap()
+    }
+
+    #[test]
+    fn chains_are_found_by_hook_and_by_head() {
+        let t = table();
+        let pre = t.chain("PREROUTING").unwrap();
+        assert_eq!(t.rules(pre).count(), 1);
+        assert!(t.chain("FORWARD").is_none(), "not a nat hook");
+        let x = t.chain("X").unwrap();
+        assert_eq!(x.first, x.tail, "empty user chain");
+        assert_eq!(t.chain_starting_at(x.first), Some("X"));
+        assert!(t.chain("ERROR").is_none());
+        assert!(t.chain("Y").is_none());
+    }
+
+    #[test]
+    fn inserting_into_an_empty_chain_moves_jumps_and_hooks() {
+        let t = table();
+        let x = t.chain("X").unwrap();
+        let Some(Encoded::Entry(e)) = encode(
+            &rule("-p tcp -m tcp --dport 80 -j MASQUERADE"),
+            Family::Ipv4,
+        ) else {
+            panic!()
+        };
+        let edited = t.edit(&[(x.tail, e.clone())], &[]).unwrap();
+        assert_eq!(edited.info.num_entries, t.info.num_entries + 1);
+        assert_eq!(edited.info.size as usize, t.bytes.len() + e.len());
+        let new = Blob::parse(t.layout, edited.info, edited.bytes).unwrap();
+        let nx = new.chain("X").unwrap();
+        assert_eq!(new.rules(nx).count(), 1);
+        // PREROUTING's jump lands on the new first rule of X.
+        let (at, jump) = new.rules(new.chain("PREROUTING").unwrap()).next().unwrap();
+        let v = i32_at(jump, new.layout.entry_size + XT_HEADER) as usize;
+        assert_eq!(v, nx.first);
+        assert_eq!(new.chain_starting_at(v), Some("X"));
+        assert_eq!(at, 0);
+        // Underflows still name the policies; hooks after the insert did not move (it is
+        // after them).
+        assert_eq!(new.info.hook_entry, t.info.hook_entry);
+        assert_eq!(new.info.underflow, t.info.underflow);
+        assert_eq!(edited.from_old.iter().filter(|o| o.is_none()).count(), 1);
+
+        // Removing it again gives back the original blob.
+        let (rule_at, _) = new.rules(nx).next().unwrap();
+        let back = new.edit(&[], &[rule_at]).unwrap();
+        assert_eq!(back.bytes, t.bytes);
+        assert_eq!(back.info, t.info);
+    }
+
+    #[test]
+    fn inserting_before_a_hook_moves_the_later_hooks() {
+        let t = table();
+        let pre = t.chain("PREROUTING").unwrap();
+        let e = verdict(t.layout, -2);
+        let edited = t.edit(&[(pre.first, e.clone())], &[]).unwrap();
+        assert_eq!(
+            edited.info.hook_entry[0], 0,
+            "the new entry is PREROUTING's first"
+        );
+        assert_eq!(
+            edited.info.underflow[0],
+            t.info.underflow[0] + e.len() as u32
+        );
+        assert_eq!(
+            edited.info.hook_entry[4],
+            t.info.hook_entry[4] + e.len() as u32
+        );
+        assert!(t.edit(&[(3, e)], &[]).is_none(), "not an entry offset");
+    }
+}

@@ -1,0 +1,505 @@
+//! One rule as the legacy kernel table holds it: `ipt_entry` / `ip6t_entry`, its matches and
+//! its target, encoded from and decoded to natledger's [`Rule`].
+//!
+//! ```text
+//! entry:  ip header (84 / 136 bytes) | nfcache | target_offset | next_offset | comefrom | counters
+//!         matches: [match_size u16 | name[29] | revision u8 | data, padded to 8] ...
+//!         target:   target_size u16 | name[29] | revision u8 | data, padded to 8
+//! ```
+//!
+//! Only what natledger writes is encoded or decoded: `-s`/`-d` with a prefix, `-p tcp|udp`
+//! with `-m tcp|udp --dport`, `-m addrtype --dst-type LOCAL` (revision 1), `-m comment`, and
+//! the targets DNAT (revision 2), MASQUERADE (revision 0) and a jump. Anything else decodes
+//! to `None` and makes the native path step aside for iptables-legacy-restore. The encoding is
+//! byte-for-byte what iptables-legacy 1.8 writes (pinned by `tests/iptc.rs`).
+
+use std::net::IpAddr;
+
+use crate::family::Family;
+use crate::portspec::{PortRange, Protocol};
+use crate::rule::{DnatTo, IpNet, Rule, Target};
+
+/// The per-family layout of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub family: Family,
+    /// `sizeof(struct ipt_entry)` / `sizeof(struct ip6t_entry)`: where matches begin.
+    pub entry_size: usize,
+    addr_len: usize,
+    /// Offsets of `proto`, `flags` (ip6t only: `IP6T_F_PROTO` marks `-p`) and `invflags`.
+    proto_at: usize,
+    flags_at: Option<usize>,
+    invflags_at: usize,
+    pub target_offset_at: usize,
+    pub counters_at: usize,
+}
+
+impl Layout {
+    pub fn of(family: Family) -> Layout {
+        match family {
+            Family::Ipv4 => Layout {
+                family,
+                entry_size: 112,
+                addr_len: 4,
+                proto_at: 80,
+                flags_at: None,
+                invflags_at: 83,
+                target_offset_at: 88,
+                counters_at: 96,
+            },
+            Family::Ipv6 => Layout {
+                family,
+                entry_size: 168,
+                addr_len: 16,
+                proto_at: 128,
+                flags_at: Some(131),
+                invflags_at: 132,
+                target_offset_at: 140,
+                counters_at: 152,
+            },
+        }
+    }
+
+    pub fn target_offset(&self, e: &[u8]) -> usize {
+        u16_at(e, self.target_offset_at) as usize
+    }
+
+    pub fn next_offset(&self, e: &[u8]) -> usize {
+        u16_at(e, self.target_offset_at + 2) as usize
+    }
+
+    /// The interface names and masks: between the four addresses and `proto`.
+    fn interfaces(&self) -> std::ops::Range<usize> {
+        4 * self.addr_len..self.proto_at
+    }
+}
+
+pub const XT_HEADER: usize = 32;
+const NAME_LEN: usize = 29;
+/// `XT_STANDARD_TARGET`: a verdict, or the offset of a jump.
+pub const STANDARD: &str = "";
+pub const ERROR: &str = "ERROR";
+const COMMENT_LEN: usize = 256;
+/// `XT_ADDRTYPE_LOCAL`
+const ADDRTYPE_LOCAL: u16 = 4;
+const NF_NAT_RANGE_MAP_IPS: u32 = 1;
+const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
+const NF_NAT_RANGE_PROTO_OFFSET: u32 = 0x20;
+const IP6T_F_PROTO: u8 = 1;
+
+pub fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_ne_bytes([b[at], b[at + 1]])
+}
+
+pub fn i32_at(b: &[u8], at: usize) -> i32 {
+    i32::from_ne_bytes(b[at..at + 4].try_into().unwrap())
+}
+
+pub fn align8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// A match or target: header (size, name, revision) and data.
+pub struct Xt<'a> {
+    pub name: &'a str,
+    pub revision: u8,
+    pub data: &'a [u8],
+}
+
+/// The match or target starting at `at` in `e`, and its size.
+pub fn xt_at(e: &[u8], at: usize) -> Option<(Xt<'_>, usize)> {
+    let size = u16_at(e, at) as usize;
+    if size < XT_HEADER || at + size > e.len() {
+        return None;
+    }
+    let raw = &e[at + 2..at + 2 + NAME_LEN];
+    let end = raw.iter().position(|b| *b == 0).unwrap_or(NAME_LEN);
+    let xt = Xt {
+        name: std::str::from_utf8(&raw[..end]).ok()?,
+        revision: e[at + 2 + NAME_LEN],
+        data: &e[at + XT_HEADER..at + size],
+    };
+    Some((xt, size))
+}
+
+fn push_xt(out: &mut Vec<u8>, name: &str, revision: u8, data: &[u8]) {
+    let size = align8(XT_HEADER + data.len());
+    out.extend((size as u16).to_ne_bytes());
+    let mut n = [0u8; NAME_LEN];
+    n[..name.len()].copy_from_slice(name.as_bytes());
+    out.extend(n);
+    out.push(revision);
+    out.extend(data);
+    out.resize(out.len() + size - XT_HEADER - data.len(), 0);
+}
+
+/// The target of a rule as the table holds it: a jump is a verdict naming an offset, which
+/// only the table knows ([`super::blob`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Encoded {
+    /// A complete entry.
+    Entry(Vec<u8>),
+    /// An entry whose standard target's verdict must be set to the jump's offset; the
+    /// verdict is the entry's last 8 bytes (4 of verdict, 4 of padding).
+    Jump { entry: Vec<u8>, to: String },
+}
+
+/// Encode `rule` for `family`, or `None` if it uses something this module does not write
+/// (SCTP, an address of the other family).
+pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
+    let layout = Layout::of(family);
+    let mut e = vec![0u8; layout.entry_size];
+    let put_net = |e: &mut [u8], net: IpNet, at: usize, mask_at: usize| -> Option<()> {
+        let (addr, mask) = addr_and_mask(net, family)?;
+        e[at..at + addr.len()].copy_from_slice(&addr);
+        e[mask_at..mask_at + mask.len()].copy_from_slice(&mask);
+        Some(())
+    };
+    let n = layout.addr_len;
+    if let Some(s) = rule.source {
+        put_net(&mut e, s, 0, 2 * n)?;
+    }
+    if let Some(d) = rule.destination {
+        put_net(&mut e, d, n, 3 * n)?;
+    }
+    if let Some(p) = rule.protocol {
+        let number: u16 = match p {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => return None,
+        };
+        e[layout.proto_at..layout.proto_at + 2].copy_from_slice(&number.to_ne_bytes());
+        if let Some(at) = layout.flags_at {
+            e[at] = IP6T_F_PROTO;
+        }
+    }
+    if let (Some(p), Some(ports)) = (rule.protocol, rule.dports) {
+        let mut data = Vec::with_capacity(12);
+        for v in [0, u16::MAX, ports.start, ports.end] {
+            data.extend(v.to_ne_bytes());
+        }
+        // tcp: option, flg_mask, flg_cmp, invflags; udp: invflags.
+        data.extend(match p {
+            Protocol::Tcp => &[0u8, 0, 0, 0][..],
+            _ => &[0u8][..],
+        });
+        push_xt(&mut e, p.as_str(), 0, &data);
+    }
+    if rule.dst_local {
+        let mut data = Vec::with_capacity(8);
+        data.extend(0u16.to_ne_bytes());
+        data.extend(ADDRTYPE_LOCAL.to_ne_bytes());
+        data.extend(0u32.to_ne_bytes());
+        push_xt(&mut e, "addrtype", 1, &data);
+    }
+    if let Some(c) = &rule.comment {
+        if c.len() >= COMMENT_LEN {
+            return None;
+        }
+        let mut data = vec![0u8; COMMENT_LEN];
+        data[..c.len()].copy_from_slice(c.as_bytes());
+        push_xt(&mut e, "comment", 0, &data);
+    }
+    let target_offset = e.len() as u16;
+    let mut jump = None;
+    match &rule.target {
+        Target::Jump(chain) => {
+            push_xt(&mut e, STANDARD, 0, &0i32.to_ne_bytes());
+            jump = Some(chain.clone());
+        }
+        Target::Dnat(to) => push_xt(&mut e, "DNAT", 2, &nat_range2(to, family)?),
+        Target::Masquerade => match family {
+            // nf_nat_ipv4_multi_range_compat: rangesize 1, one empty range.
+            Family::Ipv4 => push_xt(&mut e, "MASQUERADE", 0, &{
+                let mut d = vec![0u8; 20];
+                d[..4].copy_from_slice(&1u32.to_ne_bytes());
+                d
+            }),
+            // nf_nat_range: all zero.
+            Family::Ipv6 => push_xt(&mut e, "MASQUERADE", 0, &[0u8; 40]),
+        },
+    }
+    let next_offset = e.len() as u16;
+    let at = layout.target_offset_at;
+    e[at..at + 2].copy_from_slice(&target_offset.to_ne_bytes());
+    e[at + 2..at + 4].copy_from_slice(&next_offset.to_ne_bytes());
+    Some(match jump {
+        Some(to) => Encoded::Jump { entry: e, to },
+        None => Encoded::Entry(e),
+    })
+}
+
+/// `struct nf_nat_range2` for `--to-destination`.
+fn nat_range2(to: &DnatTo, family: Family) -> Option<Vec<u8>> {
+    if Family::of(to.addr) != family {
+        return None;
+    }
+    let mut flags = NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED;
+    if to.base.is_some() {
+        flags |= NF_NAT_RANGE_PROTO_OFFSET;
+    }
+    let mut addr = [0u8; 16];
+    let octets = ip_octets(to.addr);
+    addr[..octets.len()].copy_from_slice(&octets);
+    let mut d = Vec::with_capacity(44);
+    d.extend(flags.to_ne_bytes());
+    d.extend(addr);
+    d.extend(addr);
+    d.extend(to.ports.start.to_be_bytes());
+    d.extend(to.ports.end.to_be_bytes());
+    d.extend(to.base.unwrap_or(0).to_be_bytes());
+    d.extend([0, 0]);
+    Some(d)
+}
+
+fn ip_octets(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+fn addr_and_mask(net: IpNet, family: Family) -> Option<(Vec<u8>, Vec<u8>)> {
+    if Family::of(net.addr) != family || net.prefix > family.host_prefix() {
+        return None;
+    }
+    let addr = ip_octets(net.addr);
+    let mut mask = vec![0u8; addr.len()];
+    for bit in 0..net.prefix as usize {
+        mask[bit / 8] |= 0x80 >> (bit % 8);
+    }
+    Some((addr, mask))
+}
+
+fn net_of(addr: &[u8], mask: &[u8]) -> Option<Option<IpNet>> {
+    if mask.iter().all(|b| *b == 0) {
+        return Some(None);
+    }
+    let ip = match addr.len() {
+        4 => IpAddr::from(<[u8; 4]>::try_from(addr).ok()?),
+        _ => IpAddr::from(<[u8; 16]>::try_from(addr).ok()?),
+    };
+    let prefix = mask.iter().map(|b| b.count_ones()).sum::<u32>() as u8;
+    let net = IpNet { addr: ip, prefix };
+    // Only a contiguous mask is a prefix.
+    let (_, contiguous) = addr_and_mask(net, Family::of(ip))?;
+    (contiguous == mask).then_some(Some(net))
+}
+
+/// How a decoded rule's target looks before the table resolves a jump's offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    Rule(Rule),
+    /// A standard-target jump to this offset; the rule's target is filled in by the caller.
+    Jump {
+        rule: Rule,
+        offset: u32,
+    },
+}
+
+/// Decode an entry into a natledger-shaped rule, or `None` if it is anything else.
+pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
+    let layout = Layout::of(family);
+    let n = layout.addr_len;
+    if e[layout.interfaces()].iter().any(|b| *b != 0) || e[layout.invflags_at] != 0 {
+        return None;
+    }
+    let proto = u16_at(e, layout.proto_at);
+    let flags_ok = match layout.flags_at {
+        Some(at) => e[at] == if proto != 0 { IP6T_F_PROTO } else { 0 },
+        None => true,
+    };
+    if !flags_ok {
+        return None;
+    }
+    let mut rule = Rule {
+        source: net_of(&e[0..n], &e[2 * n..3 * n])?,
+        destination: net_of(&e[n..2 * n], &e[3 * n..4 * n])?,
+        protocol: match proto {
+            0 => None,
+            6 => Some(Protocol::Tcp),
+            17 => Some(Protocol::Udp),
+            _ => return None,
+        },
+        dports: None,
+        dst_local: false,
+        comment: None,
+        target: Target::Masquerade,
+    };
+    let target_at = layout.target_offset(e);
+    let mut at = layout.entry_size;
+    while at < target_at {
+        let (m, size) = xt_at(e, at)?;
+        match (m.name, m.revision) {
+            ("tcp" | "udp", 0) if Some(m.name) == rule.protocol.map(|p| p.as_str()) => {
+                let d = m.data;
+                let ok_tail = match m.name {
+                    "tcp" => d.get(8..12)? == [0, 0, 0, 0],
+                    _ => d.get(8)? == &0,
+                };
+                if rule.dports.is_some()
+                    || u16_at(d, 0) != 0
+                    || u16_at(d, 2) != u16::MAX
+                    || !ok_tail
+                {
+                    return None;
+                }
+                rule.dports = Some(PortRange {
+                    start: u16_at(d, 4),
+                    end: u16_at(d, 6),
+                });
+            }
+            ("addrtype", 1)
+                if !rule.dst_local
+                    && u16_at(m.data, 0) == 0
+                    && u16_at(m.data, 2) == ADDRTYPE_LOCAL
+                    && i32_at(m.data, 4) == 0 =>
+            {
+                rule.dst_local = true;
+            }
+            ("comment", 0) if rule.comment.is_none() => {
+                let raw = m.data.get(..COMMENT_LEN)?;
+                let end = raw.iter().position(|b| *b == 0)?;
+                rule.comment = Some(std::str::from_utf8(&raw[..end]).ok()?.to_string());
+            }
+            _ => return None,
+        }
+        at += size;
+    }
+    let (t, size) = xt_at(e, target_at)?;
+    if target_at + size != layout.next_offset(e) {
+        return None;
+    }
+    match (t.name, t.revision) {
+        (STANDARD, 0) => {
+            let verdict = i32_at(t.data, 0);
+            let offset = u32::try_from(verdict).ok()?;
+            return Some(Decoded::Jump { rule, offset });
+        }
+        ("DNAT", 2) => {
+            let d = t.data;
+            let flags = u32::from_ne_bytes(d.get(0..4)?.try_into().ok()?);
+            let base_flag = flags & NF_NAT_RANGE_PROTO_OFFSET != 0;
+            if flags & !NF_NAT_RANGE_PROTO_OFFSET
+                != NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED
+                || d.get(4..20)? != d.get(20..36)?
+            {
+                return None;
+            }
+            let addr: IpAddr = match family {
+                Family::Ipv4 => <[u8; 4]>::try_from(&d[4..8]).ok()?.into(),
+                Family::Ipv6 => <[u8; 16]>::try_from(&d[4..20]).ok()?.into(),
+            };
+            let be = |at: usize| u16::from_be_bytes([d[at], d[at + 1]]);
+            rule.target = Target::Dnat(DnatTo {
+                addr,
+                ports: PortRange {
+                    start: be(36),
+                    end: be(38),
+                },
+                base: base_flag.then(|| be(40)),
+            });
+        }
+        ("MASQUERADE", 0) => {
+            let expected = match family {
+                Family::Ipv4 => {
+                    let mut d = vec![0u8; 20];
+                    d[..4].copy_from_slice(&1u32.to_ne_bytes());
+                    d
+                }
+                Family::Ipv6 => vec![0u8; 40],
+            };
+            if t.data.get(..expected.len())? != expected.as_slice() {
+                return None;
+            }
+        }
+        _ => return None,
+    }
+    Some(Decoded::Rule(rule))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(args: &str) -> Rule {
+        Rule::parse_args(&args.split_whitespace().collect::<Vec<_>>()).unwrap()
+    }
+
+    #[test]
+    fn every_rule_shape_round_trips() {
+        for (family, args) in [
+            (
+                Family::Ipv4,
+                "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
+                 --to-destination 10.77.0.2:80",
+            ),
+            (
+                Family::Ipv4,
+                "-d 10.78.0.1/32 -p udp -m udp --dport 9000:9002 -m comment --comment \
+                 natledger:c1 -j DNAT --to-destination 10.77.0.2:80-82/9000",
+            ),
+            (
+                Family::Ipv4,
+                "-s 127.0.0.0/8 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment \
+                 --comment natledger:c1 -j MASQUERADE",
+            ),
+            (
+                Family::Ipv6,
+                "-s fd77::2/128 -d fd77::2/128 -p udp -m udp --dport 81 -m comment --comment \
+                 natledger:c1 -j MASQUERADE",
+            ),
+            (
+                Family::Ipv6,
+                "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
+                 --to-destination [fd77::2]:80",
+            ),
+        ] {
+            let r = rule(args);
+            let Some(Encoded::Entry(e)) = encode(&r, family) else {
+                panic!("not encoded: {args}");
+            };
+            assert_eq!(e.len() % 8, 0);
+            assert_eq!(decode(&e, family), Some(Decoded::Rule(r)), "{args}");
+        }
+    }
+
+    #[test]
+    fn a_jump_leaves_its_offset_to_the_table() {
+        let r = rule("-m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-X");
+        let Some(Encoded::Jump { mut entry, to }) = encode(&r, Family::Ipv4) else {
+            panic!("not a jump");
+        };
+        assert_eq!(to, "NATLEDGER-X");
+        let at = entry.len() - 8;
+        entry[at..at + 4].copy_from_slice(&1234i32.to_ne_bytes());
+        let Some(Decoded::Jump { rule: got, offset }) = decode(&entry, Family::Ipv4) else {
+            panic!("not decoded as a jump");
+        };
+        assert_eq!(offset, 1234);
+        assert_eq!(got.comment.as_deref(), Some("natledger"));
+        assert!(got.dst_local);
+    }
+
+    #[test]
+    fn what_natledger_does_not_write_is_not_decoded_or_encoded() {
+        let r = rule("-p tcp -m tcp --dport 80 -j MASQUERADE");
+        let Some(Encoded::Entry(mut e)) = encode(&r, Family::Ipv4) else {
+            panic!()
+        };
+        let layout = Layout::of(Family::Ipv4);
+        e[layout.invflags_at] = 0x10; // "! -d"
+        assert_eq!(decode(&e, Family::Ipv4), None);
+        e[layout.invflags_at] = 0;
+        e[16] = b'e'; // "-i e..."
+        assert_eq!(decode(&e, Family::Ipv4), None);
+        assert!(
+            encode(
+                &rule("-p sctp -m sctp --dport 80 -j MASQUERADE"),
+                Family::Ipv4
+            )
+            .is_none()
+        );
+        assert!(encode(&rule("-d fd77::2/128 -j MASQUERADE"), Family::Ipv4).is_none());
+    }
+}

@@ -1,0 +1,334 @@
+//! The iptables-legacy kernel interface, for the hooks' steady state: read the nat table
+//! (`IPT_SO_GET_INFO`, `IPT_SO_GET_ENTRIES`), edit the blob, swap it in atomically
+//! (`IPT_SO_SET_REPLACE`) and carry every surviving rule's counters over
+//! (`IPT_SO_SET_ADD_COUNTERS`), all under `/run/xtables.lock` as iptables-legacy does. This
+//! is what iptables-legacy-restore does through libiptc; doing it in the hook saves a
+//! process per operation (1.5 ms of 3 on an empty table).
+//!
+//! Scope, deliberately narrow: insert natledger's own rules at the top of (or append them to)
+//! its chains when the chains and the shared jumps already exist, and delete exactly
+//! recorded rules. Every other entry is copied byte for byte, with only jump offsets moved
+//! ([`blob`]). Whenever the table is not as expected (a chain or jump missing, a recorded rule
+//! not found, a rule shape not encodable, the table changed meanwhile) nothing is written and
+//! the caller uses iptables-legacy-restore, which reads and writes rules whole.
+
+pub mod blob;
+pub mod entry;
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use blob::{Blob, Edited, Info};
+use entry::{Decoded, Encoded, Layout};
+
+use crate::family::Family;
+use crate::rule::{Rule, Target};
+
+const SO_GET_INFO: libc::c_int = 64;
+const SO_GET_ENTRIES: libc::c_int = 65;
+const SO_SET_REPLACE: libc::c_int = 64;
+const SO_SET_ADD_COUNTERS: libc::c_int = 65;
+const NAME: &str = "nat";
+/// iptables-legacy's lock, and how long natledger waits for it (as `--wait 5` did).
+const XTABLES_LOCK: &str = "/run/xtables.lock";
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum IptcError {
+    #[error("{family} iptables-legacy nat table: {op}: {source}")]
+    Kernel {
+        family: Family,
+        op: &'static str,
+        source: io::Error,
+    },
+    #[error("cannot take {path} within 5 s: {source}")]
+    Lock { path: String, source: io::Error },
+}
+
+/// What a native edit did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The table is not as the fast path expects: nothing was written.
+    Declined,
+    /// Done, with this many rules inserted or deleted.
+    Done(usize),
+}
+
+/// Where an inserted rule goes in its chain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    First,
+    Last,
+}
+
+/// Insert `rules` (in order: `First` ones each above the previous, so give them in reverse)
+/// provided every chain exists and every `(chain, jump)` in `required` is present.
+pub fn insert(
+    family: Family,
+    rules: &[(&str, &Rule, Place)],
+    required: &[(&str, Rule)],
+) -> Result<Outcome, IptcError> {
+    edit(family, |t| {
+        for (chain, jump) in required {
+            let span = t.chain(chain)?;
+            let found = t
+                .rules(span)
+                .any(|(_, e)| decoded(t, e).as_ref() == Some(jump));
+            if !found {
+                return None;
+            }
+        }
+        let mut inserts = Vec::new();
+        for (chain, rule, place) in rules {
+            let span = t.chain(chain)?;
+            let Encoded::Entry(e) = entry::encode(rule, family)? else {
+                return None; // jumps are never inserted here
+            };
+            let at = match place {
+                Place::First => span.first,
+                Place::Last => span.tail,
+            };
+            match place {
+                // Each First goes above those given before it at the same place.
+                Place::First => {
+                    let k = inserts
+                        .iter()
+                        .position(|(x, _)| *x == at)
+                        .unwrap_or(inserts.len());
+                    inserts.insert(k, (at, e));
+                }
+                Place::Last => inserts.push((at, e)),
+            }
+        }
+        Some((inserts, Vec::new()))
+    })
+}
+
+/// Delete one entry equal to each of `rules` from its chain; declined unless all are found.
+pub fn delete(family: Family, rules: &[(&str, &Rule)]) -> Result<Outcome, IptcError> {
+    edit(family, |t| {
+        let mut removes: Vec<usize> = Vec::new();
+        for (chain, rule) in rules {
+            let span = t.chain(chain)?;
+            let (at, _) = t
+                .rules(span)
+                .find(|(at, e)| !removes.contains(at) && decoded(t, e).as_ref() == Some(*rule))?;
+            removes.push(at);
+        }
+        Some((Vec::new(), removes))
+    })
+}
+
+/// The current nat table of `family`, read without the xtables lock. Asking about an absent
+/// table creates it (the kernel loads the module), so callers check for it first.
+pub fn read(family: Family) -> Result<Blob, IptcError> {
+    Socket::open(family)?.read()
+}
+
+/// A table entry as a natledger-shaped rule, jumps resolved to chain names.
+pub fn decoded(t: &Blob, e: &[u8]) -> Option<Rule> {
+    match entry::decode(e, t.layout.family)? {
+        Decoded::Rule(rule) => Some(rule),
+        Decoded::Jump { mut rule, offset } => {
+            rule.target = Target::Jump(t.chain_starting_at(offset as usize)?.to_string());
+            Some(rule)
+        }
+    }
+}
+
+type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
+
+/// Read, plan, replace, restore counters: under the xtables lock, one atomic replace.
+fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outcome, IptcError> {
+    let _lock = xtables_lock()?;
+    let sock = Socket::open(family)?;
+    let table = sock.read()?;
+    let Some((inserts, removes)) = plan(&table) else {
+        return Ok(Outcome::Declined);
+    };
+    let count = inserts.len() + removes.len();
+    let Some(edited) = table.edit(&inserts, &removes) else {
+        return Ok(Outcome::Declined);
+    };
+    let old_counters = match sock.replace(&edited, table.info.num_entries) {
+        Ok(counters) => counters,
+        // The table changed between the read and the replace (another writer without the
+        // lock): the kernel refused it whole.
+        Err(IptcError::Kernel { source, .. }) if source.raw_os_error() == Some(libc::EAGAIN) => {
+            return Ok(Outcome::Declined);
+        }
+        Err(e) => return Err(e),
+    };
+    let counters: Vec<[u64; 2]> = edited
+        .from_old
+        .iter()
+        .map(|old| old.map_or([0, 0], |i| old_counters[i]))
+        .collect();
+    sock.add_counters(&counters)?;
+    Ok(Outcome::Done(count))
+}
+
+/// `/run/xtables.lock` (or `$XTABLES_LOCKFILE`), held exclusively as iptables-legacy does.
+fn xtables_lock() -> Result<File, IptcError> {
+    let path = std::env::var("XTABLES_LOCKFILE").unwrap_or_else(|_| XTABLES_LOCK.to_string());
+    let err = |source| IptcError::Lock {
+        path: path.clone(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(err)?;
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a descriptor we own.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(file);
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() >= deadline {
+            return Err(err(e));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A raw socket of the family, the handle for the table's socket options.
+struct Socket {
+    fd: OwnedFd,
+    family: Family,
+    level: libc::c_int,
+}
+
+impl Socket {
+    fn open(family: Family) -> Result<Socket, IptcError> {
+        let (af, level) = match family {
+            Family::Ipv4 => (libc::AF_INET, libc::IPPROTO_IP),
+            Family::Ipv6 => (libc::AF_INET6, libc::IPPROTO_IPV6),
+        };
+        // SAFETY: plain socket(2); the descriptor is owned below.
+        let fd =
+            unsafe { libc::socket(af, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
+        if fd < 0 {
+            return Err(Self::fail(family, "socket", io::Error::last_os_error()));
+        }
+        Ok(Socket {
+            // SAFETY: fd is a fresh descriptor nobody else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            family,
+            level,
+        })
+    }
+
+    fn fail(family: Family, op: &'static str, source: io::Error) -> IptcError {
+        IptcError::Kernel { family, op, source }
+    }
+
+    fn get(&self, op: &'static str, name: libc::c_int, buf: &mut [u8]) -> Result<(), IptcError> {
+        let mut len = buf.len() as libc::socklen_t;
+        // SAFETY: buf is valid for len bytes.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                self.level,
+                name,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(Self::fail(self.family, op, io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn set(&self, op: &'static str, name: libc::c_int, buf: &[u8]) -> Result<(), IptcError> {
+        // SAFETY: buf is valid for its length; the kernel only reads it (and writes through
+        // the counters pointer inside a replace, which points at a live buffer).
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                self.level,
+                name,
+                buf.as_ptr().cast(),
+                buf.len() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(Self::fail(self.family, op, io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    fn read(&self) -> Result<Blob, IptcError> {
+        // ipt_getinfo: name[32], valid_hooks, hook_entry[5], underflow[5], num_entries, size.
+        let mut info_buf = [0u8; 84];
+        info_buf[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        self.get("IPT_SO_GET_INFO", SO_GET_INFO, &mut info_buf)?;
+        let word =
+            |i: usize| u32::from_ne_bytes(info_buf[32 + 4 * i..36 + 4 * i].try_into().unwrap());
+        let info = Info {
+            valid_hooks: word(0),
+            hook_entry: [word(1), word(2), word(3), word(4), word(5)],
+            underflow: [word(6), word(7), word(8), word(9), word(10)],
+            num_entries: word(11),
+            size: word(12),
+        };
+        // ipt_get_entries: name[32], size, padding to 8, entries.
+        let mut buf = vec![0u8; 40 + info.size as usize];
+        buf[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        buf[32..36].copy_from_slice(&info.size.to_ne_bytes());
+        self.get("IPT_SO_GET_ENTRIES", SO_GET_ENTRIES, &mut buf)?;
+        let layout = Layout::of(self.family);
+        Blob::parse(layout, info, buf.split_off(40)).ok_or_else(|| {
+            Self::fail(
+                self.family,
+                "parsing the table",
+                io::Error::other("entries do not tile the table"),
+            )
+        })
+    }
+
+    /// Swap the table in; returns the old table's counters, per old entry.
+    fn replace(&self, edited: &Edited, old_entries: u32) -> Result<Vec<[u64; 2]>, IptcError> {
+        let mut counters = vec![[0u64; 2]; old_entries as usize];
+        // ipt_replace: name[32], valid_hooks, num_entries, size, hook_entry[5], underflow[5],
+        // num_counters, counters pointer, entries.
+        let mut buf = Vec::with_capacity(96 + edited.bytes.len());
+        let mut name = [0u8; 32];
+        name[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        buf.extend(name);
+        let info = &edited.info;
+        for w in [info.valid_hooks, info.num_entries, info.size]
+            .into_iter()
+            .chain(info.hook_entry)
+            .chain(info.underflow)
+            .chain([old_entries])
+        {
+            buf.extend(w.to_ne_bytes());
+        }
+        buf.extend((counters.as_mut_ptr() as u64).to_ne_bytes());
+        buf.extend(&edited.bytes);
+        self.set("IPT_SO_SET_REPLACE", SO_SET_REPLACE, &buf)?;
+        Ok(counters)
+    }
+
+    fn add_counters(&self, counters: &[[u64; 2]]) -> Result<(), IptcError> {
+        // xt_counters_info: name[32], num_counters, padding to 8, counters.
+        let mut buf = Vec::with_capacity(40 + 16 * counters.len());
+        let mut name = [0u8; 32];
+        name[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        buf.extend(name);
+        buf.extend((counters.len() as u32).to_ne_bytes());
+        buf.extend([0u8; 4]);
+        for [packets, bytes] in counters {
+            buf.extend(packets.to_ne_bytes());
+            buf.extend(bytes.to_ne_bytes());
+        }
+        self.set("IPT_SO_SET_ADD_COUNTERS", SO_SET_ADD_COUNTERS, &buf)
+    }
+}

@@ -1,0 +1,275 @@
+//! The in-process iptables-legacy writer against the real kernel and the real tools, in
+//! private network namespaces: its encoding is byte for byte what iptables-legacy writes,
+//! its edits give the same `*-save -c` dump as iptables-legacy-restore (foreign chains,
+//! jumps, gotos and counters included), it declines without writing when the table is not
+//! as expected, and it never creates a table that does not exist.
+
+mod common;
+
+use common::{
+    Backend as TestBackend, Family as TestFamily, Topology, in_netns, load_rules, run_in,
+};
+use natledger::backend::{Backend, Native, Netfilter};
+use natledger::exec::SystemRunner;
+use natledger::family::Family;
+use natledger::iptc::entry::{Encoded, Layout, encode};
+use natledger::iptc::{self, Outcome, Place};
+use natledger::layout::{DNAT_CHAIN, MASQ_CHAIN, jumps, mapping_rules};
+use natledger::portspec::parse_entry;
+use natledger::rule::Rule;
+use natledger::save::{Batch, Op};
+
+const SPECS: [&str; 4] = [
+    "8080:80",
+    "127.0.0.1:8081:81/udp",
+    "10.78.0.1:9000-9009:9000-9009",
+    "[::]:7000-7002:80-82/udp",
+];
+
+fn test_family(family: Family) -> TestFamily {
+    match family {
+        Family::Ipv4 => TestFamily::V4,
+        Family::Ipv6 => TestFamily::V6,
+    }
+}
+
+/// natledger's rules for container `id` in `family`, with their chains.
+fn container_rules(id: &str, family: Family) -> Vec<(&'static str, Rule)> {
+    let container = match family {
+        Family::Ipv4 => "10.77.0.2".parse().unwrap(),
+        Family::Ipv6 => "fd77::2".parse().unwrap(),
+    };
+    let id = id.parse().unwrap();
+    SPECS
+        .iter()
+        .map(|s| parse_entry(s).unwrap())
+        .filter(|m| m.family().is_none_or(|f| f == family))
+        .flat_map(|m| mapping_rules(&id, &m, container))
+        .map(|p| (p.chain, p.rule))
+        .collect()
+}
+
+/// natledger's chains and jumps, through iptables-legacy-restore.
+fn chains_and_jumps(ns: &str, family: Family) {
+    let mut batch = Batch::nat();
+    for chain in [DNAT_CHAIN, MASQ_CHAIN] {
+        batch.ops.push(Op::DeclareChain(chain.to_string()));
+    }
+    for (chain, jump) in jumps() {
+        batch
+            .ops
+            .push(Op::Append(chain.to_string(), jump.to_args()));
+    }
+    let text = batch.render();
+    load_rules(ns, TestBackend::Legacy, test_family(family), &text);
+}
+
+fn save_c(ns: &str, family: Family) -> String {
+    let tool = format!("{}-legacy-save", family.tool_stem());
+    let out = run_in(ns, &tool, &["-c", "-t", "nat"], None);
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// An entry without what the kernel fills in (comefrom, counters).
+fn comparable(layout: Layout, entry: &[u8]) -> Vec<u8> {
+    let mut e = entry.to_vec();
+    let comefrom = layout.target_offset_at + 4;
+    e[comefrom..comefrom + 4].fill(0);
+    e[layout.counters_at..layout.counters_at + 16].fill(0);
+    e
+}
+
+#[test]
+fn the_encoding_is_what_iptables_legacy_writes() {
+    let topo = Topology::new();
+    let ns = topo.node().to_string();
+    for family in Family::ALL {
+        chains_and_jumps(&ns, family);
+        let ours = container_rules("c1", family);
+        let mut batch = Batch::nat();
+        for (chain, rule) in &ours {
+            batch
+                .ops
+                .push(Op::Append(chain.to_string(), rule.to_args()));
+        }
+        load_rules(
+            &ns,
+            TestBackend::Legacy,
+            test_family(family),
+            &batch.render(),
+        );
+        let mut written: Vec<(&str, Rule)> = jumps().into_iter().collect();
+        written.extend(ours);
+
+        in_netns(&ns, || {
+            let table = iptc::read(family).unwrap();
+            let layout = table.layout;
+            for chain in [
+                "PREROUTING",
+                "OUTPUT",
+                "POSTROUTING",
+                DNAT_CHAIN,
+                MASQ_CHAIN,
+            ] {
+                let expected: Vec<&Rule> = written
+                    .iter()
+                    .filter(|(c, _)| *c == chain)
+                    .map(|(_, r)| r)
+                    .collect();
+                let entries: Vec<&[u8]> = table
+                    .rules(table.chain(chain).unwrap())
+                    .map(|(_, e)| e)
+                    .collect();
+                assert_eq!(entries.len(), expected.len(), "{family} {chain}");
+                for (entry, rule) in entries.iter().zip(&expected) {
+                    assert_eq!(
+                        iptc::decoded(&table, entry).as_ref(),
+                        Some(*rule),
+                        "{family} {chain}: decoding"
+                    );
+                    let mine = match encode(rule, family).unwrap() {
+                        Encoded::Entry(e) => e,
+                        Encoded::Jump { mut entry, to } => {
+                            let first = table.chain(&to).unwrap().first as i32;
+                            let at = entry.len() - 8;
+                            entry[at..at + 4].copy_from_slice(&first.to_ne_bytes());
+                            entry
+                        }
+                    };
+                    assert_eq!(
+                        comparable(layout, &mine),
+                        comparable(layout, entry),
+                        "{family} {chain}: bytes of {}",
+                        rule.to_args().join(" ")
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// A foreign ruleset with user chains, a jump, a goto, a RETURN and counters, plus
+/// natledger's chains (one rule of another container already in each).
+fn foreign(family: Family) -> String {
+    let other = container_rules("other", family);
+    let mut text = String::from(
+        "*nat\n:FOO - [0:0]\n:BAR - [0:0]\n\
+         [5:300] -A PREROUTING -p tcp -m tcp --dport 1 -j FOO\n\
+         [6:400] -A FOO -p tcp -m tcp --dport 2 -g BAR\n\
+         [7:500] -A FOO -j RETURN\n\
+         [8:600] -A BAR -p udp -j ACCEPT\n\
+         [9:700] -A OUTPUT -j FOO\n\
+         [10:800] -A POSTROUTING -j BAR\n",
+    );
+    text += &format!(":{DNAT_CHAIN} - [0:0]\n:{MASQ_CHAIN} - [0:0]\n");
+    for (chain, jump) in jumps() {
+        text += &format!("[1:60] -A {chain} {}\n", quoted(&jump));
+    }
+    for (chain, rule) in other.iter().take(2) {
+        text += &format!("[2:120] -A {chain} {}\n", quoted(rule));
+    }
+    text + "COMMIT\n"
+}
+
+fn quoted(rule: &Rule) -> String {
+    let mut batch = Batch::nat();
+    batch.ops.push(Op::Append("X".into(), rule.to_args()));
+    let text = batch.render();
+    let line = text.lines().find(|l| l.starts_with("-A X ")).unwrap();
+    line["-A X ".len()..].to_string()
+}
+
+fn restore_exactly(ns: &str, family: Family, text: &str) {
+    let tool = format!("{}-legacy-restore", family.tool_stem());
+    let out = run_in(ns, &tool, &["-c"], Some(text.as_bytes()));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn edits_equal_iptables_legacy_restore_and_keep_counters() {
+    let topo = Topology::new();
+    let ns = topo.node().to_string();
+    let runner = SystemRunner::default();
+    for family in Family::ALL {
+        restore_exactly(&ns, family, &foreign(family));
+        let base = save_c(&ns, family);
+        let ours = container_rules("c1", family);
+        // DNAT rules go first (given in reverse, as create does), the rest last.
+        let mut placed: Vec<(&str, &Rule, Place)> = ours
+            .iter()
+            .rev()
+            .filter(|(c, _)| *c == DNAT_CHAIN)
+            .map(|(c, r)| (*c, r, Place::First))
+            .collect();
+        placed.extend(
+            ours.iter()
+                .filter(|(c, _)| *c != DNAT_CHAIN)
+                .map(|(c, r)| (*c, r, Place::Last)),
+        );
+
+        // The same insertions by iptables-legacy-restore.
+        let mut batch = Batch::nat();
+        for (chain, rule, place) in &placed {
+            let (chain, args) = (chain.to_string(), rule.to_args());
+            batch.ops.push(match place {
+                Place::First => Op::InsertFirst(chain, args),
+                Place::Last => Op::Append(chain, args),
+            });
+        }
+        in_netns(&ns, || {
+            Netfilter::new(&runner)
+                .apply(Backend::Legacy, family, &batch)
+                .unwrap()
+        });
+        let by_restore = save_c(&ns, family);
+        restore_exactly(&ns, family, &base);
+        assert_eq!(save_c(&ns, family), base);
+
+        let required: Vec<(&str, Rule)> = jumps().into_iter().collect();
+        let inserted = in_netns(&ns, || iptc::insert(family, &placed, &required).unwrap());
+        assert_eq!(inserted, Outcome::Done(ours.len()));
+        assert_eq!(save_c(&ns, family), by_restore, "{family}: insert");
+
+        // Deleting exactly those rules gives the base back, counters included.
+        let victims: Vec<(&str, &Rule)> = ours.iter().map(|(c, r)| (*c, r)).collect();
+        let deleted = in_netns(&ns, || iptc::delete(family, &victims).unwrap());
+        assert_eq!(deleted, Outcome::Done(ours.len()));
+        assert_eq!(save_c(&ns, family), base, "{family}: delete");
+
+        // Declined, writing nothing: a rule that is not there, a jump that is not there.
+        let gone = in_netns(&ns, || iptc::delete(family, &victims).unwrap());
+        assert_eq!(gone, Outcome::Declined);
+        let input_jump = [("INPUT", jumps()[0].1.clone())];
+        let missing = in_netns(&ns, || iptc::insert(family, &placed, &input_jump).unwrap());
+        assert_eq!(missing, Outcome::Declined);
+        assert_eq!(save_c(&ns, family), base, "{family}: declined");
+    }
+}
+
+#[test]
+fn an_absent_table_is_never_created() {
+    let topo = Topology::new();
+    let ns = topo.node().to_string();
+    let runner = SystemRunner::default();
+    let rule = &container_rules("c1", Family::Ipv4)[0];
+    let native = in_netns(&ns, || {
+        let nf = Netfilter::new(&runner).with_native(true);
+        let outcome = nf
+            .delete_legacy(Family::Ipv4, &[(rule.0, &rule.1)])
+            .unwrap();
+        let names = std::fs::read_to_string(Family::Ipv4.legacy_tables_file()).unwrap_or_default();
+        (outcome, names)
+    });
+    assert_eq!(native.0, Native::Off);
+    assert!(!native.1.lines().any(|l| l == "nat"), "{}", native.1);
+}
