@@ -145,9 +145,9 @@ impl Session {
                         None => unreachable!(),
                     },
                     kind if kind == subsys(NFT_MSG_NEWRULE) => {
-                        let (on, rule) = parse_rule(message.payload)
+                        let (in_table, on, rule) = parse_rule(message.payload)
                             .ok_or_else(|| err(io::Error::other("malformed rule message")))?;
-                        if on == chain {
+                        if in_table == table && on == chain {
                             rules.push(rule);
                         }
                     }
@@ -180,8 +180,10 @@ impl Session {
         let batch = delete_batch(first, family, table, victims);
         self.send(&batch).map_err(err)?;
         // One acknowledgement per deletion (nfnetlink sends them all after the commit), or an
-        // error for the message that failed, after which the batch was aborted.
+        // error for the message that failed, after which the batch was aborted. Answers to
+        // earlier requests on this socket (other sequence numbers) are skipped.
         let wanted = (first + 1)..=(first + victims.len() as u32);
+        let ours = first..=(first + victims.len() as u32 + 1);
         let mut acks = 0;
         let mut buf = vec![0u8; 16 * 1024];
         while acks < victims.len() {
@@ -194,7 +196,7 @@ impl Session {
                 let message = message.map_err(err)?;
                 match message.error() {
                     Some(0) if wanted.contains(&message.seq) => acks += 1,
-                    Some(errno) if errno != 0 => {
+                    Some(errno) if errno != 0 && ours.contains(&message.seq) => {
                         return Err(err(io::Error::from_raw_os_error(errno)));
                     }
                     _ => {}
@@ -296,15 +298,20 @@ fn delete_batch(first: u32, family: Family, table: &str, victims: &[(&str, u64)]
     m
 }
 
-/// A NEWRULE message (after `nfgenmsg`): its chain, handle and comment.
-fn parse_rule(payload: &[u8]) -> Option<(String, NftRule)> {
+/// A NEWRULE message (after `nfgenmsg`): its table, chain, handle and comment.
+fn parse_rule(payload: &[u8]) -> Option<(String, String, NftRule)> {
     let body = payload.get(4..)?;
+    let table = netlink::attr(body, NFTA_RULE_TABLE).and_then(netlink::str_of)?;
     let chain = netlink::attr(body, NFTA_RULE_CHAIN).and_then(netlink::str_of)?;
     let handle = u64::from_be_bytes(netlink::attr(body, NFTA_RULE_HANDLE)?.try_into().ok()?);
     let comment = netlink::attr(body, NFTA_RULE_EXPRESSIONS)
         .and_then(comment_match)
         .or_else(|| netlink::attr(body, NFTA_RULE_USERDATA).and_then(comment_udata));
-    Some((chain.to_string(), NftRule { handle, comment }))
+    Some((
+        table.to_string(),
+        chain.to_string(),
+        NftRule { handle, comment },
+    ))
 }
 
 /// The text of an xtables `comment` match among the expressions.
@@ -359,7 +366,7 @@ fn hand_off(sock: RawFd) -> Option<OwnedFd> {
             libc::_exit(0)
         },
         ForkResult::Parent { child } => {
-            let _ = nix::sys::wait::waitpid(child, None);
+            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(child, None) {}
             drop(read_end);
             Some(write_end)
         }
@@ -436,16 +443,18 @@ mod tests {
                 b"natledger:c1",
                 as_udata,
             );
-            let (chain, rule) = parse_rule(&p).unwrap();
+            let (table, chain, rule) = parse_rule(&p).unwrap();
+            assert_eq!(table, "nat");
             assert_eq!(chain, "NATLEDGER-HOSTPORTS");
             assert_eq!(rule.handle, 0x1_0000_0007);
             assert_eq!(rule.comment.as_deref(), Some("natledger:c1"));
         }
         let mut bare = Vec::new();
         genmsg(&mut bare, libc::AF_INET as u8, 3);
+        netlink::put_str(&mut bare, NFTA_RULE_TABLE, "nat");
         netlink::put_str(&mut bare, NFTA_RULE_CHAIN, "X");
         netlink::put_attr(&mut bare, NFTA_RULE_HANDLE, &5u64.to_be_bytes());
-        assert_eq!(parse_rule(&bare).unwrap().1.comment, None);
+        assert_eq!(parse_rule(&bare).unwrap().2.comment, None);
         // No handle: not a rule natledger can delete.
         assert!(parse_rule(&bare[..bare.len() - 12]).is_none());
     }

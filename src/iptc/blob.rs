@@ -35,7 +35,10 @@ const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTI
 pub struct Blob {
     pub layout: Layout,
     pub info: Info,
-    pub bytes: Vec<u8>,
+    /// The entries are `buf[start..]`; what comes before is the caller's (the header the
+    /// kernel wrote them after), so that reading costs no copy.
+    buf: Vec<u8>,
+    start: usize,
     /// Entry offsets, in order.
     offsets: Vec<usize>,
 }
@@ -51,14 +54,18 @@ pub struct Span {
 #[derive(Debug)]
 pub struct Edited {
     pub info: Info,
-    pub bytes: Vec<u8>,
+    /// The blob's buffer: the caller's header room, then the new entries from `start`.
+    pub buf: Vec<u8>,
+    pub start: usize,
     /// For each new entry, the index of the old entry it is (its counters carry over).
-    pub from_old: Vec<Option<usize>>,
+    pub from_old: Vec<Option<u32>>,
 }
 
 impl Blob {
-    /// Walk the entries; `None` if they do not tile the blob exactly as `info` says.
-    pub fn parse(layout: Layout, info: Info, bytes: Vec<u8>) -> Option<Blob> {
+    /// Walk the entries in `buf[start..]`; `None` if they do not tile it exactly as `info`
+    /// says.
+    pub fn parse(layout: Layout, info: Info, buf: Vec<u8>, start: usize) -> Option<Blob> {
+        let bytes = buf.get(start..)?;
         let mut offsets = Vec::with_capacity(info.num_entries as usize);
         let mut at = 0;
         while at < bytes.len() {
@@ -75,14 +82,21 @@ impl Blob {
         (at == info.size as usize && offsets.len() == info.num_entries as usize).then_some(Blob {
             layout,
             info,
-            bytes,
+            buf,
+            start,
             offsets,
         })
     }
 
+    /// The entries, back to back.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
     fn entry(&self, at: usize) -> &[u8] {
-        let next = self.layout.next_offset(&self.bytes[at..]);
-        &self.bytes[at..at + next]
+        let bytes = self.bytes();
+        let next = self.layout.next_offset(&bytes[at..]);
+        &bytes[at..at + next]
     }
 
     fn target_name(&self, at: usize) -> Option<&str> {
@@ -145,47 +159,106 @@ impl Blob {
         self.head_name(head).filter(|n| *n != ERROR)
     }
 
-    /// Insert `inserts` (each before the entry at its offset, in the order given) and remove
-    /// the entries at `removes`. `None` if an offset is not an entry's.
-    pub fn edit(&self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
+    /// Insert `inserts` (each before the entry at its offset, in the order given) or remove
+    /// the entries at `removes`, in place: the table is never copied, so a hook holds one
+    /// copy of it however large it is. The bytes before the entries are kept (the caller's
+    /// header room). `None`, with nothing changed, if an offset is not an entry's, both
+    /// inserts and removes are given, or an inserted entry is a jump (it would be taken for
+    /// an old one when offsets move).
+    pub fn edit(mut self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
         let valid = |at: &usize| self.offsets.binary_search(at).is_ok();
-        if !inserts.iter().all(|(at, _)| valid(at)) || !removes.iter().all(valid) {
+        if !inserts.iter().all(|(at, _)| valid(at))
+            || !removes.iter().all(valid)
+            || (!inserts.is_empty() && !removes.is_empty())
+            || inserts
+                .iter()
+                .any(|(_, e)| jump_verdict_at(self.layout, e).is_some())
+        {
             return None;
         }
-        let mut bytes = Vec::with_capacity(
-            self.bytes.len() + inserts.iter().map(|(_, e)| e.len()).sum::<usize>(),
-        );
-        let mut from_old = Vec::new();
-        // Per old entry: where its position begins (before inserted entries) and where the
-        // entry itself lands (if kept).
+        let size_of = |i: usize| self.layout.next_offset(&self.bytes()[self.offsets[i]..]);
+        let inserted_at = |at: usize| -> usize {
+            inserts
+                .iter()
+                .filter(|(x, _)| *x == at)
+                .map(|(_, e)| e.len())
+                .sum()
+        };
+        // Per old entry: where its position begins (before entries inserted there) and where
+        // the entry itself lands (`NONE` if removed), in the new table.
+        const NONE: u32 = u32::MAX;
         let mut position = Vec::with_capacity(self.offsets.len());
         let mut landed = Vec::with_capacity(self.offsets.len());
-        let mut relocate = Vec::new();
+        let mut from_old = Vec::with_capacity(self.offsets.len() + inserts.len());
+        let mut shift: isize = 0;
         for (i, &at) in self.offsets.iter().enumerate() {
-            position.push(bytes.len());
-            for (_, e) in inserts.iter().filter(|(x, _)| *x == at) {
-                bytes.extend(e);
-                from_old.push(None);
-            }
+            position.push(u32::try_from(at as isize + shift).ok()?);
+            let added = inserted_at(at);
+            from_old.extend(inserts.iter().filter(|(x, _)| *x == at).map(|_| None));
+            shift += added as isize;
             if removes.contains(&at) {
-                landed.push(None);
-                continue;
+                landed.push(NONE);
+                shift -= size_of(i) as isize;
+            } else {
+                landed.push(u32::try_from(at as isize + shift).ok()?);
+                from_old.push(Some(i as u32));
             }
-            landed.push(Some(bytes.len()));
-            if let Some(verdict_at) = self.jump_verdict_at(at) {
-                relocate.push(bytes.len() + verdict_at);
-            }
-            bytes.extend(self.entry(at));
-            from_old.push(Some(i));
         }
+
+        let start = self.start;
+        let old_len = self.bytes().len();
+        // Removed entries as (offset, size), in order.
+        let mut gone: Vec<(usize, usize)> = removes
+            .iter()
+            .map(|&at| (at, size_of(self.offsets.binary_search(&at).unwrap_or(0))))
+            .collect();
+        gone.sort_unstable();
+        gone.dedup();
+        if !inserts.is_empty() {
+            // Grow, then move each stretch from the last insertion point backwards.
+            let mut points: Vec<usize> = inserts.iter().map(|(at, _)| *at).collect();
+            points.sort_unstable();
+            points.dedup();
+            let total: usize = inserts.iter().map(|(_, e)| e.len()).sum();
+            self.buf.resize(self.buf.len() + total, 0);
+            let mut after: usize = total; // inserted bytes at this point and before
+            for (k, &at) in points.iter().enumerate().rev() {
+                let end = points.get(k + 1).copied().unwrap_or(old_len);
+                self.buf
+                    .copy_within(start + at..start + end, start + at + after);
+                let here = inserted_at(at);
+                let mut w = start + at + after - here;
+                for (_, e) in inserts.iter().filter(|(x, _)| *x == at) {
+                    self.buf[w..w + e.len()].copy_from_slice(e);
+                    w += e.len();
+                }
+                after -= here;
+            }
+        } else if !removes.is_empty() {
+            // Close each gap, front to back.
+            let mut write = start + gone[0].0;
+            for (k, &(at, size)) in gone.iter().enumerate() {
+                let from = at + size;
+                let end = gone.get(k + 1).map_or(old_len, |(next, _)| *next);
+                self.buf.copy_within(start + from..start + end, write);
+                write += end - from;
+            }
+            self.buf.truncate(write);
+        }
+
+        // Every kept entry's jump now names an old offset: move it.
         let moved = |old: u32| -> Option<u32> {
             let i = self.offsets.binary_search(&(old as usize)).ok()?;
-            u32::try_from(position[i]).ok()
+            Some(position[i])
         };
-        for at in relocate {
-            let old = i32_at(&bytes, at) as u32;
-            let new = moved(old)?;
-            bytes[at..at + 4].copy_from_slice(&(new as i32).to_ne_bytes());
+        for &at in landed.iter().filter(|at| **at != NONE) {
+            let at = start + at as usize;
+            let e_len = self.layout.next_offset(&self.buf[at..]);
+            if let Some(v) = jump_verdict_at(self.layout, &self.buf[at..at + e_len]) {
+                let old = i32_at(&self.buf, at + v) as u32;
+                let new = moved(old)? as i32;
+                self.buf[at + v..at + v + 4].copy_from_slice(&new.to_ne_bytes());
+            }
         }
         let mut info = self.info;
         for h in 0..5 {
@@ -198,26 +271,26 @@ impl Blob {
                 .offsets
                 .binary_search(&(self.info.underflow[h] as usize))
                 .ok()?;
-            info.underflow[h] = u32::try_from(landed[i]?).ok()?;
+            info.underflow[h] = Some(landed[i]).filter(|l| *l != NONE)?;
         }
         info.num_entries = from_old.len() as u32;
-        info.size = bytes.len() as u32;
+        info.size = (self.buf.len() - start) as u32;
         Some(Edited {
             info,
-            bytes,
+            buf: self.buf,
+            start,
             from_old,
         })
     }
+}
 
-    /// Where, inside the entry at `at`, a standard target holds a jump offset.
-    fn jump_verdict_at(&self, at: usize) -> Option<usize> {
-        let e = self.entry(at);
-        let target_at = self.layout.target_offset(e);
-        let (t, size) = xt_at(e, target_at)?;
-        let verdict_at = target_at + XT_HEADER;
-        (t.name == STANDARD && size >= XT_HEADER + 4 && i32_at(e, verdict_at) >= 0)
-            .then_some(verdict_at)
-    }
+/// Where, inside entry `e`, a standard target holds a jump offset.
+fn jump_verdict_at(layout: Layout, e: &[u8]) -> Option<usize> {
+    let target_at = layout.target_offset(e);
+    let (t, size) = xt_at(e, target_at)?;
+    let verdict_at = target_at + XT_HEADER;
+    (t.name == STANDARD && size >= XT_HEADER + 4 && i32_at(e, verdict_at) >= 0)
+        .then_some(verdict_at)
 }
 
 #[cfg(test)]
@@ -294,7 +367,7 @@ mod tests {
         bytes[v..v + 4].copy_from_slice(&(x_first as i32).to_ne_bytes());
         info.num_entries = count;
         info.size = bytes.len() as u32;
-        Blob::parse(l, info, bytes).unwrap()
+        Blob::parse(l, info, bytes, 0).unwrap()
     }
 
     #[test]
@@ -320,10 +393,10 @@ mod tests {
         ) else {
             panic!()
         };
-        let edited = t.edit(&[(x.tail, e.clone())], &[]).unwrap();
+        let edited = t.clone().edit(&[(x.tail, e.clone())], &[]).unwrap();
         assert_eq!(edited.info.num_entries, t.info.num_entries + 1);
-        assert_eq!(edited.info.size as usize, t.bytes.len() + e.len());
-        let new = Blob::parse(t.layout, edited.info, edited.bytes).unwrap();
+        assert_eq!(edited.info.size as usize, t.bytes().len() + e.len());
+        let new = Blob::parse(t.layout, edited.info, edited.buf, edited.start).unwrap();
         let nx = new.chain("X").unwrap();
         assert_eq!(new.rules(nx).count(), 1);
         // PREROUTING's jump lands on the new first rule of X.
@@ -341,7 +414,7 @@ mod tests {
         // Removing it again gives back the original blob.
         let (rule_at, _) = new.rules(nx).next().unwrap();
         let back = new.edit(&[], &[rule_at]).unwrap();
-        assert_eq!(back.bytes, t.bytes);
+        assert_eq!(back.buf, t.bytes());
         assert_eq!(back.info, t.info);
     }
 
@@ -349,8 +422,13 @@ mod tests {
     fn inserting_before_a_hook_moves_the_later_hooks() {
         let t = table();
         let pre = t.chain("PREROUTING").unwrap();
+        let jump = verdict(t.layout, 0);
+        assert!(
+            t.clone().edit(&[(pre.first, jump)], &[]).is_none(),
+            "a jump"
+        );
         let e = verdict(t.layout, -2);
-        let edited = t.edit(&[(pre.first, e.clone())], &[]).unwrap();
+        let edited = t.clone().edit(&[(pre.first, e.clone())], &[]).unwrap();
         assert_eq!(
             edited.info.hook_entry[0], 0,
             "the new entry is PREROUTING's first"
@@ -363,6 +441,13 @@ mod tests {
             edited.info.hook_entry[4],
             t.info.hook_entry[4] + e.len() as u32
         );
-        assert!(t.edit(&[(3, e)], &[]).is_none(), "not an entry offset");
+        assert!(
+            t.clone().edit(&[(3, e.clone())], &[]).is_none(),
+            "not an entry offset"
+        );
+        assert!(
+            t.edit(&[(0, e)], &[0]).is_none(),
+            "inserts and removes at once"
+        );
     }
 }

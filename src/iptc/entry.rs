@@ -26,9 +26,11 @@ pub struct Layout {
     /// `sizeof(struct ipt_entry)` / `sizeof(struct ip6t_entry)`: where matches begin.
     pub entry_size: usize,
     addr_len: usize,
-    /// Offsets of `proto`, `flags` (ip6t only: `IP6T_F_PROTO` marks `-p`) and `invflags`.
+    /// Offsets of `proto`, `flags` and `invflags`. `flags` holds `-f` and `-g` (never
+    /// natledger's) and, for ip6t only, `IP6T_F_PROTO` with `-p`.
     proto_at: usize,
-    flags_at: Option<usize>,
+    flags_at: usize,
+    proto_flag: u8,
     invflags_at: usize,
     pub target_offset_at: usize,
     pub counters_at: usize,
@@ -42,7 +44,8 @@ impl Layout {
                 entry_size: 112,
                 addr_len: 4,
                 proto_at: 80,
-                flags_at: None,
+                flags_at: 82,
+                proto_flag: 0,
                 invflags_at: 83,
                 target_offset_at: 88,
                 counters_at: 96,
@@ -52,7 +55,8 @@ impl Layout {
                 entry_size: 168,
                 addr_len: 16,
                 proto_at: 128,
-                flags_at: Some(131),
+                flags_at: 131,
+                proto_flag: IP6T_F_PROTO,
                 invflags_at: 132,
                 target_offset_at: 140,
                 counters_at: 152,
@@ -169,9 +173,7 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
             Protocol::Sctp => return None,
         };
         e[layout.proto_at..layout.proto_at + 2].copy_from_slice(&number.to_ne_bytes());
-        if let Some(at) = layout.flags_at {
-            e[at] = IP6T_F_PROTO;
-        }
+        e[layout.flags_at] = layout.proto_flag;
     }
     if let (Some(p), Some(ports)) = (rule.protocol, rule.dports) {
         let mut data = Vec::with_capacity(12);
@@ -305,11 +307,8 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         return None;
     }
     let proto = u16_at(e, layout.proto_at);
-    let flags_ok = match layout.flags_at {
-        Some(at) => e[at] == if proto != 0 { IP6T_F_PROTO } else { 0 },
-        None => true,
-    };
-    if !flags_ok {
+    let flags = if proto != 0 { layout.proto_flag } else { 0 };
+    if e[layout.flags_at] != flags {
         return None;
     }
     let mut rule = Rule {
@@ -491,6 +490,9 @@ mod tests {
         e[layout.invflags_at] = 0x10; // "! -d"
         assert_eq!(decode(&e, Family::Ipv4), None);
         e[layout.invflags_at] = 0;
+        e[layout.flags_at] = 0x02; // "-g" instead of "-j"
+        assert_eq!(decode(&e, Family::Ipv4), None);
+        e[layout.flags_at] = 0;
         e[16] = b'e'; // "-i e..."
         assert_eq!(decode(&e, Family::Ipv4), None);
         assert!(

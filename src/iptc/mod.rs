@@ -18,6 +18,7 @@ pub mod entry;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
 use blob::{Blob, Edited, Info};
@@ -31,6 +32,11 @@ const SO_GET_ENTRIES: libc::c_int = 65;
 const SO_SET_REPLACE: libc::c_int = 64;
 const SO_SET_ADD_COUNTERS: libc::c_int = 65;
 const NAME: &str = "nat";
+/// `sizeof(struct ipt_replace)`: name, valid_hooks, num_entries, size, hook_entry[5],
+/// underflow[5], num_counters, counters pointer; the entries follow.
+const REPLACE_HEADER: usize = 96;
+/// `sizeof(struct ipt_get_entries)`: name, size, padding; the entries follow.
+const GET_ENTRIES_HEADER: usize = 40;
 /// iptables-legacy's lock, and how long natledger waits for it (as `--wait 5` did).
 const XTABLES_LOCK: &str = "/run/xtables.lock";
 const LOCK_WAIT: Duration = Duration::from_secs(5);
@@ -149,10 +155,11 @@ fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outc
         return Ok(Outcome::Declined);
     };
     let count = inserts.len() + removes.len();
-    let Some(edited) = table.edit(&inserts, &removes) else {
+    let old_entries = table.info.num_entries;
+    let Some(mut edited) = table.edit(&inserts, &removes) else {
         return Ok(Outcome::Declined);
     };
-    let old_counters = match sock.replace(&edited, table.info.num_entries) {
+    let old_counters = match sock.replace(&mut edited, old_entries) {
         Ok(counters) => counters,
         // The table changed between the read and the replace (another writer without the
         // lock): the kernel refused it whole.
@@ -161,12 +168,17 @@ fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outc
         }
         Err(e) => return Err(e),
     };
+    // The new table is in force from here on: a failure below costs counters, not rules, and
+    // must not send the caller to write the rules again.
+    drop(edited.buf);
     let counters: Vec<[u64; 2]> = edited
         .from_old
         .iter()
-        .map(|old| old.map_or([0, 0], |i| old_counters[i]))
+        .map(|old| old.map_or([0, 0], |i| old_counters[i as usize]))
         .collect();
-    sock.add_counters(&counters)?;
+    if let Err(e) = sock.add_counters(&counters) {
+        eprintln!("natledger: warning: rule counters of the nat table were reset: {e}");
+    }
     Ok(Outcome::Done(count))
 }
 
@@ -177,10 +189,12 @@ fn xtables_lock() -> Result<File, IptcError> {
         path: path.clone(),
         source,
     };
+    // Mode 0600 as iptables creates it: a lock others can read is a lock others can hold.
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(&path)
         .map_err(err)?;
     let deadline = Instant::now() + LOCK_WAIT;
@@ -278,13 +292,16 @@ impl Socket {
             num_entries: word(11),
             size: word(12),
         };
-        // ipt_get_entries: name[32], size, padding to 8, entries.
-        let mut buf = vec![0u8; 40 + info.size as usize];
-        buf[..NAME.len()].copy_from_slice(NAME.as_bytes());
-        buf[32..36].copy_from_slice(&info.size.to_ne_bytes());
-        self.get("IPT_SO_GET_ENTRIES", SO_GET_ENTRIES, &mut buf)?;
+        // ipt_get_entries: name[32], size, padding to 8, entries. Placed so that the entries
+        // start where `ipt_replace`'s will: the table is read, edited and written back in one
+        // buffer, never copied.
+        let mut buf = vec![0u8; REPLACE_HEADER + info.size as usize];
+        let get = &mut buf[REPLACE_HEADER - GET_ENTRIES_HEADER..];
+        get[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        get[32..36].copy_from_slice(&info.size.to_ne_bytes());
+        self.get("IPT_SO_GET_ENTRIES", SO_GET_ENTRIES, get)?;
         let layout = Layout::of(self.family);
-        Blob::parse(layout, info, buf.split_off(40)).ok_or_else(|| {
+        Blob::parse(layout, info, buf, REPLACE_HEADER).ok_or_else(|| {
             Self::fail(
                 self.family,
                 "parsing the table",
@@ -293,12 +310,11 @@ impl Socket {
         })
     }
 
-    /// Swap the table in; returns the old table's counters, per old entry.
-    fn replace(&self, edited: &Edited, old_entries: u32) -> Result<Vec<[u64; 2]>, IptcError> {
+    /// Swap the table in; returns the old table's counters, per old entry. The header is
+    /// written into the room `edit` left before the entries.
+    fn replace(&self, edited: &mut Edited, old_entries: u32) -> Result<Vec<[u64; 2]>, IptcError> {
         let mut counters = vec![[0u64; 2]; old_entries as usize];
-        // ipt_replace: name[32], valid_hooks, num_entries, size, hook_entry[5], underflow[5],
-        // num_counters, counters pointer, entries.
-        let mut buf = Vec::with_capacity(96 + edited.bytes.len());
+        let mut buf = Vec::with_capacity(REPLACE_HEADER);
         let mut name = [0u8; 32];
         name[..NAME.len()].copy_from_slice(NAME.as_bytes());
         buf.extend(name);
@@ -312,8 +328,9 @@ impl Socket {
             buf.extend(w.to_ne_bytes());
         }
         buf.extend((counters.as_mut_ptr() as u64).to_ne_bytes());
-        buf.extend(&edited.bytes);
-        self.set("IPT_SO_SET_REPLACE", SO_SET_REPLACE, &buf)?;
+        let at = edited.start - REPLACE_HEADER;
+        edited.buf[at..edited.start].copy_from_slice(&buf);
+        self.set("IPT_SO_SET_REPLACE", SO_SET_REPLACE, &edited.buf[at..])?;
         Ok(counters)
     }
 
