@@ -92,20 +92,16 @@ pub fn insert(
             let Encoded::Entry(e) = entry::encode(rule, family)? else {
                 return None; // jumps are never inserted here
             };
-            let at = match place {
-                Place::First => span.first,
-                Place::Last => span.tail,
-            };
             match place {
                 // Each First goes above those given before it at the same place.
                 Place::First => {
                     let k = inserts
                         .iter()
-                        .position(|(x, _)| *x == at)
+                        .position(|(x, _)| *x == span.first)
                         .unwrap_or(inserts.len());
-                    inserts.insert(k, (at, e));
+                    inserts.insert(k, (span.first, e));
                 }
-                Place::Last => inserts.push((at, e)),
+                Place::Last => inserts.push((span.tail, e)),
             }
         }
         Some((inserts, Vec::new()))
