@@ -72,7 +72,7 @@ impl Blob {
             let e = bytes.get(at..at + layout.entry_size)?;
             let next = layout.next_offset(e);
             let target = layout.target_offset(e);
-            if next < layout.entry_size || target < layout.entry_size || target >= next {
+            if target < layout.entry_size || target + XT_HEADER > next {
                 return None;
             }
             bytes.get(at..at + next)?;
@@ -162,17 +162,20 @@ impl Blob {
     /// Insert `inserts` (each before the entry at its offset, in the order given) or remove
     /// the entries at `removes`, in place: the table is never copied, so a hook holds one
     /// copy of it however large it is. The bytes before the entries are kept (the caller's
-    /// header room). `None`, with nothing changed, if an offset is not an entry's, both
-    /// inserts and removes are given, or an inserted entry is a jump (it would be taken for
-    /// an old one when offsets move).
+    /// header room). `None` if an offset is not an entry's, both inserts and removes are
+    /// given, or an inserted entry is malformed or a jump (it would be taken for an old one
+    /// when offsets move); the blob is consumed either way, and nothing reaches the kernel.
     pub fn edit(mut self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
         let valid = |at: &usize| self.offsets.binary_search(at).is_ok();
         if !inserts.iter().all(|(at, _)| valid(at))
             || !removes.iter().all(valid)
             || (!inserts.is_empty() && !removes.is_empty())
-            || inserts
-                .iter()
-                .any(|(_, e)| jump_verdict_at(self.layout, e).is_some())
+            || inserts.iter().any(|(_, e)| {
+                e.len() < self.layout.entry_size
+                    || self.layout.next_offset(e) != e.len()
+                    || self.layout.target_offset(e) + XT_HEADER > e.len()
+                    || jump_verdict_at(self.layout, e).is_some()
+            })
         {
             return None;
         }

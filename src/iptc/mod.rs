@@ -144,9 +144,20 @@ type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
 
 /// Read, plan, replace, restore counters: under the xtables lock, one atomic replace.
 fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outcome, IptcError> {
+    // The table structures carry a user pointer: laid out here for 64-bit processes only.
+    if cfg!(not(target_pointer_width = "64")) {
+        return Ok(Outcome::Declined);
+    }
     let _lock = xtables_lock()?;
     let sock = Socket::open(family)?;
-    let table = sock.read()?;
+    let table = match sock.read() {
+        Ok(table) => table,
+        // Changed between GET_INFO and GET_ENTRIES by a writer without the lock.
+        Err(IptcError::Kernel { source, .. }) if source.raw_os_error() == Some(libc::EAGAIN) => {
+            return Ok(Outcome::Declined);
+        }
+        Err(e) => return Err(e),
+    };
     let Some((inserts, removes)) = plan(&table) else {
         return Ok(Outcome::Declined);
     };
