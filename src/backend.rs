@@ -131,6 +131,15 @@ pub enum BackendError {
     },
 }
 
+/// Why a native change could not be made (nothing was written; the caller uses `*-restore`).
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    #[error(transparent)]
+    Nft(#[from] NftError),
+    #[error(transparent)]
+    Legacy(#[from] IptcError),
+}
+
 /// What a native (no helper process) change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Native {
@@ -179,7 +188,7 @@ impl<'r> Netfilter<'r> {
     pub fn insert_legacy(
         &self,
         family: Family,
-        rules: &[(&str, &Rule, Place)],
+        rules: &[(&str, Rule, Place)],
         required: &[(&str, Rule)],
     ) -> Result<Native, IptcError> {
         self.legacy_native(family, "inserted", || iptc::insert(family, rules, required))

@@ -3,7 +3,9 @@
 //! See ARCHITECTURE.md for the code map and the invariants. In short:
 //! [`oci`] reads hook input, [`portspec`] parses mappings, [`layout`] turns them into typed
 //! [`rule`]s, [`backend`] reads and writes iptables through [`exec`] using the [`save`]
-//! format, [`ledger`] records what was written, and [`ops`] puts them together.
+//! format (or, in the hooks' steady state, natively: [`iptc`] for iptables-legacy,
+//! [`nftables`] over [`netlink`] for iptables-nft deletions), [`ledger`] records what was
+//! written, and [`ops`] puts them together.
 
 pub mod backend;
 pub mod bundle;

@@ -205,16 +205,16 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
         let base = save_c(&ns, family);
         let ours = container_rules("c1", family);
         // DNAT rules go first (given in reverse, as create does), the rest last.
-        let mut placed: Vec<(&str, &Rule, Place)> = ours
+        let mut placed: Vec<(&str, Rule, Place)> = ours
             .iter()
             .rev()
             .filter(|(c, _)| *c == DNAT_CHAIN)
-            .map(|(c, r)| (*c, r, Place::First))
+            .map(|(c, r)| (*c, r.clone(), Place::First))
             .collect();
         placed.extend(
             ours.iter()
                 .filter(|(c, _)| *c != DNAT_CHAIN)
-                .map(|(c, r)| (*c, r, Place::Last)),
+                .map(|(c, r)| (*c, r.clone(), Place::Last)),
         );
 
         // The same insertions by iptables-legacy-restore.

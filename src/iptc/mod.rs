@@ -73,7 +73,7 @@ pub enum Place {
 /// provided every chain exists and every `(chain, jump)` in `required` is present.
 pub fn insert(
     family: Family,
-    rules: &[(&str, &Rule, Place)],
+    rules: &[(&str, Rule, Place)],
     required: &[(&str, Rule)],
 ) -> Result<Outcome, IptcError> {
     edit(family, |t| {

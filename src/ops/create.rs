@@ -321,13 +321,14 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), B
             .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
             .collect();
         if let Some(parsed) = parsed {
-            let native: Vec<(&str, &Rule, Place)> =
-                parsed.iter().map(|(c, r, p)| (*c, r, *p)).collect();
-            match ctx.netfilter.insert_legacy(family, &native, &jumps()) {
+            match ctx.netfilter.insert_legacy(family, &parsed, &jumps()) {
                 Ok(Native::Done(_)) => return Ok(()),
                 Ok(Native::Declined | Native::Off) => {}
                 // Nothing was written; the restore below reports what is really wrong.
-                Err(e) => eprintln!("natledger: {e}; using iptables-legacy-restore"),
+                Err(e) => eprintln!(
+                    "natledger: {e}; using {}-legacy-restore",
+                    family.tool_stem()
+                ),
             }
         }
     }

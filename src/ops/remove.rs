@@ -1,7 +1,7 @@
 //! Removal: poststop, and the routine that deletes one container's rules, shared with
 //! create-runtime (dead holders of a port) and sweep.
 
-use crate::backend::{Backend, BackendError, Native};
+use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{is_owned_chain, tag};
@@ -193,7 +193,7 @@ fn delete_native(
     family: Family,
     id: &ContainerId,
     recorded: &[&RuleRecord],
-) -> Result<Native, Box<dyn std::error::Error>> {
+) -> Result<Native, NativeError> {
     match backend {
         Backend::Nft => {
             let mut expected: Vec<(&str, usize)> = Vec::new();
@@ -248,7 +248,11 @@ fn remove_in(
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             // Nothing was changed; the restore below reports what is really wrong.
-            Err(e) => eprintln!("natledger: {e}; using {}", backend.suffix()),
+            Err(e) => eprintln!(
+                "natledger: {e}; using {}-{}-restore",
+                family.tool_stem(),
+                backend.suffix()
+            ),
         }
     }
     if exact_first {
