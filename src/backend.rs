@@ -15,6 +15,7 @@ use crate::exec::{Invocation, Runner};
 use crate::family::Family;
 use crate::iptc::{self, IptcError, Place};
 use crate::layout;
+use crate::netlink;
 use crate::nftables::{self, NftError};
 use crate::rule::Rule;
 use crate::save::{self, Batch, Table};
@@ -159,9 +160,10 @@ pub struct Netfilter<'r> {
     /// may reach the kernel. Off unless asked for, so that code driven by a scripted runner
     /// never touches a real table.
     native: bool,
-    /// The netlink session of native deletions, kept open across families so that only
-    /// one socket is released (and one grace period waited for, by someone else) per run.
-    session: RefCell<Option<nftables::Session>>,
+    /// The netfilter netlink socket of native deletions (and conntrack's), kept open across
+    /// families so that only one socket is released (and one grace period waited for, by
+    /// someone else) per run.
+    socket: RefCell<Option<netlink::Socket>>,
     trace: bool,
 }
 
@@ -170,7 +172,7 @@ impl<'r> Netfilter<'r> {
         Netfilter {
             runner,
             native: false,
-            session: RefCell::new(None),
+            socket: RefCell::new(None),
             trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
         }
     }
@@ -183,35 +185,42 @@ impl<'r> Netfilter<'r> {
         self
     }
 
-    /// Insert rules into the iptables-legacy nat table without a process ([`iptc::insert`]),
+    /// Insert rules into an iptables-legacy table without a process ([`iptc::insert`]),
     /// provided the table, the chains and the `required` jumps exist.
     pub fn insert_legacy(
         &self,
         family: Family,
+        table: &'static str,
         rules: &[(&str, Rule, Place)],
         required: &[(&str, Rule)],
     ) -> Result<Native, IptcError> {
-        self.legacy_native(family, "inserted", || iptc::insert(family, rules, required))
+        self.legacy_native(family, table, "inserted", || {
+            iptc::insert(family, table, rules, required)
+        })
     }
 
-    /// Delete exactly these rules from the iptables-legacy nat table without a process
+    /// Delete exactly these rules from an iptables-legacy table without a process
     /// ([`iptc::delete`]); declined unless every one is found.
     pub fn delete_legacy(
         &self,
         family: Family,
+        table: &'static str,
         rules: &[(&str, &Rule)],
     ) -> Result<Native, IptcError> {
-        self.legacy_native(family, "deleted", || iptc::delete(family, rules))
+        self.legacy_native(family, table, "deleted", || {
+            iptc::delete(family, table, rules)
+        })
     }
 
     fn legacy_native(
         &self,
         family: Family,
+        table: &str,
         verb: &str,
         op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
     ) -> Result<Native, IptcError> {
         // Asking the kernel about an absent table would create it.
-        if !self.native || !legacy_table_exists(family, "nat").unwrap_or(false) {
+        if !self.native || !legacy_table_exists(family, table).unwrap_or(false) {
             return Ok(Native::Off);
         }
         let start = std::time::Instant::now();
@@ -220,10 +229,10 @@ impl<'r> Netfilter<'r> {
             let ms = start.elapsed().as_secs_f64() * 1000.0;
             match outcome {
                 iptc::Outcome::Done(n) => {
-                    eprintln!("natledger: iptc: {verb} {n} {family} rule(s) in {ms:.1} ms")
+                    eprintln!("natledger: iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms")
                 }
                 iptc::Outcome::Declined => eprintln!(
-                    "natledger: iptc: {family} table not as expected; using iptables-legacy-restore"
+                    "natledger: iptc: {family} {table} table not as expected; using iptables-legacy-restore"
                 ),
             }
         }
@@ -247,11 +256,12 @@ impl<'r> Netfilter<'r> {
             return Ok(Native::Off);
         }
         let start = std::time::Instant::now();
-        let mut slot = self.session.borrow_mut();
-        let session = match slot.as_mut() {
-            Some(session) => session,
-            None => slot.insert(nftables::Session::open()?),
+        let mut slot = self.socket.borrow_mut();
+        let sock = match slot.as_mut() {
+            Some(sock) => sock,
+            None => slot.insert(netlink::Socket::netfilter().map_err(NftError::Open)?),
         };
+        let mut session = nftables::Session::new(sock);
         let mut victims = Vec::new();
         for (chain, count) in expected {
             let tagged: Vec<u64> = session
@@ -283,11 +293,11 @@ impl<'r> Netfilter<'r> {
         Ok(Native::Done(victims.len()))
     }
 
-    /// End the native session, if any, leaving the kernel's cleanup wait to a detached
-    /// process ([`nftables::Session::close_detached`]).
+    /// Close the native socket, if any, leaving the kernel's cleanup wait to a detached
+    /// process ([`netlink::Socket::close_detached`]).
     pub fn release_native(&self) {
-        if let Some(session) = self.session.borrow_mut().take() {
-            session.close_detached();
+        if let Some(sock) = self.socket.borrow_mut().take() {
+            sock.close_detached();
         }
     }
 

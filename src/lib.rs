@@ -18,6 +18,7 @@ pub mod host;
 pub mod iptc;
 pub mod layout;
 pub mod ledger;
+pub mod matchset;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

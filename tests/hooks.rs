@@ -578,8 +578,8 @@ fn legacy_hooks_write_the_table_in_process() {
     let out = node.hook_env("create-runtime", "c1", None, &bundle, &trace);
     assert_ok(&out, "create-runtime");
     let err = stderr(&out);
-    assert!(err.contains("iptc: inserted 5 ipv4 rule(s)"), "{err}");
-    assert!(err.contains("iptc: inserted 2 ipv6 rule(s)"), "{err}");
+    assert!(err.contains("iptc: inserted 5 ipv4 nat rule(s)"), "{err}");
+    assert!(err.contains("iptc: inserted 2 ipv6 nat rule(s)"), "{err}");
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert!(
         node.dump()
@@ -589,8 +589,8 @@ fn legacy_hooks_write_the_table_in_process() {
     let out = node.hook_env("poststop", "c1", None, &bundle, &trace);
     assert_ok(&out, "poststop");
     let err = stderr(&out);
-    assert!(err.contains("iptc: deleted 5 ipv4 rule(s)"), "{err}");
-    assert!(err.contains("iptc: deleted 2 ipv6 rule(s)"), "{err}");
+    assert!(err.contains("iptc: deleted 5 ipv4 nat rule(s)"), "{err}");
+    assert!(err.contains("iptc: deleted 2 ipv6 nat rule(s)"), "{err}");
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert_eq!(node.dump(), before);
 }

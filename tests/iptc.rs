@@ -108,7 +108,7 @@ fn the_encoding_is_what_iptables_legacy_writes() {
         written.extend(ours);
 
         in_netns(&ns, || {
-            let table = iptc::read(family).unwrap();
+            let table = iptc::read(family, "nat").unwrap();
             let layout = table.layout;
             for chain in [
                 "PREROUTING",
@@ -236,21 +236,25 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
         assert_eq!(save_c(&ns, family), base);
 
         let required: Vec<(&str, Rule)> = jumps().into_iter().collect();
-        let inserted = in_netns(&ns, || iptc::insert(family, &placed, &required).unwrap());
+        let inserted = in_netns(&ns, || {
+            iptc::insert(family, "nat", &placed, &required).unwrap()
+        });
         assert_eq!(inserted, Outcome::Done(ours.len()));
         assert_eq!(save_c(&ns, family), by_restore, "{family}: insert");
 
         // Deleting exactly those rules gives the base back, counters included.
         let victims: Vec<(&str, &Rule)> = ours.iter().map(|(c, r)| (*c, r)).collect();
-        let deleted = in_netns(&ns, || iptc::delete(family, &victims).unwrap());
+        let deleted = in_netns(&ns, || iptc::delete(family, "nat", &victims).unwrap());
         assert_eq!(deleted, Outcome::Done(ours.len()));
         assert_eq!(save_c(&ns, family), base, "{family}: delete");
 
         // Declined, writing nothing: a rule that is not there, a jump that is not there.
-        let gone = in_netns(&ns, || iptc::delete(family, &victims).unwrap());
+        let gone = in_netns(&ns, || iptc::delete(family, "nat", &victims).unwrap());
         assert_eq!(gone, Outcome::Declined);
         let input_jump = [("INPUT", jumps()[0].1.clone())];
-        let missing = in_netns(&ns, || iptc::insert(family, &placed, &input_jump).unwrap());
+        let missing = in_netns(&ns, || {
+            iptc::insert(family, "nat", &placed, &input_jump).unwrap()
+        });
         assert_eq!(missing, Outcome::Declined);
         assert_eq!(save_c(&ns, family), base, "{family}: declined");
     }
@@ -265,7 +269,7 @@ fn an_absent_table_is_never_created() {
     let native = in_netns(&ns, || {
         let nf = Netfilter::new(&runner).with_native(true);
         let outcome = nf
-            .delete_legacy(Family::Ipv4, &[(rule.0, &rule.1)])
+            .delete_legacy(Family::Ipv4, "nat", &[(rule.0, &rule.1)])
             .unwrap();
         let names = std::fs::read_to_string(Family::Ipv4.legacy_tables_file()).unwrap_or_default();
         (outcome, names)

@@ -239,7 +239,11 @@ impl Drop for TmpfsDir {
 /// that each measures one operation on an idle host rather than the tail of the previous
 /// tool's cleanup.
 pub fn settle() {
-    let mut session = natledger::nftables::Session::open().expect("netfilter netlink socket");
-    let _ = session.rules(natledger::family::Family::Ipv4, "nat", "PREROUTING");
-    drop(session);
+    let mut sock = natledger::netlink::Socket::netfilter().expect("netfilter netlink socket");
+    let _ = natledger::nftables::Session::new(&mut sock).rules(
+        natledger::family::Family::Ipv4,
+        "nat",
+        "PREROUTING",
+    );
+    drop(sock);
 }

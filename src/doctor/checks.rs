@@ -4,13 +4,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
-use super::matchset::{Cond, Match, PortSet, Target, parse_rule};
 use super::paths::{self, Step};
 use super::{DoctorOptions, Finding, Kind, RuleRef, Ruleset, Severity};
 use crate::backend::Backend;
 use crate::family::Family;
 use crate::layout::{Owner, is_owned_chain, owner};
 use crate::ledger::{Manifest, RuleRecord};
+use crate::matchset::{Cond, Match, PortSet, Target, parse_rule};
 use crate::rule::IpNet;
 
 /// The built-in chains each table's packets to a host port go through, in hook order.

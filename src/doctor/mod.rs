@@ -14,7 +14,7 @@
 mod checks;
 /// Host facts live in [`crate::host`] (create-runtime uses them too).
 pub use crate::host as evidence;
-pub mod matchset;
+pub use crate::matchset;
 pub mod paths;
 mod report;
 

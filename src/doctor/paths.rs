@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 
-use super::matchset::{Cond, Match, Target, parse_rule};
+use crate::matchset::{Cond, Match, Target, parse_rule};
 use crate::save::{SavedRule, Table};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).

@@ -7,13 +7,10 @@
 //! the listening table. Sockets of the calling thread's network namespace.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto, socket,
-};
+use nix::sys::socket::{AddressFamily, SockProtocol};
 
-use crate::netlink::{self, HEADER, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE};
+use crate::netlink::{self, HEADER, NLM_F_DUMP, NLM_F_REQUEST};
 use crate::portspec::Protocol;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
@@ -38,27 +35,23 @@ pub struct Socket {
 /// Listening TCP sockets and bound unconnected UDP sockets, both families. `Err` when the
 /// kernel does not offer sock_diag (the caller falls back to procfs).
 pub fn listening() -> std::io::Result<Vec<Socket>> {
-    let fd = socket(
-        AddressFamily::Netlink,
-        SockType::Datagram,
-        SockFlag::SOCK_CLOEXEC,
-        SockProtocol::NetlinkSockDiag,
-    )?;
+    let mut sock = netlink::Socket::open(SockProtocol::NetlinkSockDiag)?;
     let mut found = Vec::new();
-    let mut seq = 0;
     for (protocol, number, state) in [
         (Protocol::Tcp, IPPROTO_TCP, TCP_LISTEN),
         (Protocol::Udp, IPPROTO_UDP, TCP_CLOSE),
     ] {
         for family in [libc_af(AddressFamily::Inet), libc_af(AddressFamily::Inet6)] {
-            seq += 1;
-            sendto(
-                fd.as_raw_fd(),
-                &request(seq, family, number, state),
-                &NetlinkAddr::new(0, 0),
-                MsgFlags::empty(),
-            )?;
-            read_dump(fd.as_raw_fd(), protocol, &mut found)?;
+            let seq = sock.next_seq();
+            sock.dump(seq, &request(seq, family, number, state), |message| {
+                if message.kind == SOCK_DIAG_BY_FAMILY
+                    && message.payload.len() >= MSG_LEN
+                    && let Some(s) = parse(message.payload, protocol)
+                {
+                    found.push(s);
+                }
+                Ok(())
+            })?;
         }
     }
     Ok(found)
@@ -77,32 +70,6 @@ fn request(seq: u32, family: u8, protocol: u8, state: u32) -> Vec<u8> {
     m.resize(HEADER + 56, 0); // the socket id: all wildcards
     netlink::finish(&mut m, start);
     m
-}
-
-fn read_dump(fd: i32, protocol: Protocol, found: &mut Vec<Socket>) -> std::io::Result<()> {
-    let mut buf = vec![0u8; 32 * 1024];
-    loop {
-        let n = recv(fd, &mut buf, MsgFlags::empty())?;
-        for message in netlink::messages(&buf[..n]) {
-            let message = message?;
-            match message.kind {
-                _ if message.error().is_some_and(|e| e != 0) => {
-                    let errno = message.error().unwrap_or_default();
-                    return Err(std::io::Error::from_raw_os_error(errno));
-                }
-                NLMSG_DONE => return Ok(()),
-                SOCK_DIAG_BY_FAMILY if message.payload.len() >= MSG_LEN => {
-                    if let Some(s) = parse(message.payload, protocol) {
-                        found.push(s);
-                    }
-                }
-                _ => {}
-            }
-        }
-        if n == 0 {
-            return Ok(());
-        }
-    }
 }
 
 /// One `inet_diag_msg`: the source port (big-endian) and address of the socket id, inode.

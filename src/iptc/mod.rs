@@ -1,4 +1,5 @@
-//! The iptables-legacy kernel interface, for the hooks' steady state: read the nat table
+//! The iptables-legacy kernel interface, for the hooks' steady state: read a table (nat,
+//! filter)
 //! (`IPT_SO_GET_INFO`, `IPT_SO_GET_ENTRIES`), edit the blob, swap it in atomically
 //! (`IPT_SO_SET_REPLACE`) and carry every surviving rule's counters over
 //! (`IPT_SO_SET_ADD_COUNTERS`), all under `/run/xtables.lock` as iptables-legacy does. This
@@ -31,7 +32,6 @@ const SO_GET_INFO: libc::c_int = 64;
 const SO_GET_ENTRIES: libc::c_int = 65;
 const SO_SET_REPLACE: libc::c_int = 64;
 const SO_SET_ADD_COUNTERS: libc::c_int = 65;
-const NAME: &str = "nat";
 /// `sizeof(struct ipt_replace)`: name, valid_hooks, num_entries, size, hook_entry[5],
 /// underflow[5], num_counters, counters pointer; the entries follow.
 const REPLACE_HEADER: usize = 96;
@@ -43,9 +43,10 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IptcError {
-    #[error("{family} iptables-legacy nat table: {op}: {source}")]
+    #[error("{family} iptables-legacy {table} table: {op}: {source}")]
     Kernel {
         family: Family,
+        table: &'static str,
         op: &'static str,
         source: io::Error,
     },
@@ -73,10 +74,11 @@ pub enum Place {
 /// provided every chain exists and every `(chain, jump)` in `required` is present.
 pub fn insert(
     family: Family,
+    table: &'static str,
     rules: &[(&str, Rule, Place)],
     required: &[(&str, Rule)],
 ) -> Result<Outcome, IptcError> {
-    edit(family, |t| {
+    edit(family, table, |t| {
         for (chain, jump) in required {
             let span = t.chain(chain)?;
             let found = t
@@ -109,8 +111,12 @@ pub fn insert(
 }
 
 /// Delete one entry equal to each of `rules` from its chain; declined unless all are found.
-pub fn delete(family: Family, rules: &[(&str, &Rule)]) -> Result<Outcome, IptcError> {
-    edit(family, |t| {
+pub fn delete(
+    family: Family,
+    table: &'static str,
+    rules: &[(&str, &Rule)],
+) -> Result<Outcome, IptcError> {
+    edit(family, table, |t| {
         let mut removes: Vec<usize> = Vec::new();
         for (chain, rule) in rules {
             let span = t.chain(chain)?;
@@ -123,10 +129,10 @@ pub fn delete(family: Family, rules: &[(&str, &Rule)]) -> Result<Outcome, IptcEr
     })
 }
 
-/// The current nat table of `family`, read without the xtables lock. Asking about an absent
+/// The current `table` of `family`, read without the xtables lock. Asking about an absent
 /// table creates it (the kernel loads the module), so callers check for it first.
-pub fn read(family: Family) -> Result<Blob, IptcError> {
-    Socket::open(family)?.read()
+pub fn read(family: Family, table: &'static str) -> Result<Blob, IptcError> {
+    Socket::open(family, table)?.read()
 }
 
 /// A table entry as a natledger-shaped rule, jumps resolved to chain names.
@@ -143,27 +149,31 @@ pub fn decoded(t: &Blob, e: &[u8]) -> Option<Rule> {
 type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
 
 /// Read, plan, replace, restore counters: under the xtables lock, one atomic replace.
-fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outcome, IptcError> {
+fn edit(
+    family: Family,
+    table: &'static str,
+    plan: impl FnOnce(&Blob) -> Option<Plan>,
+) -> Result<Outcome, IptcError> {
     // The table structures carry a user pointer: laid out here for 64-bit processes only.
     if cfg!(not(target_pointer_width = "64")) {
         return Ok(Outcome::Declined);
     }
     let _lock = xtables_lock()?;
-    let sock = Socket::open(family)?;
-    let table = match sock.read() {
-        Ok(table) => table,
+    let sock = Socket::open(family, table)?;
+    let blob = match sock.read() {
+        Ok(blob) => blob,
         // Changed between GET_INFO and GET_ENTRIES by a writer without the lock.
         Err(IptcError::Kernel { source, .. }) if source.raw_os_error() == Some(libc::EAGAIN) => {
             return Ok(Outcome::Declined);
         }
         Err(e) => return Err(e),
     };
-    let Some((inserts, removes)) = plan(&table) else {
+    let Some((inserts, removes)) = plan(&blob) else {
         return Ok(Outcome::Declined);
     };
     let count = inserts.len() + removes.len();
-    let old_entries = table.info.num_entries;
-    let Some(mut edited) = table.edit(&inserts, &removes) else {
+    let old_entries = blob.info.num_entries;
+    let Some(mut edited) = blob.edit(&inserts, &removes) else {
         return Ok(Outcome::Declined);
     };
     let old_counters = match sock.replace(&mut edited, old_entries) {
@@ -184,7 +194,7 @@ fn edit(family: Family, plan: impl FnOnce(&Blob) -> Option<Plan>) -> Result<Outc
         .map(|old| old.map_or([0, 0], |i| old_counters[i as usize]))
         .collect();
     if let Err(e) = sock.add_counters(&counters) {
-        eprintln!("natledger: warning: rule counters of the nat table were reset: {e}");
+        eprintln!("natledger: warning: rule counters of the {table} table were reset: {e}");
     }
     Ok(Outcome::Done(count))
 }
@@ -223,10 +233,16 @@ struct Socket {
     fd: OwnedFd,
     family: Family,
     level: libc::c_int,
+    /// The table's name, NUL-padded as the socket options' `name[32]`.
+    table: &'static str,
+    name: [u8; 32],
 }
 
 impl Socket {
-    fn open(family: Family) -> Result<Socket, IptcError> {
+    fn open(family: Family, table: &'static str) -> Result<Socket, IptcError> {
+        let mut name = [0u8; 32];
+        // Table names are at most 31 bytes (XT_TABLE_MAXNAMELEN); natledger's are constants.
+        name[..table.len()].copy_from_slice(table.as_bytes());
         let (af, level) = match family {
             Family::Ipv4 => (libc::AF_INET, libc::IPPROTO_IP),
             Family::Ipv6 => (libc::AF_INET6, libc::IPPROTO_IPV6),
@@ -235,18 +251,30 @@ impl Socket {
         let fd =
             unsafe { libc::socket(af, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
         if fd < 0 {
-            return Err(Self::fail(family, "socket", io::Error::last_os_error()));
+            return Err(IptcError::Kernel {
+                family,
+                table,
+                op: "socket",
+                source: io::Error::last_os_error(),
+            });
         }
         Ok(Socket {
             // SAFETY: fd is a fresh descriptor nobody else owns.
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             family,
             level,
+            table,
+            name,
         })
     }
 
-    fn fail(family: Family, op: &'static str, source: io::Error) -> IptcError {
-        IptcError::Kernel { family, op, source }
+    fn fail(&self, op: &'static str, source: io::Error) -> IptcError {
+        IptcError::Kernel {
+            family: self.family,
+            table: self.table,
+            op,
+            source,
+        }
     }
 
     fn get(&self, op: &'static str, name: libc::c_int, buf: &mut [u8]) -> Result<(), IptcError> {
@@ -262,7 +290,7 @@ impl Socket {
             )
         };
         if r != 0 {
-            return Err(Self::fail(self.family, op, io::Error::last_os_error()));
+            return Err(self.fail(op, io::Error::last_os_error()));
         }
         Ok(())
     }
@@ -280,7 +308,7 @@ impl Socket {
             )
         };
         if r != 0 {
-            return Err(Self::fail(self.family, op, io::Error::last_os_error()));
+            return Err(self.fail(op, io::Error::last_os_error()));
         }
         Ok(())
     }
@@ -288,7 +316,7 @@ impl Socket {
     fn read(&self) -> Result<Blob, IptcError> {
         // ipt_getinfo: name[32], valid_hooks, hook_entry[5], underflow[5], num_entries, size.
         let mut info_buf = [0u8; 84];
-        info_buf[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        info_buf[..32].copy_from_slice(&self.name);
         self.get("IPT_SO_GET_INFO", SO_GET_INFO, &mut info_buf)?;
         let word =
             |i: usize| u32::from_ne_bytes(info_buf[32 + 4 * i..36 + 4 * i].try_into().unwrap());
@@ -304,13 +332,12 @@ impl Socket {
         // buffer, never copied.
         let mut buf = vec![0u8; REPLACE_HEADER + info.size as usize];
         let get = &mut buf[REPLACE_HEADER - GET_ENTRIES_HEADER..];
-        get[..NAME.len()].copy_from_slice(NAME.as_bytes());
+        get[..32].copy_from_slice(&self.name);
         get[32..36].copy_from_slice(&info.size.to_ne_bytes());
         self.get("IPT_SO_GET_ENTRIES", SO_GET_ENTRIES, get)?;
         let layout = Layout::of(self.family);
         Blob::parse(layout, info, buf, REPLACE_HEADER).ok_or_else(|| {
-            Self::fail(
-                self.family,
+            self.fail(
                 "parsing the table",
                 io::Error::other("entries do not tile the table"),
             )
@@ -322,9 +349,7 @@ impl Socket {
     fn replace(&self, edited: &mut Edited, old_entries: u32) -> Result<Vec<[u64; 2]>, IptcError> {
         let mut counters = vec![[0u64; 2]; old_entries as usize];
         let mut buf = Vec::with_capacity(REPLACE_HEADER);
-        let mut name = [0u8; 32];
-        name[..NAME.len()].copy_from_slice(NAME.as_bytes());
-        buf.extend(name);
+        buf.extend(self.name);
         let info = &edited.info;
         for w in [info.valid_hooks, info.num_entries, info.size]
             .into_iter()
@@ -344,9 +369,7 @@ impl Socket {
     fn add_counters(&self, counters: &[[u64; 2]]) -> Result<(), IptcError> {
         // xt_counters_info: name[32], num_counters, padding to 8, counters.
         let mut buf = Vec::with_capacity(40 + 16 * counters.len());
-        let mut name = [0u8; 32];
-        name[..NAME.len()].copy_from_slice(NAME.as_bytes());
-        buf.extend(name);
+        buf.extend(self.name);
         buf.extend((counters.len() as u32).to_ne_bytes());
         buf.extend([0u8; 4]);
         for [packets, bytes] in counters {

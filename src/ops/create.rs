@@ -321,7 +321,10 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), B
             .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
             .collect();
         if let Some(parsed) = parsed {
-            match ctx.netfilter.insert_legacy(family, &parsed, &jumps()) {
+            match ctx
+                .netfilter
+                .insert_legacy(family, "nat", &parsed, &jumps())
+            {
                 Ok(Native::Done(_)) => return Ok(()),
                 Ok(Native::Declined | Native::Off) => {}
                 // Nothing was written; the restore below reports what is really wrong.

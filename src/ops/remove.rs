@@ -216,7 +216,7 @@ fn delete_native(
                 return Ok(Native::Declined);
             };
             let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
-            Ok(ctx.netfilter.delete_legacy(family, &rules)?)
+            Ok(ctx.netfilter.delete_legacy(family, "nat", &rules)?)
         }
     }
 }

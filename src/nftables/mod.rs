@@ -13,7 +13,7 @@
 //! The deletion is committed and in effect for every new packet once the kernel acknowledges
 //! the batch; the grace period only protects memory that packets in flight may still read.
 //! So natledger deletes over its own socket and hands the socket's last reference to a
-//! detached grandchild ([`Session::close_detached`]), which pays the wait after the hook has
+//! detached grandchild ([`crate::netlink::Socket::close_detached`]), which pays the wait after the hook has
 //! returned. Nothing is skipped: the kernel does the same work, off the container's stop path.
 //!
 //! # Scope
@@ -25,17 +25,9 @@
 //! gone meanwhile fails whole and changes nothing.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::time::Duration;
-
-use nix::sys::socket::{
-    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, recv, sendto,
-    setsockopt, socket, sockopt,
-};
-use nix::sys::time::TimeVal;
 
 use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, NLMSG_DONE};
+use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -55,9 +47,6 @@ const NFTA_MATCH_NAME: u16 = 1;
 const NFTA_MATCH_INFO: u16 = 3;
 /// The comment record in a rule's user data (libnftnl's `NFTNL_UDATA_RULE_COMMENT`).
 const UDATA_COMMENT: u8 = 0;
-/// How long the kernel may take to answer before the native path gives up (and the caller
-/// falls back to iptables-nft-restore).
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One rule of a chain as a dump shows it: enough to pick it and to delete it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,29 +75,15 @@ pub enum NftError {
     },
 }
 
-/// A netfilter netlink socket in the calling thread's network namespace.
-pub struct Session {
-    fd: OwnedFd,
-    seq: u32,
+/// nf_tables requests over a netfilter netlink socket of the calling thread's network
+/// namespace (shared with [`crate::conntrack`], so that one socket is released per run).
+pub struct Session<'s> {
+    sock: &'s mut Socket,
 }
 
-impl Session {
-    pub fn open() -> Result<Session, NftError> {
-        let fd = socket(
-            AddressFamily::Netlink,
-            SockType::Raw,
-            SockFlag::SOCK_CLOEXEC,
-            SockProtocol::NetlinkNetFilter,
-        )
-        .map_err(|e| NftError::Open(e.into()))?;
-        let timeout = TimeVal::new(ANSWER_TIMEOUT.as_secs() as _, 0);
-        setsockopt(&fd, sockopt::ReceiveTimeout, &timeout).map_err(|e| NftError::Open(e.into()))?;
-        Ok(Session { fd, seq: 0 })
-    }
-
-    fn next_seq(&mut self) -> u32 {
-        self.seq += 1;
-        self.seq
+impl<'s> Session<'s> {
+    pub fn new(sock: &'s mut Socket) -> Self {
+        Session { sock }
     }
 
     /// Every rule of `chain` in `table` (an empty list when either does not exist).
@@ -123,40 +98,24 @@ impl Session {
             chain: chain.to_string(),
             source,
         };
-        let seq = self.next_seq();
-        self.send(&dump_request(seq, family, table, chain))
-            .map_err(err)?;
+        let seq = self.sock.next_seq();
         let mut rules = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
-                .map_err(|e| err(e.into()))?;
-            for message in netlink::messages(&buf[..n]) {
-                let message = message.map_err(err)?;
-                if message.seq != seq {
-                    continue;
-                }
-                match message.kind {
-                    NLMSG_DONE => return Ok(rules),
-                    _ if message.error().is_some() => match message.error() {
-                        Some(0) => {}
-                        Some(libc::ENOENT) => return Ok(Vec::new()),
-                        Some(errno) => return Err(err(io::Error::from_raw_os_error(errno))),
-                        None => unreachable!(),
-                    },
-                    kind if kind == subsys(NFT_MSG_NEWRULE) => {
-                        let (in_table, on, rule) = parse_rule(message.payload)
-                            .ok_or_else(|| err(io::Error::other("malformed rule message")))?;
-                        if in_table == table && on == chain {
-                            rules.push(rule);
-                        }
+        let answer = self
+            .sock
+            .dump(seq, &dump_request(seq, family, table, chain), |message| {
+                if message.kind == subsys(NFT_MSG_NEWRULE) {
+                    let (in_table, on, rule) = parse_rule(message.payload)
+                        .ok_or_else(|| io::Error::other("malformed rule message"))?;
+                    if in_table == table && on == chain {
+                        rules.push(rule);
                     }
-                    _ => {}
                 }
-            }
-            if n == 0 {
-                return Err(err(io::Error::other("dump ended without NLMSG_DONE")));
-            }
+                Ok(())
+            });
+        match answer {
+            Ok(()) => Ok(rules),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(Vec::new()),
+            Err(e) => Err(err(e)),
         }
     }
 
@@ -175,62 +134,20 @@ impl Session {
             count: victims.len(),
             source,
         };
-        let first = self.next_seq();
-        self.seq += victims.len() as u32 + 1;
-        let batch = delete_batch(first, family, table, victims);
-        self.send(&batch).map_err(err)?;
+        let first = self.sock.reserve(victims.len() as u32 + 2);
+        self.sock
+            .send(&delete_batch(first, family, table, victims))
+            .map_err(err)?;
         // One acknowledgement per deletion (nfnetlink sends them all after the commit), or an
-        // error for the message that failed, after which the batch was aborted. Answers to
-        // earlier requests on this socket (other sequence numbers) are skipped.
-        let wanted = (first + 1)..=(first + victims.len() as u32);
+        // error for the message that failed (the batch markers included), after which the
+        // batch was aborted.
         let ours = first..=(first + victims.len() as u32 + 1);
-        let mut acks = 0;
-        let mut buf = vec![0u8; 16 * 1024];
-        while acks < victims.len() {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())
-                .map_err(|e| err(e.into()))?;
-            if n == 0 {
-                return Err(err(io::Error::other("the kernel closed the socket")));
-            }
-            for message in netlink::messages(&buf[..n]) {
-                let message = message.map_err(err)?;
-                match message.error() {
-                    Some(0) if wanted.contains(&message.seq) => acks += 1,
-                    Some(errno) if errno != 0 && ours.contains(&message.seq) => {
-                        return Err(err(io::Error::from_raw_os_error(errno)));
-                    }
-                    _ => {}
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn send(&self, bytes: &[u8]) -> io::Result<()> {
-        let sent = sendto(
-            self.fd.as_raw_fd(),
-            bytes,
-            &NetlinkAddr::new(0, 0),
-            MsgFlags::empty(),
-        )?;
-        if sent != bytes.len() {
-            return Err(io::Error::other("short netlink send"));
-        }
-        Ok(())
-    }
-
-    /// Close the socket without waiting for the kernel to free what this session deleted
-    /// (see the module comment): the last reference goes to a detached grandchild that
-    /// holds no other descriptor (not the ledger lock, not the hook's stdout), so neither
-    /// this process nor the runtime waiting on it waits for the grace period. If the
-    /// grandchild cannot be made, this is a plain close, which waits.
-    pub fn close_detached(self) {
-        let Session { fd, .. } = self;
-        let release = hand_off(fd.as_raw_fd());
-        drop(fd);
-        // Closing the pipe after the socket lets the grandchild go: it exits, and its exit
-        // drops the last reference.
-        drop(release);
+        self.sock
+            .acks(ours, victims.len(), |_, code| match code {
+                0 => Ok(()),
+                errno => Err(io::Error::from_raw_os_error(errno)),
+            })
+            .map_err(err)
     }
 }
 
@@ -344,57 +261,6 @@ fn comment_udata(udata: &[u8]) -> Option<String> {
     None
 }
 
-/// Fork a grandchild that keeps `sock` (and nothing else but the read end of a pipe) until
-/// the returned write end is closed, then exits. The middle child exits at once and is
-/// reaped here, so the grandchild belongs to init (or the nearest subreaper) and nobody
-/// waits for it.
-fn hand_off(sock: RawFd) -> Option<OwnedFd> {
-    use nix::unistd::{ForkResult, fork, pipe2};
-    let (read_end, write_end) = pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()?;
-    let read_fd = read_end.as_raw_fd();
-    // SAFETY: between fork and _exit the children call only async-signal-safe functions
-    // (fork, close_range/close, read, _exit), so a multi-threaded parent is fine.
-    match unsafe { fork() }.ok()? {
-        ForkResult::Child => unsafe {
-            if let Ok(ForkResult::Child) = fork() {
-                keep_only(sock, read_fd);
-                let mut byte = 0u8;
-                while libc::read(read_fd, (&raw mut byte).cast(), 1) < 0
-                    && *libc::__errno_location() == libc::EINTR
-                {}
-            }
-            libc::_exit(0)
-        },
-        ForkResult::Parent { child } => {
-            while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(child, None) {}
-            drop(read_end);
-            Some(write_end)
-        }
-    }
-}
-
-/// Close every descriptor but `a` and `b`. Async-signal-safe.
-unsafe fn keep_only(a: RawFd, b: RawFd) {
-    let (lo, hi) = (a.min(b) as u32, a.max(b) as u32);
-    let close_range = |first: u32, last: u32| {
-        if first > last {
-            return;
-        }
-        // SAFETY: closing descriptors this (forked) process owns.
-        if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } != 0 {
-            // Kernels before 5.9: close the usual range one by one.
-            for fd in first..=last.min(1023) {
-                unsafe { libc::close(fd as i32) };
-            }
-        }
-    };
-    if lo > 0 {
-        close_range(0, lo - 1);
-    }
-    close_range(lo + 1, hi - 1);
-    close_range(hi + 1, u32::MAX);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,43 +361,6 @@ mod tests {
             netlink::attr(body, NFTA_RULE_HANDLE),
             Some(&4u64.to_be_bytes()[..])
         );
-    }
-
-    /// The hand-off: the grandchild keeps the socket and nothing else (so the hook's stdout
-    /// reaches EOF at once), and lets the socket go when the returned pipe end is dropped.
-    #[test]
-    fn the_socket_outlives_the_caller_and_nothing_else_is_kept() {
-        use std::io::Read;
-        use std::os::unix::net::UnixStream;
-        let poll_in = |fd: RawFd, ms: i32| {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, ms) > 0 }
-        };
-        let (stdout_read, stdout_write) = nix::unistd::pipe().unwrap();
-        let (sock, mut peer) = UnixStream::pair().unwrap();
-        let release = hand_off(sock.as_raw_fd()).expect("forked");
-        drop(stdout_write);
-        assert!(
-            poll_in(stdout_read.as_raw_fd(), 2000),
-            "the grandchild kept a copy of stdout"
-        );
-        drop(sock);
-        assert!(
-            !poll_in(peer.as_raw_fd(), 200),
-            "the socket was released with the caller's copy"
-        );
-        drop(release);
-        assert!(
-            poll_in(peer.as_raw_fd(), 2000),
-            "the socket was never released"
-        );
-        let mut buf = [0u8; 1];
-        assert_eq!(peer.read(&mut buf).unwrap(), 0);
     }
 
     #[test]

@@ -1,12 +1,15 @@
-//! Netlink framing, shared by the two kernel interfaces natledger speaks without a helper
-//! process: sock_diag ([`crate::host`], listening sockets) and nf_tables ([`crate::nftables`],
-//! deleting a container's rules).
+//! Netlink framing and the socket, shared by the kernel interfaces natledger speaks without
+//! a helper process: sock_diag ([`crate::host`], listening sockets), nf_tables
+//! ([`crate::nftables`], deleting a container's rules) and ctnetlink ([`crate::conntrack`]).
 //!
 //! A message is a 16-byte `nlmsghdr` (length, type, flags, sequence, port id) and a payload,
 //! padded to 4 bytes; attributes inside a payload are `nlattr`s (length, type, data), padded
 //! the same way. Host byte order throughout, except where a protocol says otherwise.
 
 use std::io;
+
+mod socket;
+pub use socket::Socket;
 
 pub const HEADER: usize = 16;
 pub const NLM_F_REQUEST: u16 = 0x1;
