@@ -1,0 +1,122 @@
+//! Check 5: natledger's own state against the rules.
+
+use super::*;
+
+impl Checks<'_> {
+    /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
+    pub fn natledger_state(&mut self) {
+        let Some(host) = self.host else { return };
+        let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) =
+            host.manifests.iter().partition(|m| m.alive());
+        let known: HashSet<&str> = host
+            .manifests
+            .iter()
+            .map(|m| m.container_id.as_str())
+            .collect();
+        for m in dead {
+            let summary = format!(
+                "Container {} (pid {}) is dead, but its manifest and {} rule(s) remain.",
+                m.container_id,
+                m.pid.map_or("-".into(), |p| p.to_string()),
+                m.rules.len()
+            );
+            let finding = manifest_finding(m, Severity::Warning, summary, Vec::new());
+            self.findings.push(Finding {
+                fix: Some("natledger sweep".into()),
+                ..finding
+            });
+        }
+        for set in self.rulesets {
+            let Some(nat) = set.table("nat") else {
+                continue;
+            };
+            let mut position: HashMap<&str, usize> = HashMap::new();
+            for rule in &nat.rules {
+                let n = position.entry(&rule.chain).or_default();
+                *n += 1;
+                let Owner::Container(id) = owner(&rule.chain, &rule.args) else {
+                    continue;
+                };
+                if known.contains(id) {
+                    continue;
+                }
+                let (port, protocol) = port_of(&parse_rule(&rule.args).0);
+                self.findings.push(Finding {
+                    severity: Severity::Warning,
+                    kind: Kind::NatledgerState,
+                    port,
+                    protocol,
+                    summary: format!(
+                        "A natledger rule of container {id}, which has no manifest (an orphan)."
+                    ),
+                    rules: vec![RuleRef::new(set, "nat", &rule.chain, *n, &rule.args)],
+                    evidence: vec!["natledger manifests".into()],
+                    fix: Some("natledger sweep".into()),
+                });
+            }
+        }
+        for m in alive {
+            let present = |r: &RuleRecord| {
+                self.rulesets
+                    .iter()
+                    .find(|s| s.backend == r.backend && s.family == r.family)
+                    .and_then(|s| s.table(&r.table))
+                    .is_some_and(|t| {
+                        t.rules
+                            .iter()
+                            .any(|s| s.chain == r.chain && s.args == r.rule)
+                    })
+            };
+            let missing: Vec<RuleRef> = m
+                .rules
+                .iter()
+                .filter(|r| !present(r))
+                .map(|r| RuleRef {
+                    backend: r.backend,
+                    family: r.family,
+                    table: r.table.clone(),
+                    chain: r.chain.clone(),
+                    position: 0,
+                    line: line(&r.chain, &r.rule),
+                })
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            let summary = format!(
+                "Live container {} is missing {} of its {} recorded rule(s): its ports do not \
+                 forward.",
+                m.container_id,
+                missing.len(),
+                m.rules.len()
+            );
+            let finding = manifest_finding(m, Severity::Error, summary, missing);
+            self.findings.push(Finding {
+                fix: Some(format!(
+                    "restart container {} (its createRuntime hook writes the rules again)",
+                    m.container_id
+                )),
+                ..finding
+            });
+        }
+    }
+}
+
+/// A finding about one natledger container, on the port of its first mapping.
+fn manifest_finding(
+    m: &Manifest,
+    severity: Severity,
+    summary: String,
+    rules: Vec<RuleRef>,
+) -> Finding {
+    Finding {
+        severity,
+        kind: Kind::NatledgerState,
+        port: m.mappings.first().map(|p| p.host_ports.start),
+        protocol: m.mappings.first().map(|p| p.protocol.to_string()),
+        summary,
+        rules,
+        evidence: vec!["natledger manifest".into()],
+        fix: None,
+    }
+}
