@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use natledger::backend::Backend;
 use natledger::family::Family;
-use natledger::layout::{OWNED_CHAINS, jumps, mapping_rules};
+use natledger::layout::{TABLES, jumps, mapping_rules, owned_chains};
 use natledger::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
 use natledger::portspec::parse_mappings;
 use natledger::save::{Batch, Op};
@@ -91,7 +91,8 @@ fn case_main(spec: &str) {
     for run_no in 0..runs {
         let state = tempfile::tempdir_in(tmpfs.path()).unwrap();
         let rules = dead_containers(state.path(), backend, dead, run_no == 0);
-        run(&restore, &["--noflush"], Some(rules.render().as_bytes()));
+        let text: String = rules.iter().map(Batch::render).collect();
+        run(&restore, &["--noflush"], Some(text.as_bytes()));
         let mut cmd = Command::new(BIN);
         cmd.args(["--state-dir", state.path().to_str().unwrap(), "sweep"]);
         cmd.env("NATLEDGER_TRACE", "1");
@@ -103,7 +104,7 @@ fn case_main(spec: &str) {
         if std::env::var_os("BENCH_VERBOSE").is_some() {
             eprint!("{trace}");
         }
-        let after = String::from_utf8_lossy(&run(&save, &["-t", "nat"], None).stdout).to_string();
+        let after = String::from_utf8_lossy(&run(&save, &[], None).stdout).to_string();
         assert!(!after.contains("natledger:"), "a dead rule survived");
         assert_eq!(
             foreign_lines(&save),
@@ -132,20 +133,22 @@ fn foreign_lines(save: &str) -> Vec<String> {
         .collect()
 }
 
-/// Write `n` manifests of dead containers (pids that do not exist) and return the batch that
-/// installs their rules, as create-runtime would have; the `first` time with natledger's
-/// chains and jumps too (a sweep leaves those).
-fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Batch {
+/// Write `n` manifests of dead containers (pids that do not exist) and return the batches
+/// (filter, nat) that install their rules, as create-runtime would have; the `first` time
+/// with natledger's chains and jumps too (a sweep leaves those).
+fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec<Batch> {
     let ledger = Ledger::new(state);
     let locked = ledger.lock().unwrap();
-    let mut batch = Batch::nat();
-    for chain in OWNED_CHAINS.iter().filter(|_| first) {
-        batch.ops.push(Op::DeclareChain(chain.to_string()));
-    }
-    for (chain, jump) in jumps().into_iter().filter(|_| first) {
-        batch
-            .ops
-            .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+    let mut batches: Vec<Batch> = TABLES.iter().map(|t| Batch::new(t)).collect();
+    for batch in batches.iter_mut().filter(|_| first) {
+        for chain in owned_chains(batch.table) {
+            batch.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+        for (chain, jump) in jumps(batch.table) {
+            batch
+                .ops
+                .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+        }
     }
     for i in 0..n {
         let id = format!("dead{i}").parse().unwrap();
@@ -159,12 +162,13 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Bat
             .map(|p| RuleRecord {
                 backend,
                 family: Family::Ipv4,
-                table: "nat".into(),
+                table: p.table.into(),
                 chain: p.chain.to_string(),
                 rule: p.rule.to_args(),
             })
             .collect();
         for r in &rules {
+            let batch = batches.iter_mut().find(|b| b.table == r.table).unwrap();
             batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
         }
         locked
@@ -183,5 +187,5 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Bat
             })
             .unwrap();
     }
-    batch
+    batches
 }

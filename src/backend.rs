@@ -116,13 +116,15 @@ pub enum BackendError {
         command: String,
         code: String,
         stderr: String,
+        /// The input line the tool named as failing ("line N failed"), if any.
+        line: Option<usize>,
     },
     #[error("cannot parse the output of {command}: {source}")]
     Parse {
         command: String,
         source: save::ParseError,
     },
-    #[error("{command} cannot show the nat table (written by another iptables version?): {line}")]
+    #[error("{command} cannot show the table (written by another iptables version?): {line}")]
     Incompatible { command: String, line: String },
     #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
     Procfs {
@@ -242,15 +244,16 @@ impl<'r> Netfilter<'r> {
         })
     }
 
-    /// Delete, over netlink, every rule tagged `tag` in the iptables-nft nat chains named in
-    /// `expected`, provided each chain holds exactly the expected number of them; all in one
-    /// transaction. Otherwise nothing is changed, and the caller uses iptables-nft-restore,
-    /// which reads and compares rules whole.
+    /// Delete, over netlink, every rule tagged `tag` in the iptables-nft chains named in
+    /// `expected` as (table, chain, count), provided each chain holds exactly the expected
+    /// number of them; all in one transaction, whatever the tables. Otherwise nothing is
+    /// changed, and the caller uses iptables-nft-restore, which reads and compares rules
+    /// whole.
     pub fn delete_tagged_nft(
         &self,
         family: Family,
         tag: &str,
-        expected: &[(&str, usize)],
+        expected: &[(&str, &str, usize)],
     ) -> Result<Native, NftError> {
         if !self.native {
             return Ok(Native::Off);
@@ -263,9 +266,9 @@ impl<'r> Netfilter<'r> {
         };
         let mut session = nftables::Session::new(sock);
         let mut victims = Vec::new();
-        for (chain, count) in expected {
+        for (table, chain, count) in expected {
             let tagged: Vec<u64> = session
-                .rules(family, "nat", chain)?
+                .rules(family, table, chain)?
                 .into_iter()
                 .filter(|r| r.comment.as_deref() == Some(tag))
                 .map(|r| r.handle)
@@ -273,16 +276,16 @@ impl<'r> Netfilter<'r> {
             if tagged.len() != *count {
                 if self.trace {
                     eprintln!(
-                        "natledger: netlink: {family} {chain} holds {} rule(s) tagged {tag}, \
-                         the manifest {count}; using iptables-nft-restore",
+                        "natledger: netlink: {family} {table} {chain} holds {} rule(s) tagged \
+                         {tag}, the manifest {count}; using iptables-nft-restore",
                         tagged.len()
                     );
                 }
                 return Ok(Native::Declined);
             }
-            victims.extend(tagged.into_iter().map(|h| (*chain, h)));
+            victims.extend(tagged.into_iter().map(|h| (*table, *chain, h)));
         }
-        session.delete(family, "nat", &victims)?;
+        session.delete(family, &victims)?;
         if self.trace {
             let ms = start.elapsed().as_secs_f64() * 1000.0;
             eprintln!(
@@ -301,25 +304,29 @@ impl<'r> Netfilter<'r> {
         }
     }
 
-    /// The current nat table, or `None` when it does not exist. For legacy, an absent table
-    /// is seen in procfs without starting a process (and `-t nat` would create it).
-    pub fn read_nat(
+    /// The current `table` (nat, filter), or `None` when it does not exist. For legacy, an
+    /// absent table is seen in procfs without starting a process (and `-t nat` would create
+    /// it).
+    pub fn read(
         &self,
         backend: Backend,
         family: Family,
+        table: &'static str,
     ) -> Result<Option<Table>, BackendError> {
-        if backend == Backend::Legacy && !legacy_table_exists(family, "nat")? {
+        if backend == Backend::Legacy && !legacy_table_exists(family, table)? {
             return Ok(None);
         }
-        // Only what natledger reads: the built-in chains (its jumps), its own chains, and any
-        // rule naming one of them.
+        // Only what natledger reads: the built-in chains (its jumps, and where they go), its
+        // own chains, and any rule naming one of them.
         let relevant = |line: &str| {
             let chain = line.split_whitespace().nth(1).unwrap_or("");
-            matches!(chain, "PREROUTING" | "INPUT" | "OUTPUT" | "POSTROUTING")
-                || line.contains(layout::CHAIN_PREFIX)
+            matches!(
+                chain,
+                "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING"
+            ) || line.contains(layout::CHAIN_PREFIX)
         };
-        let tables = self.save(backend, family, &["-t", "nat"], relevant)?;
-        Ok(tables.into_iter().find(|t| t.name == "nat"))
+        let tables = self.save(backend, family, &["-t", table], relevant)?;
+        Ok(tables.into_iter().find(|t| t.name == table))
     }
 
     /// Every table of one backend and family (`*-save` without `-t`, which creates none).
@@ -365,11 +372,23 @@ impl<'r> Netfilter<'r> {
         family: Family,
         batch: &Batch,
     ) -> Result<(), BackendError> {
+        self.apply_all(backend, family, std::slice::from_ref(batch))
+    }
+
+    /// Apply batches of different tables with one `*-restore --noflush` process: one
+    /// transaction per table, committed in order; the first that fails stops the rest (those
+    /// before it stay committed).
+    pub fn apply_all(
+        &self,
+        backend: Backend,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
         let mut args = vec!["--noflush".to_string()];
         if backend == Backend::Legacy {
             args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);
         }
-        let input = batch.render();
+        let input: String = batches.iter().map(Batch::render).collect();
         let inv = Invocation {
             program: tool(backend, family, "restore")?,
             args,
@@ -387,19 +406,20 @@ impl<'r> Netfilter<'r> {
         })?;
         if !out.success() {
             let mut stderr = out.stderr_line();
-            let failed_line = stderr
+            let line = stderr
                 .split("line ")
                 .nth(1)
                 .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-                .and_then(|n| n.parse::<usize>().ok())
-                .and_then(|n| input?.lines().nth(n.checked_sub(1)?));
-            if let Some(line) = failed_line {
-                stderr = format!("{stderr} [{line}]");
+                .and_then(|n| n.parse::<usize>().ok());
+            let failed_line = line.and_then(|n| input?.lines().nth(n.checked_sub(1)?));
+            if let Some(text) = failed_line {
+                stderr = format!("{stderr} [{text}]");
             }
             return Err(BackendError::Failed {
                 command: inv.to_string(),
                 code: out.code.map_or_else(|| "signal".into(), |c| c.to_string()),
                 stderr,
+                line: line.filter(|_| failed_line.is_some()),
             });
         }
         Ok(out.stdout)

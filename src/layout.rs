@@ -1,38 +1,70 @@
-//! natledger's footprint in the nat table: its chains, the shared jumps into them, the
-//! comment that tags every rule, and the rules one mapping needs.
+//! natledger's footprint in the nat and filter tables: its chains, the shared jumps into
+//! them, the comment that tags every rule, and the rules one mapping needs.
 //!
 //! ```text
-//! PREROUTING  ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS   DNAT per mapping,
-//! OUTPUT      ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS   newest first
-//! POSTROUTING ──────────────────────────────────▶ NATLEDGER-MASQ      MASQUERADE for the
-//!                                                                     localhost and hairpin paths
+//! nat    PREROUTING  ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS  DNAT per mapping,
+//! nat    OUTPUT      ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS  newest first
+//! nat    POSTROUTING ──────────────────────────────────▶ NATLEDGER-MASQ     MASQUERADE for the
+//!                                                                          localhost and hairpin paths
+//! filter FORWARD     ─ below Docker's DOCKER-USER and ─▶ NATLEDGER-FORWARD  ACCEPT per mapping:
+//!                      isolation jumps, else first                         the connections its
+//!                                                                          DNAT made, both ways
 //! ```
-//! The jumps are inserted at the top of the built-in chains and shared by every container;
-//! they and the chains are created once and stay (only `sweep --all` removes them). Each
-//! container rule carries the comment `natledger:<container-id>`; the jumps carry
-//! `natledger`. natledger never writes into a chain it does not own.
+//! The jumps are shared by every container; they and the chains are created once and stay
+//! (only `sweep --all` removes them). Each container rule carries the comment
+//! `natledger:<container-id>`; the jumps carry `natledger`. natledger never writes into a
+//! chain it does not own.
+//!
+//! The filter rule exists because hosts with Docker (and hardened hosts) set the FORWARD
+//! policy to DROP: without it a forwarded port answers from the node but not from outside. It
+//! accepts exactly the packets of connections natledger's DNAT made (conntrack state DNAT,
+//! original destination port = the host port, reply source = the container's address and
+//! port), so nothing else reaches the container that would not have before. It sits below
+//! Docker's `DOCKER-USER` and isolation jumps, so an operator's filters there keep applying to
+//! natledger's ports as they do to Docker's.
 
 use std::net::IpAddr;
 
 use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
-use crate::rule::{DnatTo, IpNet, Rule, Target};
+use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
+use crate::save::Table;
+
+pub const NAT: &str = "nat";
+pub const FILTER: &str = "filter";
+/// The tables natledger writes, in the order create-runtime writes them: the filter accept
+/// goes in first, so a DNAT is never in force while its forwarded packets are dropped.
+/// Removal goes in the reverse order.
+pub const TABLES: [&str; 2] = [FILTER, NAT];
 
 pub const DNAT_CHAIN: &str = "NATLEDGER-HOSTPORTS";
 pub const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
-pub const OWNED_CHAINS: [&str; 2] = [DNAT_CHAIN, MASQ_CHAIN];
+pub const FORWARD_CHAIN: &str = "NATLEDGER-FORWARD";
 pub const SHARED_COMMENT: &str = "natledger";
+/// Docker's chains whose jumps in FORWARD stay above natledger's (20.10 and 28): the user's
+/// own filters, and the isolation between Docker networks.
+const FORWARD_BELOW: [&str; 3] = ["DOCKER-USER", "DOCKER-ISOLATION-STAGE-1", "DOCKER-FORWARD"];
 
-/// A rule and the chain it lives in.
+/// natledger's chains in `table` (none in a table it does not write).
+pub fn owned_chains(table: &str) -> &'static [&'static str] {
+    match table {
+        NAT => &[DNAT_CHAIN, MASQ_CHAIN],
+        FILTER => &[FORWARD_CHAIN],
+        _ => &[],
+    }
+}
+
+/// A rule, its table and the chain it lives in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
+    pub table: &'static str,
     pub chain: &'static str,
     pub rule: Rule,
 }
 
 /// Whether rules of `chain` are inserted at its top (DNAT: the newest container wins) rather
-/// than appended (masquerade, where order does not matter).
+/// than appended (masquerade and accept, where order does not matter).
 pub fn goes_first(chain: &str) -> bool {
     chain == DNAT_CHAIN
 }
@@ -95,35 +127,63 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
             None => Owner::Foreign,
         };
     }
-    let built_in = jumps().iter().any(|(from, _)| *from == chain);
+    let built_in = TABLES
+        .iter()
+        .any(|t| jumps(t).iter().any(|(from, _)| *from == chain));
     match (comment, target) {
         (Some(SHARED_COMMENT), Some(to)) if built_in && is_owned_chain(to) => Owner::Jump { to },
         _ => Owner::Foreign,
     }
 }
 
-/// The shared jumps from built-in chains into natledger's chains.
-pub fn jumps() -> [(&'static str, Rule); 3] {
+/// The shared jumps from built-in chains of `table` into natledger's chains.
+pub fn jumps(table: &str) -> Vec<(&'static str, Rule)> {
     let jump = |to: &str, dst_local: bool| Rule {
         source: None,
         destination: None,
         protocol: None,
         dports: None,
         dst_local,
+        dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Jump(to.to_string()),
     };
-    [
-        ("PREROUTING", jump(DNAT_CHAIN, true)),
-        ("OUTPUT", jump(DNAT_CHAIN, true)),
-        ("POSTROUTING", jump(MASQ_CHAIN, false)),
-    ]
+    match table {
+        NAT => vec![
+            ("PREROUTING", jump(DNAT_CHAIN, true)),
+            ("OUTPUT", jump(DNAT_CHAIN, true)),
+            ("POSTROUTING", jump(MASQ_CHAIN, false)),
+        ],
+        FILTER => vec![("FORWARD", jump(FORWARD_CHAIN, false))],
+        _ => Vec::new(),
+    }
+}
+
+/// Where a shared jump goes in its built-in chain, as the position for `-I CHAIN N` (1 is
+/// the top), given the table as it is now: below every jump to Docker's `DOCKER-USER`,
+/// isolation and forward chains in FORWARD (Docker re-inserts its jumps at the top when it
+/// starts, which keeps this order), at the top everywhere else.
+pub fn jump_position(table: &Table, from: &str) -> usize {
+    if from != "FORWARD" {
+        return 1;
+    }
+    table
+        .rules_in(from)
+        .enumerate()
+        .filter(|(_, r)| {
+            let (_, target) = comment_and_target(&r.args);
+            target.is_some_and(|t| FORWARD_BELOW.contains(&t))
+        })
+        .map(|(i, _)| i + 2)
+        .last()
+        .unwrap_or(1)
 }
 
 /// The rules that forward `mapping` to `container` (one family):
 /// - DNAT from the host port (range), restricted to the mapping's host address if it has one;
 /// - masquerade for hairpin traffic (the container reaching itself through the node);
-/// - IPv4 only, when the mapping is reachable on 127.0.0.1: masquerade for loopback sources.
+/// - IPv4 only, when the mapping is reachable on 127.0.0.1: masquerade for loopback sources;
+/// - in filter, the accept of the forwarded packets of the connections that DNAT made.
 pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr) -> Vec<Placed> {
     let family = Family::of(container);
     let comment = Some(tag(id));
@@ -135,6 +195,7 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         protocol: Some(mapping.protocol),
         dports: Some(mapping.host_ports),
         dst_local: false,
+        dnatted: None,
         comment: comment.clone(),
         target: Target::Dnat(DnatTo {
             addr: container,
@@ -143,6 +204,7 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         }),
     };
     let masquerade_from = |source: IpNet| Placed {
+        table: NAT,
         chain: MASQ_CHAIN,
         rule: Rule {
             source: Some(source),
@@ -150,12 +212,34 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
             protocol: Some(mapping.protocol),
             dports: Some(mapping.container_ports),
             dst_local: false,
+            dnatted: None,
             comment: comment.clone(),
             target: Target::Masquerade,
         },
     };
+    let accept = Rule {
+        source: None,
+        destination: None,
+        protocol: Some(mapping.protocol),
+        dports: None,
+        dst_local: false,
+        dnatted: Some(Dnatted {
+            orig_dst: mapping.host_destination(),
+            repl_src: container,
+            orig_dst_ports: mapping.host_ports,
+            repl_src_ports: mapping.container_ports,
+        }),
+        comment: comment.clone(),
+        target: Target::Accept,
+    };
     let mut rules = vec![
         Placed {
+            table: FILTER,
+            chain: FORWARD_CHAIN,
+            rule: accept,
+        },
+        Placed {
+            table: NAT,
             chain: DNAT_CHAIN,
             rule: dnat,
         },
@@ -229,6 +313,9 @@ mod tests {
         assert_eq!(
             text,
             [
+                "NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 \
+                 --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 \
+                 -j ACCEPT",
                 "NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 \
                  -j DNAT --to-destination 10.77.0.2:80",
                 "NATLEDGER-MASQ -s 10.77.0.2/32 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment \
@@ -244,14 +331,40 @@ mod tests {
         let id: ContainerId = "c1".parse().unwrap();
         let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
         let rules = mapping_rules(&id, &m, "fd77::2".parse().unwrap());
-        assert_eq!(rules.len(), 2, "no loopback masquerade for IPv6");
+        assert_eq!(rules.len(), 3, "no loopback masquerade for IPv6");
         assert_eq!(
             args(&rules[0]),
+            "NATLEDGER-FORWARD -p udp -m conntrack --ctstate DNAT --ctorigdst fd78::1 \
+             --ctreplsrc fd77::2 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment \
+             --comment natledger:c1 -j ACCEPT"
+        );
+        assert_eq!(
+            args(&rules[1]),
             "NATLEDGER-HOSTPORTS -d fd78::1/128 -p udp -m udp --dport 9000:9002 -m comment \
              --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80-82/9000"
         );
         let m = parse_entry("10.78.0.1:8080:80").unwrap();
         let rules = mapping_rules(&id, &m, "10.77.0.2".parse().unwrap());
-        assert_eq!(rules.len(), 2, "not reachable on 127.0.0.1");
+        assert_eq!(rules.len(), 3, "not reachable on 127.0.0.1");
+        assert_eq!(rules.iter().filter(|p| p.table == FILTER).count(), 1);
+    }
+
+    #[test]
+    fn the_forward_jump_goes_below_dockers_jumps() {
+        let table = |rules: &str| {
+            let text = format!("*filter\n:FORWARD DROP [0:0]\n{rules}COMMIT\n");
+            crate::save::parse_dump(&text).unwrap().remove(0)
+        };
+        assert_eq!(jump_position(&table(""), "FORWARD"), 1);
+        // Docker 20.10's FORWARD.
+        let docker = "-A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
+                      -A FORWARD -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+                      -A FORWARD -o docker0 -j DOCKER\n";
+        assert_eq!(jump_position(&table(docker), "FORWARD"), 3);
+        // Docker 28's, and a hand-written rule above.
+        let docker28 = "-A FORWARD -s 192.0.2.0/24 -j DROP\n-A FORWARD -j DOCKER-USER\n\
+                        -A FORWARD -j DOCKER-FORWARD\n";
+        assert_eq!(jump_position(&table(docker28), "FORWARD"), 4);
+        assert_eq!(jump_position(&table(docker), "PREROUTING"), 1);
     }
 }

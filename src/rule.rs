@@ -1,10 +1,11 @@
-//! The rule model: nat-table rules as typed values.
+//! The rule model: the rules natledger writes (nat DNAT, MASQUERADE and jumps, filter
+//! ACCEPT of the forwarded connections it DNATed) as typed values.
 //!
 //! [`Rule::to_args`] renders a rule to the argument vector that follows `-A CHAIN` in
 //! iptables-restore input. Both backends (legacy and nft) speak the same iptables syntax, and
 //! the argument order is the canonical one `*-save` prints (`-s -d -p -m proto --dport
-//! -m addrtype -m comment -j`), so a rule read back from a dump compares equal to the rule
-//! written. [`Rule::parse_args`] is the inverse; it accepts the options natledger writes and
+//! -m addrtype -m conntrack -m comment -j`), so a rule read back from a dump compares equal to
+//! the rule written. [`Rule::parse_args`] is the inverse; it accepts the options natledger writes and
 //! reports anything else as [`RuleParseError::Unsupported`], which callers treat as "not ours".
 
 use std::fmt;
@@ -106,9 +107,23 @@ pub enum Target {
     Jump(String),
     Dnat(DnatTo),
     Masquerade,
+    Accept,
 }
 
-/// A nat rule as natledger writes it. Fields are in rendering order.
+/// `-m conntrack --ctstate DNAT [--ctorigdst HOST] --ctreplsrc ADDR --ctorigdstport PORTS
+/// --ctreplsrcport PORTS`: the packets, both directions, of connections whose original
+/// destination was host port(s) `orig_dst_ports` (on `orig_dst`, when given) and which were
+/// DNATed to `repl_src`:`repl_src_ports`. What natledger's filter rule accepts, and nothing
+/// else: traffic to the container that natledger did not DNAT does not match.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dnatted {
+    pub orig_dst: Option<IpAddr>,
+    pub repl_src: IpAddr,
+    pub orig_dst_ports: PortRange,
+    pub repl_src_ports: PortRange,
+}
+
+/// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub source: Option<IpNet>,
@@ -118,8 +133,19 @@ pub struct Rule {
     pub dports: Option<PortRange>,
     /// `-m addrtype --dst-type LOCAL`
     pub dst_local: bool,
+    /// `-m conntrack …`; requires `protocol`.
+    pub dnatted: Option<Dnatted>,
     pub comment: Option<String>,
     pub target: Target,
+}
+
+/// A port range as iptables prints it in a match (`80`, `80:82`).
+fn match_ports(ports: PortRange) -> String {
+    if ports.is_single() {
+        ports.start.to_string()
+    } else {
+        format!("{}:{}", ports.start, ports.end)
+    }
 }
 
 /// Why a rule's arguments are not a natledger-shaped rule.
@@ -157,17 +183,23 @@ impl Rule {
             push("-p", p.to_string());
             if let Some(ports) = self.dports {
                 push("-m", p.to_string());
-                let text = if ports.is_single() {
-                    ports.start.to_string()
-                } else {
-                    format!("{}:{}", ports.start, ports.end)
-                };
-                push("--dport", text);
+                push("--dport", match_ports(ports));
             }
         }
         if self.dst_local {
             push("-m", "addrtype".into());
             push("--dst-type", "LOCAL".into());
+        }
+        if let Some(ct) = self.dnatted {
+            // Host addresses print without their prefix length in this match.
+            push("-m", "conntrack".into());
+            push("--ctstate", "DNAT".into());
+            if let Some(host) = ct.orig_dst {
+                push("--ctorigdst", host.to_string());
+            }
+            push("--ctreplsrc", ct.repl_src.to_string());
+            push("--ctorigdstport", match_ports(ct.orig_dst_ports));
+            push("--ctreplsrcport", match_ports(ct.repl_src_ports));
         }
         if let Some(c) = &self.comment {
             push("-m", "comment".into());
@@ -180,6 +212,7 @@ impl Rule {
                 push("--to-destination", to.to_string());
             }
             Target::Masquerade => push("-j", "MASQUERADE".into()),
+            Target::Accept => push("-j", "ACCEPT".into()),
         }
         args
     }
@@ -193,11 +226,13 @@ impl Rule {
             protocol: None,
             dports: None,
             dst_local: false,
+            dnatted: None,
             comment: None,
             target: Target::Masquerade,
         };
         let mut jump: Option<String> = None;
         let mut to_destination: Option<DnatTo> = None;
+        let mut ct = Conntrack::default();
         let mut it = args.iter().map(AsRef::as_ref);
         while let Some(opt) = it.next() {
             let mut value = || {
@@ -226,6 +261,7 @@ impl Rule {
                     let v = value()?;
                     let known = rule.protocol.map(Protocol::as_str) == Some(v)
                         || v == "addrtype"
+                        || v == "conntrack"
                         || v == "comment";
                     if !known {
                         return Err(RuleParseError::Unsupported(format!("-m {v}")));
@@ -242,6 +278,34 @@ impl Rule {
                     }
                     rule.dst_local = true;
                 }
+                "--ctstate" => {
+                    let v = value()?;
+                    if v != "DNAT" {
+                        return Err(RuleParseError::Unsupported(format!("--ctstate {v}")));
+                    }
+                    ct.state = true;
+                }
+                "--ctorigdst" | "--ctreplsrc" => {
+                    let v = value()?;
+                    let net: IpNet = v.parse().map_err(|e| bad(v, e))?;
+                    if net.prefix != Family::of(net.addr).host_prefix() {
+                        return Err(RuleParseError::Unsupported(format!("{opt} {v}")));
+                    }
+                    *if opt == "--ctorigdst" {
+                        &mut ct.orig_dst
+                    } else {
+                        &mut ct.repl_src
+                    } = Some(net.addr);
+                }
+                "--ctorigdstport" | "--ctreplsrcport" => {
+                    let v = value()?;
+                    let ports = PortRange::parse_with(v, ':').map_err(|e| bad(v, e))?;
+                    *if opt == "--ctorigdstport" {
+                        &mut ct.orig_dst_ports
+                    } else {
+                        &mut ct.repl_src_ports
+                    } = Some(ports);
+                }
                 "--comment" => rule.comment = Some(value()?.to_string()),
                 "-j" | "--jump" => jump = Some(value()?.to_string()),
                 "--to-destination" => {
@@ -254,8 +318,15 @@ impl Rule {
         if rule.dports.is_some() && rule.protocol.is_none() {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
+        rule.dnatted = ct.finish()?;
+        if rule.dnatted.is_some() && rule.protocol.is_none() {
+            return Err(RuleParseError::Unsupported(
+                "-m conntrack without -p".into(),
+            ));
+        }
         rule.target = match (jump.as_deref(), to_destination) {
             (Some("MASQUERADE"), None) => Target::Masquerade,
+            (Some("ACCEPT"), None) => Target::Accept,
             (Some("DNAT"), Some(to)) => Target::Dnat(to),
             (Some("DNAT"), None) => {
                 return Err(RuleParseError::MissingValue("--to-destination".into()));
@@ -265,6 +336,45 @@ impl Rule {
             (None, _) => return Err(RuleParseError::NoTarget),
         };
         Ok(rule)
+    }
+}
+
+/// The conntrack options of a rule being parsed: all of natledger's or none.
+#[derive(Default)]
+struct Conntrack {
+    state: bool,
+    orig_dst: Option<IpAddr>,
+    repl_src: Option<IpAddr>,
+    orig_dst_ports: Option<PortRange>,
+    repl_src_ports: Option<PortRange>,
+}
+
+impl Conntrack {
+    fn finish(self) -> Result<Option<Dnatted>, RuleParseError> {
+        match self {
+            Conntrack {
+                state: false,
+                orig_dst: None,
+                repl_src: None,
+                orig_dst_ports: None,
+                repl_src_ports: None,
+            } => Ok(None),
+            Conntrack {
+                state: true,
+                orig_dst,
+                repl_src: Some(repl_src),
+                orig_dst_ports: Some(orig_dst_ports),
+                repl_src_ports: Some(repl_src_ports),
+            } => Ok(Some(Dnatted {
+                orig_dst,
+                repl_src,
+                orig_dst_ports,
+                repl_src_ports,
+            })),
+            _ => Err(RuleParseError::Unsupported(
+                "a conntrack match natledger does not write".into(),
+            )),
+        }
     }
 }
 
@@ -297,6 +407,7 @@ mod tests {
                 end: 8010,
             }),
             dst_local: false,
+            dnatted: None,
             comment: Some("natledger:abc".into()),
             target: Target::Dnat(DnatTo {
                 addr: "10.1.0.2".parse().unwrap(),
@@ -319,6 +430,7 @@ mod tests {
             protocol: Some(Protocol::Udp),
             dports: Some(PortRange::single(53)),
             dst_local: true,
+            dnatted: None,
             comment: None,
             target: Target::Masquerade,
         };
@@ -337,6 +449,7 @@ mod tests {
             protocol: None,
             dports: None,
             dst_local: true,
+            dnatted: None,
             comment: Some("natledger".into()),
             target: Target::Jump("NATLEDGER-HOSTPORTS".into()),
         };
@@ -349,8 +462,52 @@ mod tests {
             protocol: Some(Protocol::Sctp),
             ..dnat_rule()
         };
-        for rule in [dnat_rule(), jump, v6] {
+        for rule in [dnat_rule(), jump, v6, accept_rule()] {
             assert_eq!(Rule::parse_args(&rule.to_args()).unwrap(), rule);
+        }
+    }
+
+    fn accept_rule() -> Rule {
+        Rule {
+            source: None,
+            destination: None,
+            protocol: Some(Protocol::Udp),
+            dports: None,
+            dst_local: false,
+            dnatted: Some(Dnatted {
+                orig_dst: Some("10.78.0.1".parse().unwrap()),
+                repl_src: "10.77.0.2".parse().unwrap(),
+                orig_dst_ports: PortRange {
+                    start: 9000,
+                    end: 9002,
+                },
+                repl_src_ports: PortRange { start: 80, end: 82 },
+            }),
+            comment: Some("natledger:abc".into()),
+            target: Target::Accept,
+        }
+    }
+
+    #[test]
+    fn the_filter_rule_renders_as_both_backends_print_it() {
+        // Verbatim from iptables-legacy-save and iptables-nft-save 1.8.9.
+        assert_eq!(
+            accept_rule().to_args().join(" "),
+            "-p udp -m conntrack --ctstate DNAT --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
+             --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment natledger:abc \
+             -j ACCEPT"
+        );
+        // Half a conntrack match, another state, or a network is not natledger's.
+        for args in [
+            "-p udp -m conntrack --ctstate DNAT --ctorigdstport 53 -j ACCEPT",
+            "-p udp -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            "-p udp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.0/24 --ctorigdstport 53 \
+             --ctreplsrcport 53 -j ACCEPT",
+            "-m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 --ctorigdstport 53 \
+             --ctreplsrcport 53 -j ACCEPT",
+        ] {
+            let tokens: Vec<&str> = args.split_whitespace().collect();
+            assert!(Rule::parse_args(&tokens).is_err(), "{args}");
         }
     }
 

@@ -167,6 +167,8 @@ pub enum Op {
     Check(String, Vec<String>),
     /// `-I CHAIN 1 args`
     InsertFirst(String, Vec<String>),
+    /// `-I CHAIN N args` (N from 1, the top)
+    InsertAt(String, usize, Vec<String>),
     /// `-A CHAIN args`
     Append(String, Vec<String>),
     /// `-D CHAIN args`: fails the whole batch if the rule is absent.
@@ -185,11 +187,15 @@ pub struct Batch {
 }
 
 impl Batch {
-    pub fn nat() -> Self {
+    pub fn new(table: &'static str) -> Self {
         Batch {
-            table: "nat",
+            table,
             ops: Vec::new(),
         }
+    }
+
+    pub fn nat() -> Self {
+        Batch::new("nat")
     }
 
     pub fn is_empty(&self) -> bool {
@@ -206,20 +212,21 @@ impl Batch {
             }
         }
         for op in &self.ops {
-            let (flag, chain, args): (&str, &str, &[String]) = match op {
+            let (flag, chain, at, args): (&str, &str, Option<usize>, &[String]) = match op {
                 Op::DeclareChain(_) => continue,
-                Op::Check(c, a) => ("-C", c, a),
-                Op::InsertFirst(c, a) => ("-I", c, a),
-                Op::Append(c, a) => ("-A", c, a),
-                Op::Delete(c, a) => ("-D", c, a),
-                Op::Flush(c) => ("-F", c, &[]),
-                Op::DeleteChain(c) => ("-X", c, &[]),
+                Op::Check(c, a) => ("-C", c, None, a),
+                Op::InsertFirst(c, a) => ("-I", c, Some(1), a),
+                Op::InsertAt(c, n, a) => ("-I", c, Some(*n), a),
+                Op::Append(c, a) => ("-A", c, None, a),
+                Op::Delete(c, a) => ("-D", c, None, a),
+                Op::Flush(c) => ("-F", c, None, &[]),
+                Op::DeleteChain(c) => ("-X", c, None, &[]),
             };
             out.push_str(flag);
             out.push(' ');
             out.push_str(chain);
-            if flag == "-I" {
-                out.push_str(" 1");
+            if let Some(n) = at {
+                let _ = write!(out, " {n}");
             }
             for arg in args {
                 out.push(' ');
@@ -296,6 +303,7 @@ COMMIT
                 Op::Check("PREROUTING".into(), args.clone()),
                 Op::DeclareChain("X".into()),
                 Op::InsertFirst("X".into(), args.clone()),
+                Op::InsertAt("FORWARD".into(), 3, vec!["-j".into(), "X".into()]),
                 Op::Delete("X".into(), args.clone()),
                 Op::Flush("X".into()),
                 Op::DeleteChain("X".into()),
@@ -306,9 +314,10 @@ COMMIT
         assert_eq!(lines[0], "*nat");
         assert_eq!(lines[1], ":X - [0:0]");
         assert!(lines[3].starts_with("-I X 1 "));
-        assert_eq!(lines[5], "-F X");
-        assert_eq!(lines[6], "-X X");
-        assert_eq!(lines[7], "COMMIT");
+        assert_eq!(lines[4], "-I FORWARD 3 -j X");
+        assert_eq!(lines[6], "-F X");
+        assert_eq!(lines[7], "-X X");
+        assert_eq!(lines[8], "COMMIT");
         assert_eq!(tokenize(lines[2]).unwrap()[2..], args[..]);
     }
 }

@@ -23,6 +23,7 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::exec::SystemRunner;
 use crate::family::Family;
+use crate::layout::TABLES;
 use crate::ledger::Ledger;
 use crate::netns::in_namespace;
 use crate::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
@@ -171,16 +172,19 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// Both families' nat tables of one backend.
+/// Both families' nat and filter tables of one backend.
 fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
-    Family::ALL
-        .iter()
-        .map(|f| {
-            ctx.netfilter
-                .read_nat(backend, *f)
-                .map_err(|e| e.to_string())
-        })
-        .collect()
+    let mut tables = Vec::new();
+    for family in Family::ALL {
+        for table in TABLES {
+            tables.push(
+                ctx.netfilter
+                    .read(backend, family, table)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+    }
+    Ok(tables)
 }
 
 fn request(addr: &str) -> Result<String, String> {

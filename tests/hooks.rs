@@ -200,7 +200,7 @@ fn newest_container_wins_and_live_claims_are_refused() {
         kill_pid(pid2); // c2 dies without poststop
         let out = node.create("c3", Some(pid3), &[ports]);
         assert!(
-            stderr(&out).contains("removed 5 rule(s) of container c2"),
+            stderr(&out).contains("removed 7 rule(s) of container c2"),
             "{}",
             stderr(&out)
         );
@@ -326,7 +326,7 @@ fn parallel_hooks_lose_nothing() {
         let dump = node.dump();
         for (i, id) in ids.iter().enumerate() {
             let tag = format!("\"natledger:{id}\"");
-            assert_eq!(dump.matches(&tag).count(), 3, "{backend:?} {id}");
+            assert_eq!(dump.matches(&tag).count(), 4, "{backend:?} {id}");
             assert!(dump.contains(&format!("--dport {} ", 10_000 + i)));
         }
         let listed = node.natledger(&["list", "--json"], "", &[]);
@@ -437,7 +437,7 @@ fn list_reports_containers_alive_and_dead() {
         entry["addresses"],
         serde_json::json!(["10.77.0.2", "fd77::2"])
     );
-    assert_eq!(entry["rules"].as_array().unwrap().len(), 5);
+    assert_eq!(entry["rules"].as_array().unwrap().len(), 7);
     assert_eq!(entry["rules"][0]["backend"], "legacy");
     assert!(list(false).contains("c2  pid"));
     kill_pid(pid);
@@ -524,11 +524,11 @@ fn nft_poststop_deletes_over_netlink_or_falls_back() {
     node.create("c1", None, &annotations);
     let err = poststop("c1", &trace);
     assert!(
-        err.contains("netlink: deleted 6 ipv4 rule(s) tagged natledger:c1"),
+        err.contains("netlink: deleted 8 ipv4 rule(s) tagged natledger:c1"),
         "{err}"
     );
     assert!(
-        err.contains("netlink: deleted 4 ipv6 rule(s) tagged natledger:c1"),
+        err.contains("netlink: deleted 6 ipv6 rule(s) tagged natledger:c1"),
         "{err}"
     );
     assert!(!err.contains("exec "), "a process was started: {err}");
@@ -580,6 +580,14 @@ fn legacy_hooks_write_the_table_in_process() {
     let err = stderr(&out);
     assert!(err.contains("iptc: inserted 5 ipv4 nat rule(s)"), "{err}");
     assert!(err.contains("iptc: inserted 2 ipv6 nat rule(s)"), "{err}");
+    assert!(
+        err.contains("iptc: inserted 2 ipv4 filter rule(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("iptc: inserted 1 ipv6 filter rule(s)"),
+        "{err}"
+    );
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert!(
         node.dump()
@@ -591,6 +599,8 @@ fn legacy_hooks_write_the_table_in_process() {
     let err = stderr(&out);
     assert!(err.contains("iptc: deleted 5 ipv4 nat rule(s)"), "{err}");
     assert!(err.contains("iptc: deleted 2 ipv6 nat rule(s)"), "{err}");
+    assert!(err.contains("iptc: deleted 2 ipv4 filter rule(s)"), "{err}");
+    assert!(err.contains("iptc: deleted 1 ipv6 filter rule(s)"), "{err}");
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert_eq!(node.dump(), before);
 }

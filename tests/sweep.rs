@@ -136,7 +136,7 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
         );
         assert!(w.node.manifest_exists("dead"));
         assert_eq!(plan["dry_run"], true);
-        let dead = ("dead".into(), "dead".into(), "would-remove".into(), 10);
+        let dead = ("dead".into(), "dead".into(), "would-remove".into(), 14);
         assert!(verdicts(&plan).contains(&dead), "{plan:#}");
 
         let report = w.sweep_ok(&[]);
@@ -147,7 +147,7 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
         );
         assert!(!w.node.manifest_exists("dead") && w.node.manifest_exists("live"));
         let v = verdicts(&report);
-        assert!(v.contains(&("dead".into(), "dead".into(), "removed".into(), 10)));
+        assert!(v.contains(&("dead".into(), "dead".into(), "removed".into(), 14)));
         assert!(v.contains(&("live".into(), "alive".into(), "kept".into(), 0)));
         assert_eq!(report["orphans"], 0);
         assert_eq!(report["errors"], serde_json::json!([]));
@@ -156,9 +156,19 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
             .unwrap()
             .iter()
             .filter(|t| !t["rules_removed"].as_array().unwrap().is_empty())
-            .map(|t| (t["backend"].clone(), t["family"].clone()))
+            .map(|t| {
+                (
+                    t["backend"].clone(),
+                    t["family"].clone(),
+                    t["table"].clone(),
+                )
+            })
             .collect();
-        assert_eq!(changed.len(), 2, "IPv4 and IPv6 of one backend: {report:#}");
+        assert_eq!(
+            changed.len(),
+            4,
+            "IPv4 and IPv6, nat and filter, of one backend: {report:#}"
+        );
         w.assert_live_answers();
 
         // Idempotent; then the live container dies too and only the shared chains remain.
@@ -198,7 +208,7 @@ fn many_dead_containers_rewrite_the_chains_around_the_live_one() {
             .iter()
             .map(|t| t["rules_removed"].as_array().unwrap().len())
             .sum();
-        assert_eq!(removed, 22 * 3 * 5, "{backend:?}");
+        assert_eq!(removed, 22 * 3 * 7, "{backend:?}");
         let expected: String = with_late
             .lines()
             .filter(|l| !l.contains("\"natledger:d"))
@@ -330,7 +340,7 @@ fn rules_restored_after_a_reboot_are_orphans() {
         let out = node.sweep(&["--json"]);
         assert_ok(&out, "sweep");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(report["orphans"], 3 + 2 + 3, "{report:#}");
+        assert_eq!(report["orphans"], 4 + 3 + 4, "{report:#}");
         assert_eq!(node.dump(), clean, "{backend:?}");
     });
 }
@@ -510,7 +520,7 @@ fn sweeps_during_parallel_starts_and_stops() {
         for i in 0..32 {
             let tag = format!("\"natledger:p{i}\"");
             let count = dump.matches(&tag).count();
-            let expected = if i % 3 == 0 { 3 } else { 0 };
+            let expected = if i % 3 == 0 { 4 } else { 0 };
             assert_eq!(
                 count, expected,
                 "{backend:?} p{i} after {sweeps} sweeps:\n{dump}"

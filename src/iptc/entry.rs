@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Only what natledger writes is encoded or decoded: `-s`/`-d` with a prefix, `-p tcp|udp`
-//! with `-m tcp|udp --dport`, `-m addrtype --dst-type LOCAL` (revision 1), `-m comment`, and
-//! the targets DNAT (revision 2), MASQUERADE (revision 0) and a jump. Anything else decodes
+//! with `-m tcp|udp --dport`, `-m addrtype --dst-type LOCAL` (revision 1), natledger's
+//! `-m conntrack --ctstate DNAT …` (revision 3), `-m comment`, and the targets DNAT
+//! (revision 2), MASQUERADE (revision 0), ACCEPT and a jump. Anything else decodes
 //! to `None` and makes the native path step aside for iptables-legacy-restore. The encoding is
 //! byte-for-byte what iptables-legacy 1.8 writes (pinned by `tests/iptc.rs`).
 
@@ -17,7 +18,7 @@ use std::net::IpAddr;
 
 use crate::family::Family;
 use crate::portspec::{PortRange, Protocol};
-use crate::rule::{DnatTo, IpNet, Rule, Target};
+use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
 
 /// The per-family layout of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +91,30 @@ const NF_NAT_RANGE_MAP_IPS: u32 = 1;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 const NF_NAT_RANGE_PROTO_OFFSET: u32 = 0x20;
 const IP6T_F_PROTO: u8 = 1;
+/// The standard target's verdict for ACCEPT: `-NF_ACCEPT - 1`.
+const VERDICT_ACCEPT: i32 = -2;
+/// `struct xt_conntrack_mtinfo3`: eight `nf_inet_addr`s (orig src, mask, orig dst, mask,
+/// reply src, mask, reply dst, mask), expires min/max, l4proto, four ports, match_flags,
+/// invert_flags, state_mask, status_mask, four high ports; 164 bytes. Revision 3 keeps ports
+/// in host byte order, and iptables writes a host address's mask as all 16 bytes set, IPv4
+/// included.
+const CT_INFO_LEN: usize = 164;
+const CT_ORIGDST_ADDR: usize = 32;
+const CT_REPLSRC_ADDR: usize = 64;
+const CT_ORIGDST_PORT: usize = 140;
+const CT_REPLSRC_PORT: usize = 142;
+const CT_MATCH_FLAGS: usize = 146;
+const CT_STATE_MASK: usize = 150;
+const CT_ORIGDST_PORT_HIGH: usize = 156;
+const CT_REPLSRC_PORT_HIGH: usize = 158;
+/// `XT_CONNTRACK_{STATE,ORIGDST,REPLSRC,ORIGDST_PORT,REPLSRC_PORT}`
+const CT_STATE: u16 = 1 << 0;
+const CT_ORIGDST: u16 = 1 << 3;
+const CT_REPLSRC: u16 = 1 << 4;
+const CT_ORIGDST_PORT_FLAG: u16 = 1 << 9;
+const CT_REPLSRC_PORT_FLAG: u16 = 1 << 10;
+/// `XT_CONNTRACK_STATE_DNAT`: `1 << (IP_CT_NUMBER + 2)`
+const CT_STATE_DNAT: u16 = 1 << 7;
 
 pub fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
@@ -194,6 +219,9 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
         data.extend(0u32.to_ne_bytes());
         push_xt(&mut e, "addrtype", 1, &data);
     }
+    if let Some(ct) = &rule.dnatted {
+        push_xt(&mut e, "conntrack", 3, &conntrack_info(ct, family)?);
+    }
     if let Some(c) = &rule.comment {
         if c.len() >= COMMENT_LEN {
             return None;
@@ -209,6 +237,7 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
             push_xt(&mut e, STANDARD, 0, &0i32.to_ne_bytes());
             jump = Some(chain.clone());
         }
+        Target::Accept => push_xt(&mut e, STANDARD, 0, &VERDICT_ACCEPT.to_ne_bytes()),
         Target::Dnat(to) => push_xt(&mut e, "DNAT", 2, &nat_range2(to, family)?),
         Target::Masquerade => match family {
             // nf_nat_ipv4_multi_range_compat: rangesize 1, one empty range.
@@ -229,6 +258,67 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
         Some(to) => Encoded::Jump { entry: e, to },
         None => Encoded::Entry(e),
     })
+}
+
+/// `struct xt_conntrack_mtinfo3` for natledger's conntrack match.
+fn conntrack_info(ct: &Dnatted, family: Family) -> Option<Vec<u8>> {
+    let mut d = vec![0u8; CT_INFO_LEN];
+    let mut flags = CT_STATE | CT_REPLSRC | CT_ORIGDST_PORT_FLAG | CT_REPLSRC_PORT_FLAG;
+    let mut put_host = |at: usize, addr: IpAddr| -> Option<()> {
+        if Family::of(addr) != family {
+            return None;
+        }
+        let octets = ip_octets(addr);
+        d[at..at + octets.len()].copy_from_slice(&octets);
+        d[at + 16..at + 32].fill(0xff);
+        Some(())
+    };
+    if let Some(host) = ct.orig_dst {
+        put_host(CT_ORIGDST_ADDR, host)?;
+        flags |= CT_ORIGDST;
+    }
+    put_host(CT_REPLSRC_ADDR, ct.repl_src)?;
+    let mut put = |at: usize, bytes: [u8; 2]| d[at..at + 2].copy_from_slice(&bytes);
+    put(CT_ORIGDST_PORT, ct.orig_dst_ports.start.to_ne_bytes());
+    put(CT_ORIGDST_PORT_HIGH, ct.orig_dst_ports.end.to_ne_bytes());
+    put(CT_REPLSRC_PORT, ct.repl_src_ports.start.to_ne_bytes());
+    put(CT_REPLSRC_PORT_HIGH, ct.repl_src_ports.end.to_ne_bytes());
+    put(CT_MATCH_FLAGS, flags.to_ne_bytes());
+    put(CT_STATE_MASK, CT_STATE_DNAT.to_ne_bytes());
+    Some(d)
+}
+
+/// natledger's conntrack match from `struct xt_conntrack_mtinfo3`, or `None` if it is any
+/// other (the encoding of what it decodes must give back the same bytes).
+fn conntrack_of(data: &[u8], family: Family) -> Option<Dnatted> {
+    let d = data.get(..CT_INFO_LEN)?;
+    let flags = u16_at(d, CT_MATCH_FLAGS);
+    let port = |at: usize| u16_at(d, at);
+    // Any other mask gives other bytes when encoded again, and is refused below.
+    let host = |at: usize| -> Option<IpAddr> {
+        let n = family.host_prefix() as usize / 8;
+        Some(match family {
+            Family::Ipv4 => <[u8; 4]>::try_from(&d[at..at + n]).ok()?.into(),
+            Family::Ipv6 => <[u8; 16]>::try_from(&d[at..at + n]).ok()?.into(),
+        })
+    };
+    let ct = Dnatted {
+        orig_dst: if flags & CT_ORIGDST != 0 {
+            Some(host(CT_ORIGDST_ADDR)?)
+        } else {
+            None
+        },
+        repl_src: host(CT_REPLSRC_ADDR)?,
+        orig_dst_ports: PortRange {
+            start: port(CT_ORIGDST_PORT),
+            end: port(CT_ORIGDST_PORT_HIGH),
+        },
+        repl_src_ports: PortRange {
+            start: port(CT_REPLSRC_PORT),
+            end: port(CT_REPLSRC_PORT_HIGH),
+        },
+    };
+    (conntrack_info(&ct, family)?.as_slice() == d).then_some(ct)
 }
 
 /// `struct nf_nat_range2` for `--to-destination`.
@@ -322,6 +412,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         },
         dports: None,
         dst_local: false,
+        dnatted: None,
         comment: None,
         target: Target::Masquerade,
     };
@@ -356,6 +447,9 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
             {
                 rule.dst_local = true;
             }
+            ("conntrack", 3) if rule.dnatted.is_none() && rule.protocol.is_some() => {
+                rule.dnatted = Some(conntrack_of(m.data, family)?);
+            }
             ("comment", 0) if rule.comment.is_none() => {
                 let raw = m.data.get(..COMMENT_LEN)?;
                 let end = raw.iter().position(|b| *b == 0)?;
@@ -370,6 +464,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         return None;
     }
     match (t.name, t.revision) {
+        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_ACCEPT => rule.target = Target::Accept,
         (STANDARD, 0) => {
             let verdict = i32_at(t.data, 0);
             let offset = u32::try_from(verdict).ok()?;
@@ -452,6 +547,17 @@ mod tests {
                 Family::Ipv6,
                 "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
                  --to-destination [fd77::2]:80",
+            ),
+            (
+                Family::Ipv4,
+                "-p udp -m conntrack --ctstate DNAT --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
+                 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment \
+                 natledger:c1 -j ACCEPT",
+            ),
+            (
+                Family::Ipv6,
+                "-p tcp -m conntrack --ctstate DNAT --ctreplsrc fd77::2 --ctorigdstport 8080 \
+                 --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT",
             ),
         ] {
             let r = rule(args);

@@ -61,13 +61,14 @@ pub struct NftRule {
 pub enum NftError {
     #[error("cannot open a netfilter netlink socket: {0}")]
     Open(#[source] io::Error),
-    #[error("listing the {family} nat chain {chain} over netlink: {source}")]
+    #[error("listing the {family} {table} chain {chain} over netlink: {source}")]
     List {
         family: Family,
+        table: String,
         chain: String,
         source: io::Error,
     },
-    #[error("deleting {count} {family} nat rule(s) over netlink: {source}")]
+    #[error("deleting {count} {family} rule(s) over netlink: {source}")]
     Delete {
         family: Family,
         count: usize,
@@ -95,6 +96,7 @@ impl<'s> Session<'s> {
     ) -> Result<Vec<NftRule>, NftError> {
         let err = |source| NftError::List {
             family,
+            table: table.to_string(),
             chain: chain.to_string(),
             source,
         };
@@ -119,12 +121,11 @@ impl<'s> Session<'s> {
         }
     }
 
-    /// Delete the rules `(chain, handle)` of `table` in one transaction: all or none.
+    /// Delete the rules `(table, chain, handle)` in one transaction: all or none.
     pub fn delete(
         &mut self,
         family: Family,
-        table: &str,
-        victims: &[(&str, u64)],
+        victims: &[(&str, &str, u64)],
     ) -> Result<(), NftError> {
         if victims.is_empty() {
             return Ok(());
@@ -136,7 +137,7 @@ impl<'s> Session<'s> {
         };
         let first = self.sock.reserve(victims.len() as u32 + 2);
         self.sock
-            .send(&delete_batch(first, family, table, victims))
+            .send(&delete_batch(first, family, victims))
             .map_err(err)?;
         // One acknowledgement per deletion (nfnetlink sends them all after the commit), or an
         // error for the message that failed (the batch markers included), after which the
@@ -195,7 +196,7 @@ fn dump_request(seq: u32, family: Family, table: &str, chain: &str) -> Vec<u8> {
 }
 
 /// BATCH_BEGIN, one DELRULE per victim (sequence numbers `first + 1 ..`), BATCH_END.
-fn delete_batch(first: u32, family: Family, table: &str, victims: &[(&str, u64)]) -> Vec<u8> {
+fn delete_batch(first: u32, family: Family, victims: &[(&str, &str, u64)]) -> Vec<u8> {
     let mut m = Vec::with_capacity(64 * (victims.len() + 2));
     let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
         let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
@@ -204,7 +205,7 @@ fn delete_batch(first: u32, family: Family, table: &str, victims: &[(&str, u64)]
     };
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
     let mut seq = first;
-    for (chain, handle) in victims {
+    for (table, chain, handle) in victims {
         seq += 1;
         let header = (NFT_MSG_DELRULE, NLM_F_REQUEST | NLM_F_ACK, seq);
         let start = rule_message(&mut m, header, family, table, chain);
@@ -327,7 +328,7 @@ mod tests {
 
     #[test]
     fn a_delete_batch_is_framed_for_one_transaction() {
-        let m = delete_batch(10, Family::Ipv6, "nat", &[("A", 3), ("B", 4)]);
+        let m = delete_batch(10, Family::Ipv6, &[("nat", "A", 3), ("filter", "B", 4)]);
         let messages: Vec<_> = netlink::messages(&m).map(Result::unwrap).collect();
         let kinds: Vec<u16> = messages.iter().map(|m| m.kind).collect();
         assert_eq!(
@@ -351,7 +352,7 @@ mod tests {
         let body = &del[4..];
         assert_eq!(
             netlink::attr(body, NFTA_RULE_TABLE).and_then(netlink::str_of),
-            Some("nat")
+            Some("filter")
         );
         assert_eq!(
             netlink::attr(body, NFTA_RULE_CHAIN).and_then(netlink::str_of),

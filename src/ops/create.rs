@@ -7,7 +7,7 @@ use crate::family::Family;
 use crate::fault;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
-use crate::layout::{OWNED_CHAINS, goes_first, jumps, mapping_rules};
+use crate::layout::{TABLES, goes_first, jump_position, jumps, mapping_rules, owned_chains};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
@@ -77,10 +77,13 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         if rules.is_empty() {
             continue;
         }
-        if let Err(e) = install(ctx, family, &rules) {
-            // A failed transaction applied nothing; roll back the families installed before
-            // it. The manifest goes unless something could not be removed, in which case it
-            // names what may remain.
+        if let Err(failed) = install(ctx, family, &rules) {
+            // Roll back the families installed before, and this one when one of its tables
+            // went in before another failed. The manifest goes unless something could not be
+            // removed, in which case it names what may remain.
+            if failed.partial {
+                installed.push(family);
+            }
             if installed.is_empty() {
                 locked.remove(&input.id)?;
             } else {
@@ -91,7 +94,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
                     eprintln!("natledger: rollback incomplete: {undo}");
                 }
             }
-            return Err(e.into());
+            return Err(failed.error.into());
         }
         installed.push(family);
         if family == Family::Ipv4 {
@@ -217,7 +220,7 @@ fn plan(
                     .map(|p| RuleRecord {
                         backend: ctx.backend,
                         family,
-                        table: "nat".into(),
+                        table: p.table.into(),
                         chain: p.chain.to_string(),
                         rule: p.rule.to_args(),
                     }),
@@ -309,66 +312,132 @@ fn pid_text(pid: Option<i32>) -> String {
     pid.map_or_else(|| "unknown".into(), |p| p.to_string())
 }
 
-/// Install one family's rules in one transaction. First try assuming the shared chains and
-/// jumps exist: on legacy in-process ([`crate::iptc`], declined unless they do), otherwise in
-/// one restore that checks the jumps with `-C` (a missing jump fails it atomically). If that
-/// fails, read the table and create what is missing.
-fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), BackendError> {
-    let placed = placements(rules);
-    if ctx.backend == Backend::Legacy {
-        let parsed: Option<Vec<(&str, Rule, Place)>> = placed
-            .iter()
-            .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
-            .collect();
-        if let Some(parsed) = parsed {
-            match ctx
-                .netfilter
-                .insert_legacy(family, "nat", &parsed, &jumps())
-            {
-                Ok(Native::Done(_)) => return Ok(()),
-                Ok(Native::Declined | Native::Off) => {}
-                // Nothing was written; the restore below reports what is really wrong.
-                Err(e) => eprintln!(
-                    "natledger: {e}; using {}-legacy-restore",
-                    family.tool_stem()
-                ),
-            }
+/// Why [`install`] failed, and whether one of the family's tables may have been written.
+struct InstallError {
+    error: BackendError,
+    partial: bool,
+}
+
+/// Install one family's rules: one transaction per table, filter before nat (the accept is in
+/// force before the DNAT is). First try assuming the shared chains and jumps exist: on legacy
+/// in-process ([`crate::iptc`], declined unless they do), otherwise with one restore process
+/// whose transaction per table checks that table's jumps with `-C` (a missing jump fails it
+/// atomically; the tables before it stay committed). Then read each table not yet written and
+/// create what is missing.
+fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), InstallError> {
+    let mut partial = false;
+    let mut pending: Vec<(&'static str, Vec<Placement>)> = Vec::new();
+    for table in TABLES {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
+        if here.is_empty() {
+            continue;
         }
+        let placed = placements(&here);
+        if ctx.backend == Backend::Legacy && insert_native(ctx, family, table, &placed) {
+            partial = true;
+            continue;
+        }
+        pending.push((table, placed));
     }
-    let mut fast = Batch::nat();
-    for (chain, jump) in jumps() {
-        fast.ops.push(Op::Check(chain.to_string(), jump.to_args()));
-    }
-    push_rules(&mut fast, &placed);
-    if ctx.netfilter.apply(ctx.backend, family, &fast).is_ok() {
+    if pending.is_empty() {
         return Ok(());
     }
-    let table = ctx
-        .netfilter
-        .read_nat(ctx.backend, family)?
-        .unwrap_or_default();
-    let mut full = Batch::nat();
-    for chain in OWNED_CHAINS {
-        if !table.has_chain(chain) {
-            full.ops.push(Op::DeclareChain(chain.to_string()));
-        }
+    let fast: Vec<Batch> = pending
+        .iter()
+        .map(|(table, placed)| {
+            let mut batch = Batch::new(table);
+            for (chain, jump) in jumps(table) {
+                batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
+            }
+            push_rules(&mut batch, placed);
+            batch
+        })
+        .collect();
+    let first_block = fast[0].render().lines().count();
+    match ctx.netfilter.apply_all(ctx.backend, family, &fast) {
+        Ok(()) => return Ok(()),
+        // The first table's transaction failed: nothing was committed.
+        Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
+        // The tables before the failed one are committed (they show every rule already).
+        Err(_) => partial |= pending.len() > 1,
     }
-    for (chain, jump) in jumps() {
-        let present = table
-            .rules_in(chain)
-            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
-        if !present {
-            full.ops
-                .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
+    for (table, placed) in &pending {
+        let fail = |error| InstallError { error, partial };
+        let dump = ctx
+            .netfilter
+            .read(ctx.backend, family, table)
+            .map_err(fail)?
+            .unwrap_or_default();
+        if all_present(&dump, placed) {
+            continue;
         }
+        let mut full = Batch::new(table);
+        for chain in owned_chains(table) {
+            if !dump.has_chain(chain) {
+                full.ops.push(Op::DeclareChain(chain.to_string()));
+            }
+        }
+        for (chain, jump) in jumps(table) {
+            let present = dump
+                .rules_in(chain)
+                .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
+            if !present {
+                let at = jump_position(&dump, chain);
+                full.ops
+                    .push(Op::InsertAt(chain.to_string(), at, jump.to_args()));
+            }
+        }
+        push_rules(&mut full, placed);
+        ctx.netfilter
+            .apply(ctx.backend, family, &full)
+            .map_err(fail)?;
+        partial = true;
     }
-    push_rules(&mut full, &placed);
-    ctx.netfilter.apply(ctx.backend, family, &full)
+    Ok(())
 }
+
+/// On legacy, insert one table's rules in-process; whether that was done.
+fn insert_native(ctx: &Context, family: Family, table: &'static str, placed: &[Placement]) -> bool {
+    let parsed: Option<Vec<(&str, Rule, Place)>> = placed
+        .iter()
+        .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
+        .collect();
+    let Some(parsed) = parsed else {
+        return false;
+    };
+    match ctx
+        .netfilter
+        .insert_legacy(family, table, &parsed, &jumps(table))
+    {
+        Ok(Native::Done(_)) => true,
+        Ok(Native::Declined | Native::Off) => false,
+        // Nothing was written; the restore reports what is really wrong.
+        Err(e) => {
+            eprintln!(
+                "natledger: {e}; using {}-legacy-restore",
+                family.tool_stem()
+            );
+            false
+        }
+    }
+}
+
+/// Whether every rule of `placed` is in the dump (as many times as placed).
+fn all_present(dump: &crate::save::Table, placed: &[Placement]) -> bool {
+    placed.iter().all(|(chain, args, _)| {
+        let wanted = placed
+            .iter()
+            .filter(|(c, a, _)| c == chain && a == args)
+            .count();
+        dump.rules_in(chain).filter(|r| r.args == *args).count() >= wanted
+    })
+}
+
+type Placement<'a> = (&'a str, &'a [String], Place);
 
 /// Where each rule goes: DNAT rules to the top of their chain (newest container first, in
 /// mapping order, so they are inserted in reverse), masquerade rules appended.
-fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<(&'a str, &'a [String], Place)> {
+fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<Placement<'a>> {
     let first = rules.iter().rev().filter(|r| goes_first(&r.chain));
     let last = rules.iter().filter(|r| !goes_first(&r.chain));
     first
@@ -377,7 +446,7 @@ fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<(&'a str, &'a [String], Place
         .collect()
 }
 
-fn push_rules(batch: &mut Batch, placed: &[(&str, &[String], Place)]) {
+fn push_rules(batch: &mut Batch, placed: &[Placement]) {
     for (chain, args, place) in placed {
         let (chain, args) = (chain.to_string(), args.to_vec());
         batch.ops.push(match place {
@@ -463,16 +532,22 @@ mod tests {
             &script,
         );
         let created = create_runtime(&ctx, &input(dir.path())).unwrap();
-        assert_eq!(created, Created::Installed { rules: 3 });
+        assert_eq!(created, Created::Installed { rules: 4 });
         let calls = script.calls.borrow();
         assert_eq!(calls.len(), 1);
         assert!(calls[0].program.ends_with("iptables-nft-restore"));
         let batch = stdin_of(&calls[0]);
-        assert!(batch.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
-        assert!(batch.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
+        // Filter first: the accept is in force before the DNAT.
+        let (filter, nat) = batch.split_once("*nat").unwrap();
+        assert!(filter.starts_with("*filter\n"));
+        assert!(filter.contains("-C FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
+        assert!(filter.contains("-A NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT"));
+        assert!(nat.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
+        assert!(nat.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
         let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
         assert_eq!(manifest.phase, Phase::Installed);
-        assert_eq!(manifest.rules.len(), 3);
+        assert_eq!(manifest.rules.len(), 4);
+        assert_eq!(manifest.rules[0].table, "filter");
     }
 
     #[test]
@@ -481,7 +556,12 @@ mod tests {
         let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
                     :NATLEDGER-MASQ - [0:0]\n\
                     -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
-        let script = Script::new(vec![fail(), ok(dump), ok("")]);
+        // Docker's FORWARD: natledger's jump goes below DOCKER-USER and the isolation jump.
+        let filter = "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n\
+                      :DOCKER-ISOLATION-STAGE-1 - [0:0]\n:DOCKER - [0:0]\n\
+                      -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
+                      -A FORWARD -o docker0 -j DOCKER\nCOMMIT\n";
+        let script = Script::new(vec![fail(), ok(filter), ok(""), ok(dump), ok("")]);
         let ctx = Context::new(
             Ledger::new(dir.path()),
             crate::backend::Backend::Nft,
@@ -489,9 +569,13 @@ mod tests {
         );
         create_runtime(&ctx, &input(dir.path())).unwrap();
         let calls = script.calls.borrow();
-        assert_eq!(calls.len(), 3);
-        assert_eq!(calls[1].args, ["-t", "nat"]);
+        assert_eq!(calls.len(), 5);
+        assert_eq!(calls[1].args, ["-t", "filter"]);
         let batch = stdin_of(&calls[2]);
+        assert!(batch.contains(":NATLEDGER-FORWARD - [0:0]"));
+        assert!(batch.contains("-I FORWARD 3 -m comment --comment natledger -j NATLEDGER-FORWARD"));
+        assert_eq!(calls[3].args, ["-t", "nat"]);
+        let batch = stdin_of(&calls[4]);
         assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));
         assert!(
             !batch.contains(":NATLEDGER-MASQ"),
@@ -518,7 +602,8 @@ mod tests {
         );
         let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
         assert!(
-            err.to_string().contains("iptables-nft-save -t nat failed"),
+            err.to_string()
+                .contains("iptables-nft-save -t filter failed"),
             "{err}"
         );
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));

@@ -4,7 +4,7 @@
 use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::family::Family;
 use crate::fault;
-use crate::layout::{is_owned_chain, tag};
+use crate::layout::{TABLES, is_owned_chain, tag};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
 use crate::rule::{Rule, is_user_chain_name};
@@ -145,18 +145,18 @@ pub fn remove_container(
             if here.is_empty() && !scan_all && unconfirmed.is_empty() {
                 continue;
             }
-            match remove_in(ctx, backend, family, id, &here) {
-                Ok(found) => {
-                    removal.removed += found.deleted;
-                    if found.complete {
-                        unconfirmed.retain(|r| r.backend != backend);
-                    }
-                }
-                Err(e) => {
-                    failed = true;
-                    removal.failures.push(e);
-                }
-            }
+            // The tables to look in: every table natledger writes without a record to go
+            // by, else those of the records still unconfirmed.
+            let tables: Vec<&'static str> = TABLES
+                .into_iter()
+                .rev()
+                .filter(|t| scan_all || unconfirmed.iter().any(|r| r.table == *t))
+                .collect();
+            let found = remove_in(ctx, backend, family, id, &tables, &here);
+            removal.removed += found.deleted;
+            unconfirmed.retain(|r| r.backend != backend || !found.complete.contains(&r.table));
+            failed |= !found.failures.is_empty();
+            removal.failures.extend(found.failures);
         }
         if failed {
             removal.remaining.extend(unconfirmed.into_iter().cloned());
@@ -166,10 +166,11 @@ pub fn remove_container(
     removal
 }
 
-/// A record natledger can act on: a nat rule in a natledger chain that parses as a
-/// natledger rule. Anything else in a manifest (damaged or edited by hand) is never deleted.
+/// A record natledger can act on: a rule in a natledger chain of a table natledger writes
+/// that parses as a natledger rule. Anything else in a manifest (damaged or edited by hand)
+/// is never deleted.
 fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
-    let ok = record.table == "nat"
+    let ok = TABLES.contains(&record.table.as_str())
         && is_owned_chain(&record.chain)
         && is_user_chain_name(&record.chain)
         && Rule::parse_args(&record.rule).is_ok();
@@ -184,9 +185,10 @@ fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
     ok
 }
 
-/// Delete the recorded rules without a process: on nft every rule of the recorded chains
-/// tagged for `id`, when they are as many as recorded ([`crate::nftables`]); on legacy exactly
-/// the recorded rules, when all are present ([`crate::iptc`]).
+/// Delete the recorded rules without a process, on nft every rule of the recorded chains
+/// tagged for `id`, when they are as many as recorded, in one transaction across tables
+/// ([`crate::nftables`]); on legacy exactly the recorded rules of one table, when all are
+/// present ([`crate::iptc`]).
 fn delete_native(
     ctx: &Context,
     backend: Backend,
@@ -196,11 +198,14 @@ fn delete_native(
 ) -> Result<Native, NativeError> {
     match backend {
         Backend::Nft => {
-            let mut expected: Vec<(&str, usize)> = Vec::new();
+            let mut expected: Vec<(&str, &str, usize)> = Vec::new();
             for r in recorded {
-                match expected.iter_mut().find(|(c, _)| *c == r.chain) {
-                    Some((_, n)) => *n += 1,
-                    None => expected.push((r.chain.as_str(), 1)),
+                match expected
+                    .iter_mut()
+                    .find(|(t, c, _)| *t == r.table && *c == r.chain)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => expected.push((r.table.as_str(), r.chain.as_str(), 1)),
                 }
             }
             Ok(ctx
@@ -208,6 +213,9 @@ fn delete_native(
                 .delete_tagged_nft(family, &tag(id), &expected)?)
         }
         Backend::Legacy => {
+            let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
+                return Ok(Native::Declined);
+            };
             let Ok(parsed) = recorded
                 .iter()
                 .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
@@ -216,69 +224,114 @@ fn delete_native(
                 return Ok(Native::Declined);
             };
             let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
-            Ok(ctx.netfilter.delete_legacy(family, "nat", &rules)?)
+            Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
         }
     }
 }
 
-struct Found {
-    deleted: usize,
-    /// Every recorded rule was present (and is now deleted).
-    complete: bool,
+/// The `'static` name of a table natledger writes.
+fn table_name(table: &str) -> Option<&'static str> {
+    TABLES.into_iter().find(|t| *t == table)
 }
 
+/// What [`remove_in`] found in one backend and family.
+#[derive(Default)]
+struct Found {
+    deleted: usize,
+    /// The tables where every recorded rule was present (and is now deleted).
+    complete: Vec<String>,
+    failures: Vec<BackendError>,
+}
+
+/// Remove the container's rules from `tables` of one backend and family; keeps going past a
+/// failing table.
 fn remove_in(
     ctx: &Context,
     backend: Backend,
     family: Family,
     id: &ContainerId,
+    tables: &[&'static str],
     recorded: &[&RuleRecord],
-) -> Result<Found, BackendError> {
+) -> Found {
+    let mut found = Found::default();
     // Whether deleting exactly the recorded rules is worth a try: not when the native path
     // has just seen that the chains hold other tagged rules too (a copy, say).
     let mut exact_first = !recorded.is_empty();
-    if exact_first {
+    if exact_first && backend == Backend::Nft {
         match delete_native(ctx, backend, family, id, recorded) {
             Ok(Native::Done(deleted)) => {
-                return Ok(Found {
-                    deleted,
-                    complete: true,
-                });
+                found.deleted = deleted;
+                found.complete = tables.iter().map(|t| t.to_string()).collect();
+                return found;
             }
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             // Nothing was changed; the restore below reports what is really wrong.
+            Err(e) => eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem()),
+        }
+    }
+    for table in tables {
+        let here: Vec<&RuleRecord> = recorded
+            .iter()
+            .copied()
+            .filter(|r| r.table == *table)
+            .collect();
+        match remove_table(ctx, backend, family, table, id, &here, exact_first) {
+            Ok((deleted, complete)) => {
+                found.deleted += deleted;
+                if complete {
+                    found.complete.push(table.to_string());
+                }
+            }
+            Err(e) => found.failures.push(e),
+        }
+    }
+    found
+}
+
+/// Remove the container's rules from one table: exactly the recorded ones (in-process on
+/// legacy, else with one restore), or, if that fails, what a read of the table shows tagged
+/// for it or recorded. Returns how many were deleted and whether every recorded rule was
+/// there.
+fn remove_table(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    table: &'static str,
+    id: &ContainerId,
+    recorded: &[&RuleRecord],
+    mut exact_first: bool,
+) -> Result<(usize, bool), BackendError> {
+    exact_first &= !recorded.is_empty();
+    if exact_first && backend == Backend::Legacy {
+        match delete_native(ctx, backend, family, id, recorded) {
+            Ok(Native::Done(deleted)) => return Ok((deleted, true)),
+            Ok(Native::Declined) => exact_first = false,
+            Ok(Native::Off) => {}
             Err(e) => eprintln!(
-                "natledger: {e}; using {}-{}-restore",
-                family.tool_stem(),
-                backend.suffix()
+                "natledger: {e}; using {}-legacy-restore",
+                family.tool_stem()
             ),
         }
     }
     if exact_first {
-        let mut exact = Batch::nat();
+        let mut exact = Batch::new(table);
         exact.ops = recorded
             .iter()
             .map(|r| Op::Delete(r.chain.clone(), r.rule.clone()))
             .collect();
         if ctx.netfilter.apply(backend, family, &exact).is_ok() {
-            return Ok(Found {
-                deleted: recorded.len(),
-                complete: true,
-            });
+            return Ok((recorded.len(), true));
         }
     }
-    let table = match ctx.netfilter.read_nat(backend, family) {
-        Ok(table) => table,
+    let dump = match ctx.netfilter.read(backend, family, table) {
+        Ok(dump) => dump,
         // A backend whose tools are not installed holds nothing unless we wrote there.
         Err(BackendError::ToolNotFound { .. }) if recorded.is_empty() => None,
         Err(e) => return Err(e),
     };
-    let Some(table) = table else {
-        return Ok(Found {
-            deleted: 0,
-            complete: recorded.is_empty(),
-        });
+    let Some(dump) = dump else {
+        return Ok((0, recorded.is_empty()));
     };
     let wanted: Vec<(&str, Rule)> = recorded
         .iter()
@@ -286,8 +339,8 @@ fn remove_in(
         .collect();
     let mut seen = vec![false; wanted.len()];
     let tag = tag(id);
-    let mut batch = Batch::nat();
-    for saved in table.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
+    let mut batch = Batch::new(table);
+    for saved in dump.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
         let Ok(rule) = Rule::parse_args(&saved.args) else {
             continue;
         };
@@ -306,8 +359,5 @@ fn remove_in(
     if !batch.is_empty() {
         ctx.netfilter.apply(backend, family, &batch)?;
     }
-    Ok(Found {
-        deleted: batch.ops.len(),
-        complete: seen.iter().all(|s| *s),
-    })
+    Ok((batch.ops.len(), seen.iter().all(|s| *s)))
 }

@@ -127,10 +127,10 @@ impl Node {
         assert_ok(&self.poststop("warmup"), "warm-up poststop");
         let dump = self.dump();
         let ours: Vec<&str> = dump.lines().filter(|l| l.contains("NATLEDGER-")).collect();
-        // Per family: two chain declarations and three jumps.
+        // Per family: three chain declarations (two nat, one filter) and four jumps.
         assert_eq!(
             ours.len(),
-            10,
+            14,
             "only the shared chains and jumps stay:\n{dump}"
         );
     }

@@ -1,6 +1,7 @@
 //! Check 5: natledger's own state against the rules.
 
 use super::*;
+use crate::layout::TABLES;
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
@@ -26,12 +27,16 @@ impl Checks<'_> {
                 ..finding
             });
         }
-        for set in self.rulesets {
-            let Some(nat) = set.table("nat") else {
+        for (set, name) in self
+            .rulesets
+            .iter()
+            .flat_map(|set| TABLES.map(|name| (set, name)))
+        {
+            let Some(table) = set.table(name) else {
                 continue;
             };
             let mut position: HashMap<&str, usize> = HashMap::new();
-            for rule in &nat.rules {
+            for rule in &table.rules {
                 let n = position.entry(&rule.chain).or_default();
                 *n += 1;
                 let Owner::Container(id) = owner(&rule.chain, &rule.args) else {
@@ -49,7 +54,7 @@ impl Checks<'_> {
                     summary: format!(
                         "A natledger rule of container {id}, which has no manifest (an orphan)."
                     ),
-                    rules: vec![RuleRef::new(set, "nat", &rule.chain, *n, &rule.args)],
+                    rules: vec![RuleRef::new(set, name, &rule.chain, *n, &rule.args)],
                     evidence: vec!["natledger manifests".into()],
                     fix: Some("natledger sweep".into()),
                 });

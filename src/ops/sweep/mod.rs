@@ -5,10 +5,10 @@
 //! container half-created):
 //! 1. judge every manifest: alive (pid, start time and boot all match), dead, or unreadable
 //!    (kept: its container might be alive);
-//! 2. per backend and family, one read and at most one `*-restore` transaction: natledger's
-//!    rules tagged for a container that is not alive go, wherever they are now (see
-//!    [`plan`]); a transaction that fails because the table changed since the read is
-//!    planned again from a new read, once;
+//! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
+//!    transaction: natledger's rules tagged for a container that is not alive go, wherever
+//!    they are now (see [`plan`]); a transaction that fails because the table changed since
+//!    the read is planned again from a new read, once;
 //! 3. dead manifests go once no table that could hold their rules failed; otherwise they stay
 //!    (phase `removing`, naming the rules that may remain) for the next sweep.
 //!
@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
+use crate::layout::TABLES;
 use crate::ledger::{Ledger, Locked, Manifest, Phase};
 use crate::procfs;
 
@@ -65,11 +66,14 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     let mut first = true;
     for backend in Backend::ALL {
         for family in Family::ALL {
-            let table = sweep_table(ctx, backend, family, &judged.claims, opts.dry_run);
-            if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
-                fault::point(fault::SWEEP_FIRST_TABLE_APPLIED);
+            // nat first: a DNAT is never left in force without its accept.
+            for name in TABLES.into_iter().rev() {
+                let table = sweep_table(ctx, backend, family, name, &judged.claims, opts.dry_run);
+                if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
+                    fault::point(fault::SWEEP_FIRST_TABLE_APPLIED);
+                }
+                report.add_table(table);
             }
-            report.add_table(table);
         }
     }
     fault::point(fault::SWEEP_APPLIED);
@@ -171,17 +175,18 @@ fn sweep_table(
     ctx: &Context,
     backend: Backend,
     family: Family,
+    name: &'static str,
     claims: &Claims,
     dry_run: bool,
 ) -> TableReport {
-    let mut report = TableReport::new(backend, family);
+    let mut report = TableReport::new(backend, family, name);
     for attempt in 0..2 {
-        let table = match ctx.netfilter.read_nat(backend, family) {
+        let table = match ctx.netfilter.read(backend, family, name) {
             Ok(Some(table)) => table,
             Ok(None) => return report.with_state(TableState::Absent),
             // Legacy is only read when its table exists: rules may be there, unreadable.
             Err(e @ BackendError::ToolNotFound { .. }) if backend == Backend::Legacy => {
-                return report.failed(format!("the nat table exists, but {e}"));
+                return report.failed(format!("the {name} table exists, but {e}"));
             }
             Err(BackendError::ToolNotFound { .. }) => {
                 return report.with_state(TableState::NotInstalled);
@@ -198,7 +203,7 @@ fn sweep_table(
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
             Err(e) if attempt == 0 => {
-                eprintln!("natledger: {backend}/{family}: {e}; reading the table again");
+                eprintln!("natledger: {backend}/{family}/{name}: {e}; reading the table again");
             }
             Err(e) => return report.failed(e.to_string()),
         }

@@ -5,7 +5,9 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::layout::{OWNED_CHAINS, Owner, comment_and_target, is_owned_chain, owner};
+use crate::layout::{
+    Owner, comment_and_target, is_owned_chain, jump_position, owned_chains, owner,
+};
 use crate::save::{Batch, Op, SavedRule, Table};
 
 /// Who keeps their rules.
@@ -61,10 +63,14 @@ pub struct TablePlan {
 /// spends ~80 µs on each `-D` but ~45 µs on each `-A`, and a flush is one operation.
 pub const REWRITE_AT: usize = 64;
 
-/// Plan the removals in one nat table.
+/// Plan the removals in one table (nat or filter).
 pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
+    let name = crate::layout::TABLES
+        .into_iter()
+        .find(|t| *t == table.name)
+        .unwrap_or("nat");
     let mut out = TablePlan {
-        batch: Batch::nat(),
+        batch: Batch::new(name),
         rules: Vec::new(),
         chains: Vec::new(),
         blocked: Vec::new(),
@@ -123,7 +129,7 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
 
     // Chains that go: all of them with --all, else those of other versions; only when
     // nothing kept is in them and no one else's rule is in or jumps to them.
-    let wanted_gone = |chain: &str| claims.all || !OWNED_CHAINS.contains(&chain);
+    let wanted_gone = |chain: &str| claims.all || !owned_chains(name).contains(&chain);
     let mut removable: HashSet<&str> = HashSet::new();
     for chain in owned.iter().copied().filter(|c| wanted_gone(c)) {
         let in_the_way: Vec<&SavedRule> = blockers
@@ -188,8 +194,9 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
     }
 
     // Shared jumps: all with --all, and those into chains that go. A jump present more than
-    // once loses every copy and is inserted again at the top (`-D` removes the first match,
-    // which may be the copy above other rules).
+    // once loses every copy and is inserted again where it belongs, at the top or below
+    // Docker's jumps in FORWARD (`-D` removes the first match, which may be the copy above
+    // other rules).
     let mut copies: Vec<(&SavedRule, usize)> = Vec::new();
     for rule in &table.rules {
         let Owner::Jump { to } = owner(&rule.chain, &rule.args) else {
@@ -217,9 +224,15 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
                 .ops
                 .push(Op::Delete(rule.chain.clone(), rule.args.clone()));
         }
+        // Counted without this jump's copies, which are deleted first.
+        let mut without = table.clone();
+        without
+            .rules
+            .retain(|r| !(r.chain == rule.chain && r.args == rule.args));
+        let at = jump_position(&without, &rule.chain);
         out.batch
             .ops
-            .push(Op::InsertFirst(rule.chain.clone(), rule.args.clone()));
+            .push(Op::InsertAt(rule.chain.clone(), at, rule.args.clone()));
         for _ in 1..n {
             out.rules.push(removed(rule, Reason::DuplicateJump, None));
         }

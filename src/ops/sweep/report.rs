@@ -75,6 +75,8 @@ pub enum TableState {
 pub struct TableReport {
     pub backend: Backend,
     pub family: Family,
+    /// `nat` or `filter`.
+    pub table: &'static str,
     pub state: TableState,
     pub rules_removed: Vec<Removed>,
     pub chains_removed: Vec<String>,
@@ -113,16 +115,22 @@ impl ContainerReport {
 }
 
 impl TableReport {
-    pub(super) fn new(backend: Backend, family: Family) -> Self {
+    pub(super) fn new(backend: Backend, family: Family, table: &'static str) -> Self {
         TableReport {
             backend,
             family,
+            table,
             state: TableState::Swept,
             rules_removed: Vec::new(),
             chains_removed: Vec::new(),
             blocked: Vec::new(),
             error: None,
         }
+    }
+
+    /// `backend/family/table`, as reports name it.
+    fn place(&self) -> String {
+        format!("{}/{}/{}", self.backend, self.family, self.table)
     }
 
     pub(super) fn with_state(mut self, state: TableState) -> Self {
@@ -162,7 +170,7 @@ impl SweepReport {
     }
 
     pub(super) fn add_table(&mut self, table: TableReport) {
-        let place = format!("{}/{}", table.backend, table.family);
+        let place = table.place();
         if let Some(e) = &table.error {
             self.errors.push(format!("{place}: {e}"));
         }
@@ -233,7 +241,7 @@ impl SweepReport {
             );
         }
         for t in &self.tables {
-            let place = format!("{}/{}", t.backend, t.family);
+            let place = t.place();
             for r in t
                 .rules_removed
                 .iter()
