@@ -1,0 +1,149 @@
+//! Hosts whose filter FORWARD policy is DROP (Docker sets it on every host it runs on, and
+//! hardened hosts do the same): natledger's accept lets through exactly the connections its
+//! DNAT made, below Docker's `DOCKER-USER`, and nothing else. Real TCP and UDP, IPv4 and IPv6,
+//! both backends, full dumps before and after.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::*;
+
+const T: Duration = Duration::from_secs(3);
+/// How long a dropped connection attempt is given before it counts as dropped.
+const DROPPED: Duration = Duration::from_millis(800);
+
+/// Docker 20.10's FORWARD as it is before any container: policy DROP, the user's chain first.
+const DOCKER_FILTER: &str = "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n\
+    :DOCKER-ISOLATION-STAGE-1 - [0:0]\n\
+    -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
+    -A DOCKER-USER -j RETURN\n-A DOCKER-ISOLATION-STAGE-1 -j RETURN\nCOMMIT\n";
+
+fn filter_rules(ns: &str, backend: Backend, family: Family, text: &str) {
+    load_rules(ns, backend, family, text);
+}
+
+#[test]
+fn a_drop_policy_lets_natledgers_forwards_through_and_nothing_else() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let host = node.topo.node().to_string();
+        let ext = node.topo.ext().to_string();
+        for family in [Family::V4, Family::V6] {
+            filter_rules(&host, backend, family, DOCKER_FILTER);
+        }
+        let c = node.topo.add_container(2);
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "tcp"),
+            serve_udp(&c.ns, c.sock_v4(81), "udp"),
+            serve_tcp(&c.ns, c.sock_v6(80), "tcp6"),
+            serve_udp(&c.ns, c.sock_v6(81), "udp6"),
+        ];
+        // Before natledger: the policy drops what is forwarded to the container.
+        assert!(tcp_request(&ext, c.sock_v4(80), DROPPED).is_err());
+        node.warm_up();
+        let before = node.dump();
+
+        node.create(
+            "c2",
+            None,
+            &[
+                ("io.natledger.ports", "8080:80,8081:81/udp"),
+                ("io.natledger.ip", "10.77.0.2,fd77::2"),
+            ],
+        );
+        let dump = node.dump();
+        // The jump sits below Docker's two jumps, in both families.
+        for section in dump.split("## ").filter(|s| s.contains("*filter")) {
+            let forward: Vec<&str> = section
+                .lines()
+                .filter(|l| l.starts_with("-A FORWARD "))
+                .collect();
+            assert_eq!(
+                forward,
+                [
+                    "-A FORWARD -j DOCKER-USER",
+                    "-A FORWARD -j DOCKER-ISOLATION-STAGE-1",
+                    "-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
+                ],
+                "{backend:?}:\n{section}"
+            );
+        }
+
+        let through: [(&str, &str, SocketAddr, &str); 6] = [
+            ("external tcp", &ext, sock(NODE_V4, 8080), "tcp"),
+            ("external udp", &ext, sock(NODE_V4, 8081), "udp"),
+            ("external tcp6", &ext, sock(NODE_V6, 8080), "tcp6"),
+            ("external udp6", &ext, sock(NODE_V6, 8081), "udp6"),
+            ("hairpin tcp", &c.ns, sock(NODE_V4, 8080), "tcp"),
+            ("hairpin tcp6", &c.ns, sock(NODE_V6, 8080), "tcp6"),
+        ];
+        let reaches = |(what, ns, dst, reply): &(&str, &str, SocketAddr, &str)| {
+            let got = if what.contains("udp") {
+                udp_request(ns, *dst, T)
+            } else {
+                tcp_request(ns, *dst, T)
+            };
+            assert_eq!(got.ok().as_deref(), Some(*reply), "{backend:?} {what}");
+        };
+        through.iter().for_each(reaches);
+
+        // Nothing natledger did not DNAT: straight to the container's address and ports, from
+        // outside, stays dropped.
+        for dst in [c.sock_v4(80), c.sock_v6(80)] {
+            assert!(
+                tcp_request(&ext, dst, DROPPED).is_err(),
+                "{backend:?}: {dst} reached without a DNAT"
+            );
+        }
+        assert!(udp_request(&ext, c.sock_v4(81), DROPPED).is_err());
+
+        // DOCKER-USER keeps its meaning: the operator's drop there applies to natledger's port.
+        let block = "*filter\n-I DOCKER-USER 1 -s 10.78.0.2/32 -j DROP\nCOMMIT\n";
+        filter_rules(&host, backend, Family::V4, block);
+        assert!(
+            tcp_request(&ext, sock(NODE_V4, 8080), DROPPED).is_err(),
+            "{backend:?}: DOCKER-USER's drop was bypassed"
+        );
+        let unblock = "*filter\n-D DOCKER-USER -s 10.78.0.2/32 -j DROP\nCOMMIT\n";
+        filter_rules(&host, backend, Family::V4, unblock);
+        reaches(&through[0]);
+
+        assert_ok(&node.poststop("c2"), "poststop");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: poststop leaves both tables as they were"
+        );
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), DROPPED).is_err());
+    });
+}
+
+/// With the FORWARD policy ACCEPT (no Docker), natledger's rules change nothing for other
+/// traffic: forwarding to the container's own address still works, and so do the forwards.
+#[test]
+fn an_accept_policy_is_left_as_it_is() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let ext = node.topo.ext().to_string();
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "tcp");
+        node.warm_up();
+        node.create(
+            "c2",
+            None,
+            &[
+                ("io.natledger.ports", "8080:80"),
+                ("io.natledger.ip", "10.77.0.2"),
+            ],
+        );
+        assert_eq!(tcp_request(&ext, c.sock_v4(80), T).ok().as_deref(), Some("tcp"));
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("tcp")
+        );
+        assert!(node.dump().contains(":FORWARD ACCEPT"));
+        assert_ok(&node.poststop("c2"), "poststop");
+    });
+}
