@@ -177,6 +177,8 @@ pub enum Op {
     Flush(String),
     /// `-X CHAIN`: fails the whole batch if the chain is absent, non-empty or referenced.
     DeleteChain(String),
+    /// `:CHAIN POLICY [0:0]` for a built-in chain: sets its policy.
+    Policy(String, String),
 }
 
 /// A `*table … COMMIT` block for `iptables-restore --noflush`: applied entirely or not at all.
@@ -207,13 +209,19 @@ impl Batch {
         let mut out = String::with_capacity(256 + 128 * self.ops.len());
         let _ = writeln!(out, "*{}", self.table);
         for op in &self.ops {
-            if let Op::DeclareChain(chain) = op {
-                let _ = writeln!(out, ":{chain} - [0:0]");
+            match op {
+                Op::DeclareChain(chain) => {
+                    let _ = writeln!(out, ":{chain} - [0:0]");
+                }
+                Op::Policy(chain, policy) => {
+                    let _ = writeln!(out, ":{chain} {policy} [0:0]");
+                }
+                _ => {}
             }
         }
         for op in &self.ops {
             let (flag, chain, at, args): (&str, &str, Option<usize>, &[String]) = match op {
-                Op::DeclareChain(_) => continue,
+                Op::DeclareChain(_) | Op::Policy(..) => continue,
                 Op::Check(c, a) => ("-C", c, None, a),
                 Op::InsertFirst(c, a) => ("-I", c, Some(1), a),
                 Op::InsertAt(c, n, a) => ("-I", c, Some(*n), a),

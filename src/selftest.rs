@@ -1,15 +1,19 @@
 //! `natledger selftest`: proof on this host that natledger works here, without touching the
-//! host's own rules. It creates two network namespaces (a node and a container wired by a veth
-//! pair, private addresses), and for each backend runs the real operations in the node
-//! namespace: create-runtime installs the rules (IPv4 and IPv6), a forwarded port answers over
-//! TCP from the node's address and from 127.0.0.1, poststop leaves the nat tables exactly as
-//! they were, and `sweep --all` removes the rest. The namespaces and state directories are
-//! removed at the end, whatever happened.
+//! host's own rules. It creates three network namespaces (a node, a container and an external
+//! client, wired by veth pairs, private addresses), and for each backend runs the real
+//! operations in the node namespace, whose filter FORWARD policy it sets to DROP as Docker
+//! does: create-runtime installs the rules (IPv4 and IPv6), a forwarded port answers over TCP
+//! from the node's address, from 127.0.0.1 and from the external client (through the DROP
+//! policy), poststop leaves the nat and filter tables exactly as they were, and
+//! `sweep --all` removes the rest. The namespaces and state directories are removed at the
+//! end, whatever happened.
 //!
 //! ```text
-//!   natledger-selftest-<pid>-node               natledger-selftest-<pid>-ctr
-//!   nlst0 10.253.0.1/30, fd53::1/64  <--veth-->  eth0 10.253.0.2/30, fd53::2/64
-//!   rules: host port 18080 -> container :80      TCP server on :80
+//!   natledger-selftest-<pid>-ext        natledger-selftest-<pid>-node               natledger-selftest-<pid>-ctr
+//!   eth0 10.253.1.2/30  <--veth-->  nlst1 10.253.1.1/30, fd54::1/64
+//!        fd54::2/64                 nlst0 10.253.0.1/30, fd53::1/64  <--veth-->  eth0 10.253.0.2/30, fd53::2/64
+//!   TCP client                      rules: host port 18080 -> :80                TCP server on :80
+//!                                   FORWARD policy DROP
 //! ```
 
 use std::collections::HashMap;
@@ -23,17 +27,20 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::exec::SystemRunner;
 use crate::family::Family;
-use crate::layout::TABLES;
+use crate::layout::{FILTER, TABLES};
 use crate::ledger::Ledger;
 use crate::netns::in_namespace;
 use crate::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
 use crate::ops::{self, Context, Created, SweepOptions};
-use crate::save::Table;
+use crate::save::{Batch, Op, Table};
 
 const NODE_V4: &str = "10.253.0.1";
 const CTR_V4: &str = "10.253.0.2";
 const NODE_V6: &str = "fd53::1";
 const CTR_V6: &str = "fd53::2";
+/// The node's addresses towards the external client.
+const UPLINK_V4: &str = "10.253.1.1";
+const UPLINK_V6: &str = "fd54::1";
 const HOST_PORT: u16 = 18080;
 const REPLY: &[u8] = b"natledger selftest\n";
 const TIMEOUT: Duration = Duration::from_secs(3);
@@ -55,7 +62,7 @@ pub fn run(report: &mut dyn FnMut(&Check)) -> bool {
         Ok(pair) => {
             check(
                 "namespaces".into(),
-                Ok(format!("{} and {}", pair.node, pair.ctr)),
+                Ok(format!("{}, {} and {}", pair.node, pair.ctr, pair.ext)),
             );
             pair
         }
@@ -68,7 +75,8 @@ pub fn run(report: &mut dyn FnMut(&Check)) -> bool {
     std::thread::scope(|s| {
         let server = s.spawn(|| in_namespace(&pair.path(&pair.ctr), || serve(&stop)));
         for backend in Backend::ALL {
-            let checks = in_namespace(&pair.path(&pair.node), || backend_checks(backend));
+            let ext = pair.path(&pair.ext);
+            let checks = in_namespace(&pair.path(&pair.node), || backend_checks(backend, &ext));
             match checks {
                 Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
                 Err(e) => check(format!("{backend}"), Err(e.to_string())),
@@ -85,8 +93,9 @@ pub fn run(report: &mut dyn FnMut(&Check)) -> bool {
     ok
 }
 
-/// The checks for one backend, run inside the node namespace.
-fn backend_checks(backend: Backend) -> Vec<(String, Result<String, String>)> {
+/// The checks for one backend, run inside the node namespace; `ext` is the external client's
+/// namespace.
+fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, String>)> {
     let mut out = Vec::new();
     let state_dir = PathBuf::from(format!(
         "/run/natledger-selftest-{}-{backend}",
@@ -96,8 +105,20 @@ fn backend_checks(backend: Backend) -> Vec<(String, Result<String, String>)> {
     let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
     let name = |what: &str| format!("{backend}: {what}");
 
+    // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
+    let mut drop_policy = Batch::new(FILTER);
+    drop_policy
+        .ops
+        .push(Op::Policy("FORWARD".into(), "DROP".into()));
+    let policy = Family::ALL.iter().try_for_each(|f| {
+        ctx.netfilter
+            .apply(backend, *f, &drop_policy)
+            .map_err(|e| e.to_string())
+    });
     // The first container creates the shared chains and jumps, which stay by design.
-    let warm = create(&ctx, "selftest-warmup").and_then(|_| poststop(&ctx, "selftest-warmup"));
+    let warm = policy
+        .and_then(|()| create(&ctx, "selftest-warmup"))
+        .and_then(|_| poststop(&ctx, "selftest-warmup"));
     let before = warm.and_then(|()| dump(&ctx, backend));
     let result = before.and_then(|before| {
         let rules = create(&ctx, "selftest")?;
@@ -112,17 +133,35 @@ fn backend_checks(backend: Backend) -> Vec<(String, Result<String, String>)> {
         ] {
             out.push((name(&format!("tcp to {addr}")), request(&addr)));
         }
+        for addr in [
+            format!("{UPLINK_V4}:{HOST_PORT}"),
+            format!("[{UPLINK_V6}]:{HOST_PORT}"),
+        ] {
+            let answer = in_namespace(ext, || request(&addr))
+                .unwrap_or_else(|e| Err(e.to_string()))
+                .map(|a| format!("{a}, through FORWARD policy DROP"));
+            out.push((name(&format!("tcp from outside to {addr}")), answer));
+        }
         poststop(&ctx, "selftest")?;
         let after = dump(&ctx, backend)?;
         Ok(if after == before {
-            Ok("the nat tables are as they were".to_string())
+            Ok("the nat and filter tables are as they were".to_string())
         } else {
-            Err("the nat tables differ from before the container".to_string())
+            Err("the nat and filter tables differ from before the container".to_string())
         })
     });
     match result {
         Ok(verdict) => out.push((name("poststop"), verdict)),
         Err(e) => out.push((name("hooks"), Err(e))),
+    }
+    // Back to ACCEPT: the kernel runs both backends' FORWARD chains, so a DROP left here
+    // would drop what the other backend accepts.
+    let mut accept_policy = Batch::new(FILTER);
+    accept_policy
+        .ops
+        .push(Op::Policy("FORWARD".into(), "ACCEPT".into()));
+    for f in Family::ALL {
+        let _ = ctx.netfilter.apply(backend, f, &accept_policy);
     }
     let swept = ops::sweep(
         &ctx,
@@ -224,10 +263,11 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
     Ok(())
 }
 
-/// The two namespaces; deleted on drop.
+/// The three namespaces; deleted on drop.
 struct Pair {
     node: String,
     ctr: String,
+    ext: String,
 }
 
 impl Pair {
@@ -236,13 +276,56 @@ impl Pair {
         let pair = Pair {
             node: format!("{prefix}-node"),
             ctr: format!("{prefix}-ctr"),
+            ext: format!("{prefix}-ext"),
         };
-        let (node, ctr) = (pair.node.as_str(), pair.ctr.as_str());
-        ip(&["netns", "add", node])?;
-        ip(&["netns", "add", ctr])?;
+        let (node, ctr, ext) = (pair.node.as_str(), pair.ctr.as_str(), pair.ext.as_str());
+        for ns in [node, ctr, ext] {
+            ip(&["netns", "add", ns])?;
+        }
+        in_namespace(&pair.path(node), || {
+            [
+                "/proc/sys/net/ipv4/ip_forward",
+                "/proc/sys/net/ipv6/conf/all/forwarding",
+            ]
+            .iter()
+            .try_for_each(|path| std::fs::write(path, "1"))
+        })
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot enable forwarding in {node}: {e}"))?;
         for step in [
             vec!["-n", node, "link", "set", "lo", "up"],
             vec!["-n", ctr, "link", "set", "lo", "up"],
+            vec!["-n", ext, "link", "set", "lo", "up"],
+            vec![
+                "-n", node, "link", "add", "nlst1", "type", "veth", "peer", "name", "eth0",
+                "netns", ext,
+            ],
+            vec!["-n", node, "addr", "add", "10.253.1.1/30", "dev", "nlst1"],
+            vec![
+                "-n",
+                node,
+                "addr",
+                "add",
+                "fd54::1/64",
+                "dev",
+                "nlst1",
+                "nodad",
+            ],
+            vec!["-n", ext, "addr", "add", "10.253.1.2/30", "dev", "eth0"],
+            vec![
+                "-n",
+                ext,
+                "addr",
+                "add",
+                "fd54::2/64",
+                "dev",
+                "eth0",
+                "nodad",
+            ],
+            vec!["-n", node, "link", "set", "nlst1", "up"],
+            vec!["-n", ext, "link", "set", "eth0", "up"],
+            vec!["-n", ext, "route", "add", "default", "via", UPLINK_V4],
+            vec!["-n", ext, "-6", "route", "add", "default", "via", UPLINK_V6],
             vec![
                 "-n", node, "link", "add", "nlst0", "type", "veth", "peer", "name", "eth0",
                 "netns", ctr,
@@ -286,7 +369,7 @@ impl Pair {
 
 impl Drop for Pair {
     fn drop(&mut self) {
-        for ns in [&self.node, &self.ctr] {
+        for ns in [&self.node, &self.ctr, &self.ext] {
             let _ = ip(&["netns", "del", ns]);
         }
     }

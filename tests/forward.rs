@@ -138,7 +138,10 @@ fn an_accept_policy_is_left_as_it_is() {
                 ("io.natledger.ip", "10.77.0.2"),
             ],
         );
-        assert_eq!(tcp_request(&ext, c.sock_v4(80), T).ok().as_deref(), Some("tcp"));
+        assert_eq!(
+            tcp_request(&ext, c.sock_v4(80), T).ok().as_deref(),
+            Some("tcp")
+        );
         assert_eq!(
             tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
             Some("tcp")

@@ -44,13 +44,16 @@ fn selftest_passes_and_leaves_nothing() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_ok(&out, &format!("selftest\n{text}"));
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 13, "{text}");
+    assert_eq!(lines.len(), 17, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("ok ")), "{text}");
     for backend in ["legacy", "nft"] {
         for what in [
             "127.0.0.1:18080",
             "[fd53::1]:18080",
-            "poststop: the nat tables are as they were",
+            "from outside to 10.253.1.1:18080",
+            "from outside to [fd54::1]:18080",
+            "through FORWARD policy DROP",
+            "poststop: the nat and filter tables are as they were",
         ] {
             assert!(
                 text.contains(&format!("{backend}: ")) && text.contains(what),
