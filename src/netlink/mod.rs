@@ -17,6 +17,9 @@ pub const NLM_F_ACK: u16 = 0x4;
 pub const NLM_F_DUMP: u16 = 0x300;
 pub const NLMSG_ERROR: u16 = 2;
 pub const NLMSG_DONE: u16 = 3;
+/// Marks an attribute whose data is itself attributes (the kernel sets it on what it sends;
+/// sending it costs nothing and strict parsers want it).
+pub const NLA_F_NESTED: u16 = 0x8000;
 /// The nested and byte-order flags of an attribute type.
 const NLA_TYPE_MASK: u16 = 0x3fff;
 
@@ -49,6 +52,22 @@ pub fn put_attr(buf: &mut Vec<u8>, kind: u16, data: &[u8]) {
     buf.extend(kind.to_ne_bytes());
     buf.extend(data);
     buf.resize(align(buf.len()), 0);
+}
+
+/// Start a nested attribute (type marked [`NLA_F_NESTED`]); the caller appends its inner
+/// attributes and calls [`end_nest`] with the returned start.
+pub fn begin_nest(buf: &mut Vec<u8>, kind: u16) -> usize {
+    let start = buf.len();
+    buf.extend(0u16.to_ne_bytes()); // length, written by end_nest
+    buf.extend((kind | NLA_F_NESTED).to_ne_bytes());
+    start
+}
+
+/// Write the length of the nested attribute begun at `start` (its inner attributes are
+/// padded already, so it is too).
+pub fn end_nest(buf: &mut [u8], start: usize) {
+    let len = (buf.len() - start) as u16;
+    buf[start..start + 2].copy_from_slice(&len.to_ne_bytes());
 }
 
 /// A NUL-terminated string attribute.
@@ -149,6 +168,27 @@ mod tests {
         assert_eq!(attr(body, 1).and_then(str_of), Some("nat"));
         assert_eq!(attr(body, 3), Some(&42u64.to_be_bytes()[..]));
         assert_eq!(got[1].error(), Some(2));
+    }
+
+    #[test]
+    fn nested_attributes_carry_the_flag_and_their_length() {
+        let mut buf = Vec::new();
+        let outer = begin_nest(&mut buf, 1);
+        put_attr(&mut buf, 2, &[7]);
+        let inner = begin_nest(&mut buf, 3);
+        put_attr(&mut buf, 4, &9u16.to_be_bytes());
+        end_nest(&mut buf, inner);
+        end_nest(&mut buf, outer);
+        assert_eq!(buf.len(), 4 + 8 + 4 + 8);
+        assert_eq!(u16::from_ne_bytes([buf[0], buf[1]]) as usize, buf.len());
+        assert_eq!(u16::from_ne_bytes([buf[2], buf[3]]), 1 | NLA_F_NESTED);
+        // Readers see the type without the flag.
+        let body = attr(&buf, 1).unwrap();
+        assert_eq!(attr(body, 2), Some(&[7][..]));
+        assert_eq!(
+            attr(attr(body, 3).unwrap(), 4),
+            Some(&9u16.to_be_bytes()[..])
+        );
     }
 
     #[test]
