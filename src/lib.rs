@@ -25,6 +25,7 @@ pub mod netns;
 pub mod nftables;
 pub mod oci;
 pub mod ops;
+pub mod packet;
 pub mod portspec;
 pub mod procfs;
 pub mod rule;

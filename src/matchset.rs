@@ -663,7 +663,7 @@ fn addr_bits(addr: IpAddr) -> (u128, u8) {
 }
 
 /// Whether every address of `inner` is in `outer` (never across families).
-fn net_contains(outer: &IpNet, inner: &IpNet) -> bool {
+pub(crate) fn net_contains(outer: &IpNet, inner: &IpNet) -> bool {
     let ((o, ow), (n, nw)) = (addr_bits(outer.addr), addr_bits(inner.addr));
     let (op, ip) = (outer.prefix.min(ow), inner.prefix.min(nw));
     let key = |bits: u128| if op == 0 { 0 } else { bits >> (ow - op) };
@@ -712,7 +712,7 @@ fn types_disjoint(a: &[String], b: &[String]) -> bool {
 }
 
 /// The protocol number of a number or of a name iptables prints.
-fn proto_number(p: &str) -> Option<u8> {
+pub(crate) fn proto_number(p: &str) -> Option<u8> {
     let names = "icmp:1 tcp:6 udp:17 dccp:33 gre:47 esp:50 ah:51 icmpv6:58 ipv6-icmp:58 sctp:132 \
         mh:135 ipv6-mh:135 udplite:136";
     let named = names

@@ -149,6 +149,8 @@ pub enum Kind {
     SplitBackends,
     /// natledger's own state: dead manifests, orphaned rules, missing rules.
     NatledgerState,
+    /// A DNAT whose forwarded packets filter FORWARD drops (a DROP policy, as Docker sets).
+    ForwardDropped,
 }
 
 /// A rule as found: where it is and its line.
@@ -221,6 +223,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     out.hijacked_listeners();
     out.split_backends();
     out.natledger_state();
+    out.forward_drops();
     let (mut findings, complete) = out.finish();
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));

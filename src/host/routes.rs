@@ -36,6 +36,22 @@ pub fn has_route(roots: &Roots, addr: IpAddr) -> bool {
 /// own addresses: IPv4 from `{net}/route` (the main table), IPv6 from `{net}/ipv6_route` (all
 /// tables; local and anycast entries and anything on `lo` skipped).
 pub fn routes(roots: &Roots) -> Vec<Route> {
+    let mut all = all_routes(roots);
+    all.retain(|r| r.prefix_len > 0);
+    all
+}
+
+/// The interface of the default route of `v6`'s family, if there is one: where packets
+/// from other hosts usually come in.
+pub fn default_interface(roots: &Roots, v6: bool) -> Option<String> {
+    all_routes(roots)
+        .into_iter()
+        .find(|r| r.prefix_len == 0 && r.dest.is_ipv6() == v6)
+        .map(|r| r.interface)
+}
+
+/// [`routes`] with the default routes.
+fn all_routes(roots: &Roots) -> Vec<Route> {
     let read = |f| std::fs::read_to_string(roots.net.join(f)).unwrap_or_default();
     let mut all = parse_routes(&read("route"), false);
     all.extend(parse_routes(&read("ipv6_route"), true));
@@ -63,7 +79,6 @@ fn parse_routes(text: &str, ipv6: bool) -> Vec<Route> {
         };
         let usable = flags & RTF_UP != 0
             && flags & (RTF_REJECT | RTF_LOCAL | RTF_ANYCAST) == 0
-            && prefix_len > 0
             && !matches!(iface, "lo" | "*");
         usable.then(|| Route {
             dest,

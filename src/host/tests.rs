@@ -264,6 +264,16 @@ fn routes_skip_default_reject_and_local_entries() {
     assert!(!has_route(&r, ip("2001:db8::1")), "unreachable on lo");
     assert!(!has_route(&r, ip("2a00::1")) && !has_route(&r, ip("::1")));
     assert_eq!(routes(&r).len(), 6);
+    assert_eq!(default_interface(&r, false).as_deref(), Some("eth0"));
+    assert_eq!(default_interface(&r, true).as_deref(), Some("eth0"));
+    write(
+        &r.net.join("route"),
+        &ROUTE.replace("eth0\t00000000\t", "ens3\t00000000\t"),
+    );
+    assert_eq!(default_interface(&r, false).as_deref(), Some("ens3"));
+    write(&r.net.join("route"), "");
+    assert_eq!(default_interface(&r, false), None);
+    write(&r.net.join("route"), ROUTE);
 
     assert!(is_local_address(&r, ip("192.0.2.7")), "injected");
     assert!(is_local_address(&r, ip("127.0.0.9")));

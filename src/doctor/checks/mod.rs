@@ -3,6 +3,7 @@
 //! packets are put in words), each check is a file of its own.
 
 mod dead_targets;
+mod forward;
 mod listeners;
 mod natledger_state;
 mod shadowed;

@@ -1,0 +1,247 @@
+//! Check 6: DNATs whose forwarded packets the filter FORWARD path drops. Docker sets the
+//! FORWARD policy to DROP on every host it runs on (hardened hosts do the same): a port
+//! forwarded there without its own accept answers from the node and times out from anywhere
+//! else. Each nat PREROUTING DNAT of any owner is followed, as the first packet of a new
+//! connection to its target, through filter FORWARD of both backends of its family (the
+//! kernel runs both: a drop in either is a drop) with [`packet::fate`]; a drop is reported
+//! only when every way the packet can go ends dropped.
+
+use super::*;
+use crate::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::portspec::PortRange;
+use crate::save::{SavedRule, Table};
+
+/// A ruleset's filter table, parsed.
+type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
+
+impl Checks<'_> {
+    pub fn forward_drops(&mut self) {
+        let filters: Vec<Filter> = self
+            .rulesets
+            .iter()
+            .filter_map(|set| {
+                let t = set.table("filter")?;
+                Some((set, t, paths::parse_table(t)))
+            })
+            .collect();
+        let mut found = Vec::new();
+        for w in self
+            .walks
+            .iter()
+            .filter(|w| w.table == "nat" && w.hook == "PREROUTING")
+        {
+            for (i, step) in w.steps.iter().enumerate() {
+                let Target::Dnat { to } = &step.target else {
+                    continue;
+                };
+                if w.shadowed.contains_key(&i) {
+                    continue;
+                }
+                let Some(forwarded) = self.forwarded(w, step, to) else {
+                    continue;
+                };
+                for (set, filter, parsed) in &filters {
+                    if set.family != w.set.family {
+                        continue;
+                    }
+                    // The first packet out, then the first reply back: a connection needs both.
+                    let reply = reply_to(&forwarded);
+                    let dropped =
+                        [(&forwarded, false), (&reply, true)]
+                            .into_iter()
+                            .find_map(|(p, back)| {
+                                match packet::fate(filter, parsed, "FORWARD", p) {
+                                    Fate::Dropped(by) => Some((by, back)),
+                                    _ => None,
+                                }
+                            });
+                    if let Some((by, back)) = dropped {
+                        found.push(self.finding(w, step, &forwarded, set, filter, (by, back)));
+                    }
+                }
+            }
+        }
+        self.findings.extend(found);
+    }
+
+    /// The first packet of a new connection a DNAT forwards, as far as it is known; `None` when
+    /// the DNAT does not forward (its target is this host) or its target is not one address.
+    fn forwarded(&self, w: &Walked, step: &Step, to: &str) -> Option<Packet> {
+        let addr = dnat_address(to).filter(|a| to_one_address(to, *a))?;
+        let (in_iface, out_iface) = match self.host {
+            Some(host) if evidence::is_local_address(&host.roots, addr) => return None,
+            Some(host) => (
+                evidence::default_interface(&host.roots, addr.is_ipv6()),
+                evidence::route_to(&host.roots, addr).map(|r| r.interface),
+            ),
+            None => (None, None),
+        };
+        let orig_ports = paths::port_set(&step.cond)
+            .filter(|r| r.len() == 1)
+            .map(|r| PortRange {
+                start: r[0].0,
+                end: r[0].1,
+            });
+        let to_ports = dnat_ports(to).or(orig_ports);
+        let protocol = step.cond.conds.iter().find_map(|c| match c {
+            Cond::Protocol {
+                negated: false,
+                proto,
+            } => crate::matchset::proto_number(proto),
+            _ => None,
+        });
+        Some(Packet {
+            family: w.set.family,
+            protocol,
+            src: None,
+            dst: Addresses::Exactly(addr),
+            sport: None,
+            dports: to_ports,
+            dst_local: Some(false),
+            in_iface,
+            out_iface,
+            conntrack: Some(Conntrack {
+                states: vec!["NEW", "DNAT"],
+                unsure: vec!["SNAT"],
+                orig_dst: Addresses::Unknown,
+                orig_dst_ports: orig_ports,
+                repl_src: Some(addr),
+                repl_src_ports: to_ports,
+                original: true,
+            }),
+        })
+    }
+
+    fn finding(
+        &self,
+        w: &Walked,
+        step: &Step,
+        forwarded: &Packet,
+        set: &Ruleset,
+        filter: &Table,
+        (by, reply): (Option<&SavedRule>, bool),
+    ) -> Finding {
+        let (port, protocol) = port_of(&step.cond);
+        let Addresses::Exactly(addr) = forwarded.dst else {
+            unreachable!("forwarded packets have one address");
+        };
+        let target = match forwarded.dports {
+            Some(p) if addr.is_ipv6() => format!("[{addr}]:{p}"),
+            Some(p) => format!("{addr}:{p}"),
+            None => addr.to_string(),
+        };
+        // The dropping rule, if it is one (a policy is not a rule: the summary names it).
+        let dropper = by.map(|rule| {
+            let position = filter
+                .rules_in(&rule.chain)
+                .position(|r| std::ptr::eq(r, rule))
+                .map_or(0, |i| i + 1);
+            RuleRef::new(set, "filter", &rule.chain, position, &rule.args)
+        });
+        let how = if by.is_some() {
+            "a rule"
+        } else {
+            "the DROP policy"
+        };
+        let summary = format!(
+            "{} this DNAT forwards to {target} are dropped by {how} of {} {} filter \
+             FORWARD: the port answers on this host but not from other hosts.",
+            if reply {
+                "The replies to connections"
+            } else {
+                "Packets"
+            },
+            set.backend,
+            set.family
+        );
+        let mut evidence = vec![format!(
+            "filter FORWARD of {}/{} walked for the first packet of a new connection",
+            set.backend, set.family
+        )];
+        if let Some(i) = &forwarded.in_iface {
+            evidence.push(format!("arriving on {i} (the default route's interface)"));
+        }
+        if let Some(o) = &forwarded.out_iface {
+            evidence.push(format!("leaving on {o} (the route to {addr})"));
+        }
+        let proto = protocol.clone().unwrap_or_else(|| "tcp".into());
+        let tool = format!("{}-{}", set.family.tool_stem(), set.backend.suffix());
+        let fix = match owner(&step.rule.chain, &step.rule.args) {
+            Owner::Container(id) if set.backend == w.set.backend => format!(
+                "restart container {id}: its createRuntime hook writes natledger's accept again"
+            ),
+            Owner::Container(_) => format!(
+                "natledger accepts these packets in {}, where its DNAT is; the kernel also runs \
+                 {} FORWARD: keep the host on one iptables backend, or accept them there too",
+                w.set.backend, set.backend
+            ),
+            // Both directions: the connections this DNAT made, by their reply source.
+            _ => {
+                let port = forwarded
+                    .dports
+                    .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
+                    .unwrap_or_default();
+                format!(
+                    "{tool} -I FORWARD -p {proto} -m conntrack --ctstate DNAT --ctreplsrc \
+                     {addr}{port} -j ACCEPT"
+                )
+            }
+        };
+        Finding {
+            severity: Severity::Error,
+            kind: Kind::ForwardDropped,
+            port,
+            protocol,
+            summary,
+            rules: std::iter::once(rule_ref(w, step)).chain(dropper).collect(),
+            evidence,
+            fix: Some(fix),
+        }
+    }
+}
+
+/// The first reply of the connection `forwarded` opens: from the DNAT's target back to the
+/// client, in on the interface it went out of, conntrack ESTABLISHED in the reply direction.
+fn reply_to(forwarded: &Packet) -> Packet {
+    let Addresses::Exactly(addr) = forwarded.dst else {
+        unreachable!("forwarded packets have one address");
+    };
+    let mut ct = forwarded
+        .conntrack
+        .clone()
+        .expect("forwarded packets have conntrack facts");
+    ct.states = vec!["ESTABLISHED", "DNAT"];
+    ct.original = false;
+    Packet {
+        src: Some(addr),
+        dst: Addresses::Except(addr),
+        sport: forwarded.dports.filter(|p| p.is_single()).map(|p| p.start),
+        dports: None,
+        dst_local: None,
+        in_iface: forwarded.out_iface.clone(),
+        out_iface: forwarded.in_iface.clone(),
+        conntrack: Some(ct),
+        ..forwarded.clone()
+    }
+}
+
+/// Whether `--to-destination` names exactly the one address `addr` (not a range).
+fn to_one_address(to: &str, addr: IpAddr) -> bool {
+    let host = match to.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None if to.parse::<IpAddr>().is_ok() => to,
+        None => to.split(':').next().unwrap_or(""),
+    };
+    host.parse::<IpAddr>().ok() == Some(addr)
+}
+
+/// The port(s) of `--to-destination` (`ADDR:80`, `ADDR:80-82`, `ADDR:80-82/9000`), if any.
+fn dnat_ports(to: &str) -> Option<PortRange> {
+    let ports = match to.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:")?.1,
+        None if to.parse::<IpAddr>().is_ok() => return None,
+        None => to.split_once(':')?.1,
+    };
+    let ports = ports.split('/').next()?;
+    PortRange::parse_with(ports, '-').ok()
+}
