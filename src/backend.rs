@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::conntrack::{self, ConntrackError};
 use crate::exec::{Invocation, Runner};
 use crate::family::Family;
 use crate::iptc::{self, IptcError, Place};
@@ -166,6 +167,10 @@ pub struct Netfilter<'r> {
     /// families so that only one socket is released (and one grace period waited for, by
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
+    /// Whether [`Netfilter::forget_flows`] may reach the kernel's conntrack table (off unless
+    /// asked for, like `native`, but independent of `NATLEDGER_NO_NETLINK`: there is no
+    /// process to do it instead).
+    conntrack: bool,
     trace: bool,
 }
 
@@ -175,6 +180,7 @@ impl<'r> Netfilter<'r> {
             runner,
             native: false,
             socket: RefCell::new(None),
+            conntrack: false,
             trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
         }
     }
@@ -185,6 +191,33 @@ impl<'r> Netfilter<'r> {
     pub fn with_native(mut self, on: bool) -> Self {
         self.native = on;
         self
+    }
+
+    /// Allow [`Netfilter::forget_flows`].
+    pub fn with_conntrack(mut self, on: bool) -> Self {
+        self.conntrack = on;
+        self
+    }
+
+    /// Delete the conntrack entries of `flows` ([`conntrack::forget`]) over the netfilter
+    /// socket shared with the nft deletions; nothing when not allowed, when there are no
+    /// flows, or when the namespace has no conntrack entry at all (then no socket is opened).
+    pub fn forget_flows(&self, flows: &[conntrack::Flows]) -> Result<usize, ConntrackError> {
+        if !self.conntrack || flows.is_empty() || conntrack::table_is_empty() {
+            return Ok(0);
+        }
+        let start = std::time::Instant::now();
+        let mut slot = self.socket.borrow_mut();
+        let sock = match slot.as_mut() {
+            Some(sock) => sock,
+            None => slot.insert(netlink::Socket::netfilter().map_err(ConntrackError::Dump)?),
+        };
+        let forgotten = conntrack::forget(sock, flows)?;
+        if self.trace {
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            eprintln!("natledger: conntrack: deleted {forgotten} entries in {ms:.1} ms");
+        }
+        Ok(forgotten)
     }
 
     /// Insert rules into an iptables-legacy table without a process ([`iptc::insert`]),

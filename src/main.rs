@@ -199,7 +199,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let state = State::read(std::io::stdin().lock())?;
             let runner = SystemRunner::from_env();
             let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
-            ctx.netfilter = ctx.netfilter.with_native(netlink_allowed());
+            ctx.netfilter = ctx
+                .netfilter
+                .with_native(netlink_allowed())
+                .with_conntrack(true);
             ops::run_hook(&ctx, stage, state)?;
         }
         Command::Sweep {
@@ -209,7 +212,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             wait,
         } => {
             let runner = SystemRunner::from_env();
-            let ctx = Context::new(ledger, cli.backend.resolve(), &runner);
+            let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
+            ctx.netfilter = ctx.netfilter.with_conntrack(true);
             let opts = SweepOptions {
                 dry_run,
                 all,

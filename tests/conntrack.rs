@@ -6,11 +6,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -368,7 +365,7 @@ fn a_long_lived_udp_client_follows_the_moved_port_once_forgotten() {
         };
         dnat_to(a.v4);
 
-        let client = Client::start(topo.ext(), sa(EXT_V4, 41100), sa(NODE_V4, 5300));
+        let client = UdpClient::start(topo.ext(), sa(EXT_V4, 41100), sa(NODE_V4, 5300));
         assert!(
             client.wait_for("A", Instant::now(), T).is_some(),
             "{backend:?}: the client reaches A: {:?}",
@@ -405,120 +402,6 @@ fn a_long_lived_udp_client_follows_the_moved_port_once_forgotten() {
         );
         client.stop();
     });
-}
-
-/// A UDP client thread in a namespace: sends "ping" from one fixed source every 100 ms and
-/// records each reply with the time it came. Stopped (and joined) by [`Client::stop`] or
-/// when dropped; it also gives up by itself after a minute.
-struct Client {
-    stop: Arc<AtomicBool>,
-    replies: Arc<Mutex<Vec<(Instant, String)>>>,
-    thread: Option<thread::JoinHandle<()>>,
-}
-
-impl Client {
-    fn start(ns: &str, src: SocketAddr, dst: SocketAddr) -> Client {
-        let stop = Arc::new(AtomicBool::new(false));
-        let replies = Arc::new(Mutex::new(Vec::new()));
-        let (ns, flag, log) = (ns.to_string(), stop.clone(), replies.clone());
-        let (ready_tx, ready) = std::sync::mpsc::channel::<io::Result<()>>();
-        let thread = thread::spawn(move || {
-            let sock = match in_netns_socket(&ns, src, dst) {
-                Ok(sock) => {
-                    let _ = ready_tx.send(Ok(()));
-                    sock
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                    return;
-                }
-            };
-            let give_up = Instant::now() + Duration::from_secs(60);
-            let mut buf = [0u8; 512];
-            while !flag.load(Ordering::SeqCst) && Instant::now() < give_up {
-                let tick = Instant::now() + Duration::from_millis(100);
-                let _ = sock.send(b"ping");
-                while let Some(left) = tick.checked_duration_since(Instant::now()) {
-                    let _ = sock.set_read_timeout(Some(left.max(Duration::from_millis(1))));
-                    match sock.recv(&mut buf) {
-                        Ok(n) => {
-                            let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
-                            log.lock().unwrap().push((Instant::now(), reply));
-                        }
-                        Err(_) => break,
-                    }
-                }
-                if let Some(left) = tick.checked_duration_since(Instant::now()) {
-                    thread::sleep(left);
-                }
-            }
-        });
-        ready
-            .recv()
-            .expect("client thread started")
-            .unwrap_or_else(|e| panic!("client socket: {e}"));
-        Client {
-            stop,
-            replies,
-            thread: Some(thread),
-        }
-    }
-
-    fn replies(&self) -> Vec<(Instant, String)> {
-        self.replies.lock().unwrap().clone()
-    }
-
-    fn replies_since(&self, t: Instant) -> Vec<String> {
-        let all = self.replies();
-        all.into_iter()
-            .filter(|(at, _)| *at >= t)
-            .map(|(_, r)| r)
-            .collect()
-    }
-
-    /// When the first reply `want` at or after `since` came, waiting up to `timeout`.
-    fn wait_for(&self, want: &str, since: Instant, timeout: Duration) -> Option<Instant> {
-        let deadline = since + timeout;
-        loop {
-            let first = self
-                .replies()
-                .into_iter()
-                .find(|(at, r)| *at >= since && r == want)
-                .map(|(at, _)| at);
-            if first.is_some() || Instant::now() >= deadline {
-                return first;
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn stop(mut self) {
-        self.halt();
-    }
-
-    fn halt(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        self.halt();
-    }
-}
-
-/// A UDP socket bound to `src` and connected to `dst`, made inside `ns` (the socket stays in
-/// that namespace whichever thread uses it).
-fn in_netns_socket(ns: &str, src: SocketAddr, dst: SocketAddr) -> io::Result<UdpSocket> {
-    let ns = ns.to_string();
-    in_netns(&ns, move || {
-        let sock = UdpSocket::bind(src)?;
-        sock.connect(dst)?;
-        Ok(sock)
-    })
 }
 
 /// `table_is_empty` reads the calling thread's namespace: true where nothing was tracked

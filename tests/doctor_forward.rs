@@ -91,7 +91,10 @@ fn a_hardened_hosts_dump_names_the_forwards_it_drops() {
 
     // Only the way in accepted: the replies are dropped, which breaks the connection too.
     let one_way = HARDENED
-        .replace("-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n", "")
+        .replace(
+            "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n",
+            "",
+        )
         .replace(
             "-A FORWARD -p icmp -j ACCEPT\n",
             "-A FORWARD -d 10.88.0.5/32 -p tcp -m tcp --dport 80 -j ACCEPT\n",

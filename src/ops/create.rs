@@ -17,7 +17,8 @@ use crate::rule::Rule;
 use crate::save::{Batch, Op};
 
 use super::remove::{remove_container, settle};
-use super::{Context, Error};
+use super::{Context, Error, flows};
+use crate::conntrack::Flows;
 
 /// What create-runtime did.
 #[derive(Debug, PartialEq, Eq)]
@@ -47,7 +48,8 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         None => None,
     };
     let locked = ctx.ledger.lock()?;
-    release_claims(ctx, &locked, input, &mappings)?;
+    // The flows of dead holders' forwards are forgotten once this container's are in place.
+    let mut stale_flows = release_claims(ctx, &locked, input, &mappings)?;
     fault::point(fault::CREATE_CLAIMS_RELEASED);
 
     let mut manifest = Manifest {
@@ -90,10 +92,13 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
                 let mut applied = manifest.clone();
                 applied.rules.retain(|r| installed.contains(&r.family));
                 let removal = remove_container(ctx, &locked, &input.id, Some(&applied));
+                stale_flows.extend(removal.flows.iter().copied());
                 if let Err(undo) = settle(&locked, &input.id, Some(applied), removal) {
                     eprintln!("natledger: rollback incomplete: {undo}");
                 }
             }
+            flows::forget(ctx, &stale_flows);
+            ctx.netfilter.release_native();
             return Err(failed.error.into());
         }
         installed.push(family);
@@ -105,6 +110,13 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     manifest.phase = Phase::Installed;
     locked.store(&manifest)?;
     fault::point(fault::CREATE_RECORDED);
+    // Now that the new rules are in place: a packet arriving before them would only have
+    // made a new entry on the old path.
+    stale_flows.extend(flows::of_rules(
+        manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
+    ));
+    flows::forget(ctx, &stale_flows);
+    ctx.netfilter.release_native();
     allow_loopback_sources(&manifest.mappings, &manifest.addresses);
     Ok(Created::Installed {
         rules: manifest.rules.len(),
@@ -251,13 +263,14 @@ fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
 
 /// Enforce host-port claims: a live holder of the same address, port and protocol refuses
 /// the start; a dead holder's rules are removed first. An earlier manifest of this same
-/// container id (a retried create) is replaced the same way.
+/// container id (a retried create) is replaced the same way. Returns the UDP and SCTP flows
+/// of the forwards removed.
 fn release_claims(
     ctx: &Context,
     locked: &Locked,
     input: &HookInput,
     mappings: &[PortMapping],
-) -> Result<(), Error> {
+) -> Result<Vec<Flows>, Error> {
     let mut dead = Vec::new();
     for entry in ctx.ledger.list()? {
         let other = match entry {
@@ -293,9 +306,11 @@ fn release_claims(
             dead.push((other, format!("dead holder of {mapping}")));
         }
     }
+    let mut flows = Vec::new();
     for (manifest, why) in dead {
         let id = manifest.container_id.clone();
         let removal = remove_container(ctx, locked, &id, Some(&manifest));
+        flows.extend(removal.flows.iter().copied());
         eprintln!(
             "natledger: removed {} rule(s) of container {id} ({why})",
             removal.removed
@@ -305,7 +320,7 @@ fn release_claims(
             eprintln!("natledger: warning: {e}");
         }
     }
-    Ok(())
+    Ok(flows)
 }
 
 fn pid_text(pid: Option<i32>) -> String {

@@ -2,6 +2,7 @@
 //! backends. Every operation that changes rules or manifests holds the ledger lock.
 
 mod create;
+mod flows;
 mod list;
 mod remove;
 pub mod sweep;

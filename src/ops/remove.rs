@@ -2,6 +2,7 @@
 //! create-runtime (dead holders of a port) and sweep.
 
 use crate::backend::{Backend, BackendError, Native, NativeError};
+use crate::conntrack::Flows;
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{TABLES, is_owned_chain, tag};
@@ -10,7 +11,7 @@ use crate::oci::{ContainerId, HookInput, State};
 use crate::rule::{Rule, is_user_chain_name};
 use crate::save::{Batch, Op};
 
-use super::{Context, Error};
+use super::{Context, Error, flows};
 
 /// What poststop did.
 #[derive(Debug, PartialEq, Eq)]
@@ -29,6 +30,9 @@ pub struct Removal {
     /// Recorded rules that may still exist because their removal failed.
     pub remaining: Vec<RuleRecord>,
     pub failures: Vec<BackendError>,
+    /// The UDP and SCTP flows of the DNAT rules deleted, whose conntrack entries the caller
+    /// forgets once every rule change of the operation is done ([`flows::forget`]).
+    pub flows: Vec<Flows>,
 }
 
 /// The poststop hook: delete exactly the rules natledger wrote for this container, wherever
@@ -54,6 +58,8 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
     fault::point(fault::POSTSTOP_LOCKED);
     let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
     fault::point(fault::POSTSTOP_DELETED);
+    flows::forget(ctx, &removal.flows);
+    ctx.netfilter.release_native();
     settle(&locked, &id, manifest, removal)
 }
 
@@ -154,6 +160,11 @@ pub fn remove_container(
                 .collect();
             let found = remove_in(ctx, backend, family, id, &tables, &here);
             removal.removed += found.deleted;
+            for flow in found.flows {
+                if !removal.flows.contains(&flow) {
+                    removal.flows.push(flow);
+                }
+            }
             unconfirmed.retain(|r| r.backend != backend || !found.complete.contains(&r.table));
             failed |= !found.failures.is_empty();
             removal.failures.extend(found.failures);
@@ -162,7 +173,6 @@ pub fn remove_container(
             removal.remaining.extend(unconfirmed.into_iter().cloned());
         }
     }
-    ctx.netfilter.release_native();
     removal
 }
 
@@ -241,6 +251,13 @@ struct Found {
     /// The tables where every recorded rule was present (and is now deleted).
     complete: Vec<String>,
     failures: Vec<BackendError>,
+    /// The UDP and SCTP flows of the DNAT rules deleted.
+    flows: Vec<Flows>,
+}
+
+/// The flows of the DNAT rules among `records`.
+fn flows_of(family: Family, records: &[&RuleRecord]) -> Vec<Flows> {
+    flows::of_rules(records.iter().map(|r| (family, r.rule.as_slice())))
 }
 
 /// Remove the container's rules from `tables` of one backend and family; keeps going past a
@@ -262,6 +279,7 @@ fn remove_in(
             Ok(Native::Done(deleted)) => {
                 found.deleted = deleted;
                 found.complete = tables.iter().map(|t| t.to_string()).collect();
+                found.flows = flows_of(family, recorded);
                 return found;
             }
             Ok(Native::Declined) => exact_first = false,
@@ -277,11 +295,12 @@ fn remove_in(
             .filter(|r| r.table == *table)
             .collect();
         match remove_table(ctx, backend, family, table, id, &here, exact_first) {
-            Ok((deleted, complete)) => {
-                found.deleted += deleted;
-                if complete {
+            Ok(gone) => {
+                found.deleted += gone.deleted;
+                if gone.complete {
                     found.complete.push(table.to_string());
                 }
+                found.flows.extend(gone.flows);
             }
             Err(e) => found.failures.push(e),
         }
@@ -289,10 +308,17 @@ fn remove_in(
     found
 }
 
+/// What [`remove_table`] deleted.
+struct Gone {
+    deleted: usize,
+    /// Every recorded rule was there.
+    complete: bool,
+    flows: Vec<Flows>,
+}
+
 /// Remove the container's rules from one table: exactly the recorded ones (in-process on
 /// legacy, else with one restore), or, if that fails, what a read of the table shows tagged
-/// for it or recorded. Returns how many were deleted and whether every recorded rule was
-/// there.
+/// for it or recorded.
 fn remove_table(
     ctx: &Context,
     backend: Backend,
@@ -301,11 +327,16 @@ fn remove_table(
     id: &ContainerId,
     recorded: &[&RuleRecord],
     mut exact_first: bool,
-) -> Result<(usize, bool), BackendError> {
+) -> Result<Gone, BackendError> {
     exact_first &= !recorded.is_empty();
+    let all_recorded = |deleted| Gone {
+        deleted,
+        complete: true,
+        flows: flows_of(family, recorded),
+    };
     if exact_first && backend == Backend::Legacy {
         match delete_native(ctx, backend, family, id, recorded) {
-            Ok(Native::Done(deleted)) => return Ok((deleted, true)),
+            Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             Err(e) => eprintln!(
@@ -321,7 +352,7 @@ fn remove_table(
             .map(|r| Op::Delete(r.chain.clone(), r.rule.clone()))
             .collect();
         if ctx.netfilter.apply(backend, family, &exact).is_ok() {
-            return Ok((recorded.len(), true));
+            return Ok(all_recorded(recorded.len()));
         }
     }
     let dump = match ctx.netfilter.read(backend, family, table) {
@@ -331,7 +362,11 @@ fn remove_table(
         Err(e) => return Err(e),
     };
     let Some(dump) = dump else {
-        return Ok((0, recorded.is_empty()));
+        return Ok(Gone {
+            deleted: 0,
+            complete: recorded.is_empty(),
+            flows: Vec::new(),
+        });
     };
     let wanted: Vec<(&str, Rule)> = recorded
         .iter()
@@ -359,5 +394,13 @@ fn remove_table(
     if !batch.is_empty() {
         ctx.netfilter.apply(backend, family, &batch)?;
     }
-    Ok((batch.ops.len(), seen.iter().all(|s| *s)))
+    let flows = flows::of_rules(batch.ops.iter().filter_map(|op| match op {
+        Op::Delete(_, args) => Some((family, args.as_slice())),
+        _ => None,
+    }));
+    Ok(Gone {
+        deleted: batch.ops.len(),
+        complete: seen.iter().all(|s| *s),
+        flows,
+    })
 }

@@ -4,7 +4,7 @@ use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use nix::sys::socket::{
     self, AddressFamily, Backlog, SockFlag, SockType, SockaddrStorage, sockopt,
 };
 
-use super::netns::{enter_netns, try_in_netns};
+use super::netns::{enter_netns, in_netns, try_in_netns};
 
 /// Servers stop by themselves after this long.
 pub const SERVER_LIFETIME: Duration = Duration::from_secs(300);
@@ -260,5 +260,119 @@ pub fn udp_request(ns: &str, dst: SocketAddr, timeout: Duration) -> io::Result<S
                 Err(e) => return Err(e),
             }
         }
+    })
+}
+
+/// A UDP client thread in a namespace: sends "ping" from one fixed source every 100 ms and
+/// records each reply with the time it came. Stopped (and joined) by [`UdpClient::stop`] or
+/// when dropped; it also gives up by itself after a minute.
+pub struct UdpClient {
+    stop: Arc<AtomicBool>,
+    replies: Arc<Mutex<Vec<(Instant, String)>>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl UdpClient {
+    pub fn start(ns: &str, src: SocketAddr, dst: SocketAddr) -> UdpClient {
+        let stop = Arc::new(AtomicBool::new(false));
+        let replies = Arc::new(Mutex::new(Vec::new()));
+        let (ns, flag, log) = (ns.to_string(), stop.clone(), replies.clone());
+        let (ready_tx, ready) = std::sync::mpsc::channel::<io::Result<()>>();
+        let thread = thread::spawn(move || {
+            let sock = match in_netns_socket(&ns, src, dst) {
+                Ok(sock) => {
+                    let _ = ready_tx.send(Ok(()));
+                    sock
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let give_up = Instant::now() + Duration::from_secs(60);
+            let mut buf = [0u8; 512];
+            while !flag.load(Ordering::SeqCst) && Instant::now() < give_up {
+                let tick = Instant::now() + Duration::from_millis(100);
+                let _ = sock.send(b"ping");
+                while let Some(left) = tick.checked_duration_since(Instant::now()) {
+                    let _ = sock.set_read_timeout(Some(left.max(Duration::from_millis(1))));
+                    match sock.recv(&mut buf) {
+                        Ok(n) => {
+                            let reply = String::from_utf8_lossy(&buf[..n]).into_owned();
+                            log.lock().unwrap().push((Instant::now(), reply));
+                        }
+                        Err(_) => break,
+                    }
+                }
+                if let Some(left) = tick.checked_duration_since(Instant::now()) {
+                    thread::sleep(left);
+                }
+            }
+        });
+        ready
+            .recv()
+            .expect("client thread started")
+            .unwrap_or_else(|e| panic!("client socket: {e}"));
+        UdpClient {
+            stop,
+            replies,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn replies(&self) -> Vec<(Instant, String)> {
+        self.replies.lock().unwrap().clone()
+    }
+
+    pub fn replies_since(&self, t: Instant) -> Vec<String> {
+        let all = self.replies();
+        all.into_iter()
+            .filter(|(at, _)| *at >= t)
+            .map(|(_, r)| r)
+            .collect()
+    }
+
+    /// When the first reply `want` at or after `since` came, waiting up to `timeout`.
+    pub fn wait_for(&self, want: &str, since: Instant, timeout: Duration) -> Option<Instant> {
+        let deadline = since + timeout;
+        loop {
+            let first = self
+                .replies()
+                .into_iter()
+                .find(|(at, r)| *at >= since && r == want)
+                .map(|(at, _)| at);
+            if first.is_some() || Instant::now() >= deadline {
+                return first;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for UdpClient {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+/// A UDP socket bound to `src` and connected to `dst`, made inside `ns` (the socket stays in
+/// that namespace whichever thread uses it).
+pub fn in_netns_socket(ns: &str, src: SocketAddr, dst: SocketAddr) -> io::Result<UdpSocket> {
+    let ns = ns.to_string();
+    in_netns(&ns, move || {
+        let sock = UdpSocket::bind(src)?;
+        sock.connect(dst)?;
+        Ok(sock)
     })
 }

@@ -33,7 +33,7 @@ use crate::layout::TABLES;
 use crate::ledger::{Ledger, Locked, Manifest, Phase};
 use crate::procfs;
 
-use super::{Context, Error};
+use super::{Context, Error, flows};
 
 /// What to sweep and how.
 #[derive(Clone, Debug, Default)]
@@ -77,6 +77,16 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
         }
     }
     fault::point(fault::SWEEP_APPLIED);
+    if !opts.dry_run {
+        // The flows of the DNAT rules that went, once every table is done.
+        let removed = report.tables.iter().flat_map(|t| {
+            t.rules_removed
+                .iter()
+                .map(move |r| (t.family, r.rule.as_slice()))
+        });
+        flows::forget(ctx, &flows::of_rules(removed));
+        ctx.netfilter.release_native();
+    }
     settle(&locked, opts, judged, &mut report);
     report.count_rules_per_container();
     Ok(report)

@@ -1,0 +1,121 @@
+//! The conntrack side of a change of natledger's DNAT rules: after create-runtime installs a
+//! forward, and after poststop, sweep or a dead holder's removal takes one away, the
+//! conntrack entries that would keep a UDP or SCTP flow on the old path are deleted
+//! ([`crate::conntrack`]): a client that keeps sending otherwise never reaches the new
+//! container, or the host process that listens once the container is gone. TCP is left
+//! alone (a connection to a dead container ends; a new one takes the new path).
+//!
+//! The flows come from the DNAT rules themselves, as recorded or as found in a dump, never
+//! from configuration: protocol, host port range, and the host address when the rule has
+//! one.
+
+use crate::conntrack::Flows;
+use crate::family::Family;
+use crate::portspec::Protocol;
+use crate::rule::{Rule, Target};
+
+use super::Context;
+
+/// The UDP and SCTP flows the DNAT rules among `rules` (family, arguments after `-A CHAIN`)
+/// forward, without duplicates. Anything else (masquerade, accept, TCP) has none.
+pub fn of_rules<'a>(rules: impl IntoIterator<Item = (Family, &'a [String])>) -> Vec<Flows> {
+    let mut flows: Vec<Flows> = Vec::new();
+    for (family, args) in rules {
+        let Ok(rule) = Rule::parse_args(args) else {
+            continue;
+        };
+        let (Target::Dnat(_), Some(protocol), Some(ports)) =
+            (&rule.target, rule.protocol, rule.dports)
+        else {
+            continue;
+        };
+        if protocol == Protocol::Tcp {
+            continue;
+        }
+        let flow = Flows {
+            family,
+            protocol,
+            ports,
+            host: rule.destination.map(|net| net.addr),
+        };
+        if !flows.contains(&flow) {
+            flows.push(flow);
+        }
+    }
+    flows
+}
+
+/// Delete the conntrack entries of `flows`. A failure is a warning naming the flows that may
+/// still go to the old path: the rules themselves are right, and the entries expire once
+/// their clients pause.
+pub fn forget(ctx: &Context, flows: &[Flows]) {
+    if let Err(e) = ctx.netfilter.forget_flows(flows) {
+        let names: Vec<String> = flows
+            .iter()
+            .map(|f| {
+                let host = f.host.map_or(String::new(), |h| format!("{h} "));
+                format!("{}{} port {} ({})", host, f.protocol, f.ports, f.family)
+            })
+            .collect();
+        eprintln!(
+            "natledger: warning: {e}; clients that keep sending to {} may still reach the \
+             old destination until they pause",
+            names.join(", ")
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::portspec::PortRange;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn udp_and_sctp_dnats_give_flows_tcp_and_the_rest_none() {
+        let rules = [
+            args(
+                "-p udp -m udp --dport 53 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:53",
+            ),
+            args(
+                "-d 10.78.0.1/32 -p sctp -m sctp --dport 9000:9002 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80-82/9000",
+            ),
+            args(
+                "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80",
+            ),
+            args(
+                "-s 10.77.0.2/32 -d 10.77.0.2/32 -p udp -m udp --dport 53 -m comment --comment natledger:c1 -j MASQUERADE",
+            ),
+            args(
+                "-p udp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 --ctorigdstport 53 --ctreplsrcport 53 -m comment --comment natledger:c1 -j ACCEPT",
+            ),
+            args(
+                "-p udp -m udp --dport 53 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:53",
+            ),
+        ];
+        let flows = of_rules(rules.iter().map(|a| (Family::Ipv4, a.as_slice())));
+        assert_eq!(
+            flows,
+            [
+                Flows {
+                    family: Family::Ipv4,
+                    protocol: Protocol::Udp,
+                    ports: PortRange::single(53),
+                    host: None,
+                },
+                Flows {
+                    family: Family::Ipv4,
+                    protocol: Protocol::Sctp,
+                    ports: PortRange {
+                        start: 9000,
+                        end: 9002
+                    },
+                    host: Some("10.78.0.1".parse().unwrap()),
+                },
+            ]
+        );
+    }
+}
