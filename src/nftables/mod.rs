@@ -26,6 +26,8 @@
 
 use std::io;
 
+pub mod read;
+
 use crate::family::Family;
 use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
 
@@ -65,6 +67,12 @@ pub enum NftError {
     List {
         family: Family,
         chain: String,
+        source: io::Error,
+    },
+    #[error("reading {what} ({family}) over netlink: {source}")]
+    Read {
+        family: Family,
+        what: String,
         source: io::Error,
     },
     #[error("deleting {count} {family} nat rule(s) over netlink: {source}")]
