@@ -17,7 +17,8 @@
 //! returned. Nothing is skipped: the kernel does the same work, off the container's stop path.
 //!
 //! # Scope
-//! Only deletion, of rules picked from a dump by chain, comment and handle. Rules are still
+//! Deletion, of rules picked from a dump by chain, comment and handle; and reading rules of
+//! any owner as iptables-nft-save tokens ([`read`]). Rules are still
 //! written by `iptables-nft-restore`: its encoding of iptables matches into nf_tables
 //! expressions is what `iptables-nft-save` and every other tool read back, and natledger never
 //! has to produce or parse that encoding. Handles are unique and never reused within a table,

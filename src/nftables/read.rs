@@ -677,3 +677,191 @@ impl Decoder {
 fn be16(d: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(d.get(..2)?.try_into().ok()?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {
+        let mut b = Vec::new();
+        netlink::put_attr(&mut b, kind, inner);
+        b
+    }
+
+    fn u32s(pairs: &[(u16, u32)]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for (k, v) in pairs {
+            netlink::put_attr(&mut b, *k, &v.to_be_bytes());
+        }
+        b
+    }
+
+    fn value(kind: u16, bytes: &[u8]) -> Vec<u8> {
+        nested(kind, &nested(NFTA_DATA_VALUE, bytes))
+    }
+
+    fn expr(name: &str, data: Vec<u8>) -> Vec<u8> {
+        let mut e = Vec::new();
+        netlink::put_str(&mut e, NFTA_EXPR_NAME, name);
+        netlink::put_attr(&mut e, NFTA_EXPR_DATA, &data);
+        e
+    }
+
+    fn meta(key: u32) -> Vec<u8> {
+        expr("meta", u32s(&[(1, 1), (2, key)]))
+    }
+
+    fn payload(base: u32, offset: u32, len: u32) -> Vec<u8> {
+        expr("payload", u32s(&[(1, 1), (2, base), (3, offset), (4, len)]))
+    }
+
+    fn cmp(op: u32, bytes: &[u8]) -> Vec<u8> {
+        let mut d = u32s(&[(1, 1), (2, op)]);
+        d.extend(value(3, bytes));
+        expr("cmp", d)
+    }
+
+    fn bitwise(mask: &[u8]) -> Vec<u8> {
+        let mut d = u32s(&[(1, 1), (2, 1), (3, mask.len() as u32)]);
+        d.extend(value(4, mask));
+        d.extend(value(5, &vec![0; mask.len()]));
+        expr("bitwise", d)
+    }
+
+    fn range(op: u32, from: u16, to: u16) -> Vec<u8> {
+        let mut d = u32s(&[(1, 1), (2, op)]);
+        d.extend(value(3, &from.to_be_bytes()));
+        d.extend(value(4, &to.to_be_bytes()));
+        expr("range", d)
+    }
+
+    fn verdict(code: i32, chain: Option<&str>) -> Vec<u8> {
+        let mut v = Vec::new();
+        netlink::put_attr(&mut v, NFTA_VERDICT_CODE, &code.to_be_bytes());
+        if let Some(c) = chain {
+            netlink::put_str(&mut v, NFTA_VERDICT_CHAIN, c);
+        }
+        let mut d = u32s(&[(1, 0)]);
+        d.extend(nested(2, &nested(NFTA_DATA_VERDICT, &v)));
+        expr("immediate", d)
+    }
+
+    fn decode(exprs: &[Vec<u8>], comment: Option<&str>) -> String {
+        let mut p = Vec::new();
+        genmsg(&mut p, libc::AF_INET as u8, 0);
+        netlink::put_str(&mut p, NFTA_RULE_TABLE, "nat");
+        netlink::put_str(&mut p, NFTA_RULE_CHAIN, "C");
+        netlink::put_attr(&mut p, NFTA_RULE_HANDLE, &7u64.to_be_bytes());
+        let mut list = Vec::new();
+        for e in exprs {
+            netlink::put_attr(&mut list, NFTA_LIST_ELEM, e);
+        }
+        netlink::put_attr(&mut p, NFTA_RULE_EXPRESSIONS, &list);
+        if let Some(c) = comment {
+            let mut u = vec![0u8, c.len() as u8 + 1];
+            u.extend(c.as_bytes());
+            u.push(0);
+            netlink::put_attr(&mut p, NFTA_RULE_USERDATA, &u);
+        }
+        let mut out = Vec::new();
+        let (table, chain, handle) = decode_rule(Family::Ipv4, &p, &mut out).unwrap();
+        assert_eq!((table, chain, handle), ("nat", "C", 7));
+        out.join(" ")
+    }
+
+    const TCP: u32 = 6;
+
+    #[test]
+    fn header_fields_ports_comment_and_goto() {
+        let rule = [
+            meta(META_IIFNAME),
+            cmp(EQ, b"eth"),
+            meta(META_L4PROTO),
+            cmp(EQ, &[TCP as u8]),
+            payload(NETWORK, 12, 4),
+            bitwise(&[255, 240, 0, 0]),
+            cmp(EQ, &[10, 16, 0, 0]),
+            payload(NETWORK, 16, 1),
+            cmp(NEQ, &[127]),
+            payload(TRANSPORT, 0, 4),
+            cmp(EQ, &[0, 1, 0, 2]),
+            expr("counter", Vec::new()),
+            verdict(-4, Some("X")),
+        ];
+        assert_eq!(
+            decode(&rule, Some("say hi")),
+            "-s 10.16.0.0/12 ! -d 127.0.0.0/8 -i eth+ -p tcp -m tcp --sport 1 --dport 2 \
+             -m comment --comment say hi -g X"
+        );
+    }
+
+    #[test]
+    fn port_compares_add_up_to_one_match() {
+        let rule = [
+            meta(META_OIFNAME),
+            cmp(NEQ, b"docker0\0"),
+            meta(META_L4PROTO),
+            cmp(EQ, &[17]),
+            payload(TRANSPORT, 0, 2),
+            range(NEQ, 1000, 2000),
+            payload(TRANSPORT, 2, 2),
+            cmp(GT, &1000u16.to_be_bytes()),
+            verdict(1, None),
+        ];
+        assert_eq!(
+            decode(&rule, None),
+            "! -o docker0 -p udp -m udp ! --sport 1000:2000 --dport 1001:65535 -j ACCEPT"
+        );
+        let flags = [
+            meta(META_L4PROTO),
+            cmp(EQ, &[TCP as u8]),
+            payload(TRANSPORT, 13, 1),
+            bitwise(&[0x17]),
+            cmp(EQ, &[0x02]),
+            payload(TRANSPORT, 2, 2),
+            cmp(LTE, &1023u16.to_be_bytes()),
+        ];
+        assert_eq!(
+            decode(&flags, None),
+            "-p tcp -m tcp --dport 0:1023 --tcp-flags FIN,SYN,RST,ACK SYN"
+        );
+    }
+
+    #[test]
+    fn what_is_not_understood_is_opaque_never_narrower() {
+        // `! --sport 1 ! --dport 2` as iptables-nft writes it: either port may differ.
+        let both = [
+            meta(META_L4PROTO),
+            cmp(EQ, &[TCP as u8]),
+            payload(TRANSPORT, 0, 4),
+            cmp(NEQ, &[0, 1, 0, 2]),
+            verdict(-5, None),
+        ];
+        assert_eq!(
+            decode(&both, None),
+            "-p tcp -m nft:cmp --natledger-opaque -j RETURN"
+        );
+        // Ports without `-p tcp|udp`, an inverted protocol, an unknown expression.
+        let loose = [
+            payload(TRANSPORT, 2, 2),
+            cmp(EQ, &80u16.to_be_bytes()),
+            expr("lookup", u32s(&[(1, 1)])),
+            meta(META_L4PROTO),
+            cmp(NEQ, &[TCP as u8]),
+            payload(TRANSPORT, 2, 2),
+            cmp(EQ, &80u16.to_be_bytes()),
+        ];
+        assert_eq!(
+            decode(&loose, None),
+            "! -p tcp -m nft:cmp --natledger-opaque -m nft:lookup --natledger-opaque \
+             -m nft:cmp --natledger-opaque"
+        );
+        // A mark with a mask goes through the xt_mark decoder.
+        let mark = [
+            meta(META_MARK),
+            bitwise(&0x4000u32.to_ne_bytes()),
+            cmp(NEQ, &0x4000u32.to_ne_bytes()),
+        ];
+        assert_eq!(decode(&mark, None), "-m mark ! --mark 0x4000/0x4000");
+    }
+}
