@@ -484,6 +484,12 @@ fn decode_match(
             out.extend(["--comment".to_string(), d.text(0, 256)?]);
         }
         ("conntrack", 1..=3) => conntrack(out, family, revision, d)?,
+        // The old xt_state match (`unsigned int statemask`), as iptables before 1.4.17 wrote.
+        ("state", 0) => {
+            let states = conntrack_states(u16::try_from(d.u32(0)?).ok()?)?;
+            head(out, name);
+            out.extend(["--state".to_string(), states]);
+        }
         ("mark", 1) => {
             let (mark, mask, invert) = (d.u32(0)?, d.u32(4)?, d.u8(8)?);
             if invert > 1 {
@@ -583,26 +589,7 @@ fn conntrack(out: &mut Vec<String>, family: Family, revision: u8, d: &Data) -> O
     if flags & STATE != 0 {
         bang(out, inv & STATE != 0);
         out.push(if alias { "--state" } else { "--ctstate" }.into());
-        const NAMES: [(u16, &str); 7] = [
-            (1 << 0, "INVALID"),
-            (1 << 3, "NEW"),
-            (1 << 2, "RELATED"),
-            (1 << 1, "ESTABLISHED"),
-            (1 << 8, "UNTRACKED"),
-            (1 << 6, "SNAT"),
-            (1 << 7, "DNAT"),
-        ];
-        let names: Vec<&str> = NAMES
-            .iter()
-            .filter(|(bit, _)| state & bit != 0)
-            .map(|(_, n)| *n)
-            .collect();
-        // An empty or unnamed mask prints no value: nothing iptables writes.
-        let named: u16 = NAMES.iter().map(|(b, _)| b).sum();
-        if names.is_empty() || state & !named != 0 {
-            return None;
-        }
-        out.push(names.join(","));
+        out.push(conntrack_states(state)?);
     }
     if flags & PROTO != 0 {
         bang(out, inv & PROTO != 0);
@@ -683,6 +670,30 @@ fn conntrack(out: &mut Vec<String>, family: Family, revision: u8, d: &Data) -> O
         );
     }
     Some(())
+}
+
+/// A conntrack state mask as `print_state` prints it; `None` for an empty mask (which
+/// prints no value) or an unnamed bit.
+fn conntrack_states(state: u16) -> Option<String> {
+    const NAMES: [(u16, &str); 7] = [
+        (1 << 0, "INVALID"),
+        (1 << 3, "NEW"),
+        (1 << 2, "RELATED"),
+        (1 << 1, "ESTABLISHED"),
+        (1 << 8, "UNTRACKED"),
+        (1 << 6, "SNAT"),
+        (1 << 7, "DNAT"),
+    ];
+    let named: u16 = NAMES.iter().map(|(b, _)| b).sum();
+    if state == 0 || state & !named != 0 {
+        return None;
+    }
+    let names: Vec<&str> = NAMES
+        .iter()
+        .filter(|(bit, _)| state & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    Some(names.join(","))
 }
 
 /// `NF_NAT_RANGE_*` flags.
@@ -1063,6 +1074,11 @@ mod tests {
         assert_eq!(
             m(V4, "conntrack", 3, &ct3(1 | 0x2000, 0, 1 | 0x100)),
             "-m state --state INVALID,UNTRACKED"
+        );
+        // The old state match.
+        assert_eq!(
+            m(V4, "state", 0, &0b110u32.to_ne_bytes()),
+            "-m state --state RELATED,ESTABLISHED"
         );
         // Revision 2 ports are one big-endian port.
         let mut r2 = ct3(0x200, 0, 0);

@@ -421,6 +421,7 @@ impl Decoder {
             "masq" => self.target = vec!["-j".into(), "MASQUERADE".into()],
             "redir" => self.target = vec!["-j".into(), "REDIRECT".into()],
             "reject" => self.target = vec!["-j".into(), "REJECT".into()],
+            "queue" => self.target = vec!["-j".into(), "NFQUEUE".into()],
             _ => return None,
         }
         Some(())
