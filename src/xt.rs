@@ -14,6 +14,7 @@
 //! match") and a target `-j NAME` (its options do not decide what matches). A rule is never
 //! rendered narrower than the kernel's.
 
+use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
@@ -70,11 +71,16 @@ impl Header {
             }
             bang(out, invert);
             out.push(letter.into());
-            let mask_text = match prefix_len(mask) {
-                Some(l) => l.to_string(),
-                None => addr_text(mask),
-            };
-            out.push(format!("{}/{mask_text}", addr_text(addr)));
+            let mut text = String::with_capacity(24);
+            push_addr(&mut text, addr);
+            text.push('/');
+            match prefix_len(mask) {
+                Some(l) => {
+                    let _ = write!(text, "{l}");
+                }
+                None => push_addr(&mut text, mask),
+            }
+            out.push(text);
         }
         for (letter, iface, inv) in [
             ("-i", &self.iniface, INV_VIA_IN),
@@ -143,12 +149,20 @@ pub fn prefix_len(mask: &[u8]) -> Option<u32> {
 
 /// An address as `inet_ntop` prints it (4 or 16 bytes).
 pub fn addr_text(addr: &[u8]) -> String {
+    let mut s = String::with_capacity(16);
+    push_addr(&mut s, addr);
+    s
+}
+
+fn push_addr(s: &mut String, addr: &[u8]) {
     match addr.len() {
-        4 => Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]).to_string(),
+        4 => {
+            let _ = write!(s, "{}.{}.{}.{}", addr[0], addr[1], addr[2], addr[3]);
+        }
         _ => {
             let mut a = [0u8; 16];
             a.copy_from_slice(&addr[..16]);
-            ntop6(Ipv6Addr::from(a))
+            s.push_str(&ntop6(Ipv6Addr::from(a)));
         }
     }
 }

@@ -251,18 +251,15 @@ struct Reg {
     mask: Option<Vec<u8>>,
 }
 
-/// A match in rule order: decoded tokens, or the one tcp/udp match native port and flag
-/// compares add up to (iptables-nft-save's `ctx->tcpudp`).
-enum Part {
-    Tokens(Vec<String>),
-    Ports(&'static str, TcpUdp),
-}
-
 struct Decoder {
     family: Family,
     header: Header,
     regs: Vec<Reg>,
-    parts: Vec<Part>,
+    /// The matches' tokens, in rule order.
+    matches: Vec<String>,
+    /// The one tcp/udp match native port and flag compares add up to (iptables-nft-save's
+    /// `ctx->tcpudp`): where it goes among `matches`, its name and fields.
+    ports: Option<(usize, &'static str, TcpUdp)>,
     target: Vec<String>,
 }
 
@@ -282,15 +279,14 @@ impl Decoder {
             family,
             header: Header::default(),
             regs: Vec::with_capacity(4),
-            parts: Vec::with_capacity(4),
+            matches: Vec::with_capacity(16),
+            ports: None,
             target: Vec::new(),
         }
     }
 
     fn opaque(&mut self, name: &str) {
-        let mut t = Vec::with_capacity(3);
-        xt::push_opaque_match(&mut t, &format!("nft:{name}"));
-        self.parts.push(Part::Tokens(t));
+        xt::push_opaque_match(&mut self.matches, &format!("nft:{name}"));
     }
 
     fn set_reg(&mut self, number: u32, source: Source, mask: Option<Vec<u8>>) {
@@ -396,9 +392,7 @@ impl Decoder {
                 let name = netlink::attr(data, 1).and_then(netlink::str_of)?;
                 let revision = u8::try_from(u32_attr(data, 2)?).ok()?;
                 let info = netlink::attr(data, 3).unwrap_or_default();
-                let mut t = Vec::with_capacity(8);
-                xt::push_match(&mut t, self.family, name, revision, info);
-                self.parts.push(Part::Tokens(t));
+                xt::push_match(&mut self.matches, self.family, name, revision, info);
             }
             "target" => {
                 let name = netlink::attr(data, 1).and_then(netlink::str_of)?;
@@ -486,9 +480,7 @@ impl Decoder {
                 info.extend_from_slice(value);
                 info.extend_from_slice(&mask);
                 info.extend([u8::from(inv), 0, 0, 0]);
-                let mut t = Vec::with_capacity(5);
-                xt::push_match(&mut t, self.family, "mark", 1, &info);
-                self.parts.push(Part::Tokens(t));
+                xt::push_match(&mut self.matches, self.family, "mark", 1, &info);
             }
             (&Source::Payload { base, offset, len }, mask) if base == NETWORK && eq_or_neq => {
                 self.network(offset, len as usize, mask.as_deref(), value, inv, addr_len)?;
@@ -580,17 +572,11 @@ impl Decoder {
         if self.header.invflags & xt::INV_PROTO != 0 {
             return None;
         }
-        let at = match self.parts.iter().position(|p| matches!(p, Part::Ports(..))) {
-            Some(at) => at,
-            None => {
-                self.parts.push(Part::Ports(name, TcpUdp::default()));
-                self.parts.len() - 1
-            }
-        };
-        match &mut self.parts[at] {
-            Part::Ports(_, m) => Some(m),
-            Part::Tokens(_) => None,
-        }
+        let at = self.matches.len();
+        let (_, _, m) = self
+            .ports
+            .get_or_insert_with(|| (at, name, TcpUdp::default()));
+        Some(m)
     }
 
     /// A transport header compare: ports (one or both), tcp flags.
@@ -659,15 +645,13 @@ impl Decoder {
 
     fn finish(self, comment: Option<String>, out: &mut Vec<String>) {
         self.header.push(self.family, out);
-        for part in self.parts {
-            match part {
-                Part::Tokens(t) => out.extend(t),
-                Part::Ports(name, m) => {
-                    out.extend(["-m".to_string(), name.to_string()]);
-                    m.push(out);
-                }
-            }
+        let mut matches = self.matches.into_iter();
+        if let Some((at, name, m)) = self.ports {
+            out.extend(matches.by_ref().take(at));
+            out.extend(["-m".to_string(), name.to_string()]);
+            m.push(out);
         }
+        out.extend(matches);
         if let Some(c) = comment {
             out.extend(["-m".to_string(), "comment".into(), "--comment".into(), c]);
         }
