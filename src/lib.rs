@@ -32,3 +32,4 @@ pub mod rule;
 pub mod save;
 pub mod selftest;
 pub mod wrapper;
+pub mod xt;

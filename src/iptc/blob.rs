@@ -29,7 +29,7 @@ pub struct Info {
 }
 
 /// The built-in chains by hook number.
-const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
+pub const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blob {
@@ -145,18 +145,32 @@ impl Blob {
 
     /// The entries of a chain before its tail, with their offsets.
     pub fn rules(&self, span: Span) -> impl Iterator<Item = (usize, &[u8])> {
-        self.offsets
+        let from = self.offsets.partition_point(|&at| at < span.first);
+        self.offsets[from..]
             .iter()
             .copied()
-            .filter(move |&at| at >= span.first && at < span.tail)
+            .take_while(move |&at| at < span.tail)
             .map(|at| (at, self.entry(at)))
     }
 
     /// The user chain whose rules start at `offset` (a jump's destination).
     pub fn chain_starting_at(&self, offset: usize) -> Option<&str> {
-        let i = self.offsets.iter().position(|&at| at == offset)?;
+        let i = self.offsets.binary_search(&offset).ok()?;
         let head = *self.offsets.get(i.checked_sub(1)?)?;
         self.head_name(head).filter(|n| *n != ERROR)
+    }
+
+    /// The user chains' names, in table order.
+    pub fn user_chains(&self) -> impl Iterator<Item = &str> {
+        self.offsets
+            .iter()
+            .filter_map(|&at| self.head_name(at))
+            .filter(|n| *n != ERROR)
+    }
+
+    /// The entry at `at` (an offset from [`Blob::rules`] or a [`Span`]).
+    pub fn entry_at(&self, at: usize) -> &[u8] {
+        self.entry(at)
     }
 
     /// Insert `inserts` (each before the entry at its offset, in the order given) or remove

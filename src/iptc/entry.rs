@@ -26,13 +26,16 @@ pub struct Layout {
     pub family: Family,
     /// `sizeof(struct ipt_entry)` / `sizeof(struct ip6t_entry)`: where matches begin.
     pub entry_size: usize,
-    addr_len: usize,
+    pub addr_len: usize,
     /// Offsets of `proto`, `flags` and `invflags`. `flags` holds `-f` and `-g` (never
     /// natledger's) and, for ip6t only, `IP6T_F_PROTO` with `-p`.
-    proto_at: usize,
-    flags_at: usize,
+    pub proto_at: usize,
+    pub flags_at: usize,
     proto_flag: u8,
-    invflags_at: usize,
+    /// `IPT_F_GOTO` / `IP6T_F_GOTO`, and `IPT_F_FRAG` (IPv4 only; 0 for IPv6).
+    pub goto_flag: u8,
+    pub frag_flag: u8,
+    pub invflags_at: usize,
     pub target_offset_at: usize,
     pub counters_at: usize,
 }
@@ -47,6 +50,8 @@ impl Layout {
                 proto_at: 80,
                 flags_at: 82,
                 proto_flag: 0,
+                goto_flag: 0x02,
+                frag_flag: 0x01,
                 invflags_at: 83,
                 target_offset_at: 88,
                 counters_at: 96,
@@ -58,6 +63,8 @@ impl Layout {
                 proto_at: 128,
                 flags_at: 131,
                 proto_flag: IP6T_F_PROTO,
+                goto_flag: 0x04,
+                frag_flag: 0,
                 invflags_at: 132,
                 target_offset_at: 140,
                 counters_at: 152,
@@ -74,7 +81,7 @@ impl Layout {
     }
 
     /// The interface names and masks: between the four addresses and `proto`.
-    fn interfaces(&self) -> std::ops::Range<usize> {
+    pub fn interfaces(&self) -> std::ops::Range<usize> {
         4 * self.addr_len..self.proto_at
     }
 }

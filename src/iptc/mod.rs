@@ -15,6 +15,7 @@
 
 pub mod blob;
 pub mod entry;
+pub mod render;
 
 use std::fs::File;
 use std::io;

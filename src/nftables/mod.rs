@@ -17,7 +17,8 @@
 //! returned. Nothing is skipped: the kernel does the same work, off the container's stop path.
 //!
 //! # Scope
-//! Only deletion, of rules picked from a dump by chain, comment and handle. Rules are still
+//! Deletion, of rules picked from a dump by chain, comment and handle; and reading rules of
+//! any owner as iptables-nft-save tokens ([`read`]). Rules are still
 //! written by `iptables-nft-restore`: its encoding of iptables matches into nf_tables
 //! expressions is what `iptables-nft-save` and every other tool read back, and natledger never
 //! has to produce or parse that encoding. Handles are unique and never reused within a table,
@@ -25,6 +26,8 @@
 //! gone meanwhile fails whole and changes nothing.
 
 use std::io;
+
+pub mod read;
 
 use crate::family::Family;
 use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
@@ -66,6 +69,12 @@ pub enum NftError {
         family: Family,
         table: String,
         chain: String,
+        source: io::Error,
+    },
+    #[error("reading {what} ({family}) over netlink: {source}")]
+    Read {
+        family: Family,
+        what: String,
         source: io::Error,
     },
     #[error("deleting {count} {family} rule(s) over netlink: {source}")]
