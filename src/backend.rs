@@ -171,6 +171,14 @@ pub struct Netfilter<'r> {
     /// asked for, like `native`, but independent of `NATLEDGER_NO_NETLINK`: there is no
     /// process to do it instead).
     conntrack: bool,
+    /// Whether create-runtime reads other owners' nat rules ([`crate::forwards`]): off
+    /// unless asked for, so that scripted-runner tests only see their own scripts.
+    forwards: bool,
+    /// iptables-nft transactions this process committed (restore blocks, netlink batches):
+    /// what moved the nf_tables generation that was natledger's own ([`crate::forwards`]).
+    nft_commits: std::cell::Cell<u32>,
+    /// Whether rules were deleted through `socket` (its release then waits a grace period).
+    nft_deleted: std::cell::Cell<bool>,
     trace: bool,
 }
 
@@ -181,6 +189,9 @@ impl<'r> Netfilter<'r> {
             native: false,
             socket: RefCell::new(None),
             conntrack: false,
+            forwards: false,
+            nft_commits: std::cell::Cell::new(0),
+            nft_deleted: std::cell::Cell::new(false),
             trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
         }
     }
@@ -193,10 +204,45 @@ impl<'r> Netfilter<'r> {
         self
     }
 
+    /// Whether the native paths are on.
+    pub fn native(&self) -> bool {
+        self.native
+    }
+
+    /// How many iptables-nft transactions this process has committed so far.
+    pub fn nft_commits(&self) -> u32 {
+        self.nft_commits.get()
+    }
+
+    /// Run `f` with an nf_tables session on the shared netfilter socket (opened on first
+    /// use; [`Netfilter::release_native`] closes it).
+    pub fn with_nft<T>(
+        &self,
+        f: impl FnOnce(&mut nftables::Session) -> Result<T, NftError>,
+    ) -> Result<T, NftError> {
+        let mut slot = self.socket.borrow_mut();
+        let sock = match slot.as_mut() {
+            Some(sock) => sock,
+            None => slot.insert(netlink::Socket::netfilter().map_err(NftError::Open)?),
+        };
+        f(&mut nftables::Session::new(sock))
+    }
+
     /// Allow [`Netfilter::forget_flows`].
     pub fn with_conntrack(mut self, on: bool) -> Self {
         self.conntrack = on;
         self
+    }
+
+    /// Let create-runtime look for other owners' forwards of its ports.
+    pub fn with_forwards(mut self, on: bool) -> Self {
+        self.forwards = on;
+        self
+    }
+
+    /// Whether create-runtime looks for other owners' forwards.
+    pub fn forwards(&self) -> bool {
+        self.forwards
     }
 
     /// Delete the conntrack entries of `flows` ([`conntrack::forget`]) over the netfilter
@@ -318,7 +364,9 @@ impl<'r> Netfilter<'r> {
             }
             victims.extend(tagged.into_iter().map(|h| (*table, *chain, h)));
         }
+        self.nft_deleted.set(true);
         session.delete(family, &victims)?;
+        self.nft_commits.set(self.nft_commits.get() + 1);
         if self.trace {
             let ms = start.elapsed().as_secs_f64() * 1000.0;
             eprintln!(
@@ -329,10 +377,13 @@ impl<'r> Netfilter<'r> {
         Ok(Native::Done(victims.len()))
     }
 
-    /// Close the native socket, if any, leaving the kernel's cleanup wait to a detached
-    /// process ([`netlink::Socket::close_detached`]).
+    /// Close the native socket, if any. After an nf_tables deletion through it, the close
+    /// waits for the kernel to free what was deleted, so the socket's last reference goes to
+    /// a detached process instead ([`netlink::Socket::close_detached`]); after reads and
+    /// conntrack deletions only, it is a plain close.
     pub fn release_native(&self) {
-        if let Some(sock) = self.socket.borrow_mut().take() {
+        let sock = self.socket.borrow_mut().take();
+        if let Some(sock) = sock.filter(|_| self.nft_deleted.get()) {
             sock.close_detached();
         }
     }
@@ -359,6 +410,21 @@ impl<'r> Netfilter<'r> {
             ) || line.contains(layout::CHAIN_PREFIX)
         };
         let tables = self.save(backend, family, &["-t", table], relevant)?;
+        Ok(tables.into_iter().find(|t| t.name == table))
+    }
+
+    /// Every rule of `table` (for reading other owners' rules), or `None` when it does not
+    /// exist; like [`Netfilter::read`], legacy's absence is seen without a process.
+    pub fn read_whole(
+        &self,
+        backend: Backend,
+        family: Family,
+        table: &'static str,
+    ) -> Result<Option<Table>, BackendError> {
+        if backend == Backend::Legacy && !legacy_table_exists(family, table)? {
+            return Ok(None);
+        }
+        let tables = self.save(backend, family, &["-t", table], |_| true)?;
         Ok(tables.into_iter().find(|t| t.name == table))
     }
 
@@ -422,6 +488,21 @@ impl<'r> Netfilter<'r> {
             args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);
         }
         let input: String = batches.iter().map(Batch::render).collect();
+        let result = self.run_restore(backend, family, args, input);
+        if backend == Backend::Nft && result.is_ok() {
+            let tables = batches.iter().filter(|b| !b.is_empty()).count() as u32;
+            self.nft_commits.set(self.nft_commits.get() + tables);
+        }
+        result
+    }
+
+    fn run_restore(
+        &self,
+        backend: Backend,
+        family: Family,
+        args: Vec<String>,
+        input: String,
+    ) -> Result<(), BackendError> {
         let inv = Invocation {
             program: tool(backend, family, "restore")?,
             args,

@@ -6,6 +6,9 @@
 //! ```text
 //! /run/natledger/
 //! ├── lock                      flock(2) target; every change to rules or manifests holds it
+//! ├── forwards.json             other owners' iptables-nft forwards, valid for one nf_tables
+//! │                             generation (a cache: `crate::forwards`; read and written
+//! │                             under the lock, never synced, safe to delete)
 //! └── containers/
 //!     ├── <container-id>.json   manifest, schema 1 (see `Manifest`)
 //!     └── .<container-id>.tmp   a manifest being written; renamed over the real one
@@ -151,6 +154,11 @@ impl Ledger {
 
     fn containers(&self) -> PathBuf {
         self.dir.join("containers")
+    }
+
+    /// A file of the state directory beside the manifests (see the layout above).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
     }
 
     pub fn manifest_path(&self, id: &ContainerId) -> PathBuf {

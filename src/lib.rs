@@ -15,6 +15,7 @@ pub mod durable;
 pub mod exec;
 pub mod family;
 pub mod fault;
+pub mod forwards;
 pub mod host;
 pub mod iptc;
 pub mod layout;

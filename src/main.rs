@@ -202,7 +202,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             ctx.netfilter = ctx
                 .netfilter
                 .with_native(netlink_allowed())
-                .with_conntrack(true);
+                .with_conntrack(true)
+                .with_forwards(true);
             ops::run_hook(&ctx, stage, state)?;
         }
         Command::Sweep {

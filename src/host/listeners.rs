@@ -2,6 +2,17 @@
 
 use super::*;
 
+/// Processes that listen on a port on purpose while a rule forwards it (to reserve it, or to
+/// proxy what the rule cannot): their listeners are not hijacked.
+pub const PORT_KEEPERS: &[&str] = &[
+    "kube-proxy",
+    "docker-proxy",
+    "rootlessport",
+    "conmon",
+    "slirp4netns",
+    "pasta",
+];
+
 /// A listening TCP socket or a bound, unconnected UDP socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listener {

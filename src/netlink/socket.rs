@@ -104,6 +104,35 @@ impl Socket {
         }
     }
 
+    /// Send a request numbered `seq` that is answered by one message (not a dump) and hand
+    /// it to `each`; an error answer is that errno.
+    pub fn answer(
+        &self,
+        seq: u32,
+        request: &[u8],
+        mut each: impl FnMut(Message<'_>) -> io::Result<()>,
+    ) -> io::Result<()> {
+        self.send(request)?;
+        let mut buf = vec![0u8; RECV_BUFFER];
+        loop {
+            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+            if n == 0 {
+                return Err(io::Error::other("the kernel closed the socket"));
+            }
+            for message in messages(&buf[..n]) {
+                let message = message?;
+                if message.seq != seq {
+                    continue;
+                }
+                return match message.error() {
+                    Some(0) => Ok(()),
+                    Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                    None => each(message),
+                };
+            }
+        }
+    }
+
     /// Wait for `expected` answers (acknowledgements or errors) to the requests numbered
     /// `seqs`, handing each to `answer` as (sequence number, 0 or errno); `answer` may end
     /// the wait early with an error. Messages of other sequence numbers are skipped.

@@ -38,6 +38,9 @@ const NFNL_MSG_BATCH_END: u16 = 0x11;
 const NFT_MSG_NEWRULE: u16 = 6;
 const NFT_MSG_GETRULE: u16 = 7;
 const NFT_MSG_DELRULE: u16 = 8;
+const NFT_MSG_NEWGEN: u16 = 15;
+const NFT_MSG_GETGEN: u16 = 16;
+const NFTA_GEN_ID: u16 = 1;
 const NFTA_RULE_TABLE: u16 = 1;
 const NFTA_RULE_CHAIN: u16 = 2;
 const NFTA_RULE_HANDLE: u16 = 3;
@@ -94,6 +97,35 @@ pub struct Session<'s> {
 impl<'s> Session<'s> {
     pub fn new(sock: &'s mut Socket) -> Self {
         Session { sock }
+    }
+
+    /// The nf_tables generation of the network namespace: every committed transaction, of
+    /// any table and family, by anyone, moves it on by one.
+    pub fn generation(&mut self) -> Result<u32, NftError> {
+        let err = |source| NftError::Read {
+            family: Family::Ipv4,
+            what: "the nf_tables generation".into(),
+            source,
+        };
+        let seq = self.sock.next_seq();
+        let mut request = Vec::with_capacity(20);
+        let start = netlink::begin(&mut request, subsys(NFT_MSG_GETGEN), NLM_F_REQUEST, seq);
+        genmsg(&mut request, libc::AF_UNSPEC as u8, 0);
+        netlink::finish(&mut request, start);
+        let mut generation = None;
+        self.sock
+            .answer(seq, &request, |message| {
+                if message.kind == subsys(NFT_MSG_NEWGEN) {
+                    generation = message
+                        .payload
+                        .get(4..)
+                        .and_then(|body| netlink::attr(body, NFTA_GEN_ID))
+                        .and_then(|id| Some(u32::from_be_bytes(id.get(..4)?.try_into().ok()?)));
+                }
+                Ok(())
+            })
+            .map_err(err)?;
+        generation.ok_or_else(|| err(io::Error::other("no generation in the answer")))
     }
 
     /// Every rule of `chain` in `table` (an empty list when either does not exist).

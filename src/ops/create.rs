@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use crate::backend::{Backend, BackendError, Native};
 use crate::family::Family;
 use crate::fault;
+use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
 use crate::layout::{TABLES, goes_first, jump_position, jumps, mapping_rules, owned_chains};
@@ -48,6 +49,13 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         None => None,
     };
     let locked = ctx.ledger.lock()?;
+    let families: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| rules.iter().any(|r| r.family == *f))
+        .collect();
+    check_forwards(ctx, input, &mappings, &families)?;
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let generation = forwards::before_writes(&ctx.netfilter, &cache);
     // The flows of dead holders' forwards are forgotten once this container's are in place.
     let mut stale_flows = release_claims(ctx, &locked, input, &mappings)?;
     fault::point(fault::CREATE_CLAIMS_RELEASED);
@@ -98,6 +106,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
                 }
             }
             flows::forget(ctx, &stale_flows);
+            forwards::carry(&ctx.netfilter, &cache, generation);
             ctx.netfilter.release_native();
             return Err(failed.error.into());
         }
@@ -116,6 +125,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
     ));
     flows::forget(ctx, &stale_flows);
+    forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
     allow_loopback_sources(&manifest.mappings, &manifest.addresses);
     Ok(Created::Installed {
@@ -123,9 +133,69 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     })
 }
 
+/// Whether the container or the host asked to refuse a start over a conflict
+/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`); else a warning.
+fn refuse_conflicts(input: &HookInput) -> bool {
+    let setting = input
+        .annotations
+        .get(PORT_CONFLICT_ANNOTATION)
+        .cloned()
+        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
+    setting.as_deref() == Some("refuse")
+}
+
+/// Another owner's DNAT or REDIRECT for a mapped host port, in either backend
+/// ([`forwards::find`]): natledger's jump comes first in its own backend, so the port's
+/// traffic would be split between that owner's destination and this container. Warn naming
+/// each rule, or refuse (see [`refuse_conflicts`]) before anything is written.
+fn check_forwards(
+    ctx: &Context,
+    input: &HookInput,
+    mappings: &[PortMapping],
+    families: &[Family],
+) -> Result<(), Error> {
+    if !ctx.netfilter.forwards() {
+        return Ok(());
+    }
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let (found, unread) = forwards::find(&ctx.netfilter, &cache, mappings, families);
+    for e in unread {
+        eprintln!("natledger: warning: {e}; other owners' forwards there were not checked");
+    }
+    let refuse = refuse_conflicts(input);
+    for f in found {
+        let rule = f.candidate.rule();
+        let line = crate::xt::save_line(&rule.chain, &rule.args);
+        let via: Vec<&str> = f.candidate.path.iter().map(|s| s.chain.as_str()).collect();
+        let place = format!(
+            "{} {} nat chain {} (rule {}, reached through {})",
+            f.backend,
+            f.family,
+            rule.chain,
+            rule.position,
+            via.join(" -> ")
+        );
+        if refuse {
+            return Err(Error::PortForwarded {
+                mapping: f.mapping,
+                place,
+                line,
+            });
+        }
+        eprintln!(
+            "natledger: warning: host port {} is already forwarded by another owner's rule in \
+             {place}: {line}; its traffic would be split between that destination and this \
+             container",
+            f.mapping
+        );
+    }
+    Ok(())
+}
+
 /// A local process already listening on a mapped host port loses that traffic to the
-/// container (the DNAT comes first): warn, or refuse when the container or the host says so
-/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`).
+/// container (the DNAT comes first): warn, or refuse (see [`refuse_conflicts`]). A port
+/// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port: the
+/// same conflict, said as such.
 fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Error> {
     let clash = |l: &Listener, m: &PortMapping| {
         m.protocol == l.protocol
@@ -138,12 +208,7 @@ fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Er
     let listeners = host::listeners_where(&host::Roots::default(), |l| {
         mappings.iter().any(|m| clash(l, m))
     });
-    let setting = input
-        .annotations
-        .get(PORT_CONFLICT_ANNOTATION)
-        .cloned()
-        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
-    let refuse = setting.as_deref() == Some("refuse");
+    let refuse = refuse_conflicts(input);
     for l in &listeners {
         let mapping = mappings
             .iter()
@@ -160,11 +225,23 @@ fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Er
                 addr: l.addr,
             });
         }
-        eprintln!(
-            "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards to \
-             the container; that process no longer gets those connections",
-            l.addr, l.port, l.protocol
-        );
+        let keeper = l
+            .command
+            .as_deref()
+            .is_some_and(|c| host::PORT_KEEPERS.contains(&c));
+        if keeper {
+            eprintln!(
+                "natledger: warning: {who} holds {} port {}/{} for another owner's forward of \
+                 it, which {mapping} would take over for this container",
+                l.addr, l.port, l.protocol
+            );
+        } else {
+            eprintln!(
+                "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards \
+                 to the container; that process no longer gets those connections",
+                l.addr, l.port, l.protocol
+            );
+        }
     }
     Ok(())
 }

@@ -86,6 +86,15 @@ pub enum Error {
         who: String,
         addr: IpAddr,
     },
+    #[error(
+        "host port {mapping} is already forwarded by another owner's rule in {place}: {line}; \
+         and io.natledger.port-conflict=refuse"
+    )]
+    PortForwarded {
+        mapping: PortMapping,
+        place: String,
+        line: String,
+    },
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
     #[error("cannot judge whether containers live: /proc is not readable: {0}")]

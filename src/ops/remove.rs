@@ -5,6 +5,7 @@ use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::conntrack::Flows;
 use crate::family::Family;
 use crate::fault;
+use crate::forwards;
 use crate::layout::{TABLES, is_owned_chain, tag};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
@@ -56,9 +57,12 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         None
     });
     fault::point(fault::POSTSTOP_LOCKED);
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let generation = forwards::before_writes(&ctx.netfilter, &cache);
     let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
     fault::point(fault::POSTSTOP_DELETED);
     flows::forget(ctx, &removal.flows);
+    forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
     settle(&locked, &id, manifest, removal)
 }

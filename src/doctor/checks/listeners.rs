@@ -10,7 +10,7 @@ impl Checks<'_> {
         for l in &host.listeners {
             if l.command
                 .as_deref()
-                .is_some_and(|c| PORT_KEEPERS.contains(&c))
+                .is_some_and(|c| evidence::PORT_KEEPERS.contains(&c))
             {
                 continue;
             }

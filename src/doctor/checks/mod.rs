@@ -26,17 +26,6 @@ use crate::rule::IpNet;
 const NAT_HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 const FILTER_HOOKS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
 
-/// Processes that listen on a port on purpose while a rule forwards it (to reserve it, or to
-/// proxy what the rule cannot): their listeners are not hijacked.
-const PORT_KEEPERS: &[&str] = &[
-    "kube-proxy",
-    "docker-proxy",
-    "rootlessport",
-    "conmon",
-    "slirp4netns",
-    "pasta",
-];
-
 /// Facts about the live host.
 pub struct Host {
     listeners: Vec<Listener>,
