@@ -23,6 +23,7 @@
 #![allow(dead_code)]
 
 mod daemons;
+mod dockerd;
 mod doctor;
 mod dumps;
 mod netns;
@@ -33,7 +34,10 @@ mod traffic;
 
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
-pub use {daemons::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*, topology::*, traffic::*};
+pub use {
+    daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*, topology::*,
+    traffic::*,
+};
 
 use std::ffi::OsStr;
 use std::io;
