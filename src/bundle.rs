@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use crate::durable;
-use crate::oci::{IP_ANNOTATION, PORTS_ANNOTATION};
+use crate::oci::{IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV, PORTS_ANNOTATION};
 
 /// A bundle edit that failed, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -154,8 +154,8 @@ fn add_hooks(
     Ok(())
 }
 
-/// `NATLEDGER_PORTS` / `NATLEDGER_IP` in `process.env` become the annotations, unless the
-/// annotations are already set (an explicit annotation wins).
+/// `NATLEDGER_PORTS` / `NATLEDGER_IP` / `NATLEDGER_PORT_CONFLICT` in `process.env` become
+/// the annotations, unless the annotations are already set (an explicit annotation wins).
 fn copy_env_annotations(config: &mut Map<String, Value>, path: &Path) -> Result<(), BundleError> {
     let env: Vec<(String, String)> = config
         .get("process")
@@ -169,14 +169,18 @@ fn copy_env_annotations(config: &mut Map<String, Value>, path: &Path) -> Result<
                 .collect()
         })
         .unwrap_or_default();
-    let wanted: Vec<(&str, &String)> = [(PORTS_ENV, PORTS_ANNOTATION), (IP_ENV, IP_ANNOTATION)]
-        .into_iter()
-        .filter_map(|(var, annotation)| {
-            env.iter()
-                .find(|(k, _)| k == var)
-                .map(|(_, v)| (annotation, v))
-        })
-        .collect();
+    let wanted: Vec<(&str, &String)> = [
+        (PORTS_ENV, PORTS_ANNOTATION),
+        (IP_ENV, IP_ANNOTATION),
+        (PORT_CONFLICT_ENV, PORT_CONFLICT_ANNOTATION),
+    ]
+    .into_iter()
+    .filter_map(|(var, annotation)| {
+        env.iter()
+            .find(|(k, _)| k == var)
+            .map(|(_, v)| (annotation, v))
+    })
+    .collect();
     if wanted.is_empty() {
         return Ok(());
     }
@@ -319,12 +323,13 @@ mod tests {
         assert_eq!(read(&plain), r#"{"process":{"env":["PATH=/bin"]}}"#);
 
         let asking = bundle(
-            r#"{"process":{"env":["PATH=/bin","NATLEDGER_PORTS=8080:80","NATLEDGER_IP=10.77.0.5"]}}"#,
+            r#"{"process":{"env":["PATH=/bin","NATLEDGER_PORTS=8080:80","NATLEDGER_IP=10.77.0.5","NATLEDGER_PORT_CONFLICT=refuse"]}}"#,
         );
         inject_if_wanted(asking.path(), &spec()).unwrap();
         let v: Value = serde_json::from_str(&read(&asking)).unwrap();
         assert_eq!(v["annotations"][PORTS_ANNOTATION], "8080:80");
         assert_eq!(v["annotations"][IP_ANNOTATION], "10.77.0.5");
+        assert_eq!(v["annotations"][PORT_CONFLICT_ANNOTATION], "refuse");
         assert_eq!(v["hooks"]["poststop"].as_array().unwrap().len(), 1);
 
         // An explicit annotation wins over the environment.
