@@ -38,7 +38,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         return Ok(Created::Skipped);
     };
     let mappings = parse_mappings(spec)?;
-    check_listeners(input, &mappings)?;
+    let keepers = check_listeners(input, &mappings)?;
     let addresses = container_addresses(input)?;
     let rules = plan(ctx, input, &mappings, &addresses)?;
     let pid_start_time = match input.pid {
@@ -53,7 +53,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         .into_iter()
         .filter(|f| rules.iter().any(|r| r.family == *f))
         .collect();
-    check_forwards(ctx, input, &mappings, &families)?;
+    check_forwards(ctx, input, &mappings, &families, &keepers)?;
     let cache = ctx.ledger.file(forwards::CACHE_FILE);
     let generation = forwards::before_writes(&ctx.netfilter, &cache);
     // The flows of dead holders' forwards are forgotten once this container's are in place.
@@ -147,22 +147,44 @@ fn refuse_conflicts(input: &HookInput) -> bool {
 /// Another owner's DNAT or REDIRECT for a mapped host port, in either backend
 /// ([`forwards::find`]): natledger's jump comes first in its own backend, so the port's
 /// traffic would be split between that owner's destination and this container. Warn naming
-/// each rule, or refuse (see [`refuse_conflicts`]) before anything is written.
+/// each rule, or refuse (see [`refuse_conflicts`]) before anything is written. A port keeper
+/// listening on a mapped port (`keepers`, from [`check_listeners`]) holds it for such a
+/// forward: the same conflict, said with the rule when one is found, else on its own.
 fn check_forwards(
     ctx: &Context,
     input: &HookInput,
     mappings: &[PortMapping],
     families: &[Family],
+    keepers: &[(Listener, PortMapping)],
 ) -> Result<(), Error> {
-    if !ctx.netfilter.forwards() {
-        return Ok(());
-    }
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let (found, unread) = forwards::find(&ctx.netfilter, &cache, mappings, families);
+    let refuse = refuse_conflicts(input);
+    let (found, unread) = if ctx.netfilter.forwards() {
+        let cache = ctx.ledger.file(forwards::CACHE_FILE);
+        forwards::find(&ctx.netfilter, &cache, mappings, families)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     for e in unread {
         eprintln!("natledger: warning: {e}; other owners' forwards there were not checked");
     }
-    let refuse = refuse_conflicts(input);
+    for (keeper, mapping) in keepers {
+        if found.iter().any(|f| f.mapping == *mapping) {
+            continue;
+        }
+        let who = listener_text(keeper);
+        if refuse {
+            return Err(Error::PortInUse {
+                mapping: mapping.clone(),
+                who,
+                addr: keeper.addr,
+            });
+        }
+        eprintln!(
+            "natledger: warning: {who} holds {} port {}/{} for another owner's forward of it, \
+             which {mapping} would take over for this container",
+            keeper.addr, keeper.port, keeper.protocol
+        );
+    }
     for f in found {
         let rule = f.candidate.rule();
         let line = crate::xt::save_line(&rule.chain, &rule.args);
@@ -175,6 +197,12 @@ fn check_forwards(
             rule.position,
             via.join(" -> ")
         );
+        let held = keepers
+            .iter()
+            .find(|(_, m)| *m == f.mapping)
+            .map(|(k, _)| format!(" ({} holds the port for it)", listener_text(k)))
+            .unwrap_or_default();
+        let place = format!("{place}{held}");
         if refuse {
             return Err(Error::PortForwarded {
                 mapping: f.mapping,
@@ -194,9 +222,12 @@ fn check_forwards(
 
 /// A local process already listening on a mapped host port loses that traffic to the
 /// container (the DNAT comes first): warn, or refuse (see [`refuse_conflicts`]). A port
-/// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port: the
-/// same conflict, said as such.
-fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Error> {
+/// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port:
+/// returned, with its mapping, for [`check_forwards`] to judge with that forward.
+fn check_listeners(
+    input: &HookInput,
+    mappings: &[PortMapping],
+) -> Result<Vec<(Listener, PortMapping)>, Error> {
     let clash = |l: &Listener, m: &PortMapping| {
         m.protocol == l.protocol
             && (m.host_ports.start..=m.host_ports.end).contains(&l.port)
@@ -209,15 +240,21 @@ fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Er
         mappings.iter().any(|m| clash(l, m))
     });
     let refuse = refuse_conflicts(input);
-    for l in &listeners {
+    let mut keepers = Vec::new();
+    for l in listeners {
         let mapping = mappings
             .iter()
-            .find(|m| clash(l, m))
+            .find(|m| clash(&l, m))
             .expect("selected above");
-        let who = match (&l.command, l.pid) {
-            (Some(c), Some(p)) => format!("{c} (pid {p})"),
-            _ => format!("a process (socket inode {})", l.inode),
-        };
+        let keeper = l
+            .command
+            .as_deref()
+            .is_some_and(|c| host::PORT_KEEPERS.contains(&c));
+        if keeper {
+            keepers.push((l, mapping.clone()));
+            continue;
+        }
+        let who = listener_text(&l);
         if refuse {
             return Err(Error::PortInUse {
                 mapping: mapping.clone(),
@@ -225,25 +262,21 @@ fn check_listeners(input: &HookInput, mappings: &[PortMapping]) -> Result<(), Er
                 addr: l.addr,
             });
         }
-        let keeper = l
-            .command
-            .as_deref()
-            .is_some_and(|c| host::PORT_KEEPERS.contains(&c));
-        if keeper {
-            eprintln!(
-                "natledger: warning: {who} holds {} port {}/{} for another owner's forward of \
-                 it, which {mapping} would take over for this container",
-                l.addr, l.port, l.protocol
-            );
-        } else {
-            eprintln!(
-                "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards \
-                 to the container; that process no longer gets those connections",
-                l.addr, l.port, l.protocol
-            );
-        }
+        eprintln!(
+            "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards to \
+             the container; that process no longer gets those connections",
+            l.addr, l.port, l.protocol
+        );
     }
-    Ok(())
+    Ok(keepers)
+}
+
+/// `COMMAND (pid N)`, or the socket when its owner is unknown.
+fn listener_text(l: &Listener) -> String {
+    match (&l.command, l.pid) {
+        (Some(c), Some(p)) => format!("{c} (pid {p})"),
+        _ => format!("a process (socket inode {})", l.inode),
+    }
 }
 
 /// `io.natledger.ip`, or the addresses found inside the container's network namespace.
