@@ -143,29 +143,47 @@ impl Case<'_> {
         (took, n)
     }
 
-    /// The rules natledger wrote, from its manifest, as restore batches (insert, delete).
+    /// The rules natledger wrote, from its manifest, as restore input (insert, delete): one
+    /// transaction per table, as natledger writes them (filter then nat, removed the other
+    /// way round).
     pub fn floor_batches(&self) -> (String, String) {
         let text = std::fs::read_to_string(self.state.join("containers/bench.json")).unwrap();
         let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
-        let (mut add, mut del) = (String::from("*nat\n"), String::from("*nat\n"));
-        for r in manifest["rules"].as_array().unwrap() {
-            let chain = r["chain"].as_str().unwrap();
-            let args: Vec<String> = r["rule"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string())
-                .collect();
-            let args = args.join(" ");
-            let verb = if chain == "NATLEDGER-HOSTPORTS" {
-                "-I"
-            } else {
-                "-A"
-            };
-            add += &format!("{verb} {chain} {args}\n");
-            del += &format!("-D {chain} {args}\n");
+        let mut add = String::new();
+        let mut del = String::new();
+        for table in ["filter", "nat"] {
+            let (mut a, mut d) = (format!("*{table}\n"), format!("*{table}\n"));
+            for r in manifest["rules"].as_array().unwrap() {
+                if r["table"] != table {
+                    continue;
+                }
+                let chain = r["chain"].as_str().unwrap();
+                let args: Vec<String> = r["rule"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap().to_string())
+                    .collect();
+                let args = args.join(" ");
+                let verb = if chain == "NATLEDGER-HOSTPORTS" {
+                    "-I"
+                } else {
+                    "-A"
+                };
+                a += &format!("{verb} {chain} {args}\n");
+                d += &format!("-D {chain} {args}\n");
+            }
+            add += &(a + "COMMIT\n");
+            del = d + "COMMIT\n" + &del;
         }
-        (add + "COMMIT\n", del + "COMMIT\n")
+        (add, del)
+    }
+
+    /// Two transactions of someone else that change nothing in the end (a chain made, a chain
+    /// deleted): what moves the nf_tables generation on a busy host.
+    pub fn someone_else_writes(&self) {
+        self.restore("*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n");
+        self.restore("*nat\n-X BENCH-OTHER\nCOMMIT\n");
     }
 
     /// One bare `iptables-<backend>-restore --noflush` of `batch`.
