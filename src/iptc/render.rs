@@ -55,6 +55,29 @@ pub fn chain_rules<'t>(t: &'t Blob, chain: &str) -> Option<impl Iterator<Item = 
     }))
 }
 
+/// Whether the entry `e` may match a packet to one of `dsts`, judged from its header's
+/// destination alone (no match decoded, nothing allocated): false only when the entry names a
+/// destination, not inverted, that holds none of them. A reader looking for what a packet to
+/// this host meets skips, at this price, the thousands of rules for other addresses
+/// (kube-proxy's service addresses).
+pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[std::net::IpAddr]) -> bool {
+    /// `IPT_INV_DSTIP`, `IP6T_INV_DSTIP`
+    const INV_DSTIP: u8 = 0x10;
+    let l = t.layout;
+    let n = l.addr_len;
+    let (addr, mask) = (&e[n..2 * n], &e[3 * n..4 * n]);
+    if e[l.invflags_at] & INV_DSTIP != 0 || mask.iter().all(|b| *b == 0) {
+        return true;
+    }
+    dsts.iter().any(|d| {
+        let octets = match d {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        octets.len() == n && (0..n).all(|i| octets[i] & mask[i] == addr[i] & mask[i])
+    })
+}
+
 /// Append the tokens of the entry `e` at offset `at` (from [`Blob::rules`]) to `out`.
 pub fn rule_args(t: &Blob, at: usize, e: &[u8], out: &mut Vec<String>) {
     let l = t.layout;

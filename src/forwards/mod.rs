@@ -32,6 +32,14 @@
 //! generation, but its whole table is one read (a few ms at 10,000 rules), so it is walked
 //! each time.
 
+mod cache;
+mod sources;
+#[cfg(test)]
+mod tests;
+
+pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, before_writes, carry};
+use sources::{Legacy, Nft};
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
@@ -212,7 +220,9 @@ impl Walker<'_> {
         }
         if !self.read.contains_key(name) {
             let packet = self.packet;
-            let mut keep = |args: &[String]| packet.test(&parse_rule(args).0) != Tri::No;
+            let mut keep = |args: &[String]| {
+                !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
+            };
             let rules = chains.rules(name, &mut keep)?;
             self.read.insert(name.to_string(), rules);
         }
@@ -259,86 +269,30 @@ impl Walker<'_> {
     }
 }
 
-/// The iptables-nft candidates of one family, kept between hook runs in the state
-/// directory (see the module comment).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cache {
-    pub schema: u32,
-    pub entries: Vec<CacheEntry>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CacheEntry {
-    pub family: Family,
-    /// The nf_tables generation the candidates were read at.
-    pub generation: u32,
-    /// The host's addresses then (the walk judges destinations by them).
-    pub locals: Vec<IpAddr>,
-    pub candidates: Vec<Candidate>,
-}
-
-const CACHE_SCHEMA: u32 = 1;
-/// The cache's file in the state directory.
-pub const CACHE_FILE: &str = "forwards.json";
-
-impl Cache {
-    /// The cache, or an empty one when there is none or it cannot be read (it is only ever
-    /// a cache: reading the tables again is always right).
-    pub fn load(path: &Path) -> Cache {
-        std::fs::read(path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
-            .filter(|c| c.schema == CACHE_SCHEMA)
-            .unwrap_or_default()
+/// Whether a rule's first `-d` (not negated) holds none of the packet's possible
+/// destinations: the quick answer, before the rule is parsed whole, for the thousands of
+/// rules for other addresses (kube-proxy's services).
+fn elsewhere(args: &[String], packet: &Packet) -> bool {
+    let Some(i) = args.iter().position(|a| a == "-d") else {
+        return false;
+    };
+    if i > 0 && args[i - 1] == "!" {
+        return false;
     }
-
-    /// Write it (temp file and rename; not synced: after a crash a lost or old cache is only
-    /// re-read). Failures are ignored for the same reason.
-    pub fn store(&self, path: &Path) {
-        let mut out = self.clone();
-        out.schema = CACHE_SCHEMA;
-        let Ok(json) = serde_json::to_vec(&out) else {
-            return;
-        };
-        let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, json).is_ok() {
-            let _ = std::fs::rename(&tmp, path);
-        }
-    }
-
-    /// The candidates of `family` if they were read at `generation` with these `locals`.
-    pub fn valid(
-        &self,
-        family: Family,
-        generation: u32,
-        locals: &[IpAddr],
-    ) -> Option<&[Candidate]> {
-        self.entries
-            .iter()
-            .find(|e| e.family == family && e.generation == generation && e.locals == locals)
-            .map(|e| e.candidates.as_slice())
-    }
-
-    pub fn put(&mut self, entry: CacheEntry) {
-        self.entries.retain(|e| e.family != entry.family);
-        self.entries.push(entry);
-    }
-
-    /// After natledger's own transactions moved the generation from `before` to `after`:
-    /// entries read at `before` stay valid at `after` when `after - before` is exactly the
-    /// number of transactions natledger committed (so nobody else committed meanwhile; its
-    /// own rules are never candidates). Others are dropped.
-    pub fn carry(&mut self, before: u32, after: u32, own: u32) {
-        let exact = after.wrapping_sub(before) == own;
-        self.entries.retain_mut(|e| {
-            if exact && e.generation == before {
-                e.generation = after;
-                true
-            } else {
-                e.generation == after
-            }
-        });
-    }
+    let Some(net) = args
+        .get(i + 1)
+        .and_then(|v| v.parse::<crate::rule::IpNet>().ok())
+    else {
+        return false;
+    };
+    let dsts: &[IpAddr] = match &packet.dst {
+        Addresses::Exactly(a) => std::slice::from_ref(a),
+        Addresses::AnyOf(list) => list,
+        _ => return false,
+    };
+    !dsts
+        .iter()
+        .any(|a| crate::matchset::net_contains(&net, &crate::rule::IpNet::host(*a)))
 }
 
 /// A table that could not be read for the check, and why.
@@ -435,7 +389,10 @@ fn candidates(
                 return Ok((Vec::new(), "(no table)"));
             }
             let blob = iptc::read(family, NAT).map_err(|e| e.to_string())?;
-            let mut source = Legacy(&blob);
+            let mut source = Legacy {
+                blob: &blob,
+                dsts: locals,
+            };
             let found = walk(&mut source, &any).unwrap_or_else(|never| match never {});
             Ok((found, "read from the table"))
         }
@@ -495,197 +452,4 @@ fn local_addresses(family: Family) -> Vec<IpAddr> {
     addrs.sort();
     addrs.dedup();
     addrs
-}
-
-/// An iptables-legacy table blob, decoded chain by chain ([`iptc::render`]).
-struct Legacy<'b>(&'b iptc::blob::Blob);
-
-impl Chains for Legacy<'_> {
-    type Error = std::convert::Infallible;
-
-    fn rules(
-        &mut self,
-        chain: &str,
-        keep: &mut dyn FnMut(&[String]) -> bool,
-    ) -> Result<Option<Kept>, Self::Error> {
-        Ok(iptc::render::chain_rules(self.0, chain).map(|rules| {
-            rules
-                .enumerate()
-                .filter(|(_, args)| keep(args))
-                .map(|(i, args)| (i + 1, args))
-                .collect()
-        }))
-    }
-}
-
-/// An iptables-nft table, read over netlink one chain at a time ([`crate::nftables`]).
-struct Nft<'s, 'k> {
-    session: &'s mut nftables::Session<'k>,
-    family: Family,
-}
-
-impl Chains for Nft<'_, '_> {
-    type Error = NftError;
-
-    fn rules(
-        &mut self,
-        chain: &str,
-        keep: &mut dyn FnMut(&[String]) -> bool,
-    ) -> Result<Option<Kept>, Self::Error> {
-        let mut kept = Vec::new();
-        let mut position = 0;
-        let read = self.session.each_rule(self.family, NAT, chain, |_, args| {
-            position += 1;
-            if keep(args) {
-                kept.push((position, args.to_vec()));
-            }
-        })?;
-        Ok(read.map(|_| kept))
-    }
-}
-
-/// The iptables-nft generation before natledger's own writes, to carry the candidates over
-/// them ([`carry`]); `None` when nothing is cached or the native paths are off.
-pub struct Before {
-    generation: u32,
-    commits: u32,
-}
-
-/// Note the generation before natledger writes (only worth it when a cache exists).
-pub fn before_writes(nf: &Netfilter, cache: &Path) -> Option<Before> {
-    if !nf.native() || !cache.exists() {
-        return None;
-    }
-    let generation = nf.with_nft(|s| s.generation()).ok()?;
-    Some(Before {
-        generation,
-        commits: nf.nft_commits(),
-    })
-}
-
-/// After natledger's writes: keep the cached candidates valid if the generation moved by
-/// exactly natledger's own transactions since [`before_writes`] (its rules are never
-/// candidates), else drop them.
-pub fn carry(nf: &Netfilter, cache: &Path, before: Option<Before>) {
-    let Some(before) = before else {
-        return;
-    };
-    let Ok(after) = nf.with_nft(|s| s.generation()) else {
-        return;
-    };
-    if after == before.generation {
-        return;
-    }
-    let mut kept = Cache::load(cache);
-    kept.carry(before.generation, after, nf.nft_commits() - before.commits);
-    kept.store(cache);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::portspec::parse_entry;
-    use crate::save::parse_dump;
-
-    const LOCALS: [&str; 3] = ["10.78.0.1", "127.0.0.1", "fd78::1"];
-
-    fn locals() -> Vec<IpAddr> {
-        LOCALS.iter().map(|a| a.parse().unwrap()).collect()
-    }
-
-    fn found(text: &str, spec: &str) -> Vec<String> {
-        let table = parse_dump(text).unwrap().remove(0);
-        let m = parse_entry(spec).unwrap();
-        let packet = probe(Some(&m), Family::Ipv4, &locals());
-        let mut t = &table;
-        walk(&mut t, &packet)
-            .unwrap()
-            .iter()
-            .map(|c| {
-                let r = c.rule();
-                format!("{} {}", r.chain, r.position)
-            })
-            .collect()
-    }
-
-    const HOST: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
-        :DOCKER - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n\
-        :KUBE-SVC-A - [0:0]\n:KUBE-SEP-A - [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n\
-        :CNI-DN-x - [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n\
-        -A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS\n\
-        -A PREROUTING -j KUBE-SERVICES\n\
-        -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT\n\
-        -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
-        -A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j DOCKER\n\
-        -A DOCKER -i docker0 -j RETURN\n\
-        -A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80\n\
-        -A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVC-A\n\
-        -A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
-        -A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j KUBE-SVC-A\n\
-        -A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SEP-A\n\
-        -A KUBE-SEP-A -p tcp -j DNAT --to-destination 10.244.0.5:80\n\
-        -A CNI-HOSTPORT-DNAT -p udp -m multiport --dports 5353,9000:9010 -j CNI-DN-x\n\
-        -A CNI-DN-x -p udp -m udp --dport 9005 -j DNAT --to-destination 10.88.0.2:53\n\
-        -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80\n\
-        COMMIT\n";
-
-    #[test]
-    fn finds_each_owners_forward_of_the_port_and_nothing_else() {
-        // Docker's, from PREROUTING and from OUTPUT; natledger's own is not another's.
-        assert_eq!(found(HOST, "8080:80"), ["DOCKER 2", "DOCKER 2"]);
-        // kube-proxy's NodePort, through KUBE-SERVICES, KUBE-NODEPORTS and the endpoints.
-        assert_eq!(found(HOST, "30080:80"), ["KUBE-SEP-A 1"]);
-        // CNI portmap's, through the multiport jump.
-        assert_eq!(found(HOST, "9005:53/udp"), ["CNI-DN-x 1"]);
-        // Nothing: another port, another protocol, kube's ClusterIP (not a host address).
-        assert!(found(HOST, "8081:80").is_empty());
-        assert!(found(HOST, "8080:80/udp").is_empty());
-        assert!(found(HOST, "53:53/udp").is_empty());
-        // A host address the rule does not name still may be taken; one it excludes is not.
-        let hand = "*nat\n:PREROUTING ACCEPT [0:0]\n\
-            -A PREROUTING -d 10.78.0.1/32 -p tcp -j DNAT --to-destination 10.1.1.1\n\
-            -A PREROUTING -p tcp -j REDIRECT --to-ports 3128\nCOMMIT\n";
-        assert_eq!(found(hand, "10.78.0.1:8080:80"), ["PREROUTING 1"]);
-        assert_eq!(found(hand, "127.0.0.1:8080:80"), ["PREROUTING 2"]);
-        assert_eq!(found(hand, "8080:80"), ["PREROUTING 1", "PREROUTING 2"]);
-    }
-
-    #[test]
-    fn candidates_for_any_port_serve_every_port() {
-        let table = parse_dump(HOST).unwrap().remove(0);
-        let mut t = &table;
-        let any = walk(&mut t, &probe(None, Family::Ipv4, &locals())).unwrap();
-        for spec in ["8080:80", "30080:80", "9005:53/udp", "8081:80", "53:53/udp"] {
-            let m = parse_entry(spec).unwrap();
-            let packet = probe(Some(&m), Family::Ipv4, &locals());
-            let from_cache: Vec<&Step> = any
-                .iter()
-                .filter(|c| c.takes(&packet))
-                .map(Candidate::rule)
-                .collect();
-            let direct = walk(&mut t, &packet).unwrap();
-            let direct: Vec<&Step> = direct.iter().map(Candidate::rule).collect();
-            assert_eq!(from_cache, direct, "{spec}");
-        }
-    }
-
-    #[test]
-    fn the_cache_carries_over_natledgers_own_transactions_only() {
-        let entry = |generation| CacheEntry {
-            family: Family::Ipv4,
-            generation,
-            locals: locals(),
-            candidates: Vec::new(),
-        };
-        let mut cache = Cache::default();
-        cache.put(entry(7));
-        assert!(cache.valid(Family::Ipv4, 7, &locals()).is_some());
-        assert!(cache.valid(Family::Ipv4, 8, &locals()).is_none());
-        assert!(cache.valid(Family::Ipv4, 7, &locals()[..1]).is_none());
-        cache.carry(7, 9, 2);
-        assert!(cache.valid(Family::Ipv4, 9, &locals()).is_some());
-        // Someone else committed too: dropped.
-        cache.carry(9, 12, 2);
-        assert!(cache.entries.is_empty());
-    }
 }

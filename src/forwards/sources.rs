@@ -1,0 +1,64 @@
+//! Where a walk reads rules from, besides a `save::Table`: the iptables-legacy blob and
+//! iptables-nft over netlink.
+
+use super::*;
+
+/// An iptables-legacy table blob, decoded chain by chain ([`iptc::render`]); entries whose
+/// header names a destination none of `dsts` is in are skipped undecoded.
+pub(super) struct Legacy<'b> {
+    pub(super) blob: &'b iptc::blob::Blob,
+    pub(super) dsts: &'b [IpAddr],
+}
+
+impl Chains for Legacy<'_> {
+    type Error = std::convert::Infallible;
+
+    fn rules(
+        &mut self,
+        chain: &str,
+        keep: &mut dyn FnMut(&[String]) -> bool,
+    ) -> Result<Option<Kept>, Self::Error> {
+        let Some(span) = self.blob.chain(chain) else {
+            return Ok(None);
+        };
+        let mut kept = Vec::new();
+        let mut args = Vec::with_capacity(16);
+        for (i, (at, e)) in self.blob.rules(span).enumerate() {
+            if !iptc::render::may_be_for(self.blob, e, self.dsts) {
+                continue;
+            }
+            args.clear();
+            iptc::render::rule_args(self.blob, at, e, &mut args);
+            if keep(&args) {
+                kept.push((i + 1, args.clone()));
+            }
+        }
+        Ok(Some(kept))
+    }
+}
+
+/// An iptables-nft table, read over netlink one chain at a time ([`crate::nftables`]).
+pub(super) struct Nft<'s, 'k> {
+    pub(super) session: &'s mut nftables::Session<'k>,
+    pub(super) family: Family,
+}
+
+impl Chains for Nft<'_, '_> {
+    type Error = NftError;
+
+    fn rules(
+        &mut self,
+        chain: &str,
+        keep: &mut dyn FnMut(&[String]) -> bool,
+    ) -> Result<Option<Kept>, Self::Error> {
+        let mut kept = Vec::new();
+        let mut position = 0;
+        let read = self.session.each_rule(self.family, NAT, chain, |_, args| {
+            position += 1;
+            if keep(args) {
+                kept.push((position, args.to_vec()));
+            }
+        })?;
+        Ok(read.map(|_| kept))
+    }
+}

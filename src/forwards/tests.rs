@@ -1,0 +1,105 @@
+use super::*;
+use crate::portspec::parse_entry;
+use crate::save::parse_dump;
+
+const LOCALS: [&str; 3] = ["10.78.0.1", "127.0.0.1", "fd78::1"];
+
+fn locals() -> Vec<IpAddr> {
+    LOCALS.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+fn found(text: &str, spec: &str) -> Vec<String> {
+    let table = parse_dump(text).unwrap().remove(0);
+    let m = parse_entry(spec).unwrap();
+    let packet = probe(Some(&m), Family::Ipv4, &locals());
+    let mut t = &table;
+    walk(&mut t, &packet)
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let r = c.rule();
+            format!("{} {}", r.chain, r.position)
+        })
+        .collect()
+}
+
+const HOST: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+    :DOCKER - [0:0]\n:KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n\
+    :KUBE-SVC-A - [0:0]\n:KUBE-SEP-A - [0:0]\n:CNI-HOSTPORT-DNAT - [0:0]\n\
+    :CNI-DN-x - [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n\
+    -A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS\n\
+    -A PREROUTING -j KUBE-SERVICES\n\
+    -A PREROUTING -m addrtype --dst-type LOCAL -j CNI-HOSTPORT-DNAT\n\
+    -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
+    -A OUTPUT ! -d 127.0.0.0/8 -m addrtype --dst-type LOCAL -j DOCKER\n\
+    -A DOCKER -i docker0 -j RETURN\n\
+    -A DOCKER ! -i docker0 -p tcp -m tcp --dport 8080 -j DNAT --to-destination 172.17.0.2:80\n\
+    -A KUBE-SERVICES -d 10.96.0.10/32 -p udp -m udp --dport 53 -j KUBE-SVC-A\n\
+    -A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\n\
+    -A KUBE-NODEPORTS -p tcp -m tcp --dport 30080 -j KUBE-SVC-A\n\
+    -A KUBE-SVC-A -m statistic --mode random --probability 0.5 -j KUBE-SEP-A\n\
+    -A KUBE-SEP-A -p tcp -j DNAT --to-destination 10.244.0.5:80\n\
+    -A CNI-HOSTPORT-DNAT -p udp -m multiport --dports 5353,9000:9010 -j CNI-DN-x\n\
+    -A CNI-DN-x -p udp -m udp --dport 9005 -j DNAT --to-destination 10.88.0.2:53\n\
+    -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80\n\
+    COMMIT\n";
+
+#[test]
+fn finds_each_owners_forward_of_the_port_and_nothing_else() {
+    // Docker's, from PREROUTING and from OUTPUT; natledger's own is not another's.
+    assert_eq!(found(HOST, "8080:80"), ["DOCKER 2", "DOCKER 2"]);
+    // kube-proxy's NodePort, through KUBE-SERVICES, KUBE-NODEPORTS and the endpoints.
+    assert_eq!(found(HOST, "30080:80"), ["KUBE-SEP-A 1"]);
+    // CNI portmap's, through the multiport jump.
+    assert_eq!(found(HOST, "9005:53/udp"), ["CNI-DN-x 1"]);
+    // Nothing: another port, another protocol, kube's ClusterIP (not a host address).
+    assert!(found(HOST, "8081:80").is_empty());
+    assert!(found(HOST, "8080:80/udp").is_empty());
+    assert!(found(HOST, "53:53/udp").is_empty());
+    // A host address the rule does not name still may be taken; one it excludes is not.
+    let hand = "*nat\n:PREROUTING ACCEPT [0:0]\n\
+        -A PREROUTING -d 10.78.0.1/32 -p tcp -j DNAT --to-destination 10.1.1.1\n\
+        -A PREROUTING -p tcp -j REDIRECT --to-ports 3128\nCOMMIT\n";
+    assert_eq!(found(hand, "10.78.0.1:8080:80"), ["PREROUTING 1"]);
+    assert_eq!(found(hand, "127.0.0.1:8080:80"), ["PREROUTING 2"]);
+    assert_eq!(found(hand, "8080:80"), ["PREROUTING 1", "PREROUTING 2"]);
+}
+
+#[test]
+fn candidates_for_any_port_serve_every_port() {
+    let table = parse_dump(HOST).unwrap().remove(0);
+    let mut t = &table;
+    let any = walk(&mut t, &probe(None, Family::Ipv4, &locals())).unwrap();
+    for spec in ["8080:80", "30080:80", "9005:53/udp", "8081:80", "53:53/udp"] {
+        let m = parse_entry(spec).unwrap();
+        let packet = probe(Some(&m), Family::Ipv4, &locals());
+        let from_cache: Vec<&Step> = any
+            .iter()
+            .filter(|c| c.takes(&packet))
+            .map(Candidate::rule)
+            .collect();
+        let direct = walk(&mut t, &packet).unwrap();
+        let direct: Vec<&Step> = direct.iter().map(Candidate::rule).collect();
+        assert_eq!(from_cache, direct, "{spec}");
+    }
+}
+
+#[test]
+fn the_cache_carries_over_natledgers_own_transactions_only() {
+    let entry = |generation| CacheEntry {
+        family: Family::Ipv4,
+        generation,
+        locals: locals(),
+        candidates: Vec::new(),
+    };
+    let mut cache = Cache::default();
+    cache.put(entry(7));
+    assert!(cache.valid(Family::Ipv4, 7, &locals()).is_some());
+    assert!(cache.valid(Family::Ipv4, 8, &locals()).is_none());
+    assert!(cache.valid(Family::Ipv4, 7, &locals()[..1]).is_none());
+    cache.carry(7, 9, 2);
+    assert!(cache.valid(Family::Ipv4, 9, &locals()).is_some());
+    // Someone else committed too: dropped.
+    cache.carry(9, 12, 2);
+    assert!(cache.entries.is_empty());
+}
