@@ -220,10 +220,11 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
     let accept = Rule {
         source: None,
         destination: None,
-        protocol: Some(mapping.protocol),
+        protocol: None,
         dports: None,
         dst_local: false,
         dnatted: Some(Dnatted {
+            protocol: mapping.protocol,
             orig_dst: mapping.host_destination(),
             repl_src: container,
             orig_dst_ports: mapping.host_ports,
@@ -313,7 +314,7 @@ mod tests {
         assert_eq!(
             text,
             [
-                "NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 \
+                "NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc 10.77.0.2 \
                  --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 \
                  -j ACCEPT",
                 "NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 \
@@ -334,7 +335,7 @@ mod tests {
         assert_eq!(rules.len(), 3, "no loopback masquerade for IPv6");
         assert_eq!(
             args(&rules[0]),
-            "NATLEDGER-FORWARD -p udp -m conntrack --ctstate DNAT --ctorigdst fd78::1 \
+            "NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 17 --ctorigdst fd78::1 \
              --ctreplsrc fd77::2 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment \
              --comment natledger:c1 -j ACCEPT"
         );

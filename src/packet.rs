@@ -213,6 +213,10 @@ impl Packet {
             i += 2;
             let one = match option.as_str() {
                 "--ctstate" | "--state" => states_test(ct, value),
+                "--ctproto" => match (self.protocol, matchset::proto_number(value)) {
+                    (Some(p), Some(q)) => Tri::from_bool(p == q),
+                    _ => Tri::Maybe,
+                },
                 "--ctorigdstport" => range_test(ct.orig_dst_ports, value),
                 "--ctreplsrcport" => range_test(ct.repl_src_ports, value),
                 "--ctorigdst" => net_test(&ct.orig_dst, value),
@@ -503,7 +507,7 @@ mod tests {
         let ours = format!(
             "{DOCKER}:NATLEDGER-FORWARD - [0:0]\n\
              -I FORWARD 3 -m comment --comment natledger -j NATLEDGER-FORWARD\n\
-             -A NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 \
+             -A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc 10.77.0.2 \
              --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 \
              -j ACCEPT\nCOMMIT\n"
         )

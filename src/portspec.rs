@@ -45,6 +45,21 @@ impl Protocol {
             Protocol::Sctp => "sctp",
         }
     }
+
+    /// The IP protocol number.
+    pub fn number(self) -> u8 {
+        match self {
+            Protocol::Tcp => 6,
+            Protocol::Udp => 17,
+            Protocol::Sctp => 132,
+        }
+    }
+
+    pub fn from_number(n: u8) -> Option<Protocol> {
+        [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+            .into_iter()
+            .find(|p| p.number() == n)
+    }
 }
 
 impl FromStr for Protocol {

@@ -110,13 +110,16 @@ pub enum Target {
     Accept,
 }
 
-/// `-m conntrack --ctstate DNAT [--ctorigdst HOST] --ctreplsrc ADDR --ctorigdstport PORTS
-/// --ctreplsrcport PORTS`: the packets, both directions, of connections whose original
-/// destination was host port(s) `orig_dst_ports` (on `orig_dst`, when given) and which were
-/// DNATed to `repl_src`:`repl_src_ports`. What natledger's filter rule accepts, and nothing
-/// else: traffic to the container that natledger did not DNAT does not match.
+/// `-m conntrack --ctstate DNAT --ctproto P [--ctorigdst HOST] --ctreplsrc ADDR
+/// --ctorigdstport PORTS --ctreplsrcport PORTS`: the packets, both directions, of `protocol`
+/// connections whose original destination was host port(s) `orig_dst_ports` (on `orig_dst`,
+/// when given) and which were DNATed to `repl_src`:`repl_src_ports`, and the ICMP errors
+/// about them (conntrack gives those the connection they are about, so path-MTU discovery
+/// works; a packet-level `-p P` would miss them). What natledger's filter rule accepts:
+/// traffic to the container that no DNAT from that host port made does not match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Dnatted {
+    pub protocol: Protocol,
     pub orig_dst: Option<IpAddr>,
     pub repl_src: IpAddr,
     pub orig_dst_ports: PortRange,
@@ -133,7 +136,7 @@ pub struct Rule {
     pub dports: Option<PortRange>,
     /// `-m addrtype --dst-type LOCAL`
     pub dst_local: bool,
-    /// `-m conntrack …`; requires `protocol`.
+    /// `-m conntrack …`.
     pub dnatted: Option<Dnatted>,
     pub comment: Option<String>,
     pub target: Target,
@@ -194,6 +197,7 @@ impl Rule {
             // Host addresses print without their prefix length in this match.
             push("-m", "conntrack".into());
             push("--ctstate", "DNAT".into());
+            push("--ctproto", ct.protocol.number().to_string());
             if let Some(host) = ct.orig_dst {
                 push("--ctorigdst", host.to_string());
             }
@@ -285,6 +289,16 @@ impl Rule {
                     }
                     ct.state = true;
                 }
+                "--ctproto" => {
+                    let v = value()?;
+                    let p = v
+                        .parse::<u8>()
+                        .ok()
+                        .and_then(Protocol::from_number)
+                        .or_else(|| v.parse().ok())
+                        .ok_or_else(|| bad(v, "not tcp, udp or sctp".into()))?;
+                    ct.protocol = Some(p);
+                }
                 "--ctorigdst" | "--ctreplsrc" => {
                     let v = value()?;
                     let net: IpNet = v.parse().map_err(|e| bad(v, e))?;
@@ -319,10 +333,9 @@ impl Rule {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
         rule.dnatted = ct.finish()?;
-        if rule.dnatted.is_some() && rule.protocol.is_none() {
-            return Err(RuleParseError::Unsupported(
-                "-m conntrack without -p".into(),
-            ));
+        if rule.dnatted.is_some() && rule.protocol.is_some() {
+            // natledger's accept names its protocol in the conntrack match only.
+            return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));
         }
         rule.target = match (jump.as_deref(), to_destination) {
             (Some("MASQUERADE"), None) => Target::Masquerade,
@@ -343,6 +356,7 @@ impl Rule {
 #[derive(Default)]
 struct Conntrack {
     state: bool,
+    protocol: Option<Protocol>,
     orig_dst: Option<IpAddr>,
     repl_src: Option<IpAddr>,
     orig_dst_ports: Option<PortRange>,
@@ -354,6 +368,7 @@ impl Conntrack {
         match self {
             Conntrack {
                 state: false,
+                protocol: None,
                 orig_dst: None,
                 repl_src: None,
                 orig_dst_ports: None,
@@ -361,11 +376,13 @@ impl Conntrack {
             } => Ok(None),
             Conntrack {
                 state: true,
+                protocol: Some(protocol),
                 orig_dst,
                 repl_src: Some(repl_src),
                 orig_dst_ports: Some(orig_dst_ports),
                 repl_src_ports: Some(repl_src_ports),
             } => Ok(Some(Dnatted {
+                protocol,
                 orig_dst,
                 repl_src,
                 orig_dst_ports,
@@ -471,10 +488,11 @@ mod tests {
         Rule {
             source: None,
             destination: None,
-            protocol: Some(Protocol::Udp),
+            protocol: None,
             dports: None,
             dst_local: false,
             dnatted: Some(Dnatted {
+                protocol: Protocol::Udp,
                 orig_dst: Some("10.78.0.1".parse().unwrap()),
                 repl_src: "10.77.0.2".parse().unwrap(),
                 orig_dst_ports: PortRange {
@@ -493,17 +511,19 @@ mod tests {
         // Verbatim from iptables-legacy-save and iptables-nft-save 1.8.9.
         assert_eq!(
             accept_rule().to_args().join(" "),
-            "-p udp -m conntrack --ctstate DNAT --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
+            "-m conntrack --ctstate DNAT --ctproto 17 --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
              --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment natledger:abc \
              -j ACCEPT"
         );
         // Half a conntrack match, another state, or a network is not natledger's.
         for args in [
-            "-p udp -m conntrack --ctstate DNAT --ctorigdstport 53 -j ACCEPT",
-            "-p udp -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
-            "-p udp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.0/24 --ctorigdstport 53 \
-             --ctreplsrcport 53 -j ACCEPT",
+            "-m conntrack --ctstate DNAT --ctproto 17 --ctorigdstport 53 -j ACCEPT",
+            "-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+            "-m conntrack --ctstate DNAT --ctproto 17 --ctreplsrc 10.77.0.0/24 \
+             --ctorigdstport 53 --ctreplsrcport 53 -j ACCEPT",
             "-m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 --ctorigdstport 53 \
+             --ctreplsrcport 53 -j ACCEPT",
+            "-m conntrack --ctstate DNAT --ctproto 1 --ctreplsrc 10.77.0.2 --ctorigdstport 53 \
              --ctreplsrcport 53 -j ACCEPT",
         ] {
             let tokens: Vec<&str> = args.split_whitespace().collect();

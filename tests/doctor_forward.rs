@@ -25,7 +25,7 @@ const HARDENED: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
     -A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
     -A FORWARD -p icmp -j ACCEPT\n\
     -A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD\n\
-    -A NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT\n\
+    -A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc 10.77.0.2 --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT\n\
     COMMIT\n";
 
 fn dropped_ports(d: &Doc) -> Vec<u64> {
@@ -60,8 +60,8 @@ fn a_hardened_hosts_dump_names_the_forwards_it_drops() {
         .unwrap();
     assert_eq!(
         text(hand, "fix"),
-        "iptables-legacy -I FORWARD -p tcp -m conntrack --ctstate DNAT --ctreplsrc 10.88.0.5 \
-         --ctreplsrcport 80 -j ACCEPT"
+        "iptables-legacy -I FORWARD -m conntrack --ctstate DNAT --ctproto tcp --ctreplsrc \
+         10.88.0.5 --ctreplsrcport 80 -j ACCEPT"
     );
     let ours = d
         .of_kind("forward-dropped")

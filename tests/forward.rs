@@ -150,3 +150,61 @@ fn an_accept_policy_is_left_as_it_is() {
         assert_ok(&node.poststop("c2"), "poststop");
     });
 }
+
+/// The ICMP errors of a forwarded connection pass too (conntrack gives them the connection
+/// they are about): the container's reply to a client that has gone comes back as "port
+/// unreachable" through the DROP policy, and the container's connected socket sees
+/// ECONNREFUSED, as path-MTU discovery's "packet too big" would reach it. IPv4 and IPv6.
+#[test]
+fn icmp_errors_about_a_forwarded_connection_pass() {
+    use std::net::UdpSocket;
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let host = node.topo.node().to_string();
+        let ext = node.topo.ext().to_string();
+        for family in [Family::V4, Family::V6] {
+            filter_rules(&host, backend, family, DOCKER_FILTER);
+        }
+        let c = node.topo.add_container(2);
+        node.create(
+            "c2",
+            None,
+            &[
+                ("io.natledger.ports", "8081:81/udp"),
+                ("io.natledger.ip", "10.77.0.2,fd77::2"),
+            ],
+        );
+        for (listen, dst) in [
+            (c.sock_v4(81), sock(NODE_V4, 8081)),
+            (c.sock_v6(81), sock(NODE_V6, 8081)),
+        ] {
+            let server = in_netns(&c.ns, move || UdpSocket::bind(listen).unwrap());
+            server.set_read_timeout(Some(T)).unwrap();
+            // The client sends once and goes away.
+            in_netns(&ext, move || {
+                let client =
+                    UdpSocket::bind(if dst.is_ipv6() { "[::]:0" } else { "0.0.0.0:0" }).unwrap();
+                client.send_to(b"hello", dst).unwrap();
+            });
+            let mut buf = [0u8; 64];
+            let (_, peer) = server
+                .recv_from(&mut buf)
+                .expect("the datagram came through");
+            server.connect(peer).unwrap();
+            server.send(b"reply").unwrap();
+            // The "port unreachable" for the reply arrives asynchronously on the connected
+            // socket: the next operation reports it.
+            std::thread::sleep(Duration::from_millis(300));
+            let refused = server
+                .send(b"again")
+                .err()
+                .or_else(|| server.recv(&mut buf).err());
+            assert_eq!(
+                refused.map(|e| e.kind()),
+                Some(std::io::ErrorKind::ConnectionRefused),
+                "{backend:?} {dst}: the ICMP error did not reach the container"
+            );
+        }
+        assert_ok(&node.poststop("c2"), "poststop");
+    });
+}

@@ -107,6 +107,7 @@ const VERDICT_ACCEPT: i32 = -2;
 /// included.
 const CT_INFO_LEN: usize = 164;
 const CT_ORIGDST_ADDR: usize = 32;
+const CT_L4PROTO: usize = 136;
 const CT_REPLSRC_ADDR: usize = 64;
 const CT_ORIGDST_PORT: usize = 140;
 const CT_REPLSRC_PORT: usize = 142;
@@ -114,8 +115,9 @@ const CT_MATCH_FLAGS: usize = 146;
 const CT_STATE_MASK: usize = 150;
 const CT_ORIGDST_PORT_HIGH: usize = 156;
 const CT_REPLSRC_PORT_HIGH: usize = 158;
-/// `XT_CONNTRACK_{STATE,ORIGDST,REPLSRC,ORIGDST_PORT,REPLSRC_PORT}`
+/// `XT_CONNTRACK_{STATE,PROTO,ORIGDST,REPLSRC,ORIGDST_PORT,REPLSRC_PORT}`
 const CT_STATE: u16 = 1 << 0;
+const CT_PROTO: u16 = 1 << 1;
 const CT_ORIGDST: u16 = 1 << 3;
 const CT_REPLSRC: u16 = 1 << 4;
 const CT_ORIGDST_PORT_FLAG: u16 = 1 << 9;
@@ -270,7 +272,7 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
 /// `struct xt_conntrack_mtinfo3` for natledger's conntrack match.
 fn conntrack_info(ct: &Dnatted, family: Family) -> Option<Vec<u8>> {
     let mut d = vec![0u8; CT_INFO_LEN];
-    let mut flags = CT_STATE | CT_REPLSRC | CT_ORIGDST_PORT_FLAG | CT_REPLSRC_PORT_FLAG;
+    let mut flags = CT_STATE | CT_PROTO | CT_REPLSRC | CT_ORIGDST_PORT_FLAG | CT_REPLSRC_PORT_FLAG;
     let mut put_host = |at: usize, addr: IpAddr| -> Option<()> {
         if Family::of(addr) != family {
             return None;
@@ -286,6 +288,7 @@ fn conntrack_info(ct: &Dnatted, family: Family) -> Option<Vec<u8>> {
     }
     put_host(CT_REPLSRC_ADDR, ct.repl_src)?;
     let mut put = |at: usize, bytes: [u8; 2]| d[at..at + 2].copy_from_slice(&bytes);
+    put(CT_L4PROTO, u16::from(ct.protocol.number()).to_ne_bytes());
     put(CT_ORIGDST_PORT, ct.orig_dst_ports.start.to_ne_bytes());
     put(CT_ORIGDST_PORT_HIGH, ct.orig_dst_ports.end.to_ne_bytes());
     put(CT_REPLSRC_PORT, ct.repl_src_ports.start.to_ne_bytes());
@@ -310,6 +313,7 @@ fn conntrack_of(data: &[u8], family: Family) -> Option<Dnatted> {
         })
     };
     let ct = Dnatted {
+        protocol: Protocol::from_number(u8::try_from(u16_at(d, CT_L4PROTO)).ok()?)?,
         orig_dst: if flags & CT_ORIGDST != 0 {
             Some(host(CT_ORIGDST_ADDR)?)
         } else {
@@ -454,7 +458,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
             {
                 rule.dst_local = true;
             }
-            ("conntrack", 3) if rule.dnatted.is_none() && rule.protocol.is_some() => {
+            ("conntrack", 3) if rule.dnatted.is_none() => {
                 rule.dnatted = Some(conntrack_of(m.data, family)?);
             }
             ("comment", 0) if rule.comment.is_none() => {
@@ -557,13 +561,13 @@ mod tests {
             ),
             (
                 Family::Ipv4,
-                "-p udp -m conntrack --ctstate DNAT --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
-                 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment \
+                "-m conntrack --ctstate DNAT --ctproto 17 --ctorigdst 10.78.0.1 --ctreplsrc \
+                 10.77.0.2 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment \
                  natledger:c1 -j ACCEPT",
             ),
             (
                 Family::Ipv6,
-                "-p tcp -m conntrack --ctstate DNAT --ctreplsrc fd77::2 --ctorigdstport 8080 \
+                "-m conntrack --ctstate DNAT --ctproto 132 --ctreplsrc fd77::2 --ctorigdstport 8080 \
                  --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT",
             ),
         ] {

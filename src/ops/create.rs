@@ -666,7 +666,7 @@ mod tests {
         let (filter, nat) = batch.split_once("*nat").unwrap();
         assert!(filter.starts_with("*filter\n"));
         assert!(filter.contains("-C FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
-        assert!(filter.contains("-A NATLEDGER-FORWARD -p tcp -m conntrack --ctstate DNAT"));
+        assert!(filter.contains("-A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6"));
         assert!(nat.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
         assert!(nat.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
         let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();

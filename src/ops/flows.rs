@@ -90,7 +90,7 @@ mod tests {
                 "-s 10.77.0.2/32 -d 10.77.0.2/32 -p udp -m udp --dport 53 -m comment --comment natledger:c1 -j MASQUERADE",
             ),
             args(
-                "-p udp -m conntrack --ctstate DNAT --ctreplsrc 10.77.0.2 --ctorigdstport 53 --ctreplsrcport 53 -m comment --comment natledger:c1 -j ACCEPT",
+                "-m conntrack --ctstate DNAT --ctproto 17 --ctreplsrc 10.77.0.2 --ctorigdstport 53 --ctreplsrcport 53 -m comment --comment natledger:c1 -j ACCEPT",
             ),
             args(
                 "-p udp -m udp --dport 53 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:53",

@@ -182,7 +182,7 @@ impl Checks<'_> {
                     .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
                     .unwrap_or_default();
                 format!(
-                    "{tool} -I FORWARD -p {proto} -m conntrack --ctstate DNAT --ctreplsrc \
+                    "{tool} -I FORWARD -m conntrack --ctstate DNAT --ctproto {proto} --ctreplsrc \
                      {addr}{port} -j ACCEPT"
                 )
             }
