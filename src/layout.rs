@@ -6,8 +6,8 @@
 //! nat    OUTPUT      ─ -m addrtype --dst-type LOCAL ─▶ NATLEDGER-HOSTPORTS  newest first
 //! nat    POSTROUTING ──────────────────────────────────▶ NATLEDGER-MASQ     MASQUERADE for the
 //!                                                                          localhost and hairpin paths
-//! filter FORWARD     ─ below Docker's DOCKER-USER and ─▶ NATLEDGER-FORWARD  ACCEPT per mapping:
-//!                      isolation jumps, else first                         the connections its
+//! filter FORWARD     ─ after the rules already there, ─▶ NATLEDGER-FORWARD  ACCEPT per mapping:
+//!                      before a final catch-all drop                       the connections its
 //!                                                                          DNAT made, both ways
 //! ```
 //! The jumps are shared by every container; they and the chains are created once and stay
@@ -19,17 +19,19 @@
 //! policy to DROP: without it a forwarded port answers from the node but not from outside. It
 //! accepts exactly the packets of connections natledger's DNAT made (conntrack state DNAT,
 //! original destination port = the host port, reply source = the container's address and
-//! port), so nothing else reaches the container that would not have before. It sits below
-//! Docker's `DOCKER-USER` and isolation jumps, so an operator's filters there keep applying to
-//! natledger's ports as they do to Docker's.
+//! port), so nothing else reaches the container that would not have before. It sits after
+//! the rules already in FORWARD (Docker's `DOCKER-USER` and isolation jumps, kube-proxy's, an
+//! operator's own drops), so they keep deciding for natledger's ports as for anything else;
+//! only a final catch-all DROP or REJECT stays below it.
 
 use std::net::IpAddr;
 
 use crate::family::Family;
+use crate::matchset::{Target as MatchTarget, parse_rule};
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
 use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
-use crate::save::Table;
+use crate::save::{Op, Table};
 
 pub const NAT: &str = "nat";
 pub const FILTER: &str = "filter";
@@ -42,9 +44,6 @@ pub const DNAT_CHAIN: &str = "NATLEDGER-HOSTPORTS";
 pub const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
 pub const FORWARD_CHAIN: &str = "NATLEDGER-FORWARD";
 pub const SHARED_COMMENT: &str = "natledger";
-/// Docker's chains whose jumps in FORWARD stay above natledger's (20.10 and 28): the user's
-/// own filters, and the isolation between Docker networks.
-const FORWARD_BELOW: [&str; 3] = ["DOCKER-USER", "DOCKER-ISOLATION-STAGE-1", "DOCKER-FORWARD"];
 
 /// natledger's chains in `table` (none in a table it does not write).
 pub fn owned_chains(table: &str) -> &'static [&'static str] {
@@ -159,24 +158,30 @@ pub fn jumps(table: &str) -> Vec<(&'static str, Rule)> {
     }
 }
 
-/// Where a shared jump goes in its built-in chain, as the position for `-I CHAIN N` (1 is
-/// the top), given the table as it is now: below every jump to Docker's `DOCKER-USER`,
-/// isolation and forward chains in FORWARD (Docker re-inserts its jumps at the top when it
-/// starts, which keeps this order), at the top everywhere else.
-pub fn jump_position(table: &Table, from: &str) -> usize {
+/// Where a shared jump goes in its built-in chain, given the table as it is now: the op
+/// that puts it there. The nat jumps go at the top (natledger's DNAT must come first). The
+/// FORWARD jump goes after every rule already there that could decide the packet (Docker's
+/// `DOCKER-USER` and isolation jumps, kube-proxy's, an operator's blocklist), so that they
+/// keep deciding; only a trailing catch-all DROP or REJECT (RHEL's `-j REJECT`) stays after
+/// it, since with that nothing below would ever be reached.
+pub fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
     if from != "FORWARD" {
-        return 1;
+        return Op::InsertFirst(from.to_string(), args);
     }
-    table
-        .rules_in(from)
-        .enumerate()
-        .filter(|(_, r)| {
-            let (_, target) = comment_and_target(&r.args);
-            target.is_some_and(|t| FORWARD_BELOW.contains(&t))
+    let rules: Vec<_> = table.rules_in(from).collect();
+    let catch_all = rules
+        .iter()
+        .rev()
+        .take_while(|r| {
+            let (m, target) = parse_rule(&r.args);
+            m.conds.is_empty() && matches!(target, MatchTarget::Drop | MatchTarget::Reject)
         })
-        .map(|(i, _)| i + 2)
-        .last()
-        .unwrap_or(1)
+        .count();
+    if catch_all == 0 {
+        Op::Append(from.to_string(), args)
+    } else {
+        Op::InsertAt(from.to_string(), rules.len() - catch_all + 1, args)
+    }
 }
 
 /// The rules that forward `mapping` to `container` (one family):
@@ -351,21 +356,34 @@ mod tests {
     }
 
     #[test]
-    fn the_forward_jump_goes_below_dockers_jumps() {
+    fn the_forward_jump_goes_after_the_rules_there_before_a_final_drop() {
         let table = |rules: &str| {
             let text = format!("*filter\n:FORWARD DROP [0:0]\n{rules}COMMIT\n");
             crate::save::parse_dump(&text).unwrap().remove(0)
         };
-        assert_eq!(jump_position(&table(""), "FORWARD"), 1);
-        // Docker 20.10's FORWARD.
+        let rendered = |t: &Table, from: &str| {
+            let mut batch = crate::save::Batch::new("filter");
+            batch
+                .ops
+                .push(jump_op(t, from, vec!["-j".into(), "X".into()]));
+            batch.render().lines().nth(1).unwrap().to_string()
+        };
+        assert_eq!(rendered(&table(""), "FORWARD"), "-A FORWARD -j X");
+        // Docker 20.10's FORWARD: after all of it.
         let docker = "-A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
                       -A FORWARD -o docker0 -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
                       -A FORWARD -o docker0 -j DOCKER\n";
-        assert_eq!(jump_position(&table(docker), "FORWARD"), 3);
-        // Docker 28's, and a hand-written rule above.
-        let docker28 = "-A FORWARD -s 192.0.2.0/24 -j DROP\n-A FORWARD -j DOCKER-USER\n\
-                        -A FORWARD -j DOCKER-FORWARD\n";
-        assert_eq!(jump_position(&table(docker28), "FORWARD"), 4);
-        assert_eq!(jump_position(&table(docker), "PREROUTING"), 1);
+        assert_eq!(rendered(&table(docker), "FORWARD"), "-A FORWARD -j X");
+        // An operator's blocklist stays above; RHEL's final REJECT below.
+        let rhel = "-A FORWARD -s 192.0.2.0/24 -j DROP\n\
+                    -A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+                    -A FORWARD -j REJECT --reject-with icmp-host-prohibited\n";
+        assert_eq!(rendered(&table(rhel), "FORWARD"), "-I FORWARD 3 -j X");
+        let two = format!("{rhel}-A FORWARD -m comment --comment last -j DROP\n");
+        assert_eq!(rendered(&table(&two), "FORWARD"), "-I FORWARD 3 -j X");
+        assert_eq!(
+            rendered(&table(docker), "PREROUTING"),
+            "-I PREROUTING 1 -j X"
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Hosts whose filter FORWARD policy is DROP (Docker sets it on every host it runs on, and
 //! hardened hosts do the same): natledger's accept lets through exactly the connections its
-//! DNAT made, below Docker's `DOCKER-USER`, and nothing else. Real TCP and UDP, IPv4 and IPv6,
+//! DNAT made, after the rules already in FORWARD (Docker's `DOCKER-USER`, an operator's
+//! drops), and nothing else. Real TCP and UDP, IPv4 and IPv6,
 //! both backends, full dumps before and after.
 
 mod common;
@@ -54,7 +55,7 @@ fn a_drop_policy_lets_natledgers_forwards_through_and_nothing_else() {
             ],
         );
         let dump = node.dump();
-        // The jump sits below Docker's two jumps, in both families.
+        // The jump sits after Docker's two jumps, in both families.
         for section in dump.split("## ").filter(|s| s.contains("*filter")) {
             let forward: Vec<&str> = section
                 .lines()
@@ -205,6 +206,83 @@ fn icmp_errors_about_a_forwarded_connection_pass() {
                 "{backend:?} {dst}: the ICMP error did not reach the container"
             );
         }
+        assert_ok(&node.poststop("c2"), "poststop");
+    });
+}
+
+/// A hardened host without Docker: the operator's own drop of a client (above natledger's
+/// jump, since it was there first) still blocks that client from natledger's port, and a
+/// final catch-all REJECT (RHEL's) stays below the jump, so the port answers.
+#[test]
+fn an_operators_forward_rules_keep_deciding() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let host = node.topo.node().to_string();
+        let ext = node.topo.ext().to_string();
+        let hardened = "*filter\n:FORWARD ACCEPT [0:0]\n\
+            -A FORWARD -s 10.78.0.99/32 -j DROP\n\
+            -A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT\n\
+            -A FORWARD -j REJECT --reject-with icmp-host-prohibited\nCOMMIT\n";
+        filter_rules(&host, backend, Family::V4, hardened);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "tcp");
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), DROPPED).is_err());
+        node.create(
+            "c2",
+            None,
+            &[
+                ("io.natledger.ports", "8080:80"),
+                ("io.natledger.ip", "10.77.0.2"),
+            ],
+        );
+        let dump = node.dump();
+        let section = dump
+            .split("## ")
+            .find(|s| s.starts_with(&format!("{} ipv4", backend.name())))
+            .unwrap();
+        let forward: Vec<&str> = section
+            .lines()
+            .filter(|l| l.starts_with("-A FORWARD "))
+            .collect();
+        assert_eq!(
+            forward,
+            [
+                "-A FORWARD -s 10.78.0.99/32 -j DROP",
+                "-A FORWARD -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT",
+                "-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
+                "-A FORWARD -j REJECT --reject-with icmp-host-prohibited",
+            ],
+            "{backend:?}:\n{section}"
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("tcp")
+        );
+        // The blocked client, from the same namespace with the blocked address.
+        run_in(
+            &ext,
+            "ip",
+            &["addr", "add", "10.78.0.99/24", "dev", "eth0"],
+            None,
+        );
+        let blocked = in_netns(&ext, || {
+            let sock = nix::sys::socket::socket(
+                nix::sys::socket::AddressFamily::Inet,
+                nix::sys::socket::SockType::Stream,
+                nix::sys::socket::SockFlag::empty(),
+                None,
+            )
+            .unwrap();
+            let from = nix::sys::socket::SockaddrIn::new(10, 78, 0, 99, 0);
+            nix::sys::socket::bind(std::os::fd::AsRawFd::as_raw_fd(&sock), &from).unwrap();
+            let stream = std::net::TcpStream::from(sock);
+            stream.set_nonblocking(true).unwrap();
+            let to = nix::sys::socket::SockaddrIn::new(10, 78, 0, 1, 8080);
+            let _ = nix::sys::socket::connect(std::os::fd::AsRawFd::as_raw_fd(&stream), &to);
+            std::thread::sleep(DROPPED);
+            stream.peer_addr().is_ok()
+        });
+        assert!(!blocked, "{backend:?}: the operator's drop was bypassed");
         assert_ok(&node.poststop("c2"), "poststop");
     });
 }

@@ -8,7 +8,7 @@ use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
-use crate::layout::{TABLES, goes_first, jump_position, jumps, mapping_rules, owned_chains};
+use crate::layout::{TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
@@ -507,9 +507,7 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), I
                 .rules_in(chain)
                 .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
             if !present {
-                let at = jump_position(&dump, chain);
-                full.ops
-                    .push(Op::InsertAt(chain.to_string(), at, jump.to_args()));
+                full.ops.push(jump_op(&dump, chain, jump.to_args()));
             }
         }
         push_rules(&mut full, placed);
@@ -681,7 +679,8 @@ mod tests {
         let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
                     :NATLEDGER-MASQ - [0:0]\n\
                     -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
-        // Docker's FORWARD: natledger's jump goes below DOCKER-USER and the isolation jump.
+        // Docker's FORWARD: natledger's jump goes after DOCKER-USER, the isolation jump and the
+        // rest.
         let filter = "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n\
                       :DOCKER-ISOLATION-STAGE-1 - [0:0]\n:DOCKER - [0:0]\n\
                       -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
@@ -698,7 +697,7 @@ mod tests {
         assert_eq!(calls[1].args, ["-t", "filter"]);
         let batch = stdin_of(&calls[2]);
         assert!(batch.contains(":NATLEDGER-FORWARD - [0:0]"));
-        assert!(batch.contains("-I FORWARD 3 -m comment --comment natledger -j NATLEDGER-FORWARD"));
+        assert!(batch.contains("-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
         assert_eq!(calls[3].args, ["-t", "nat"]);
         let batch = stdin_of(&calls[4]);
         assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));

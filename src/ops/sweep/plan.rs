@@ -5,9 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::layout::{
-    Owner, comment_and_target, is_owned_chain, jump_position, owned_chains, owner,
-};
+use crate::layout::{Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner};
 use crate::save::{Batch, Op, SavedRule, Table};
 
 /// Who keeps their rules.
@@ -194,9 +192,8 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
     }
 
     // Shared jumps: all with --all, and those into chains that go. A jump present more than
-    // once loses every copy and is inserted again where it belongs, at the top or below
-    // Docker's jumps in FORWARD (`-D` removes the first match, which may be the copy above
-    // other rules).
+    // once loses every copy and is put back where it belongs (`layout::jump_op`: `-D`
+    // removes the first match, which may be the copy in the wrong place).
     let mut copies: Vec<(&SavedRule, usize)> = Vec::new();
     for rule in &table.rules {
         let Owner::Jump { to } = owner(&rule.chain, &rule.args) else {
@@ -229,10 +226,9 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
         without
             .rules
             .retain(|r| !(r.chain == rule.chain && r.args == rule.args));
-        let at = jump_position(&without, &rule.chain);
         out.batch
             .ops
-            .push(Op::InsertAt(rule.chain.clone(), at, rule.args.clone()));
+            .push(jump_op(&without, &rule.chain, rule.args.clone()));
         for _ in 1..n {
             out.rules.push(removed(rule, Reason::DuplicateJump, None));
         }
