@@ -8,7 +8,7 @@ use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
-use crate::layout::{TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
+use crate::layout::{FILTER, TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
@@ -49,18 +49,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         None => None,
     };
     let locked = ctx.ledger.lock()?;
-    let families: Vec<Family> = Family::ALL
-        .into_iter()
-        .filter(|f| rules.iter().any(|r| r.family == *f))
-        .collect();
-    check_forwards(ctx, input, &mappings, &families, &keepers)?;
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let generation = forwards::before_writes(&ctx.netfilter, &cache);
-    // The flows of dead holders' forwards are forgotten once this container's are in place.
-    let mut stale_flows = release_claims(ctx, &locked, input, &mappings)?;
-    fault::point(fault::CREATE_CLAIMS_RELEASED);
-
-    let mut manifest = Manifest {
+    let manifest = Manifest {
         schema: SCHEMA,
         container_id: input.id.clone(),
         bundle: input.bundle.clone(),
@@ -73,11 +62,58 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         addresses,
         rules,
     };
+    // Whatever happens once rules may have changed, on every way out: the flows that would
+    // stay on an old path are forgotten, the forwards cache follows natledger's own
+    // transactions, and the netlink socket is released.
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let mut after = AfterWrites::default();
+    let result = install_locked(ctx, &locked, input, manifest, &keepers, &cache, &mut after);
+    flows::forget(ctx, &after.stale_flows);
+    forwards::carry(&ctx.netfilter, &cache, after.generation);
+    ctx.netfilter.release_native();
+    let manifest = result?;
+    allow_loopback_sources(&manifest.mappings, &manifest.addresses);
+    Ok(Created::Installed {
+        rules: manifest.rules.len(),
+    })
+}
+
+/// What the way out of [`create_runtime`] settles, gathered on the way in.
+#[derive(Default)]
+struct AfterWrites {
+    /// The UDP and SCTP flows whose conntrack entries go once the rules are in place (or
+    /// rolled back): dead holders', and this container's.
+    stale_flows: Vec<Flows>,
+    /// The iptables-nft generation before natledger wrote.
+    generation: Option<forwards::Before>,
+}
+
+/// create-runtime under the lock: other owners' forwards, claims, the manifest written
+/// ahead, the rules per family (rolled back on failure), the manifest as installed.
+fn install_locked(
+    ctx: &Context,
+    locked: &Locked,
+    input: &HookInput,
+    mut manifest: Manifest,
+    keepers: &[(Listener, PortMapping)],
+    cache: &std::path::Path,
+    after: &mut AfterWrites,
+) -> Result<Manifest, Error> {
+    let families: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
+        .collect();
+    check_forwards(ctx, input, &manifest.mappings, &families, keepers)?;
+    after.generation = forwards::before_writes(&ctx.netfilter, cache);
+    after.stale_flows = release_claims(ctx, locked, input, &manifest.mappings)?;
+    fault::point(fault::CREATE_CLAIMS_RELEASED);
+
     locked.store(&manifest)?;
     fault::point(fault::CREATE_WRITTEN_AHEAD);
 
     // Written exactly as recorded: the transactions are built from the manifest's records.
     let mut installed: Vec<Family> = Vec::new();
+    let mut skipped: Vec<(Family, &'static str)> = Vec::new();
     for family in Family::ALL {
         let rules: Vec<&RuleRecord> = manifest
             .rules
@@ -87,28 +123,28 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         if rules.is_empty() {
             continue;
         }
-        if let Err(failed) = install(ctx, family, &rules) {
-            // Roll back the families installed before, and this one when one of its tables
-            // went in before another failed. The manifest goes unless something could not be
-            // removed, in which case it names what may remain.
-            if failed.partial {
-                installed.push(family);
-            }
-            if installed.is_empty() {
-                locked.remove(&input.id)?;
-            } else {
-                let mut applied = manifest.clone();
-                applied.rules.retain(|r| installed.contains(&r.family));
-                let removal = remove_container(ctx, &locked, &input.id, Some(&applied));
-                stale_flows.extend(removal.flows.iter().copied());
-                if let Err(undo) = settle(&locked, &input.id, Some(applied), removal) {
-                    eprintln!("natledger: rollback incomplete: {undo}");
+        match install(ctx, family, &rules) {
+            Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
+            Err(failed) => {
+                // Roll back the families installed before, and this one when one of its
+                // tables went in before another failed. The manifest goes unless something
+                // could not be removed, in which case it names what may remain.
+                if failed.partial {
+                    installed.push(family);
                 }
+                if installed.is_empty() {
+                    locked.remove(&input.id)?;
+                } else {
+                    let mut applied = manifest.clone();
+                    applied.rules.retain(|r| installed.contains(&r.family));
+                    let removal = remove_container(ctx, locked, &input.id, Some(&applied));
+                    after.stale_flows.extend(removal.flows.iter().copied());
+                    if let Err(undo) = settle(locked, &input.id, Some(applied), removal) {
+                        eprintln!("natledger: rollback incomplete: {undo}");
+                    }
+                }
+                return Err(failed.error.into());
             }
-            flows::forget(ctx, &stale_flows);
-            forwards::carry(&ctx.netfilter, &cache, generation);
-            ctx.netfilter.release_native();
-            return Err(failed.error.into());
         }
         installed.push(family);
         if family == Family::Ipv4 {
@@ -116,21 +152,20 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         }
     }
     fault::point(fault::CREATE_APPLIED);
+    // A table that could not be written (the filter accept, see `install`) holds none of
+    // these rules: the manifest records exactly what was written.
+    manifest
+        .rules
+        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.table == *t));
     manifest.phase = Phase::Installed;
     locked.store(&manifest)?;
     fault::point(fault::CREATE_RECORDED);
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
-    stale_flows.extend(flows::of_rules(
+    after.stale_flows.extend(flows::of_rules(
         manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
     ));
-    flows::forget(ctx, &stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, generation);
-    ctx.netfilter.release_native();
-    allow_loopback_sources(&manifest.mappings, &manifest.addresses);
-    Ok(Created::Installed {
-        rules: manifest.rules.len(),
-    })
+    Ok(manifest)
 }
 
 /// Whether the container or the host asked to refuse a start over a conflict
@@ -164,6 +199,10 @@ fn check_forwards(
     } else {
         (Vec::new(), Vec::new())
     };
+    if let (true, Some(e)) = (refuse, unread.first()) {
+        // Refusing over conflicts means not starting on a guess.
+        return Err(Error::ForwardsUnchecked(e.to_string()));
+    }
     for e in unread {
         eprintln!("natledger: warning: {e}; other owners' forwards there were not checked");
     }
@@ -445,11 +484,21 @@ struct InstallError {
 
 /// Install one family's rules: one transaction per table, filter before nat (the accept is in
 /// force before the DNAT is). First try assuming the shared chains and jumps exist: on legacy
-/// in-process ([`crate::iptc`], declined unless they do), otherwise with one restore process
-/// whose transaction per table checks that table's jumps with `-C` (a missing jump fails it
+/// in-process ([`crate::iptc`], declined unless they do; once a table is left to a process,
+/// so are the ones after it, to keep the order), otherwise with one restore process whose
+/// transaction per table checks that table's jumps with `-C` (a missing jump fails it
 /// atomically; the tables before it stay committed). Then read each table not yet written and
 /// create what is missing.
-fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), InstallError> {
+///
+/// The filter accept is needed only where FORWARD drops, and the nat rules forward from the
+/// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
+/// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
+/// returned, so that the manifest records exactly what was written.
+fn install(
+    ctx: &Context,
+    family: Family,
+    rules: &[&RuleRecord],
+) -> Result<Vec<&'static str>, InstallError> {
     let mut partial = false;
     let mut pending: Vec<(&'static str, Vec<Placement>)> = Vec::new();
     for table in TABLES {
@@ -458,14 +507,18 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), I
             continue;
         }
         let placed = placements(&here);
-        if ctx.backend == Backend::Legacy && insert_native(ctx, family, table, &placed) {
+        if ctx.backend == Backend::Legacy
+            && pending.is_empty()
+            && insert_native(ctx, family, table, &placed)
+        {
             partial = true;
             continue;
         }
         pending.push((table, placed));
     }
+    let mut skipped = Vec::new();
     if pending.is_empty() {
-        return Ok(());
+        return Ok(skipped);
     }
     let fast: Vec<Batch> = pending
         .iter()
@@ -480,43 +533,62 @@ fn install(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), I
         .collect();
     let first_block = fast[0].render().lines().count();
     match ctx.netfilter.apply_all(ctx.backend, family, &fast) {
-        Ok(()) => return Ok(()),
+        Ok(()) => return Ok(skipped),
         // The first table's transaction failed: nothing was committed.
         Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
         // The tables before the failed one are committed (they show every rule already).
         Err(_) => partial |= pending.len() > 1,
     }
     for (table, placed) in &pending {
-        let fail = |error| InstallError { error, partial };
-        let dump = ctx
-            .netfilter
-            .read(ctx.backend, family, table)
-            .map_err(fail)?
-            .unwrap_or_default();
-        if all_present(&dump, placed) {
-            continue;
-        }
-        let mut full = Batch::new(table);
-        for chain in owned_chains(table) {
-            if !dump.has_chain(chain) {
-                full.ops.push(Op::DeclareChain(chain.to_string()));
+        let written = write_table(ctx, family, table, placed);
+        match written {
+            Ok(wrote) => partial |= wrote,
+            Err(error) if *table == FILTER => {
+                eprintln!(
+                    "natledger: warning: the {family} forward accept was not written ({error}); \
+                     where FORWARD drops, these ports answer only from this host (doctor: \
+                     forward-dropped)"
+                );
+                skipped.push(FILTER);
             }
+            Err(error) => return Err(InstallError { error, partial }),
         }
-        for (chain, jump) in jumps(table) {
-            let present = dump
-                .rules_in(chain)
-                .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
-            if !present {
-                full.ops.push(jump_op(&dump, chain, jump.to_args()));
-            }
-        }
-        push_rules(&mut full, placed);
-        ctx.netfilter
-            .apply(ctx.backend, family, &full)
-            .map_err(fail)?;
-        partial = true;
     }
-    Ok(())
+    Ok(skipped)
+}
+
+/// Read `table` and write what is missing of `placed`, its chains and jumps included; whether
+/// anything was written (a table showing every rule already was committed before).
+fn write_table(
+    ctx: &Context,
+    family: Family,
+    table: &'static str,
+    placed: &[Placement],
+) -> Result<bool, BackendError> {
+    let dump = ctx
+        .netfilter
+        .read(ctx.backend, family, table)?
+        .unwrap_or_default();
+    if all_present(&dump, placed) {
+        return Ok(false);
+    }
+    let mut full = Batch::new(table);
+    for chain in owned_chains(table) {
+        if !dump.has_chain(chain) {
+            full.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+    }
+    for (chain, jump) in jumps(table) {
+        let present = dump
+            .rules_in(chain)
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
+        if !present {
+            full.ops.push(jump_op(&dump, chain, jump.to_args()));
+        }
+    }
+    push_rules(&mut full, placed);
+    ctx.netfilter.apply(ctx.backend, family, &full)?;
+    Ok(true)
 }
 
 /// On legacy, insert one table's rules in-process; whether that was done.
@@ -716,9 +788,10 @@ mod tests {
     #[test]
     fn a_failed_install_leaves_no_manifest() {
         let dir = tempfile::tempdir().unwrap();
-        // The fast transaction fails, then reading the table fails: nothing was applied, so
-        // the rollback starts no process and only drops the manifest.
-        let script = Script::new(vec![fail(), fail()]);
+        // The fast transaction fails, then reading the tables fails (the filter table only
+        // costs its accept, the nat table the start): nothing was applied, so the rollback
+        // starts no process and only drops the manifest.
+        let script = Script::new(vec![fail(), fail(), fail()]);
         let ctx = Context::new(
             Ledger::new(dir.path()),
             crate::backend::Backend::Nft,
@@ -726,12 +799,31 @@ mod tests {
         );
         let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
         assert!(
-            err.to_string()
-                .contains("iptables-nft-save -t filter failed"),
+            err.to_string().contains("iptables-nft-save -t nat failed"),
             "{err}"
         );
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-        assert_eq!(script.calls.borrow().len(), 2);
+        assert_eq!(script.calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
+        let dir = tempfile::tempdir().unwrap();
+        let nat = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n";
+        let script = Script::new(vec![fail(), fail(), ok(nat), ok("")]);
+        let ctx = Context::new(
+            Ledger::new(dir.path()),
+            crate::backend::Backend::Nft,
+            &script,
+        );
+        let created = create_runtime(&ctx, &input(dir.path())).unwrap();
+        assert_eq!(created, Created::Installed { rules: 3 });
+        let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
+        assert!(
+            manifest.rules.iter().all(|r| r.table == "nat"),
+            "{manifest:?}"
+        );
+        assert_eq!(manifest.phase, Phase::Installed);
     }
 
     #[test]

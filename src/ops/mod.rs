@@ -95,6 +95,11 @@ pub enum Error {
         place: String,
         line: String,
     },
+    #[error(
+        "{0}; with io.natledger.port-conflict=refuse, a start whose ports cannot be checked \
+         for other owners' forwards is refused"
+    )]
+    ForwardsUnchecked(String),
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
     #[error("cannot judge whether containers live: /proc is not readable: {0}")]
