@@ -288,6 +288,16 @@ fn states_test(ct: &Conntrack, list: &str) -> Tri {
     }
 }
 
+/// Targets after which evaluation goes on with the next rule (logging, marking, accounting);
+/// any other extension target decides the packet's fate in its own way.
+const GOES_ON: &str = "AUDIT CHECKSUM CLASSIFY CONNMARK CONNSECMARK CT DSCP ECN HL HMARK \
+    IDLETIMER LED LOG MARK NFLOG NOTRACK RATEEST SECMARK SET TCPMSS TCPOPTSTRIP TEE TOS TRACE \
+    TTL ULOG";
+
+fn goes_on(target: &str) -> bool {
+    GOES_ON.split_whitespace().any(|t| t == target)
+}
+
 /// Where evaluating a built-in chain ends for a packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate<'t> {
@@ -390,8 +400,13 @@ impl<'t> Eval<'t, '_> {
                         _ => return unknown,
                     }
                 }
-                // Targets that do not end evaluation (LOG, MARK, …), and jumps to chains that
-                // do not exist.
+                // Targets that do not end evaluation (LOG, MARK, …).
+                Target::Other(name) | Target::Jump(name) | Target::Goto(name) if !goes_on(name) => {
+                    // Anything else decides in a way not modelled here (NFQUEUE hands the
+                    // packet to a program; an extension target of another package, or a
+                    // chain that does not exist): no claim past it.
+                    return unknown;
+                }
                 _ => {}
             }
         }
@@ -420,7 +435,8 @@ impl<'t> Eval<'t, '_> {
                 Target::Drop | Target::Reject if tri == Tri::Yes => {
                     return Flow::Verdict(Fate::Dropped(Some(r)));
                 }
-                Target::Drop | Target::Reject | Target::Other(_) | Target::None => {}
+                Target::Drop | Target::Reject | Target::None => {}
+                Target::Other(name) if goes_on(name) => {}
                 _ => return Flow::Verdict(Fate::Unknown(r)),
             }
         }

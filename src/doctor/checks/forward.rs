@@ -68,6 +68,10 @@ impl Checks<'_> {
     /// the DNAT does not forward (its target is this host) or its target is not one address.
     fn forwarded(&self, w: &Walked, step: &Step, to: &str) -> Option<Packet> {
         let addr = dnat_address(to).filter(|a| to_one_address(to, *a))?;
+        // To this host: INPUT, not FORWARD.
+        if addr.is_loopback() {
+            return None;
+        }
         let (in_iface, out_iface) = match self.host {
             Some(host) if evidence::is_local_address(&host.roots, addr) => return None,
             Some(host) => (
@@ -187,8 +191,17 @@ impl Checks<'_> {
                 )
             }
         };
+        // From a dump alone, the target might be an address of that host (then nothing is
+        // forwarded): a warning, not an error.
+        let (severity, summary) = match self.host {
+            Some(_) => (Severity::Error, summary),
+            None => (
+                Severity::Warning,
+                format!("{summary} (Unless {addr} is an address of the host the dump is from.)"),
+            ),
+        };
         Finding {
-            severity: Severity::Error,
+            severity,
             kind: Kind::ForwardDropped,
             port,
             protocol,
