@@ -671,7 +671,7 @@ pub(crate) fn net_contains(outer: &IpNet, inner: &IpNet) -> bool {
 }
 
 /// Whether no address is in both (within one family prefixes nest or are disjoint).
-fn net_disjoint(a: &IpNet, b: &IpNet) -> bool {
+pub(crate) fn net_disjoint(a: &IpNet, b: &IpNet) -> bool {
     addr_bits(a.addr).1 == addr_bits(b.addr).1 && !net_contains(a, b) && !net_contains(b, a)
 }
 

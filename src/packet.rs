@@ -58,8 +58,9 @@ impl Tri {
 pub enum Addresses {
     /// Exactly this address.
     Exactly(IpAddr),
-    /// One of these (for a host port: any address local to the node), not known which.
-    AnyOf(Vec<IpAddr>),
+    /// Some address in one of these networks, not known which (for a host port: any address
+    /// of the node, loopback's whole 127.0.0.0/8 included).
+    AnyOf(Vec<IpNet>),
     /// Some address other than this one (a reply to an outside client goes back to the
     /// client, not to the server that sends it).
     Except(IpAddr),
@@ -72,14 +73,12 @@ impl Addresses {
         match self {
             Addresses::Exactly(a) => Tri::from_bool(matchset::net_contains(net, &host(a))),
             Addresses::AnyOf(list) => {
-                let inside = list
-                    .iter()
-                    .filter(|a| matchset::net_contains(net, &host(a)))
-                    .count();
-                match inside {
-                    0 => Tri::No,
-                    n if n == list.len() => Tri::Yes,
-                    _ => Tri::Maybe,
+                if list.iter().all(|n| matchset::net_contains(net, n)) {
+                    Tri::Yes
+                } else if list.iter().all(|n| matchset::net_disjoint(net, n)) {
+                    Tri::No
+                } else {
+                    Tri::Maybe
                 }
             }
             Addresses::Except(a) if *net == host(a) => Tri::No,
@@ -567,7 +566,7 @@ mod tests {
 
     #[test]
     fn conditions_against_a_host_port() {
-        let locals: Vec<IpAddr> = ["10.78.0.1", "127.0.0.1"]
+        let locals: Vec<IpNet> = ["10.78.0.1/32", "127.0.0.0/8"]
             .iter()
             .map(|a| a.parse().unwrap())
             .collect();
@@ -606,6 +605,8 @@ mod tests {
         assert_eq!(test("-d 10.78.0.1/32 -p tcp -j X"), Tri::Maybe);
         assert_eq!(test("-d 10.0.0.0/8 -j X"), Tri::Maybe);
         assert_eq!(test("! -d 127.0.0.0/8 -j X"), Tri::Maybe);
+        // Loopback is all of 127.0.0.0/8, not only 127.0.0.1.
+        assert_eq!(test("-d 127.0.0.53/32 -p tcp -j X"), Tri::Maybe);
         assert_eq!(test("-m mark --mark 0x1 -j X"), Tri::Maybe);
     }
 }

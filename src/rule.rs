@@ -16,7 +16,9 @@ use crate::family::Family;
 use crate::portspec::{PortRange, Protocol};
 
 /// An address with a prefix length, printed as `*-save` prints it (`10.0.0.1/32`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct IpNet {
     pub addr: IpAddr,
     pub prefix: u8,

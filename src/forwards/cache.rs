@@ -16,12 +16,36 @@ pub struct CacheEntry {
     pub family: Family,
     /// The nf_tables generation the candidates were read at.
     pub generation: u32,
-    /// The host's addresses then (the walk judges destinations by them).
-    pub locals: Vec<IpAddr>,
+    pub scope: Scope,
     pub candidates: Vec<Candidate>,
 }
 
-const CACHE_SCHEMA: u32 = 1;
+/// Where and when candidates were read, besides the generation: the generation starts again
+/// at every boot and in every network namespace, and the walk judged destinations by the
+/// host's addresses.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scope {
+    pub boot_id: Option<String>,
+    /// The inode of the calling thread's network namespace.
+    pub netns: Option<u64>,
+    pub locals: Vec<IpNet>,
+}
+
+impl Scope {
+    /// This boot, the calling thread's network namespace, and `locals`.
+    pub fn here(locals: &[IpNet]) -> Scope {
+        use std::os::unix::fs::MetadataExt;
+        Scope {
+            boot_id: crate::procfs::boot_id(),
+            netns: std::fs::metadata("/proc/thread-self/ns/net")
+                .ok()
+                .map(|m| m.ino()),
+            locals: locals.to_vec(),
+        }
+    }
+}
+
+const CACHE_SCHEMA: u32 = 2;
 /// The cache's file in the state directory.
 pub const CACHE_FILE: &str = "forwards.json";
 
@@ -50,16 +74,11 @@ impl Cache {
         }
     }
 
-    /// The candidates of `family` if they were read at `generation` with these `locals`.
-    pub fn valid(
-        &self,
-        family: Family,
-        generation: u32,
-        locals: &[IpAddr],
-    ) -> Option<&[Candidate]> {
+    /// The candidates of `family` if they were read at `generation` in this `scope`.
+    pub fn valid(&self, family: Family, generation: u32, scope: &Scope) -> Option<&[Candidate]> {
         self.entries
             .iter()
-            .find(|e| e.family == family && e.generation == generation && e.locals == locals)
+            .find(|e| e.family == family && e.generation == generation && e.scope == *scope)
             .map(|e| e.candidates.as_slice())
     }
 

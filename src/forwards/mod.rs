@@ -37,7 +37,7 @@ mod sources;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, before_writes, carry};
+pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Scope, before_writes, carry};
 use sources::{Legacy, Nft};
 
 use std::collections::HashMap;
@@ -54,6 +54,7 @@ use crate::matchset::{Target, parse_rule};
 use crate::nftables::{self, NftError};
 use crate::packet::{Addresses, Conntrack, Packet, Tri};
 use crate::portspec::{PortMapping, Protocol};
+use crate::rule::IpNet;
 use crate::save::Table;
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
@@ -136,9 +137,9 @@ impl Chains for &Table {
 }
 
 /// The packet that opens a connection to a host port: `mapping`'s protocol and host ports,
-/// to its host address or to any of `locals` (this host's addresses), conntrack NEW (nat sees
+/// to its host address or to any address in `locals` (this host's), conntrack NEW (nat sees
 /// only those). `mapping: None` is a packet to any port of any protocol of this host.
-pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpAddr]) -> Packet {
+pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) -> Packet {
     let host = mapping.and_then(PortMapping::host_destination);
     let dst = match host {
         Some(addr) => Addresses::Exactly(addr),
@@ -146,7 +147,7 @@ pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpAddr]) -
             locals
                 .iter()
                 .copied()
-                .filter(|a| Family::of(*a) == family)
+                .filter(|n| Family::of(n.addr) == family)
                 .collect(),
         ),
     };
@@ -285,14 +286,11 @@ fn elsewhere(args: &[String], packet: &Packet) -> bool {
     else {
         return false;
     };
-    let dsts: &[IpAddr] = match &packet.dst {
-        Addresses::Exactly(a) => std::slice::from_ref(a),
-        Addresses::AnyOf(list) => list,
-        _ => return false,
-    };
-    !dsts
-        .iter()
-        .any(|a| crate::matchset::net_contains(&net, &crate::rule::IpNet::host(*a)))
+    match &packet.dst {
+        Addresses::Exactly(a) => !crate::matchset::net_contains(&net, &IpNet::host(*a)),
+        Addresses::AnyOf(list) => list.iter().all(|n| crate::matchset::net_disjoint(&net, n)),
+        _ => false,
+    }
 }
 
 /// A table that could not be read for the check, and why.
@@ -380,7 +378,7 @@ fn candidates(
     cache: &Path,
     backend: Backend,
     family: Family,
-    locals: &[IpAddr],
+    locals: &[IpNet],
 ) -> Result<(Vec<Candidate>, &'static str), String> {
     let any = probe(None, family, locals);
     match (backend, nf.native()) {
@@ -399,8 +397,9 @@ fn candidates(
         (Backend::Nft, true) => nf
             .with_nft(|session| {
                 let generation = session.generation()?;
+                let scope = Scope::here(locals);
                 let mut kept = Cache::load(cache);
-                if let Some(valid) = kept.valid(family, generation, locals) {
+                if let Some(valid) = kept.valid(family, generation, &scope) {
                     return Ok((valid.to_vec(), "from the cache"));
                 }
                 let mut source = Nft { session, family };
@@ -408,7 +407,7 @@ fn candidates(
                 kept.put(CacheEntry {
                     family,
                     generation,
-                    locals: locals.to_vec(),
+                    scope,
                     candidates: candidates.clone(),
                 });
                 kept.store(cache);
@@ -427,9 +426,10 @@ fn candidates(
     }
 }
 
-/// This host's addresses of `family` (the calling thread's network namespace), loopback's
-/// included: where a packet to a host port may be addressed.
-fn local_addresses(family: Family) -> Vec<IpAddr> {
+/// This host's addresses of `family` (the calling thread's network namespace), and all of
+/// loopback's network (every 127.0.0.0/8 address is local): where a packet to a host port
+/// may be addressed. Not known: addresses of a local route alone (AnyIP).
+fn local_addresses(family: Family) -> Vec<IpNet> {
     let mut addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
         .map(|all| {
             all.filter_map(|ifa| {
@@ -441,15 +441,16 @@ fn local_addresses(family: Family) -> Vec<IpAddr> {
             .collect()
         })
         .unwrap_or_default();
-    addrs.retain(|a| Family::of(*a) == family);
-    let loopback: IpAddr = match family {
-        Family::Ipv4 => std::net::Ipv4Addr::LOCALHOST.into(),
-        Family::Ipv6 => std::net::Ipv6Addr::LOCALHOST.into(),
-    };
-    if !addrs.contains(&loopback) {
-        addrs.push(loopback);
-    }
-    addrs.sort();
-    addrs.dedup();
-    addrs
+    addrs.retain(|a| Family::of(*a) == family && !a.is_loopback());
+    let mut nets: Vec<IpNet> = addrs.into_iter().map(IpNet::host).collect();
+    nets.push(match family {
+        Family::Ipv4 => IpNet {
+            addr: std::net::Ipv4Addr::new(127, 0, 0, 0).into(),
+            prefix: 8,
+        },
+        Family::Ipv6 => IpNet::host(std::net::Ipv6Addr::LOCALHOST.into()),
+    });
+    nets.sort();
+    nets.dedup();
+    nets
 }

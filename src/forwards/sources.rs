@@ -7,7 +7,7 @@ use super::*;
 /// header names a destination none of `dsts` is in are skipped undecoded.
 pub(super) struct Legacy<'b> {
     pub(super) blob: &'b iptc::blob::Blob,
-    pub(super) dsts: &'b [IpAddr],
+    pub(super) dsts: &'b [IpNet],
 }
 
 impl Chains for Legacy<'_> {

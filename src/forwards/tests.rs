@@ -2,9 +2,9 @@ use super::*;
 use crate::portspec::parse_entry;
 use crate::save::parse_dump;
 
-const LOCALS: [&str; 3] = ["10.78.0.1", "127.0.0.1", "fd78::1"];
+const LOCALS: [&str; 3] = ["10.78.0.1/32", "127.0.0.0/8", "fd78::1/128"];
 
-fn locals() -> Vec<IpAddr> {
+fn locals() -> Vec<IpNet> {
     LOCALS.iter().map(|a| a.parse().unwrap()).collect()
 }
 
@@ -63,6 +63,12 @@ fn finds_each_owners_forward_of_the_port_and_nothing_else() {
     assert_eq!(found(hand, "10.78.0.1:8080:80"), ["PREROUTING 1"]);
     assert_eq!(found(hand, "127.0.0.1:8080:80"), ["PREROUTING 2"]);
     assert_eq!(found(hand, "8080:80"), ["PREROUTING 1", "PREROUTING 2"]);
+    // Every 127.0.0.0/8 address is this host's, not only 127.0.0.1.
+    let resolver = "*nat\n:OUTPUT ACCEPT [0:0]\n\
+        -A OUTPUT -d 127.0.0.53/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.1.1.1\n\
+        COMMIT\n";
+    assert_eq!(found(resolver, "53:53/udp"), ["OUTPUT 1"]);
+    assert!(found(resolver, "127.0.0.1:53:53/udp").is_empty());
 }
 
 #[test]
@@ -86,19 +92,35 @@ fn candidates_for_any_port_serve_every_port() {
 
 #[test]
 fn the_cache_carries_over_natledgers_own_transactions_only() {
+    let here = Scope::here(&locals());
     let entry = |generation| CacheEntry {
         family: Family::Ipv4,
         generation,
-        locals: locals(),
+        scope: here.clone(),
         candidates: Vec::new(),
     };
     let mut cache = Cache::default();
     cache.put(entry(7));
-    assert!(cache.valid(Family::Ipv4, 7, &locals()).is_some());
-    assert!(cache.valid(Family::Ipv4, 8, &locals()).is_none());
-    assert!(cache.valid(Family::Ipv4, 7, &locals()[..1]).is_none());
+    assert!(cache.valid(Family::Ipv4, 7, &here).is_some());
+    assert!(cache.valid(Family::Ipv4, 8, &here).is_none());
+    // Other addresses, another boot, another network namespace: not valid.
+    assert!(
+        cache
+            .valid(Family::Ipv4, 7, &Scope::here(&locals()[..1]))
+            .is_none()
+    );
+    let rebooted = Scope {
+        boot_id: Some("another boot".into()),
+        ..here.clone()
+    };
+    assert!(cache.valid(Family::Ipv4, 7, &rebooted).is_none());
+    let elsewhere = Scope {
+        netns: here.netns.map(|n| n + 1),
+        ..here.clone()
+    };
+    assert!(cache.valid(Family::Ipv4, 7, &elsewhere).is_none());
     cache.carry(7, 9, 2);
-    assert!(cache.valid(Family::Ipv4, 9, &locals()).is_some());
+    assert!(cache.valid(Family::Ipv4, 9, &here).is_some());
     // Someone else committed too: dropped.
     cache.carry(9, 12, 2);
     assert!(cache.entries.is_empty());

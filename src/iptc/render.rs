@@ -55,12 +55,12 @@ pub fn chain_rules<'t>(t: &'t Blob, chain: &str) -> Option<impl Iterator<Item = 
     }))
 }
 
-/// Whether the entry `e` may match a packet to one of `dsts`, judged from its header's
-/// destination alone (no match decoded, nothing allocated): false only when the entry names a
-/// destination, not inverted, that holds none of them. A reader looking for what a packet to
-/// this host meets skips, at this price, the thousands of rules for other addresses
-/// (kube-proxy's service addresses).
-pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[std::net::IpAddr]) -> bool {
+/// Whether the entry `e` may match a packet to an address in one of `dsts`, judged from its
+/// header's destination alone (no match decoded, nothing allocated): false only when the
+/// entry names a destination, not inverted, that shares no address with any of them. A reader
+/// looking for what a packet to this host meets skips, at this price, the thousands of rules
+/// for other addresses (kube-proxy's service addresses).
+pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[crate::rule::IpNet]) -> bool {
     /// `IPT_INV_DSTIP`, `IP6T_INV_DSTIP`
     const INV_DSTIP: u8 = 0x10;
     let l = t.layout;
@@ -69,12 +69,21 @@ pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[std::net::IpAddr]) -> bool {
     if e[l.invflags_at] & INV_DSTIP != 0 || mask.iter().all(|b| *b == 0) {
         return true;
     }
-    dsts.iter().any(|d| {
-        let octets = match d {
+    dsts.iter().any(|net| {
+        let octets = match net.addr {
             std::net::IpAddr::V4(a) => a.octets().to_vec(),
             std::net::IpAddr::V6(a) => a.octets().to_vec(),
         };
-        octets.len() == n && (0..n).all(|i| octets[i] & mask[i] == addr[i] & mask[i])
+        if octets.len() != n {
+            return false;
+        }
+        // Two networks share an address unless they differ in a bit both fix.
+        (0..n).all(|i| {
+            let bits = usize::from(net.prefix).saturating_sub(8 * i).min(8) as u32;
+            let net_mask = (0xffu16 << (8 - bits)) as u8;
+            let both = mask[i] & net_mask;
+            octets[i] & both == addr[i] & both
+        })
     })
 }
 
