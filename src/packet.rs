@@ -17,7 +17,7 @@ use crate::family::Family;
 use crate::matchset::{self, Cond, Match, PortSet, Target};
 use crate::portspec::PortRange;
 use crate::rule::IpNet;
-use crate::save::{SavedRule, Table};
+use crate::save::{ChainIndex, SavedRule, Table};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
@@ -328,6 +328,7 @@ pub fn fate<'t>(
 ) -> Fate<'t> {
     let eval = Eval {
         table,
+        index: table.index(),
         parsed,
         packet,
     };
@@ -342,19 +343,31 @@ pub fn fate<'t>(
 
 struct Eval<'t, 'p> {
     table: &'t Table,
+    index: ChainIndex<'t>,
     parsed: &'p [(Match, Target)],
     packet: &'p Packet,
 }
 
 impl<'t> Eval<'t, '_> {
+    /// The rules of chain `name` from its `from`th (0-based), with what they parsed to.
+    fn rules(
+        &self,
+        name: &str,
+        from: usize,
+    ) -> impl Iterator<Item = (usize, &'t SavedRule, &Match, &Target)> {
+        let indices = self.index.rules(name).unwrap_or_default();
+        indices.iter().enumerate().skip(from).map(|(k, &i)| {
+            (
+                k,
+                &self.table.rules[i],
+                &self.parsed[i].0,
+                &self.parsed[i].1,
+            )
+        })
+    }
+
     fn chain(&self, name: &str, depth: usize) -> Flow<'t> {
-        let rules = self
-            .table
-            .rules
-            .iter()
-            .zip(self.parsed)
-            .filter(|(r, _)| r.chain == name);
-        for (rule, (m, target)) in rules {
+        for (k, rule, m, target) in self.rules(name, 0) {
             let tri = self.packet.test(m);
             if tri == Tri::No {
                 continue;
@@ -370,7 +383,7 @@ impl<'t> Eval<'t, '_> {
                     return Flow::Verdict(Fate::Dropped(Some(rule)));
                 }
                 Target::Drop | Target::Reject => {
-                    return match self.rest_after(name, rule) {
+                    return match self.rest_after(name, k) {
                         Flow::Verdict(Fate::Dropped(by)) => {
                             Flow::Verdict(Fate::Dropped(by.or(Some(rule))))
                         }
@@ -391,7 +404,7 @@ impl<'t> Eval<'t, '_> {
                         // Maybe into a chain that decides nothing: on either way.
                         (Flow::Back, false) if !goto => {}
                         (Flow::Verdict(Fate::Dropped(by)), false) => {
-                            return match self.rest_after(name, rule) {
+                            return match self.rest_after(name, k) {
                                 Flow::Verdict(Fate::Dropped(_)) => Flow::Verdict(Fate::Dropped(by)),
                                 _ => unknown,
                             };
@@ -412,20 +425,13 @@ impl<'t> Eval<'t, '_> {
         Flow::Back
     }
 
-    /// Whether the rest of chain `name` after `rule` certainly drops the packet: a later rule
+    /// Whether the rest of chain `name` after its rule `k` (0-based) certainly drops the packet:
+    /// a later rule
     /// that certainly drops it, or a built-in chain's DROP policy, with nothing between that
     /// could accept it or send it elsewhere. Anything less is unknown: a claim of "dropped"
     /// after a rule that only may drop needs the other way to end dropped too.
-    fn rest_after(&self, name: &str, rule: &SavedRule) -> Flow<'t> {
-        let after = self
-            .table
-            .rules
-            .iter()
-            .zip(self.parsed)
-            .skip_while(|(r, _)| !std::ptr::eq(*r, rule))
-            .skip(1)
-            .filter(|(r, _)| r.chain == name);
-        for (r, (m, target)) in after {
+    fn rest_after(&self, name: &str, k: usize) -> Flow<'t> {
+        for (_, r, m, target) in self.rules(name, k + 1) {
             let tri = self.packet.test(m);
             if tri == Tri::No {
                 continue;
@@ -446,15 +452,11 @@ impl<'t> Eval<'t, '_> {
     }
 
     fn policy(&self, chain: &str) -> Option<&'t str> {
-        self.table
-            .chains
-            .iter()
-            .find(|(c, _)| c == chain)
-            .map(|(_, p)| p.as_str())
+        self.index.policy(chain)
     }
 
     fn exists(&self, chain: &str) -> bool {
-        self.table.has_chain(chain)
+        self.index.rules(chain).is_some()
     }
 }
 

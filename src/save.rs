@@ -4,6 +4,7 @@
 //! [`crate::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
 //! Writing quotes every token, so an argument is never re-split by the reader.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 /// A line of a dump that could not be read.
@@ -37,6 +38,45 @@ impl Table {
 
     pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a SavedRule> + 'a {
         self.rules.iter().filter(move |r| r.chain == chain)
+    }
+
+    /// Every chain's rules, as indices into `rules` in order, in one pass: for walks that
+    /// look chains up once per jump (a kube-proxy table has tens of thousands of chains, and
+    /// [`Table::rules_in`] reads every rule each time).
+    pub fn index(&self) -> ChainIndex<'_> {
+        let mut rules: HashMap<&str, Vec<usize>> = HashMap::with_capacity(self.chains.len());
+        for (c, _) in &self.chains {
+            rules.entry(c.as_str()).or_default();
+        }
+        for (i, r) in self.rules.iter().enumerate() {
+            rules.entry(r.chain.as_str()).or_default().push(i);
+        }
+        let policies = self
+            .chains
+            .iter()
+            .map(|(c, p)| (c.as_str(), p.as_str()))
+            .collect();
+        ChainIndex { rules, policies }
+    }
+}
+
+/// A table's chains looked up by name: [`Table::index`].
+#[derive(Debug, Clone, Default)]
+pub struct ChainIndex<'t> {
+    rules: HashMap<&'t str, Vec<usize>>,
+    policies: HashMap<&'t str, &'t str>,
+}
+
+impl<'t> ChainIndex<'t> {
+    /// The indices of `chain`'s rules in the table's `rules`; `None` if there is no such
+    /// chain (a chain declared with no rules has an empty list).
+    pub fn rules(&self, chain: &str) -> Option<&[usize]> {
+        self.rules.get(chain).map(Vec::as_slice)
+    }
+
+    /// The policy a chain was declared with (`-` for a user chain).
+    pub fn policy(&self, chain: &str) -> Option<&'t str> {
+        self.policies.get(chain).copied()
     }
 }
 

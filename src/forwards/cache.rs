@@ -17,7 +17,16 @@ pub struct CacheEntry {
     /// The nf_tables generation the candidates were read at.
     pub generation: u32,
     pub scope: Scope,
-    pub candidates: Vec<Candidate>,
+    /// `None`: more than [`MAX_CACHED`]; each create walks once per mapping instead.
+    pub candidates: Option<Vec<Candidate>>,
+}
+
+/// What the cache holds for a family, generation and scope.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cached<'c> {
+    Candidates(&'c [Candidate]),
+    /// More than [`MAX_CACHED`] candidates: walk per mapping.
+    TooMany,
 }
 
 /// Where and when candidates were read, besides the generation: the generation starts again
@@ -75,11 +84,14 @@ impl Cache {
     }
 
     /// The candidates of `family` if they were read at `generation` in this `scope`.
-    pub fn valid(&self, family: Family, generation: u32, scope: &Scope) -> Option<&[Candidate]> {
+    pub fn valid(&self, family: Family, generation: u32, scope: &Scope) -> Option<Cached<'_>> {
         self.entries
             .iter()
             .find(|e| e.family == family && e.generation == generation && e.scope == *scope)
-            .map(|e| e.candidates.as_slice())
+            .map(|e| match &e.candidates {
+                Some(c) => Cached::Candidates(c),
+                None => Cached::TooMany,
+            })
     }
 
     pub fn put(&mut self, entry: CacheEntry) {

@@ -30,19 +30,28 @@
 //! moves the generation itself when it writes; it carries the cache over when the generation
 //! moved by exactly its own transactions ([`Cache::carry`]). iptables-legacy has no
 //! generation, but its whole table is one read (a few ms at 10,000 rules), so it is walked
-//! each time.
+//! each time, once per mapping (a packet to one port leaves every other port's branch
+//! unread).
+//!
+//! A walk with a packet to any port follows every branch: kube-proxy's NodePorts lead to
+//! one candidate per endpoint (2,768 NodePorts of 10 endpoints: 55,000 candidates, 37 MB of
+//! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates the cache keeps only that fact for the
+//! generation, and each create walks once per mapping over netlink instead. Every walk
+//! stops at [`MAX_VISITS`] rules: chains that branch into one another multiply a walk
+//! without any loop, and a walk cut short is no answer (the table counts as unread).
 
 mod cache;
 mod sources;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Scope, before_writes, carry};
+pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Cached, Scope, before_writes, carry};
 use sources::{Legacy, Nft};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
+use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +68,15 @@ use crate::save::Table;
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
+/// The most rules one walk looks at. Each chain is read once, but a chain jumped to from
+/// many places is walked from each (its rules may match under one path and not another), so
+/// chains that branch into one another without a loop could multiply the walk without end.
+/// A walk with a packet to any port through kube-proxy's whole default NodePort range (2,768
+/// ports) of 10 endpoints each visits about 244,000 (tested; 1.2 s); one to a single port, 92.
+const MAX_VISITS: usize = 1_000_000;
+/// The most candidates the iptables-nft cache keeps (about 700 bytes each as JSON on a
+/// kube-proxy host; natledger's peers bench keeps 10,000 foreign forwards).
+pub const MAX_CACHED: usize = 20_000;
 /// The built-in nat chains a packet to a host port goes through.
 const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 
@@ -115,7 +133,22 @@ pub trait Chains {
     ) -> Result<Option<Kept>, Self::Error>;
 }
 
-impl Chains for &Table {
+/// A parsed dump as a walk reads it, its chains indexed once.
+pub struct Saved<'t> {
+    table: &'t Table,
+    index: crate::save::ChainIndex<'t>,
+}
+
+impl<'t> Saved<'t> {
+    pub fn new(table: &'t Table) -> Saved<'t> {
+        Saved {
+            table,
+            index: table.index(),
+        }
+    }
+}
+
+impl Chains for Saved<'_> {
     type Error = std::convert::Infallible;
 
     fn rules(
@@ -123,11 +156,13 @@ impl Chains for &Table {
         chain: &str,
         keep: &mut dyn FnMut(&[String]) -> bool,
     ) -> Result<Option<Kept>, Self::Error> {
-        if !self.has_chain(chain) {
+        let Some(indices) = self.index.rules(chain) else {
             return Ok(None);
-        }
+        };
         Ok(Some(
-            self.rules_in(chain)
+            indices
+                .iter()
+                .map(|&i| &self.table.rules[i])
                 .enumerate()
                 .filter(|(_, r)| keep(&r.args))
                 .map(|(i, r)| (i + 1, r.args.clone()))
@@ -181,24 +216,66 @@ fn protocol_number(p: Protocol) -> u8 {
 /// rules of PREROUTING and OUTPUT that may match it, through their jumps (each chain read
 /// once), to every DNAT or REDIRECT. A rule certain to end nat for the packet (DNAT, REDIRECT,
 /// ACCEPT) stops that hook; a certain RETURN ends its chain.
-pub fn walk<C: Chains>(chains: &mut C, packet: &Packet) -> Result<Vec<Candidate>, C::Error> {
+/// A walk cut short: never a partial answer, since the forward not found may be the one
+/// that takes the port.
+pub fn walk<C: Chains>(
+    chains: &mut C,
+    packet: &Packet,
+) -> Result<Vec<Candidate>, WalkError<C::Error>> {
+    walk_counted(chains, packet, usize::MAX).map(|(found, _)| found)
+}
+
+/// [`walk`], stopping at more than `max_found` candidates ([`WalkError::TooMany`]), and the
+/// rules it looked at.
+fn walk_counted<C: Chains>(
+    chains: &mut C,
+    packet: &Packet,
+    max_found: usize,
+) -> Result<(Vec<Candidate>, usize), WalkError<C::Error>> {
     let mut walker = Walker {
         packet,
         read: HashMap::new(),
         found: Vec::new(),
+        visits: 0,
+        max_found,
     };
     for hook in HOOKS {
         let mut path = Vec::new();
         walker.chain(chains, hook, &mut path)?;
     }
-    Ok(walker.found)
+    Ok((walker.found, walker.visits))
+}
+
+/// Why a walk has no answer.
+#[derive(Debug, thiserror::Error)]
+pub enum WalkError<E> {
+    #[error("{0}")]
+    Read(E),
+    #[error("the nat chains branch into more than {MAX_VISITS} rule visits; not followed")]
+    TooBranched,
+    #[error("more forwards than the walk was to keep")]
+    TooMany,
 }
 
 struct Walker<'p> {
     packet: &'p Packet,
-    /// The rules kept of every chain read so far.
-    read: HashMap<String, Option<Kept>>,
+    /// The rules kept of every chain read so far, judged once.
+    read: HashMap<String, Option<Rc<[Judged]>>>,
     found: Vec<Candidate>,
+    /// Rules looked at so far, against [`MAX_VISITS`].
+    visits: usize,
+    max_found: usize,
+}
+
+/// A rule kept from a chain, with what the walk needs of it.
+struct Judged {
+    position: usize,
+    args: Vec<String>,
+    target: Target,
+    /// Certain to match the packet (else it may).
+    sure: bool,
+    /// Another owner's rule (natledger's own are passed over).
+    foreign: bool,
 }
 
 /// How a chain ended for the walk.
@@ -215,36 +292,39 @@ impl Walker<'_> {
         chains: &mut C,
         name: &str,
         path: &mut Vec<Step>,
-    ) -> Result<End, C::Error> {
+    ) -> Result<End, WalkError<C::Error>> {
         if path.len() >= MAX_DEPTH || path.iter().any(|s| s.chain == name) {
             return Ok(End::Back);
         }
         if !self.read.contains_key(name) {
-            let packet = self.packet;
-            let mut keep = |args: &[String]| {
-                !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
-            };
-            let rules = chains.rules(name, &mut keep)?;
-            self.read.insert(name.to_string(), rules);
+            let judged = self.read_chain(chains, name)?;
+            self.read.insert(name.to_string(), judged);
         }
         let Some(rules) = self.read.get(name).cloned().flatten() else {
             return Ok(End::Back);
         };
-        for (position, args) in rules {
-            if !matches!(owner(name, &args), Owner::Foreign) || is_owned_chain(name) {
+        for rule in rules.iter() {
+            self.visits += 1;
+            if self.visits > MAX_VISITS {
+                return Err(WalkError::TooBranched);
+            }
+            if !rule.foreign {
                 continue;
             }
-            let (m, target) = parse_rule(&args);
-            let sure = self.packet.test(&m) == Tri::Yes;
-            let step = Step {
+            let sure = rule.sure;
+            let target = &rule.target;
+            let step = || Step {
                 chain: name.to_string(),
-                position,
-                args,
+                position: rule.position,
+                args: rule.args.clone(),
             };
-            match &target {
+            match target {
                 Target::Dnat { .. } | Target::Redirect { .. } => {
+                    if self.found.len() >= self.max_found {
+                        return Err(WalkError::TooMany);
+                    }
                     let mut full = path.clone();
-                    full.push(step);
+                    full.push(step());
                     self.found.push(Candidate { path: full });
                     if sure {
                         return Ok(End::Stop);
@@ -254,7 +334,7 @@ impl Walker<'_> {
                 Target::Return if sure => return Ok(End::Back),
                 Target::Jump(to) | Target::Goto(to) if !is_owned_chain(to) => {
                     let goto = matches!(target, Target::Goto(_));
-                    path.push(step);
+                    path.push(step());
                     let end = self.chain(chains, to, path)?;
                     path.pop();
                     match end {
@@ -267,6 +347,36 @@ impl Walker<'_> {
             }
         }
         Ok(End::Back)
+    }
+
+    /// The rules of `name` that may match the packet, each parsed and judged once.
+    fn read_chain<C: Chains>(
+        &self,
+        chains: &mut C,
+        name: &str,
+    ) -> Result<Option<Rc<[Judged]>>, WalkError<C::Error>> {
+        let packet = self.packet;
+        let mut keep = |args: &[String]| {
+            !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
+        };
+        let Some(kept) = chains.rules(name, &mut keep).map_err(WalkError::Read)? else {
+            return Ok(None);
+        };
+        let owned = is_owned_chain(name);
+        let judged = kept
+            .into_iter()
+            .map(|(position, args)| {
+                let (m, target) = parse_rule(&args);
+                Judged {
+                    position,
+                    sure: packet.test(&m) == Tri::Yes,
+                    foreign: !owned && matches!(owner(name, &args), Owner::Foreign),
+                    target,
+                    args,
+                }
+            })
+            .collect();
+        Ok(Some(judged))
     }
 }
 
@@ -325,9 +435,13 @@ pub fn find(
             continue;
         }
         let locals = local_addresses(family);
+        let packets: Vec<Packet> = wanted
+            .iter()
+            .map(|m| probe(Some(m), family, &locals))
+            .collect();
         for backend in Backend::ALL {
             let start = std::time::Instant::now();
-            let read = candidates(nf, cache, backend, family, &locals);
+            let read = candidates(nf, cache, backend, family, &locals, &packets);
             if trace {
                 let ms = start.elapsed().as_secs_f64() * 1000.0;
                 match &read {
@@ -350,9 +464,8 @@ pub fn find(
                     continue;
                 }
             };
-            for m in &wanted {
-                let packet = probe(Some(m), family, &locals);
-                for c in candidates.iter().filter(|c| c.takes(&packet)) {
+            for (m, packet) in wanted.iter().zip(&packets) {
+                for c in candidates.iter().filter(|c| c.takes(packet)) {
                     let known = found.iter().any(|f| {
                         f.backend == backend && f.family == family && f.candidate.rule() == c.rule()
                     });
@@ -371,27 +484,25 @@ pub fn find(
     (found, unread)
 }
 
-/// The candidates of one backend and family: every forward a packet to some port of this
-/// host may meet (empty when the table does not exist), and how they were had.
+/// The candidates of one backend and family for `packets` (one per mapping): the forwards
+/// each may meet, or every forward a packet to any port of this host may meet (the
+/// iptables-nft cache); empty when the table does not exist. And how they were had.
 fn candidates(
     nf: &Netfilter,
     cache: &Path,
     backend: Backend,
     family: Family,
     locals: &[IpNet],
+    packets: &[Packet],
 ) -> Result<(Vec<Candidate>, &'static str), String> {
-    let any = probe(None, family, locals);
     match (backend, nf.native()) {
         (Backend::Legacy, true) => {
             if !legacy_table_exists(family, NAT).map_err(|e| e.to_string())? {
                 return Ok((Vec::new(), "(no table)"));
             }
             let blob = iptc::read(family, NAT).map_err(|e| e.to_string())?;
-            let mut source = Legacy {
-                blob: &blob,
-                dsts: locals,
-            };
-            let found = walk(&mut source, &any).unwrap_or_else(|never| match never {});
+            let mut source = Legacy::new(&blob, locals);
+            let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
             Ok((found, "read from the table"))
         }
         (Backend::Nft, true) => nf
@@ -399,31 +510,60 @@ fn candidates(
                 let generation = session.generation()?;
                 let scope = Scope::here(locals);
                 let mut kept = Cache::load(cache);
-                if let Some(valid) = kept.valid(family, generation, &scope) {
-                    return Ok((valid.to_vec(), "from the cache"));
-                }
                 let mut source = Nft { session, family };
-                let candidates = walk(&mut source, &any)?;
-                kept.put(CacheEntry {
-                    family,
-                    generation,
-                    scope,
-                    candidates: candidates.clone(),
-                });
-                kept.store(cache);
-                Ok((candidates, "read over netlink"))
+                let cached = kept.valid(family, generation, &scope);
+                if let Some(Cached::Candidates(valid)) = cached {
+                    return Ok(Ok((valid.to_vec(), "from the cache")));
+                }
+                if cached.is_none() {
+                    let any = probe(None, family, locals);
+                    let candidates = match walk_counted(&mut source, &any, MAX_CACHED) {
+                        Ok((c, _)) => Some(c),
+                        Err(WalkError::TooMany) => None,
+                        Err(WalkError::Read(e)) => return Err(e),
+                        Err(cut) => return Ok(Err(cut.to_string())),
+                    };
+                    kept.put(CacheEntry {
+                        family,
+                        generation,
+                        scope,
+                        candidates: candidates.clone(),
+                    });
+                    kept.store(cache);
+                    if let Some(c) = candidates {
+                        return Ok(Ok((c, "read over netlink")));
+                    }
+                }
+                match walk_each(&mut source, packets) {
+                    Ok(c) => Ok(Ok((c, "read over netlink per mapping (too many to cache)"))),
+                    Err(WalkError::Read(e)) => Err(e),
+                    Err(cut) => Ok(Err(cut.to_string())),
+                }
             })
-            .map_err(|e| e.to_string()),
+            .map_err(|e| e.to_string())
+            .and_then(|r| r),
         (_, false) => match nf.read_whole(backend, family, NAT) {
             Ok(Some(table)) => {
-                let mut source = &table;
-                let found = walk(&mut source, &any).unwrap_or_else(|never| match never {});
+                let mut source = Saved::new(&table);
+                let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
                 Ok((found, "read with *-save"))
             }
             Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((Vec::new(), "(no table)")),
             Err(e) => Err(e.to_string()),
         },
     }
+}
+
+/// The candidates of a walk with each of `packets`, one after the other.
+fn walk_each<C: Chains>(
+    chains: &mut C,
+    packets: &[Packet],
+) -> Result<Vec<Candidate>, WalkError<C::Error>> {
+    let mut all = Vec::new();
+    for packet in packets {
+        all.extend(walk(chains, packet)?);
+    }
+    Ok(all)
 }
 
 /// This host's addresses of `family` (the calling thread's network namespace), and all of

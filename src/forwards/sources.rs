@@ -6,8 +6,29 @@ use super::*;
 /// An iptables-legacy table blob, decoded chain by chain ([`iptc::render`]); entries whose
 /// header names a destination none of `dsts` is in are skipped undecoded.
 pub(super) struct Legacy<'b> {
-    pub(super) blob: &'b iptc::blob::Blob,
-    pub(super) dsts: &'b [IpNet],
+    blob: &'b iptc::blob::Blob,
+    dsts: &'b [IpNet],
+    /// The user chains, found in one pass when the walk first asks for one.
+    spans: Option<HashMap<&'b str, iptc::blob::Span>>,
+}
+
+impl<'b> Legacy<'b> {
+    pub(super) fn new(blob: &'b iptc::blob::Blob, dsts: &'b [IpNet]) -> Legacy<'b> {
+        Legacy {
+            blob,
+            dsts,
+            spans: None,
+        }
+    }
+
+    fn span(&mut self, chain: &str) -> Option<iptc::blob::Span> {
+        if HOOKS.contains(&chain) {
+            return self.blob.chain(chain);
+        }
+        let blob = self.blob;
+        let spans = self.spans.get_or_insert_with(|| blob.user_chain_spans());
+        spans.get(chain).copied()
+    }
 }
 
 impl Chains for Legacy<'_> {
@@ -18,7 +39,7 @@ impl Chains for Legacy<'_> {
         chain: &str,
         keep: &mut dyn FnMut(&[String]) -> bool,
     ) -> Result<Option<Kept>, Self::Error> {
-        let Some(span) = self.blob.chain(chain) else {
+        let Some(span) = self.span(chain) else {
             return Ok(None);
         };
         let mut kept = Vec::new();

@@ -12,7 +12,7 @@ fn found(text: &str, spec: &str) -> Vec<String> {
     let table = parse_dump(text).unwrap().remove(0);
     let m = parse_entry(spec).unwrap();
     let packet = probe(Some(&m), Family::Ipv4, &locals());
-    let mut t = &table;
+    let mut t = Saved::new(&table);
     walk(&mut t, &packet)
         .unwrap()
         .iter()
@@ -74,7 +74,7 @@ fn finds_each_owners_forward_of_the_port_and_nothing_else() {
 #[test]
 fn candidates_for_any_port_serve_every_port() {
     let table = parse_dump(HOST).unwrap().remove(0);
-    let mut t = &table;
+    let mut t = Saved::new(&table);
     let any = walk(&mut t, &probe(None, Family::Ipv4, &locals())).unwrap();
     for spec in ["8080:80", "30080:80", "9005:53/udp", "8081:80", "53:53/udp"] {
         let m = parse_entry(spec).unwrap();
@@ -97,7 +97,7 @@ fn the_cache_carries_over_natledgers_own_transactions_only() {
         family: Family::Ipv4,
         generation,
         scope: here.clone(),
-        candidates: Vec::new(),
+        candidates: Some(Vec::new()),
     };
     let mut cache = Cache::default();
     cache.put(entry(7));
@@ -124,4 +124,93 @@ fn the_cache_carries_over_natledgers_own_transactions_only() {
     // Someone else committed too: dropped.
     cache.carry(9, 12, 2);
     assert!(cache.entries.is_empty());
+}
+
+/// A kube-proxy nat table of `services` NodePorts with `endpoints` each, as it writes them.
+fn kube_nodeports(services: usize, endpoints: usize) -> String {
+    let mut chains = String::from(
+        "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+         :KUBE-SERVICES - [0:0]\n:KUBE-NODEPORTS - [0:0]\n:KUBE-MARK-MASQ - [0:0]\n",
+    );
+    let mut rules = String::from(
+        "-A PREROUTING -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES\n\
+         -A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\n",
+    );
+    for s in 0..services {
+        let port = 30000 + s;
+        chains.push_str(&format!(":KUBE-EXT-{s} - [0:0]\n:KUBE-SVC-{s} - [0:0]\n"));
+        rules.push_str(&format!(
+            "-A KUBE-SERVICES -d 10.96.{}.{}/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-{s}\n\
+             -A KUBE-NODEPORTS -p tcp -m tcp --dport {port} -j KUBE-EXT-{s}\n\
+             -A KUBE-EXT-{s} -j KUBE-MARK-MASQ\n-A KUBE-EXT-{s} -j KUBE-SVC-{s}\n",
+            s / 256,
+            s % 256
+        ));
+        for e in 0..endpoints {
+            chains.push_str(&format!(":KUBE-SEP-{s}-{e} - [0:0]\n"));
+            let left = endpoints - e;
+            if left > 1 {
+                rules.push_str(&format!(
+                    "-A KUBE-SVC-{s} -m statistic --mode random --probability 0.5 -j KUBE-SEP-{s}-{e}\n"
+                ));
+            } else {
+                rules.push_str(&format!("-A KUBE-SVC-{s} -j KUBE-SEP-{s}-{e}\n"));
+            }
+            rules.push_str(&format!(
+                "-A KUBE-SEP-{s}-{e} -s 10.244.{e}.9/32 -j KUBE-MARK-MASQ\n\
+                 -A KUBE-SEP-{s}-{e} -p tcp -m tcp -j DNAT --to-destination 10.244.{e}.9:8080\n"
+            ));
+        }
+    }
+    rules.push_str("-A KUBE-SERVICES -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS\nCOMMIT\n");
+    chains + &rules
+}
+
+#[test]
+fn the_whole_nodeport_range_is_walked_within_the_budget() {
+    let table = parse_dump(&kube_nodeports(2768, 10)).unwrap().remove(0);
+    let mut t = Saved::new(&table);
+    // To any port: PREROUTING and OUTPUT each reach every endpoint's DNAT; too many to cache.
+    let any = probe(None, Family::Ipv4, &locals());
+    let (found, visits) = walk_counted(&mut t, &any, usize::MAX).unwrap();
+    assert_eq!(found.len(), 2 * 2768 * 10);
+    assert!(visits < MAX_VISITS / 2, "{visits} visits");
+    assert!(matches!(
+        walk_counted(&mut t, &any, MAX_CACHED),
+        Err(WalkError::TooMany)
+    ));
+    // To one NodePort: only its service's endpoints, about 90 rules looked at.
+    let m = parse_entry("30005:80").unwrap();
+    let one = probe(Some(&m), Family::Ipv4, &locals());
+    let (found, visits) = walk_counted(&mut t, &one, usize::MAX).unwrap();
+    assert_eq!(found.len(), 2 * 10);
+    assert!(
+        found
+            .iter()
+            .all(|c| c.path.iter().any(|s| s.chain == "KUBE-EXT-5"))
+    );
+    assert!(visits < 200, "{visits} visits");
+}
+
+#[test]
+fn chains_that_multiply_the_walk_give_no_answer() {
+    // C0 jumps twice to C1, which jumps twice to C2...: 2^24 walks of C24 without a loop.
+    let depth = 24;
+    let mut text = String::from("*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    for i in 0..=depth {
+        text.push_str(&format!(":C{i} - [0:0]\n"));
+    }
+    text.push_str("-A PREROUTING -j C0\n");
+    for i in 0..depth {
+        let next = i + 1;
+        text.push_str(&format!("-A C{i} -j C{next}\n-A C{i} -j C{next}\n"));
+    }
+    text.push_str(&format!(
+        "-A C{depth} -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.0.1:80\nCOMMIT\n"
+    ));
+    let table = parse_dump(&text).unwrap().remove(0);
+    let mut t = Saved::new(&table);
+    let cut = walk(&mut t, &probe(None, Family::Ipv4, &locals())).unwrap_err();
+    assert!(matches!(cut, WalkError::TooBranched), "{cut}");
 }

@@ -16,6 +16,8 @@
 //! inserted lands on the first inserted entry (the chain's new first rule); a jump to a
 //! removed entry lands on what follows it. Nothing else in the blob holds an offset.
 
+use std::collections::HashMap;
+
 use super::entry::{ERROR, Layout, STANDARD, XT_HEADER, i32_at, xt_at};
 
 /// `ipt_getinfo` without the name: where the hooks start and end, and the totals.
@@ -141,6 +143,26 @@ impl Blob {
             first: self.offsets[i + 1],
             tail: self.offsets[next_head - 1],
         })
+    }
+
+    /// Every user chain's [`Span`] by name, in one pass over the entries: for a reader that
+    /// looks many chains up ([`Blob::chain`] reads the entries up to the chain each time).
+    pub fn user_chain_spans(&self) -> HashMap<&str, Span> {
+        let heads: Vec<usize> = (0..self.offsets.len())
+            .filter(|&i| self.target_name(self.offsets[i]) == Some(ERROR))
+            .collect();
+        heads
+            .windows(2)
+            .filter(|w| w[1] >= w[0] + 2)
+            .filter_map(|w| {
+                let name = self.head_name(self.offsets[w[0]]).filter(|n| *n != ERROR)?;
+                let span = Span {
+                    first: self.offsets[w[0] + 1],
+                    tail: self.offsets[w[1] - 1],
+                };
+                Some((name, span))
+            })
+            .collect()
     }
 
     /// The entries of a chain before its tail, with their offsets.
@@ -398,6 +420,9 @@ mod tests {
         assert_eq!(t.chain_starting_at(x.first), Some("X"));
         assert!(t.chain("ERROR").is_none());
         assert!(t.chain("Y").is_none());
+        let spans = t.user_chain_spans();
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans.get("X"), Some(&x));
     }
 
     #[test]

@@ -58,7 +58,11 @@ impl Decoder {
         }
     }
 
+    /// An expression not understood. It may have written any register (a `fib`, a `lookup`
+    /// with a map, an `rt` loading into the register a `payload` filled), so what every
+    /// register holds is unknown from here: a later `cmp` is opaque, never a `-d` it is not.
     pub(super) fn opaque(&mut self, name: &str) {
+        self.regs.clear();
         xt::push_opaque_match(&mut self.matches, &format!("nft:{name}"));
     }
 

@@ -420,4 +420,22 @@ mod tests {
         ];
         assert_eq!(decode(&mark, None), "-m mark ! --mark 0x4000/0x4000");
     }
+
+    #[test]
+    fn an_unknown_expression_forgets_what_the_registers_held() {
+        // The destination address loaded, then overwritten by an expression not understood
+        // (a `fib` into the same register): the compare is not `-d 10.0.0.1`.
+        let clobbered = [
+            payload(NETWORK, 16, 4),
+            expr("fib", u32s(&[(1, 1), (2, 2), (3, 1)])),
+            cmp(EQ, &[10, 0, 0, 1]),
+        ];
+        assert_eq!(
+            decode(&clobbered, None),
+            "-m nft:fib --natledger-opaque -m nft:cmp --natledger-opaque"
+        );
+        // Without it, the same compare is the destination match.
+        let plain = [payload(NETWORK, 16, 4), cmp(EQ, &[10, 0, 0, 1])];
+        assert_eq!(decode(&plain, None), "-d 10.0.0.1/32");
+    }
 }
