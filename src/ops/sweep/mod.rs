@@ -30,7 +30,7 @@ use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::TABLES;
-use crate::ledger::{Ledger, Locked, Manifest, Phase};
+use crate::ledger::{Ledger, Locked, Manifest, Phase, RuleRecord};
 use crate::procfs;
 
 use super::{Context, Error, flows};
@@ -225,22 +225,11 @@ fn sweep_table(
 /// remain. Temp files left by a crash go too (under the lock no write is in flight). A dry run
 /// reports the same verdicts and changes nothing.
 fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut SweepReport) {
-    let unsettled: HashSet<(Backend, Family)> = report
-        .tables
-        .iter()
-        .filter(|t| matches!(t.state, TableState::Failed | TableState::NotInstalled))
-        .map(|t| (t.backend, t.family))
-        .collect();
     let any_failed = report.tables.iter().any(|t| t.state == TableState::Failed);
     let mut fates: HashMap<PathBuf, Fate> = HashMap::new();
     let mut gone: Vec<PathBuf> = Vec::new();
     for Doomed { path, manifest } in judged.doomed {
-        let remaining: Vec<_> = manifest
-            .rules
-            .iter()
-            .filter(|r| unsettled.contains(&(r.backend, r.family)))
-            .cloned()
-            .collect();
+        let remaining = remaining(&manifest.rules, &report.tables);
         if remaining.is_empty() {
             fates.insert(path.clone(), Fate::Removed);
             gone.push(path);
@@ -287,7 +276,23 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
     report.set_fates(&fates);
 }
 
-fn where_(records: &[crate::ledger::RuleRecord]) -> String {
+/// The records of `rules` that may still be in force: those in a table the sweep could not
+/// clean (failed, or its backend not installed). A nat table swept clean settles the DNATs
+/// even when the same backend's filter table failed, and the other way round.
+fn remaining(rules: &[RuleRecord], tables: &[TableReport]) -> Vec<RuleRecord> {
+    let unsettled: HashSet<(Backend, Family, &str)> = tables
+        .iter()
+        .filter(|t| matches!(t.state, TableState::Failed | TableState::NotInstalled))
+        .map(|t| (t.backend, t.family, t.table))
+        .collect();
+    rules
+        .iter()
+        .filter(|r| unsettled.contains(&(r.backend, r.family, r.table.as_str())))
+        .cloned()
+        .collect()
+}
+
+fn where_(records: &[RuleRecord]) -> String {
     let mut places: Vec<String> = records
         .iter()
         .map(|r| format!("{}/{}", r.backend, r.family))
@@ -326,5 +331,47 @@ pub fn wait_for_exits(ledger: &Ledger, limit: Duration) {
             return;
         }
         sleep(POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(backend: Backend, family: Family, table: &str) -> RuleRecord {
+        RuleRecord {
+            backend,
+            family,
+            table: table.to_string(),
+            chain: "C".to_string(),
+            rule: vec!["-j".to_string(), "ACCEPT".to_string()],
+        }
+    }
+
+    #[test]
+    fn only_the_tables_not_swept_keep_their_records() {
+        let (nft, v4, v6) = (Backend::Nft, Family::Ipv4, Family::Ipv6);
+        let rules = [
+            record(nft, v4, "filter"),
+            record(nft, v4, "nat"),
+            record(nft, v6, "nat"),
+            record(Backend::Legacy, v4, "nat"),
+        ];
+        let mut tables = Vec::new();
+        for (backend, family, table, state) in [
+            (nft, v4, "filter", TableState::Failed),
+            (nft, v4, "nat", TableState::Swept),
+            (nft, v6, "nat", TableState::Swept),
+            (Backend::Legacy, v4, "nat", TableState::NotInstalled),
+        ] {
+            let mut t = TableReport::new(backend, family, table);
+            t.state = state;
+            tables.push(t);
+        }
+        // The DNAT in a nat table swept clean is settled though its filter table failed.
+        assert_eq!(
+            remaining(&rules, &tables),
+            [rules[0].clone(), rules[3].clone()]
+        );
     }
 }
