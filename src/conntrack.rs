@@ -70,14 +70,33 @@
 //! One unfiltered dump per [`forget`], or one filtered dump per family of its flows
 //! (`plan`), and one `getifaddrs` only when some flow has no host address. A dump walks
 //! every bucket of the kernel's conntrack hash table, which is one table for all network
-//! namespaces (262,144 buckets here, sized by memory), and serializes every entry of the
-//! namespace that it does not filter out: measured in a test namespace (2 cores, kernel
-//! 6.18, release build, `cost_of_forget` in `tests/conntrack.rs`), unfiltered, 13.5 ms with
-//! no entry at all, 17 ms with 1,000 entries, 33 ms with 10,000. [`table_is_empty`] (the
-//! namespace's `nf_conntrack_count`, 40 us) lets a caller skip everything, the socket
-//! included, when nothing can need forgetting. Deleting costs 3-6 us per entry: many
-//! deletions per datagram, [`DELETE_CHUNK`] at a time, each chunk's acknowledgements read
-//! before the next is sent so that they never overflow the socket's receive buffer.
+//! namespaces (262,144 buckets here, sized by memory), about 10 ms whatever it holds, and
+//! serializes every entry of the namespace it does not filter out, about 2.5 us per TCP
+//! entry and 2 us per UDP entry, parsed and judged here included. Measured in a test
+//! namespace (2 cores, kernel 6.18, release build), the paths taking turns run by run, in
+//! ms per `forget` of UDP flows that find nothing, of one family or of both
+//! (`cost_of_forget` in `tests/conntrack.rs` prints the same, one path after the other):
+//!
+//! ```text
+//! entries present            0     1,000   10,000   50,000
+//! mostly TCP  unfiltered    10.6   13.6     39.4    188
+//!             filtered, 1   10.6   11.0     13.2     30
+//!             filtered, 2   21.0   22.0     25.8     60   (one walk per family)
+//! mostly UDP  unfiltered    13.5   13.4     32.9    126
+//!             filtered, 1   13.6   11.2     12.7     22
+//!             filtered, 2   27.0   22.5     24.4     39
+//! ```
+//!
+//! So flows of one family always take the filtered dump, and flows of both take the two
+//! filtered dumps from [`FILTER_BOTH_FAMILIES_FROM`] (5,000) entries on: below it one
+//! unfiltered walk costs less than two (two filtered walks cost as much as an unfiltered
+//! one at about 4,300 entries, mostly TCP, and 5,500, mostly UDP; at 5,000 neither choice
+//! loses more than a millisecond). The count is the namespace's `nf_conntrack_count`, read
+//! only for flows of both families. [`table_is_empty`] (the same count, 40 us) lets a
+//! caller skip everything, the socket included, when nothing can need forgetting. Deleting
+//! costs 3-7 us per entry: many deletions per datagram, [`DELETE_CHUNK`] at a time, each
+//! chunk's acknowledgements read before the next is sent so that they never overflow the
+//! socket's receive buffer.
 
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -131,8 +150,9 @@ const COUNT_FILE: &str = "/proc/sys/net/netfilter/nf_conntrack_count";
 
 /// From this many entries in the namespace on, flows of both families are looked for with
 /// two filtered dumps (two walks of the hash table, next to nothing serialized) rather than
-/// one unfiltered dump (one walk, every entry serialized). See "Cost" above.
-pub const FILTER_BOTH_FAMILIES_FROM: u64 = 2_000;
+/// one unfiltered dump (one walk, every entry serialized): where both cost the same, between
+/// 4,300 (mostly TCP) and 5,500 (mostly UDP) entries measured. See "Cost" above.
+pub const FILTER_BOTH_FAMILIES_FROM: u64 = 5_000;
 
 /// For tests and measurements only: forces how [`forget`] dumps. `filtered`: one filtered
 /// dump per family, whatever the entry count; `unfiltered`: one dump of everything;

@@ -9,6 +9,7 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::thread;
@@ -446,15 +447,15 @@ fn load_entries(ns: &str, lines: &str) {
     assert_ok(&out, &format!("conntrack -R in {ns}"));
 }
 
-/// `-I` lines of `count` entries of `proto` from 10.78.0.2 (sport 1024 + n, then the next
-/// source address) to `dst`:`dport`, 600 s to live.
-fn entry_lines(count: u32, proto: &str, dst: &str, dport: u16) -> String {
+/// `-I` lines of the entries numbered `numbers` of `proto` to `dst`:`dport`, 600 s to live:
+/// entry n from 10.78.0.2 (then .3, ...) port 1024 + n % 60,000.
+fn entry_lines(numbers: Range<u32>, proto: &str, dst: &str, dport: u16) -> String {
     let state = if proto == "tcp" {
         "--state ESTABLISHED "
     } else {
         ""
     };
-    (0..count)
+    numbers
         .map(|n| {
             let (host, sport) = (2 + n / 60_000, 1024 + n % 60_000);
             format!(
@@ -474,9 +475,9 @@ fn among_many_tcp_entries_only_the_matching_udp_ones_go() {
     let topo = Topology::new();
     let node = topo.node().to_string();
     let busy = (conntrack::FILTER_BOTH_FAMILIES_FROM as u32 + 1_000) / 2;
-    let mut lines = entry_lines(busy, "tcp", "10.78.0.1", 443);
-    lines += &entry_lines(busy, "tcp", "10.78.0.1", 5353);
-    lines += &entry_lines(500, "udp", "10.78.0.1", 5354);
+    let mut lines = entry_lines(0..busy, "tcp", "10.78.0.1", 443);
+    lines += &entry_lines(0..busy, "tcp", "10.78.0.1", 5353);
+    lines += &entry_lines(0..500, "udp", "10.78.0.1", 5354);
     let udp_line = |src: &str, dst: &str, sport: u16| {
         format!("-I -t 600 -p udp -s {src} -d {dst} --sport {sport} --dport 5353\n")
     };
@@ -664,66 +665,103 @@ fn every_test_passes_on_every_dump_path() {
     }
 }
 
-/// The cost of `forget` in a namespace: one dump with 0 and with ~1,000 entries present
-/// (none of them matching), and the deletion of 1,000 matching entries. Prints figures;
-/// run with `cargo test --test conntrack -- --ignored --nocapture cost_of_forget`.
+/// The cost of `forget` in a namespace, on each dump path: a `forget` that finds nothing
+/// (its dumps alone, as median of 21) with 0 to 50,000 entries present, mostly TCP (to port
+/// 443, as on a busy host) or mostly UDP (to port 6000), for UDP flows of one family (5353,
+/// IPv4) and of both (5353, IPv4 and IPv6); then the deletion of 10,000 matching entries.
+/// Each path (`unfiltered`, `filtered`, and `adaptive`: `forget`'s own choice) runs in a
+/// child process ([`conntrack::DUMP_ENV`]). Prints figures: run with
+/// `cargo test --release --test conntrack -- --ignored --nocapture cost_of_forget`.
 #[test]
 #[ignore = "measurement: prints figures"]
 fn cost_of_forget() {
     const RUNS: usize = 21;
-    let topo = Topology::new();
-    let (node, ext) = (topo.node().to_string(), topo.ext().to_string());
-    track_connections(&node);
-    let _server = serve_udp(&node, sa(NODE_V4, 6000), "node");
-    let miss = [udp((5353, 5353), AddrFamily::Ipv4, None)];
-    let hit = [udp((6000, 6000), AddrFamily::Ipv4, None)];
+    const COUNTS: [u32; 8] = [0, 1_000, 2_000, 3_000, 4_000, 5_000, 10_000, 50_000];
+    let Some(path) = std::env::var_os(conntrack::DUMP_ENV) else {
+        for path in ["unfiltered", "filtered", "adaptive"] {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .env(conntrack::DUMP_ENV, path)
+                .args(["--ignored", "--exact", "cost_of_forget", "--nocapture"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{path}: {stderr}");
+            stderr
+                .lines()
+                .filter(|l| l.starts_with("cost_of_forget"))
+                .for_each(|l| eprintln!("{l}"));
+        }
+        return;
+    };
+    let path = path.to_string_lossy();
     let median = |mut v: Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
     };
+    let one = [udp((5353, 5353), AddrFamily::Ipv4, None)];
+    let both = [one[0], udp((5353, 5353), AddrFamily::Ipv6, None)];
     // Each run on a thread in the namespace with its own socket, as a hook would; only the
     // call is timed.
-    let time_forget = |flows: &[Flows]| {
-        in_netns(&node, || {
+    let time_forget = |node: &str, flows: &[Flows]| {
+        in_netns(node, || {
             let mut sock = Socket::netfilter().unwrap();
             let start = Instant::now();
             let n = conntrack::forget(&mut sock, flows).unwrap();
             (start.elapsed(), n)
         })
     };
+    let dumps = |node: &str, flows: &[Flows]| {
+        median((0..RUNS).map(|_| time_forget(node, flows).0).collect())
+    };
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+
+    let topo = Topology::new();
+    let node = topo.node().to_string();
     let empty_check = in_netns(&node, || {
         let start = Instant::now();
         assert!(conntrack::table_is_empty());
         start.elapsed()
     });
-    let dump0 = median((0..RUNS).map(|_| time_forget(&miss).0).collect());
-
-    let fill = |count: u16| {
-        in_netns(&ext, || {
-            for port in 20000..20000 + count {
-                let sock = UdpSocket::bind(sa(EXT_V4, port)).unwrap();
-                sock.send_to(b"x", sa(NODE_V4, 6000)).unwrap();
-            }
-        });
-        // Let the last datagrams arrive.
-        thread::sleep(Duration::from_millis(200));
+    eprintln!("cost_of_forget {path}: table_is_empty {empty_check:?}");
+    eprintln!(
+        "cost_of_forget {path}: ms per forget (its dumps) by entries present: \
+         mix, entries, one family, both families"
+    );
+    // The hash table is shared by every namespace, and a deleted namespace's entries are
+    // killed in the background: each mix gets a namespace of its own, after the previous
+    // one's entries are gone.
+    let settle = |topo: Topology| {
+        drop(topo);
+        thread::sleep(Duration::from_secs(3));
     };
-    let mut lines = vec![
-        format!("table_is_empty: {empty_check:?}"),
-        format!("forget, 0 entries (one dump): {dump0:?}"),
-    ];
-    for count in [1000u16, 10000] {
-        fill(count);
-        let dump = median((0..RUNS).map(|_| time_forget(&miss).0).collect());
-        let (all, deleted) = time_forget(&hit);
-        assert_eq!(deleted, count as usize);
-        let per = (all.saturating_sub(dump)) / u32::from(count);
-        lines.push(format!(
-            "forget, {count} entries none matching (one dump): {dump:?}; \
-             all {count} matching: {all:?}, {per:?} per deleted entry"
-        ));
+    settle(topo);
+    for (mix, port) in [("tcp", 443), ("udp", 6000)] {
+        let topo = Topology::new();
+        let node = topo.node().to_string();
+        let mut present = 0;
+        for count in COUNTS {
+            load_entries(&node, &entry_lines(present..count, mix, "10.78.0.1", port));
+            present = count;
+            let (one, both) = (dumps(&node, &one), dumps(&node, &both));
+            eprintln!(
+                "cost_of_forget {path}: {mix} {count:>6} {:>7} {:>7}",
+                ms(one),
+                ms(both)
+            );
+        }
+        settle(topo);
     }
-    for line in lines {
-        eprintln!("cost_of_forget: {line}");
-    }
+
+    let topo = Topology::new();
+    let node = topo.node().to_string();
+    let count = 10_000;
+    load_entries(&node, &entry_lines(0..count, "udp", "10.78.0.1", 6000));
+    let dump = dumps(&node, &one);
+    let (all, deleted) = time_forget(&node, &[udp((6000, 6000), AddrFamily::Ipv4, None)]);
+    assert_eq!(deleted, count as usize);
+    let per = all.saturating_sub(dump) / count;
+    eprintln!(
+        "cost_of_forget {path}: {count} udp entries, none matching: {dump:?}; all matching: \
+         {all:?}, {per:?} per deleted entry"
+    );
 }
