@@ -8,7 +8,10 @@
 //!   table; on iptables-nft, where it shares one restore process with the nat rules, the floor
 //!   with and without the filter transaction;
 //! - the conntrack step of a UDP mapping, with 0 (then nothing is read), 1,000 and 10,000
-//!   conntrack entries in the namespace; a TCP mapping never has one.
+//!   conntrack entries in the namespace; a TCP mapping never has one. A foreign DNAT rule of
+//!   another port makes the namespace track connections between the hooks too, as other
+//!   owners' NAT rules do on a real host (the kernel tracks only once a rule needs it), and
+//!   each run refreshes the same N entries.
 //!
 //! Medians over BENCH_RUNS runs (default 20). Root: `cargo bench --bench steps`.
 
@@ -121,10 +124,11 @@ fn med(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Make `n` UDP conntrack entries in this namespace: one datagram each from one socket to
-/// 127.0.0.1's ports 20000.. (nothing listens; each entry waits 30 s unreplied).
+/// Make `n` UDP conntrack entries in this namespace, the same ones on every call: one
+/// datagram each from 127.0.0.1:19999 to 127.0.0.1's ports 20000.. (nothing listens; each
+/// entry waits 30 s unreplied, and a datagram of a present entry refreshes it).
 fn udp_entries(n: usize) {
-    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let sock = UdpSocket::bind("127.0.0.1:19999").unwrap();
     for i in 0..n {
         let _ = sock.send_to(b"x", ("127.0.0.1", 20_000 + (i % 40_000) as u16));
     }
@@ -192,6 +196,9 @@ fn case_main(spec: &str) {
             filter.push((both.as_secs_f64() - nat.as_secs_f64()) * 1000.0);
         }
     }
+    case.restore(
+        "*nat\n-A OUTPUT -p udp -m udp --dport 9 -j DNAT --to-destination 127.0.0.1:19\nCOMMIT\n",
+    );
     let conntrack = |bundle: &Path, entries: usize| {
         let mut v = Vec::new();
         for _ in 0..runs {

@@ -1,20 +1,24 @@
 //! `natledger::conntrack` against the real kernel: real UDP and TCP flows between the test's
 //! own network namespaces, the conntrack table read before and after with the independent
 //! `conntrack -L` (conntrack-tools), and a long-lived UDP client that follows a moved port
-//! only once its entry is forgotten.
+//! only once its entry is forgotten. Every test runs again on each dump path `forget` can
+//! be forced onto ([`every_test_passes_on_every_dump_path`]); the kernel's filter rules that
+//! `forget` relies on are pinned by [`the_kernels_dump_filter_rules`].
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
 use natledger::conntrack::{self, Flows};
 use natledger::family::Family as AddrFamily;
-use natledger::netlink::Socket;
+use natledger::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST, Socket};
 use natledger::portspec::{PortRange, Protocol};
 
 const T: Duration = Duration::from_secs(3);
@@ -431,66 +435,333 @@ fn table_is_empty_is_per_namespace() {
     assert!(in_netns(&node, conntrack::table_is_empty), "forgotten");
 }
 
-/// The cost of `forget` in a namespace: one dump with 0 and with ~1,000 entries present
-/// (none of them matching), and the deletion of 1,000 matching entries. Prints figures;
-/// run with `cargo test --test conntrack -- --ignored --nocapture cost_of_forget`.
+/// Insert conntrack entries into `ns`'s table in one `conntrack -R` (one `-I` command per
+/// line, without the program name): thousands in a fraction of a second.
+fn load_entries(ns: &str, lines: &str) {
+    let out = run_in(
+        ns,
+        "conntrack",
+        &["-R", "/dev/stdin"],
+        Some(lines.as_bytes()),
+    );
+    assert_ok(&out, &format!("conntrack -R in {ns}"));
+}
+
+/// `-I` lines of the entries numbered `numbers` of `proto` to `dst`:`dport`, 600 s to live:
+/// entry n from 10.78.0.2 (then .3, ...) port 1024 + n % 60,000.
+fn entry_lines(numbers: Range<u32>, proto: &str, dst: &str, dport: u16) -> String {
+    let state = if proto == "tcp" {
+        "--state ESTABLISHED "
+    } else {
+        ""
+    };
+    numbers
+        .map(|n| {
+            let (host, sport) = (2 + n / 60_000, 1024 + n % 60_000);
+            format!(
+                "-I -t 600 -p {proto} {state}-s 10.78.0.{host} -d {dst} --sport {sport} \
+                 --dport {dport}\n"
+            )
+        })
+        .collect()
+}
+
+/// A busy node: thousands of TCP entries (half of them to the flows' very port on a local
+/// address), other UDP entries, and a few UDP entries of the flows in both families, to
+/// each kind of local address. Only those few go. With both families and this many
+/// entries, `forget` chooses one filtered dump per family.
+#[test]
+fn among_many_tcp_entries_only_the_matching_udp_ones_go() {
+    let topo = Topology::new();
+    let node = topo.node().to_string();
+    let busy = (conntrack::FILTER_BOTH_FAMILIES_FROM as u32 + 1_000) / 2;
+    let mut lines = entry_lines(0..busy, "tcp", "10.78.0.1", 443);
+    lines += &entry_lines(0..busy, "tcp", "10.78.0.1", 5353);
+    lines += &entry_lines(0..500, "udp", "10.78.0.1", 5354);
+    let udp_line = |src: &str, dst: &str, sport: u16| {
+        format!("-I -t 600 -p udp -s {src} -d {dst} --sport {sport} --dport 5353\n")
+    };
+    let matching = [
+        ("10.78.0.2", "10.78.0.1", 41001),
+        ("10.78.0.2", "10.77.0.1", 41002),
+        ("127.0.0.1", "127.0.0.1", 41003),
+        ("fd78::2", "fd78::1", 41004),
+        ("::1", "::1", 41005),
+    ];
+    let others = [
+        // Forwarded through the node: not local.
+        ("10.78.0.2", "10.77.0.2", 41006),
+        ("fd78::2", "fd77::2", 41007),
+        // TCP to the same port, both families.
+        ("fd78::2", "fd78::1", 41008),
+    ];
+    for (src, dst, sport) in matching.iter().chain(&others[..2]) {
+        lines += &udp_line(src, dst, *sport);
+    }
+    let (src, dst, sport) = others[2];
+    lines += &format!(
+        "-I -t 600 -p tcp --state ESTABLISHED -s {src} -d {dst} --sport {sport} --dport 5353\n"
+    );
+    load_entries(&node, &lines);
+
+    let before = table(&node);
+    assert_eq!(before.len(), 2 * busy as usize + 500 + 8);
+    let flows = [
+        udp((5353, 5353), AddrFamily::Ipv4, None),
+        udp((5353, 5353), AddrFamily::Ipv6, None),
+    ];
+    assert_eq!(forget_in(&node, &flows), matching.len());
+    let mut expected = before.clone();
+    for (src, dst, sport) in matching {
+        let src = sa(src.parse::<IpAddr>().unwrap(), sport);
+        let gone = tuple("udp", src, sa(dst.parse::<IpAddr>().unwrap(), 5353));
+        assert!(expected.remove(&gone), "{gone:?} was there");
+    }
+    assert_eq!(table(&node), expected, "only the matching UDP entries go");
+}
+
+/// The ctnetlink dump filter (`CTA_FILTER`, kernel >= 5.9) as `forget` relies on it, asked
+/// directly: a filter needs a family (`EOPNOTSUPP` for `AF_UNSPEC`), a port needs the
+/// protocol's flag (`EINVAL`), an undefined flag is refused (what `DUMP_ENV=refused` uses),
+/// an entry of any zone passes a filter that names none, ports are compared for UDP but not
+/// for SCTP, and the IPv6 address comparison is inverted (why `forget` never filters by an
+/// IPv6 address): asked for fd78::1, the kernel dumps every other address.
+#[test]
+fn the_kernels_dump_filter_rules() {
+    const PROTO_NUM: u32 = 1 << 3;
+    const DST_PORT: u32 = 1 << 5;
+    const IP_DST: u32 = 1 << 1;
+    let topo = Topology::new();
+    let node = topo.node().to_string();
+    let sctp = "-p sctp --state ESTABLISHED --orig-vtag 1 --reply-vtag 2";
+    load_entries(
+        &node,
+        &[
+            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41001 --dport 5353".to_string(),
+            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41002 --dport 5353 -w 7".into(),
+            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41003 --dport 5354".into(),
+            format!("-I -t 600 {sctp} -s 10.78.0.2 -d 10.78.0.1 --sport 41004 --dport 5354"),
+            "-I -t 600 -p udp -s fd78::2 -d fd78::1 --sport 41005 --dport 5353".into(),
+            "-I -t 600 -p udp -s fd78::2 -d fd78::9 --sport 41006 --dport 5353".into(),
+        ]
+        .join("\n"),
+    );
+    // (family, flags, destination, protocol, port) -> the dumped (source port, zone)s, or
+    // the errno.
+    let ask = |family: i32, flags: u32, dst: Option<IpAddr>, proto: u8, port: Option<u16>| {
+        in_netns(&node, || {
+            let mut sock = Socket::netfilter().unwrap();
+            let seq = sock.next_seq();
+            let mut m = Vec::new();
+            let start = netlink::begin(&mut m, 0x0101, NLM_F_REQUEST | NLM_F_DUMP, seq);
+            m.extend([family as u8, 0, 0, 0]);
+            let tuple = netlink::begin_nest(&mut m, 1); // CTA_TUPLE_ORIG
+            if let Some(dst) = dst {
+                let ip = netlink::begin_nest(&mut m, 1); // CTA_TUPLE_IP
+                match dst {
+                    IpAddr::V4(a) => netlink::put_attr(&mut m, 2, &a.octets()),
+                    IpAddr::V6(a) => netlink::put_attr(&mut m, 4, &a.octets()),
+                }
+                netlink::end_nest(&mut m, ip);
+            }
+            let p = netlink::begin_nest(&mut m, 2); // CTA_TUPLE_PROTO
+            netlink::put_attr(&mut m, 1, &[proto]);
+            if let Some(port) = port {
+                netlink::put_attr(&mut m, 3, &port.to_be_bytes());
+            }
+            netlink::end_nest(&mut m, p);
+            netlink::end_nest(&mut m, tuple);
+            let filter = netlink::begin_nest(&mut m, 25); // CTA_FILTER
+            netlink::put_attr(&mut m, 1, &flags.to_ne_bytes()); // CTA_FILTER_ORIG_FLAGS
+            netlink::end_nest(&mut m, filter);
+            netlink::finish(&mut m, start);
+            let mut dumped = BTreeSet::new();
+            sock.dump(seq, &m, |message| {
+                let e = conntrack::parse_entry(message.payload).unwrap();
+                dumped.insert((e.src_port, e.zone));
+                Ok(())
+            })
+            .map(|()| dumped)
+            .map_err(|e| e.raw_os_error().unwrap())
+        })
+    };
+    let (inet, inet6) = (libc::AF_INET, libc::AF_INET6);
+    let set = |ports: &[(u16, Option<u16>)]| Ok(ports.iter().copied().collect::<BTreeSet<_>>());
+
+    assert_eq!(
+        ask(libc::AF_UNSPEC, PROTO_NUM, None, 17, None),
+        Err(libc::EOPNOTSUPP)
+    );
+    assert_eq!(ask(inet, DST_PORT, None, 17, Some(5353)), Err(libc::EINVAL));
+    let undefined = ask(inet, PROTO_NUM | 1 << 31, None, 17, None);
+    assert!(
+        matches!(undefined, Err(libc::EINVAL | libc::EOPNOTSUPP)),
+        "{undefined:?}"
+    );
+    // UDP to 5353 in every zone; SCTP whatever its port.
+    let v4 = Some(IpAddr::V4(NODE_V4));
+    let udp5353 = set(&[(41001, None), (41002, Some(7))]);
+    assert_eq!(
+        ask(inet, PROTO_NUM | DST_PORT, None, 17, Some(5353)),
+        udp5353
+    );
+    assert_eq!(
+        ask(inet, IP_DST | PROTO_NUM | DST_PORT, v4, 17, Some(5353)),
+        udp5353
+    );
+    assert_eq!(
+        ask(inet, PROTO_NUM | DST_PORT, None, 132, Some(5353)),
+        set(&[(41004, None)])
+    );
+    // IPv6: the port narrows; the address is matched inverted.
+    assert_eq!(
+        ask(inet6, PROTO_NUM | DST_PORT, None, 17, Some(5353)),
+        set(&[(41005, None), (41006, None)])
+    );
+    assert_eq!(
+        ask(
+            inet6,
+            IP_DST | PROTO_NUM,
+            Some(IpAddr::V6(NODE_V6)),
+            17,
+            None
+        ),
+        set(&[(41006, None)]),
+        "the kernel's IPv6 address filter works now: forget may use it where it does"
+    );
+}
+
+/// Every other test of this file, again, in a child process for each dump path `forget`
+/// can be forced onto ([`conntrack::DUMP_ENV`]): always one filtered dump per family, always
+/// one unfiltered dump, and filtered requests that the kernel refuses (so the fallback to
+/// the unfiltered dump runs). Run here without the variable, they take `forget`'s own
+/// choice.
+#[test]
+fn every_test_passes_on_every_dump_path() {
+    const ME: &str = "every_test_passes_on_every_dump_path";
+    if std::env::var_os(conntrack::DUMP_ENV).is_some() {
+        return;
+    }
+    for path in ["filtered", "unfiltered", "refused"] {
+        let out = Command::new(std::env::current_exe().unwrap())
+            .env(conntrack::DUMP_ENV, path)
+            .args(["--test-threads=1", "--skip", ME])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("test result: ok."),
+            "{}={path}: {stdout}\n{}",
+            conntrack::DUMP_ENV,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "{path}: {}",
+            stdout
+                .lines()
+                .find(|l| l.starts_with("test result"))
+                .unwrap()
+        );
+    }
+}
+
+/// The cost of `forget` in a namespace, on each dump path: a `forget` that finds nothing
+/// (its dumps alone, as median of 21) with 0 to 50,000 entries present, mostly TCP (to port
+/// 443, as on a busy host) or mostly UDP (to port 6000), for UDP flows of one family (5353,
+/// IPv4) and of both (5353, IPv4 and IPv6); then the deletion of 10,000 matching entries.
+/// Each path (`unfiltered`, `filtered`, and `adaptive`: `forget`'s own choice) runs in a
+/// child process ([`conntrack::DUMP_ENV`]). Prints figures: run with
+/// `cargo test --release --test conntrack -- --ignored --nocapture cost_of_forget`.
 #[test]
 #[ignore = "measurement: prints figures"]
 fn cost_of_forget() {
     const RUNS: usize = 21;
-    let topo = Topology::new();
-    let (node, ext) = (topo.node().to_string(), topo.ext().to_string());
-    track_connections(&node);
-    let _server = serve_udp(&node, sa(NODE_V4, 6000), "node");
-    let miss = [udp((5353, 5353), AddrFamily::Ipv4, None)];
-    let hit = [udp((6000, 6000), AddrFamily::Ipv4, None)];
+    const COUNTS: [u32; 8] = [0, 1_000, 2_000, 3_000, 4_000, 5_000, 10_000, 50_000];
+    let Some(path) = std::env::var_os(conntrack::DUMP_ENV) else {
+        for path in ["unfiltered", "filtered", "adaptive"] {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .env(conntrack::DUMP_ENV, path)
+                .args(["--ignored", "--exact", "cost_of_forget", "--nocapture"])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{path}: {stderr}");
+            stderr
+                .lines()
+                .filter(|l| l.starts_with("cost_of_forget"))
+                .for_each(|l| eprintln!("{l}"));
+        }
+        return;
+    };
+    let path = path.to_string_lossy();
     let median = |mut v: Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
     };
+    let one = [udp((5353, 5353), AddrFamily::Ipv4, None)];
+    let both = [one[0], udp((5353, 5353), AddrFamily::Ipv6, None)];
     // Each run on a thread in the namespace with its own socket, as a hook would; only the
     // call is timed.
-    let time_forget = |flows: &[Flows]| {
-        in_netns(&node, || {
+    let time_forget = |node: &str, flows: &[Flows]| {
+        in_netns(node, || {
             let mut sock = Socket::netfilter().unwrap();
             let start = Instant::now();
             let n = conntrack::forget(&mut sock, flows).unwrap();
             (start.elapsed(), n)
         })
     };
+    let dumps = |node: &str, flows: &[Flows]| {
+        median((0..RUNS).map(|_| time_forget(node, flows).0).collect())
+    };
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+
+    let topo = Topology::new();
+    let node = topo.node().to_string();
     let empty_check = in_netns(&node, || {
         let start = Instant::now();
         assert!(conntrack::table_is_empty());
         start.elapsed()
     });
-    let dump0 = median((0..RUNS).map(|_| time_forget(&miss).0).collect());
-
-    let fill = |count: u16| {
-        in_netns(&ext, || {
-            for port in 20000..20000 + count {
-                let sock = UdpSocket::bind(sa(EXT_V4, port)).unwrap();
-                sock.send_to(b"x", sa(NODE_V4, 6000)).unwrap();
-            }
-        });
-        // Let the last datagrams arrive.
-        thread::sleep(Duration::from_millis(200));
+    eprintln!("cost_of_forget {path}: table_is_empty {empty_check:?}");
+    eprintln!(
+        "cost_of_forget {path}: ms per forget (its dumps) by entries present: \
+         mix, entries, one family, both families"
+    );
+    // The hash table is shared by every namespace, and a deleted namespace's entries are
+    // killed in the background: each mix gets a namespace of its own, after the previous
+    // one's entries are gone.
+    let settle = |topo: Topology| {
+        drop(topo);
+        thread::sleep(Duration::from_secs(3));
     };
-    let mut lines = vec![
-        format!("table_is_empty: {empty_check:?}"),
-        format!("forget, 0 entries (one dump): {dump0:?}"),
-    ];
-    for count in [1000u16, 10000] {
-        fill(count);
-        let dump = median((0..RUNS).map(|_| time_forget(&miss).0).collect());
-        let (all, deleted) = time_forget(&hit);
-        assert_eq!(deleted, count as usize);
-        let per = (all.saturating_sub(dump)) / u32::from(count);
-        lines.push(format!(
-            "forget, {count} entries none matching (one dump): {dump:?}; \
-             all {count} matching: {all:?}, {per:?} per deleted entry"
-        ));
+    settle(topo);
+    for (mix, port) in [("tcp", 443), ("udp", 6000)] {
+        let topo = Topology::new();
+        let node = topo.node().to_string();
+        let mut present = 0;
+        for count in COUNTS {
+            load_entries(&node, &entry_lines(present..count, mix, "10.78.0.1", port));
+            present = count;
+            let (one, both) = (dumps(&node, &one), dumps(&node, &both));
+            eprintln!(
+                "cost_of_forget {path}: {mix} {count:>6} {:>7} {:>7}",
+                ms(one),
+                ms(both)
+            );
+        }
+        settle(topo);
     }
-    for line in lines {
-        eprintln!("cost_of_forget: {line}");
-    }
+
+    let topo = Topology::new();
+    let node = topo.node().to_string();
+    let count = 10_000;
+    load_entries(&node, &entry_lines(0..count, "udp", "10.78.0.1", 6000));
+    let dump = dumps(&node, &one);
+    let (all, deleted) = time_forget(&node, &[udp((6000, 6000), AddrFamily::Ipv4, None)]);
+    assert_eq!(deleted, count as usize);
+    let per = all.saturating_sub(dump) / count;
+    eprintln!(
+        "cost_of_forget {path}: {count} udp entries, none matching: {dump:?}; all matching: \
+         {all:?}, {per:?} per deleted entry"
+    );
 }
