@@ -83,25 +83,16 @@ impl Socket {
         mut each: impl FnMut(Message<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
         self.send(request)?;
-        let mut buf = vec![0u8; RECV_BUFFER];
-        loop {
-            let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-            if n == 0 {
-                return Err(io::Error::other("dump ended without NLMSG_DONE"));
-            }
-            for message in messages(&buf[..n]) {
-                let message = message?;
-                if message.seq != seq {
-                    continue;
-                }
-                match message.error() {
-                    Some(0) => continue,
-                    Some(errno) => return Err(io::Error::from_raw_os_error(errno)),
-                    None if message.kind == NLMSG_DONE => return Ok(()),
-                    None => each(message)?,
-                }
-            }
-        }
+        self.receive(
+            seq,
+            "dump ended without NLMSG_DONE",
+            |message| match message.error() {
+                Some(0) => Ok(false),
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None if message.kind == NLMSG_DONE => Ok(true),
+                None => each(message).map(|()| false),
+            },
+        )
     }
 
     /// Send a request numbered `seq` that is answered by one message (not a dump) and hand
@@ -113,22 +104,37 @@ impl Socket {
         mut each: impl FnMut(Message<'_>) -> io::Result<()>,
     ) -> io::Result<()> {
         self.send(request)?;
+        self.receive(
+            seq,
+            "the kernel closed the socket",
+            |message| match message.error() {
+                Some(0) => Ok(true),
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => each(message).map(|()| true),
+            },
+        )
+    }
+
+    /// Receive the messages numbered `seq` (others, late answers to earlier requests, are
+    /// skipped) and hand each to `on` until it says the exchange is over; `closed` is the
+    /// error when the socket ends first.
+    fn receive(
+        &self,
+        seq: u32,
+        closed: &str,
+        mut on: impl FnMut(Message<'_>) -> io::Result<bool>,
+    ) -> io::Result<()> {
         let mut buf = vec![0u8; RECV_BUFFER];
         loop {
             let n = recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
             if n == 0 {
-                return Err(io::Error::other("the kernel closed the socket"));
+                return Err(io::Error::other(closed.to_string()));
             }
             for message in messages(&buf[..n]) {
                 let message = message?;
-                if message.seq != seq {
-                    continue;
+                if message.seq == seq && on(message)? {
+                    return Ok(());
                 }
-                return match message.error() {
-                    Some(0) => Ok(()),
-                    Some(errno) => Err(io::Error::from_raw_os_error(errno)),
-                    None => each(message),
-                };
             }
         }
     }
