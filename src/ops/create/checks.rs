@@ -1,0 +1,154 @@
+//! What already holds a host port, asked before anything is written: other owners' forwards
+//! and local listeners; a warning each, or a refusal.
+
+use super::*;
+
+/// Whether the container or the host asked to refuse a start over a conflict
+/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`); else a warning.
+pub(super) fn refuse_conflicts(input: &HookInput) -> bool {
+    let setting = input
+        .annotations
+        .get(PORT_CONFLICT_ANNOTATION)
+        .cloned()
+        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
+    setting.as_deref() == Some("refuse")
+}
+
+/// Another owner's DNAT or REDIRECT for a mapped host port, in either backend
+/// ([`forwards::find`]): natledger's jump comes first in its own backend, so the port's
+/// traffic would be split between that owner's destination and this container. Warn naming
+/// each rule, or refuse (see [`refuse_conflicts`]) before anything is written. A port keeper
+/// listening on a mapped port (`keepers`, from [`check_listeners`]) holds it for such a
+/// forward: the same conflict, said with the rule when one is found, else on its own.
+pub(super) fn check_forwards(
+    ctx: &Context,
+    input: &HookInput,
+    mappings: &[PortMapping],
+    families: &[Family],
+    keepers: &[(Listener, PortMapping)],
+) -> Result<(), Error> {
+    let refuse = refuse_conflicts(input);
+    let (found, unread) = if ctx.netfilter.forwards() {
+        let cache = ctx.ledger.file(forwards::CACHE_FILE);
+        forwards::find(&ctx.netfilter, &cache, mappings, families)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    if let (true, Some(e)) = (refuse, unread.first()) {
+        // Refusing over conflicts means not starting on a guess.
+        return Err(Error::ForwardsUnchecked(e.to_string()));
+    }
+    for e in unread {
+        eprintln!("natledger: warning: {e}; other owners' forwards there were not checked");
+    }
+    for (keeper, mapping) in keepers {
+        if found.iter().any(|f| f.mapping == *mapping) {
+            continue;
+        }
+        let who = listener_text(keeper);
+        if refuse {
+            return Err(Error::PortInUse {
+                mapping: mapping.clone(),
+                who,
+                addr: keeper.addr,
+            });
+        }
+        eprintln!(
+            "natledger: warning: {who} holds {} port {}/{} for another owner's forward of it, \
+             which {mapping} would take over for this container",
+            keeper.addr, keeper.port, keeper.protocol
+        );
+    }
+    for f in found {
+        let rule = f.candidate.rule();
+        let line = crate::xt::save_line(&rule.chain, &rule.args);
+        let via: Vec<&str> = f.candidate.path.iter().map(|s| s.chain.as_str()).collect();
+        let place = format!(
+            "{} {} nat chain {} (rule {}, reached through {})",
+            f.backend,
+            f.family,
+            rule.chain,
+            rule.position,
+            via.join(" -> ")
+        );
+        let held = keepers
+            .iter()
+            .find(|(_, m)| *m == f.mapping)
+            .map(|(k, _)| format!(" ({} holds the port for it)", listener_text(k)))
+            .unwrap_or_default();
+        let place = format!("{place}{held}");
+        if refuse {
+            return Err(Error::PortForwarded {
+                mapping: f.mapping,
+                place,
+                line,
+            });
+        }
+        eprintln!(
+            "natledger: warning: host port {} is already forwarded by another owner's rule in \
+             {place}: {line}; its traffic would be split between that destination and this \
+             container",
+            f.mapping
+        );
+    }
+    Ok(())
+}
+
+/// A local process already listening on a mapped host port loses that traffic to the
+/// container (the DNAT comes first): warn, or refuse (see [`refuse_conflicts`]). A port
+/// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port:
+/// returned, with its mapping, for [`check_forwards`] to judge with that forward.
+pub(super) fn check_listeners(
+    input: &HookInput,
+    mappings: &[PortMapping],
+) -> Result<Vec<(Listener, PortMapping)>, Error> {
+    let clash = |l: &Listener, m: &PortMapping| {
+        m.protocol == l.protocol
+            && (m.host_ports.start..=m.host_ports.end).contains(&l.port)
+            && match m.host_destination() {
+                Some(ip) => l.addr.is_unspecified() || l.addr == ip || ip.is_unspecified(),
+                None => true,
+            }
+    };
+    let listeners = host::listeners_where(&host::Roots::default(), |l| {
+        mappings.iter().any(|m| clash(l, m))
+    });
+    let refuse = refuse_conflicts(input);
+    let mut keepers = Vec::new();
+    for l in listeners {
+        let mapping = mappings
+            .iter()
+            .find(|m| clash(&l, m))
+            .expect("selected above");
+        let keeper = l
+            .command
+            .as_deref()
+            .is_some_and(|c| host::PORT_KEEPERS.contains(&c));
+        if keeper {
+            keepers.push((l, mapping.clone()));
+            continue;
+        }
+        let who = listener_text(&l);
+        if refuse {
+            return Err(Error::PortInUse {
+                mapping: mapping.clone(),
+                who,
+                addr: l.addr,
+            });
+        }
+        eprintln!(
+            "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards to \
+             the container; that process no longer gets those connections",
+            l.addr, l.port, l.protocol
+        );
+    }
+    Ok(keepers)
+}
+
+/// `COMMAND (pid N)`, or the socket when its owner is unknown.
+pub(super) fn listener_text(l: &Listener) -> String {
+    match (&l.command, l.pid) {
+        (Some(c), Some(p)) => format!("{c} (pid {p})"),
+        _ => format!("a process (socket inode {})", l.inode),
+    }
+}

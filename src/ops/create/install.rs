@@ -1,0 +1,184 @@
+//! One family's rules written: one transaction per table, filter before nat, in-process on
+//! legacy when the shared chains exist, else one restore process.
+
+use super::*;
+
+/// Why [`install`] failed, and whether one of the family's tables may have been written.
+pub(super) struct InstallError {
+    pub(super) error: BackendError,
+    pub(super) partial: bool,
+}
+
+/// Install one family's rules: one transaction per table, filter before nat (the accept is in
+/// force before the DNAT is). First try assuming the shared chains and jumps exist: on legacy
+/// in-process ([`crate::iptc`], declined unless they do; once a table is left to a process,
+/// so are the ones after it, to keep the order), otherwise with one restore process whose
+/// transaction per table checks that table's jumps with `-C` (a missing jump fails it
+/// atomically; the tables before it stay committed). Then read each table not yet written and
+/// create what is missing.
+///
+/// The filter accept is needed only where FORWARD drops, and the nat rules forward from the
+/// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
+/// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
+/// returned, so that the manifest records exactly what was written.
+pub(super) fn install(
+    ctx: &Context,
+    family: Family,
+    rules: &[&RuleRecord],
+) -> Result<Vec<&'static str>, InstallError> {
+    let mut partial = false;
+    let mut pending: Vec<(&'static str, Vec<Placement>)> = Vec::new();
+    for table in TABLES {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
+        if here.is_empty() {
+            continue;
+        }
+        let placed = placements(&here);
+        if ctx.backend == Backend::Legacy
+            && pending.is_empty()
+            && insert_native(ctx, family, table, &placed)
+        {
+            partial = true;
+            continue;
+        }
+        pending.push((table, placed));
+    }
+    let mut skipped = Vec::new();
+    if pending.is_empty() {
+        return Ok(skipped);
+    }
+    let fast: Vec<Batch> = pending
+        .iter()
+        .map(|(table, placed)| {
+            let mut batch = Batch::new(table);
+            for (chain, jump) in jumps(table) {
+                batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
+            }
+            push_rules(&mut batch, placed);
+            batch
+        })
+        .collect();
+    let first_block = fast[0].render().lines().count();
+    match ctx.netfilter.apply_all(ctx.backend, family, &fast) {
+        Ok(()) => return Ok(skipped),
+        // The first table's transaction failed: nothing was committed.
+        Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
+        // The tables before the failed one are committed (they show every rule already).
+        Err(_) => partial |= pending.len() > 1,
+    }
+    for (table, placed) in &pending {
+        let written = write_table(ctx, family, table, placed);
+        match written {
+            Ok(wrote) => partial |= wrote,
+            Err(error) if *table == FILTER => {
+                eprintln!(
+                    "natledger: warning: the {family} forward accept was not written ({error}); \
+                     where FORWARD drops, these ports answer only from this host (doctor: \
+                     forward-dropped)"
+                );
+                skipped.push(FILTER);
+            }
+            Err(error) => return Err(InstallError { error, partial }),
+        }
+    }
+    Ok(skipped)
+}
+
+/// Read `table` and write what is missing of `placed`, its chains and jumps included; whether
+/// anything was written (a table showing every rule already was committed before).
+pub(super) fn write_table(
+    ctx: &Context,
+    family: Family,
+    table: &'static str,
+    placed: &[Placement],
+) -> Result<bool, BackendError> {
+    let dump = ctx
+        .netfilter
+        .read(ctx.backend, family, table)?
+        .unwrap_or_default();
+    if all_present(&dump, placed) {
+        return Ok(false);
+    }
+    let mut full = Batch::new(table);
+    for chain in owned_chains(table) {
+        if !dump.has_chain(chain) {
+            full.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+    }
+    for (chain, jump) in jumps(table) {
+        let present = dump
+            .rules_in(chain)
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
+        if !present {
+            full.ops.push(jump_op(&dump, chain, jump.to_args()));
+        }
+    }
+    push_rules(&mut full, placed);
+    ctx.netfilter.apply(ctx.backend, family, &full)?;
+    Ok(true)
+}
+
+/// On legacy, insert one table's rules in-process; whether that was done.
+pub(super) fn insert_native(
+    ctx: &Context,
+    family: Family,
+    table: &'static str,
+    placed: &[Placement],
+) -> bool {
+    let parsed: Option<Vec<(&str, Rule, Place)>> = placed
+        .iter()
+        .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
+        .collect();
+    let Some(parsed) = parsed else {
+        return false;
+    };
+    match ctx
+        .netfilter
+        .insert_legacy(family, table, &parsed, &jumps(table))
+    {
+        Ok(Native::Done(_)) => true,
+        Ok(Native::Declined | Native::Off) => false,
+        // Nothing was written; the restore reports what is really wrong.
+        Err(e) => {
+            eprintln!(
+                "natledger: {e}; using {}-legacy-restore",
+                family.tool_stem()
+            );
+            false
+        }
+    }
+}
+
+/// Whether every rule of `placed` is in the dump (as many times as placed).
+pub(super) fn all_present(dump: &crate::save::Table, placed: &[Placement]) -> bool {
+    placed.iter().all(|(chain, args, _)| {
+        let wanted = placed
+            .iter()
+            .filter(|(c, a, _)| c == chain && a == args)
+            .count();
+        dump.rules_in(chain).filter(|r| r.args == *args).count() >= wanted
+    })
+}
+
+pub(super) type Placement<'a> = (&'a str, &'a [String], Place);
+
+/// Where each rule goes: DNAT rules to the top of their chain (newest container first, in
+/// mapping order, so they are inserted in reverse), masquerade rules appended.
+pub(super) fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<Placement<'a>> {
+    let first = rules.iter().rev().filter(|r| goes_first(&r.chain));
+    let last = rules.iter().filter(|r| !goes_first(&r.chain));
+    first
+        .map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::First))
+        .chain(last.map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::Last)))
+        .collect()
+}
+
+pub(super) fn push_rules(batch: &mut Batch, placed: &[Placement]) {
+    for (chain, args, place) in placed {
+        let (chain, args) = (chain.to_string(), args.to_vec());
+        batch.ops.push(match place {
+            Place::First => Op::InsertFirst(chain, args),
+            Place::Last => Op::Append(chain, args),
+        });
+    }
+}

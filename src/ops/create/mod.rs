@@ -1,0 +1,335 @@
+//! create-runtime: install a container's port forwards and record them, write-ahead.
+
+use std::net::IpAddr;
+
+use crate::backend::{Backend, BackendError, Native};
+use crate::family::Family;
+use crate::fault;
+use crate::forwards;
+use crate::host::{self, Listener};
+use crate::iptc::Place;
+use crate::layout::{FILTER, TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
+use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
+use crate::netns;
+use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
+use crate::portspec::{PortMapping, parse_mappings};
+use crate::procfs;
+use crate::rule::Rule;
+use crate::save::{Batch, Op};
+
+use super::remove::{remove_container, settle};
+use super::{Context, Error, flows};
+use crate::conntrack::Flows;
+
+mod checks;
+mod install;
+#[cfg(test)]
+mod tests;
+
+use checks::*;
+use install::*;
+
+/// What create-runtime did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Created {
+    /// No `io.natledger.ports`: nothing was run.
+    Skipped,
+    Installed {
+        rules: usize,
+    },
+}
+
+/// The createRuntime hook. Fails loudly: on any error nothing of this container is left
+/// installed (what was applied is rolled back) and the runtime aborts the start.
+pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error> {
+    let Some(spec) = input.ports() else {
+        return Ok(Created::Skipped);
+    };
+    let mappings = parse_mappings(spec)?;
+    let keepers = check_listeners(input, &mappings)?;
+    let addresses = container_addresses(input)?;
+    let rules = plan(ctx, input, &mappings, &addresses)?;
+    let pid_start_time = match input.pid {
+        Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
+            id: input.id.clone(),
+            pid,
+        })?),
+        None => None,
+    };
+    let locked = ctx.ledger.lock()?;
+    let manifest = Manifest {
+        schema: SCHEMA,
+        container_id: input.id.clone(),
+        bundle: input.bundle.clone(),
+        pid: input.pid,
+        pid_start_time,
+        boot_id: input.pid.and_then(|_| procfs::boot_id()),
+        pid_namespace: input.pid.and_then(|_| procfs::pid_namespace()),
+        phase: Phase::Installing,
+        mappings,
+        addresses,
+        rules,
+    };
+    // Whatever happens once rules may have changed, on every way out: the flows that would
+    // stay on an old path are forgotten, the forwards cache follows natledger's own
+    // transactions, and the netlink socket is released.
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let mut after = AfterWrites::default();
+    let result = install_locked(ctx, &locked, input, manifest, &keepers, &cache, &mut after);
+    flows::forget(ctx, &after.stale_flows);
+    forwards::carry(&ctx.netfilter, &cache, after.generation);
+    ctx.netfilter.release_native();
+    let manifest = result?;
+    allow_loopback_sources(&manifest.mappings, &manifest.addresses);
+    Ok(Created::Installed {
+        rules: manifest.rules.len(),
+    })
+}
+
+/// What the way out of [`create_runtime`] settles, gathered on the way in.
+#[derive(Default)]
+struct AfterWrites {
+    /// The UDP and SCTP flows whose conntrack entries go once the rules are in place (or
+    /// rolled back): dead holders', and this container's.
+    stale_flows: Vec<Flows>,
+    /// The iptables-nft generation before natledger wrote.
+    generation: Option<forwards::Before>,
+}
+
+/// create-runtime under the lock: other owners' forwards, claims, the manifest written
+/// ahead, the rules per family (rolled back on failure), the manifest as installed.
+fn install_locked(
+    ctx: &Context,
+    locked: &Locked,
+    input: &HookInput,
+    mut manifest: Manifest,
+    keepers: &[(Listener, PortMapping)],
+    cache: &std::path::Path,
+    after: &mut AfterWrites,
+) -> Result<Manifest, Error> {
+    let families: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
+        .collect();
+    check_forwards(ctx, input, &manifest.mappings, &families, keepers)?;
+    after.generation = forwards::before_writes(&ctx.netfilter, cache);
+    after.stale_flows = release_claims(ctx, locked, input, &manifest.mappings)?;
+    fault::point(fault::CREATE_CLAIMS_RELEASED);
+
+    locked.store(&manifest)?;
+    fault::point(fault::CREATE_WRITTEN_AHEAD);
+
+    // Written exactly as recorded: the transactions are built from the manifest's records.
+    let mut installed: Vec<Family> = Vec::new();
+    let mut skipped: Vec<(Family, &'static str)> = Vec::new();
+    for family in Family::ALL {
+        let rules: Vec<&RuleRecord> = manifest
+            .rules
+            .iter()
+            .filter(|r| r.family == family)
+            .collect();
+        if rules.is_empty() {
+            continue;
+        }
+        match install(ctx, family, &rules) {
+            Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
+            Err(failed) => {
+                // Roll back the families installed before, and this one when one of its
+                // tables went in before another failed. The manifest goes unless something
+                // could not be removed, in which case it names what may remain.
+                if failed.partial {
+                    installed.push(family);
+                }
+                if installed.is_empty() {
+                    locked.remove(&input.id)?;
+                } else {
+                    let mut applied = manifest.clone();
+                    applied.rules.retain(|r| installed.contains(&r.family));
+                    let removal = remove_container(ctx, locked, &input.id, Some(&applied));
+                    after.stale_flows.extend(removal.flows.iter().copied());
+                    if let Err(undo) = settle(locked, &input.id, Some(applied), removal) {
+                        eprintln!("natledger: rollback incomplete: {undo}");
+                    }
+                }
+                return Err(failed.error.into());
+            }
+        }
+        installed.push(family);
+        if family == Family::Ipv4 {
+            fault::point(fault::CREATE_IPV4_APPLIED);
+        }
+    }
+    fault::point(fault::CREATE_APPLIED);
+    // A table that could not be written (the filter accept, see `install`) holds none of
+    // these rules: the manifest records exactly what was written.
+    manifest
+        .rules
+        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.table == *t));
+    manifest.phase = Phase::Installed;
+    locked.store(&manifest)?;
+    fault::point(fault::CREATE_RECORDED);
+    // Now that the new rules are in place: a packet arriving before them would only have
+    // made a new entry on the old path.
+    after.stale_flows.extend(flows::of_rules(
+        manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
+    ));
+    Ok(manifest)
+}
+
+/// `io.natledger.ip`, or the addresses found inside the container's network namespace.
+fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
+    if let Some(value) = input.annotations.get(IP_ANNOTATION) {
+        let bad = |reason: String| Error::BadIpAnnotation {
+            value: value.clone(),
+            reason,
+        };
+        let addrs = value
+            .split(',')
+            .map(|s| {
+                s.trim()
+                    .parse::<IpAddr>()
+                    .map_err(|e| bad(format!("{s:?}: {e}")))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        if let Some(ip) = addrs.iter().find(|ip| !netns::is_global_unicast(**ip)) {
+            return Err(bad(format!("{ip} is not a global unicast address")));
+        }
+        return Ok(addrs);
+    }
+    let pid = input.pid.ok_or_else(|| Error::NoPid(input.id.clone()))?;
+    let addrs = netns::container_addresses(pid)?;
+    if addrs.is_empty() {
+        return Err(Error::NoAddress { pid });
+    }
+    Ok(addrs)
+}
+
+/// The records of every rule to write, for every mapping, each towards the container's first
+/// address of the family, in the backend new rules go to.
+fn plan(
+    ctx: &Context,
+    input: &HookInput,
+    mappings: &[PortMapping],
+    addresses: &[IpAddr],
+) -> Result<Vec<RuleRecord>, Error> {
+    let address_of = |family: Family| addresses.iter().copied().find(|a| Family::of(*a) == family);
+    let mut placed = Vec::new();
+    for mapping in mappings {
+        let families: Vec<Family> = match mapping.family() {
+            Some(family) => {
+                if address_of(family).is_none() {
+                    return Err(Error::FamilyMismatch {
+                        mapping: mapping.clone(),
+                        family,
+                        have: addresses.to_vec(),
+                    });
+                }
+                vec![family]
+            }
+            None => Family::ALL
+                .into_iter()
+                .filter(|f| address_of(*f).is_some())
+                .collect(),
+        };
+        for family in families {
+            let container = address_of(family).expect("filtered above");
+            placed.extend(
+                mapping_rules(&input.id, mapping, container)
+                    .into_iter()
+                    .map(|p| RuleRecord {
+                        backend: ctx.backend,
+                        family,
+                        table: p.table.into(),
+                        chain: p.chain.to_string(),
+                        rule: p.rule.to_args(),
+                    }),
+            );
+        }
+    }
+    Ok(placed)
+}
+
+/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1.
+/// A failure only costs the localhost path, so it is a warning.
+fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
+    let wanted = mappings
+        .iter()
+        .any(|m| m.reachable_from_loopback() && m.family() != Some(Family::Ipv6));
+    let v4 = addresses.iter().find_map(|a| match a {
+        IpAddr::V4(v4) => Some(*v4),
+        IpAddr::V6(_) => None,
+    });
+    if let (true, Some(v4)) = (wanted, v4) {
+        match netns::enable_route_localnet(v4) {
+            Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
+            Ok(None) => {}
+            Err(e) => eprintln!("natledger: warning: 127.0.0.1 will not reach {v4}: {e}"),
+        }
+    }
+}
+
+/// Enforce host-port claims: a live holder of the same address, port and protocol refuses
+/// the start; a dead holder's rules are removed first. An earlier manifest of this same
+/// container id (a retried create) is replaced the same way. Returns the UDP and SCTP flows
+/// of the forwards removed.
+fn release_claims(
+    ctx: &Context,
+    locked: &Locked,
+    input: &HookInput,
+    mappings: &[PortMapping],
+) -> Result<Vec<Flows>, Error> {
+    let mut dead = Vec::new();
+    for entry in ctx.ledger.list()? {
+        let other = match entry {
+            Ok(m) => m,
+            Err(e) => {
+                eprintln!("natledger: warning: skipping {e}");
+                continue;
+            }
+        };
+        let same_container = other.container_id == input.id;
+        let clash = mappings
+            .iter()
+            .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
+        let alive = || other.alive();
+        if same_container {
+            // Ids are unique per runtime, not per host: a live container with this id and
+            // another pid belongs to someone else (another runtime or namespace).
+            if other.pid != input.pid && alive() {
+                return Err(Error::IdInUse {
+                    id: input.id.clone(),
+                    pid: pid_text(other.pid),
+                });
+            }
+            dead.push((other, "an earlier create of the same container".to_string()));
+        } else if let Some(mapping) = clash {
+            if alive() {
+                return Err(Error::PortClaimed {
+                    mapping: mapping.clone(),
+                    holder: other.container_id,
+                    pid: pid_text(other.pid),
+                });
+            }
+            dead.push((other, format!("dead holder of {mapping}")));
+        }
+    }
+    let mut flows = Vec::new();
+    for (manifest, why) in dead {
+        let id = manifest.container_id.clone();
+        let removal = remove_container(ctx, locked, &id, Some(&manifest));
+        flows.extend(removal.flows.iter().copied());
+        eprintln!(
+            "natledger: removed {} rule(s) of container {id} ({why})",
+            removal.removed
+        );
+        if let Err(e) = settle(locked, &id, Some(manifest), removal) {
+            // The new rules go first in the chain, so leftovers cannot shadow them.
+            eprintln!("natledger: warning: {e}");
+        }
+    }
+    Ok(flows)
+}
+
+fn pid_text(pid: Option<i32>) -> String {
+    pid.map_or_else(|| "unknown".into(), |p| p.to_string())
+}
