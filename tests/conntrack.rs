@@ -3,13 +3,12 @@
 //! `conntrack -L` (conntrack-tools), and a long-lived UDP client that follows a moved port
 //! only once its entry is forgotten. Every test runs again on each dump path `forget` can
 //! be forced onto ([`every_test_passes_on_every_dump_path`]); the kernel's filter rules that
-//! `forget` relies on are pinned by [`the_kernels_dump_filter_rules`].
+//! `forget` relies on, and its cost, are in tests/conntrack_kernel.rs.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::ops::Range;
 use std::os::fd::AsRawFd;
 use std::process::Command;
 use std::thread;
@@ -18,8 +17,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use natledger::conntrack::{self, Flows};
 use natledger::family::Family as AddrFamily;
-use natledger::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST, Socket};
-use natledger::portspec::{PortRange, Protocol};
+use natledger::netlink::Socket;
+use natledger::portspec::Protocol;
 
 const T: Duration = Duration::from_secs(3);
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -141,18 +140,6 @@ fn tcp_from(ns: &str, src: SocketAddr, dst: SocketAddr) -> String {
     })
 }
 
-fn udp(ports: (u16, u16), family: AddrFamily, host: Option<IpAddr>) -> Flows {
-    Flows {
-        family,
-        protocol: Protocol::Udp,
-        ports: PortRange {
-            start: ports.0,
-            end: ports.1,
-        },
-        host,
-    }
-}
-
 /// `forget` on a thread inside `ns`, with a netfilter socket opened there.
 fn forget_in(ns: &str, flows: &[Flows]) -> usize {
     in_netns(ns, || {
@@ -226,7 +213,7 @@ fn forgets_exactly_the_local_flows_of_the_mapping() {
     assert!(before2.contains(&entry(elsewhere)), "{before2:#?}");
 
     // IPv4, any local address: the node's two addresses and the loopback flow.
-    let udp5353 = udp((5353, 5353), AddrFamily::Ipv4, None);
+    let udp5353 = udp_flows((5353, 5353), AddrFamily::Ipv4, None);
     assert_eq!(forget_in(&node, &[udp5353]), 3);
     let gone: BTreeSet<Tuple> = [node_ip, bridge_ip, loopback].map(entry).into();
     let expected: BTreeSet<Tuple> = before.difference(&gone).cloned().collect();
@@ -241,7 +228,7 @@ fn forgets_exactly_the_local_flows_of_the_mapping() {
 
     // The other family on its own.
     assert_eq!(
-        forget_in(&node, &[udp((5353, 5353), AddrFamily::Ipv6, None)]),
+        forget_in(&node, &[udp_flows((5353, 5353), AddrFamily::Ipv6, None)]),
         1
     );
     let mut expected = expected;
@@ -251,7 +238,7 @@ fn forgets_exactly_the_local_flows_of_the_mapping() {
     // An explicit host address: only its entries, not the node's other local addresses.
     send(&[node_ip, bridge_ip, loopback]);
     let before = table(&node);
-    let bridge_only = udp((5353, 5353), AddrFamily::Ipv4, Some(BRIDGE_V4.into()));
+    let bridge_only = udp_flows((5353, 5353), AddrFamily::Ipv4, Some(BRIDGE_V4.into()));
     assert_eq!(forget_in(&node, &[bridge_only]), 1);
     let mut expected = before.clone();
     assert!(expected.remove(&entry(bridge_ip)));
@@ -265,8 +252,8 @@ fn forgets_exactly_the_local_flows_of_the_mapping() {
     send(&[v6]);
     let before = table(&node);
     let flows = [
-        udp((5353, 5354), AddrFamily::Ipv4, None),
-        udp((5353, 5353), AddrFamily::Ipv6, None),
+        udp_flows((5353, 5354), AddrFamily::Ipv4, None),
+        udp_flows((5353, 5353), AddrFamily::Ipv6, None),
     ];
     assert_eq!(forget_in(&node, &flows), 4);
     let gone: BTreeSet<Tuple> = [node_ip, loopback, other_port, v6].map(entry).into();
@@ -317,7 +304,7 @@ fn entries_in_zones_and_sctp_entries_are_forgotten_exactly() {
     };
 
     assert_eq!(
-        forget_in(&node, &[udp((5353, 5353), AddrFamily::Ipv4, None)]),
+        forget_in(&node, &[udp_flows((5353, 5353), AddrFamily::Ipv4, None)]),
         4
     );
     let gone = [
@@ -334,7 +321,7 @@ fn entries_in_zones_and_sctp_entries_are_forgotten_exactly() {
 
     let sctp5353 = Flows {
         protocol: Protocol::Sctp,
-        ..udp((5353, 5353), AddrFamily::Ipv4, None)
+        ..udp_flows((5353, 5353), AddrFamily::Ipv4, None)
     };
     assert_eq!(forget_in(&node, &[sctp5353]), 1);
     assert!(expected.remove(&key("sctp", NODE_V4, 41005, "")));
@@ -385,7 +372,7 @@ fn a_long_lived_udp_client_follows_the_moved_port_once_forgotten() {
             "{backend:?}: without forgetting, the client still reaches only A: {since:?}"
         );
 
-        let forgotten = forget_in(&node, &[udp((5300, 5300), AddrFamily::Ipv4, None)]);
+        let forgotten = forget_in(&node, &[udp_flows((5300, 5300), AddrFamily::Ipv4, None)]);
         assert_eq!(forgotten, 1, "{backend:?}: the client's one entry");
         let at = Instant::now();
         let reached = client.wait_for("B", at, Duration::from_secs(1));
@@ -429,41 +416,10 @@ fn table_is_empty_is_per_namespace() {
         "ext tracks nothing"
     );
     assert_eq!(
-        forget_in(&node, &[udp((5353, 5353), AddrFamily::Ipv4, None)]),
+        forget_in(&node, &[udp_flows((5353, 5353), AddrFamily::Ipv4, None)]),
         1
     );
     assert!(in_netns(&node, conntrack::table_is_empty), "forgotten");
-}
-
-/// Insert conntrack entries into `ns`'s table in one `conntrack -R` (one `-I` command per
-/// line, without the program name): thousands in a fraction of a second.
-fn load_entries(ns: &str, lines: &str) {
-    let out = run_in(
-        ns,
-        "conntrack",
-        &["-R", "/dev/stdin"],
-        Some(lines.as_bytes()),
-    );
-    assert_ok(&out, &format!("conntrack -R in {ns}"));
-}
-
-/// `-I` lines of the entries numbered `numbers` of `proto` to `dst`:`dport`, 600 s to live:
-/// entry n from 10.78.0.2 (then .3, ...) port 1024 + n % 60,000.
-fn entry_lines(numbers: Range<u32>, proto: &str, dst: &str, dport: u16) -> String {
-    let state = if proto == "tcp" {
-        "--state ESTABLISHED "
-    } else {
-        ""
-    };
-    numbers
-        .map(|n| {
-            let (host, sport) = (2 + n / 60_000, 1024 + n % 60_000);
-            format!(
-                "-I -t 600 -p {proto} {state}-s 10.78.0.{host} -d {dst} --sport {sport} \
-                 --dport {dport}\n"
-            )
-        })
-        .collect()
 }
 
 /// A busy node: thousands of TCP entries (half of them to the flows' very port on a local
@@ -507,8 +463,8 @@ fn among_many_tcp_entries_only_the_matching_udp_ones_go() {
     let before = table(&node);
     assert_eq!(before.len(), 2 * busy as usize + 500 + 8);
     let flows = [
-        udp((5353, 5353), AddrFamily::Ipv4, None),
-        udp((5353, 5353), AddrFamily::Ipv6, None),
+        udp_flows((5353, 5353), AddrFamily::Ipv4, None),
+        udp_flows((5353, 5353), AddrFamily::Ipv6, None),
     ];
     assert_eq!(forget_in(&node, &flows), matching.len());
     let mut expected = before.clone();
@@ -518,117 +474,6 @@ fn among_many_tcp_entries_only_the_matching_udp_ones_go() {
         assert!(expected.remove(&gone), "{gone:?} was there");
     }
     assert_eq!(table(&node), expected, "only the matching UDP entries go");
-}
-
-/// The ctnetlink dump filter (`CTA_FILTER`, kernel >= 5.9) as `forget` relies on it, asked
-/// directly: a filter needs a family (`EOPNOTSUPP` for `AF_UNSPEC`), a port needs the
-/// protocol's flag (`EINVAL`), an undefined flag is refused (what `DUMP_ENV=refused` uses),
-/// an entry of any zone passes a filter that names none, ports are compared for UDP but not
-/// for SCTP, and the IPv6 address comparison is inverted (why `forget` never filters by an
-/// IPv6 address): asked for fd78::1, the kernel dumps every other address.
-#[test]
-fn the_kernels_dump_filter_rules() {
-    const PROTO_NUM: u32 = 1 << 3;
-    const DST_PORT: u32 = 1 << 5;
-    const IP_DST: u32 = 1 << 1;
-    let topo = Topology::new();
-    let node = topo.node().to_string();
-    let sctp = "-p sctp --state ESTABLISHED --orig-vtag 1 --reply-vtag 2";
-    load_entries(
-        &node,
-        &[
-            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41001 --dport 5353".to_string(),
-            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41002 --dport 5353 -w 7".into(),
-            "-I -t 600 -p udp -s 10.78.0.2 -d 10.78.0.1 --sport 41003 --dport 5354".into(),
-            format!("-I -t 600 {sctp} -s 10.78.0.2 -d 10.78.0.1 --sport 41004 --dport 5354"),
-            "-I -t 600 -p udp -s fd78::2 -d fd78::1 --sport 41005 --dport 5353".into(),
-            "-I -t 600 -p udp -s fd78::2 -d fd78::9 --sport 41006 --dport 5353".into(),
-        ]
-        .join("\n"),
-    );
-    // (family, flags, destination, protocol, port) -> the dumped (source port, zone)s, or
-    // the errno.
-    let ask = |family: i32, flags: u32, dst: Option<IpAddr>, proto: u8, port: Option<u16>| {
-        in_netns(&node, || {
-            let mut sock = Socket::netfilter().unwrap();
-            let seq = sock.next_seq();
-            let mut m = Vec::new();
-            let start = netlink::begin(&mut m, 0x0101, NLM_F_REQUEST | NLM_F_DUMP, seq);
-            m.extend([family as u8, 0, 0, 0]);
-            let tuple = netlink::begin_nest(&mut m, 1); // CTA_TUPLE_ORIG
-            if let Some(dst) = dst {
-                let ip = netlink::begin_nest(&mut m, 1); // CTA_TUPLE_IP
-                match dst {
-                    IpAddr::V4(a) => netlink::put_attr(&mut m, 2, &a.octets()),
-                    IpAddr::V6(a) => netlink::put_attr(&mut m, 4, &a.octets()),
-                }
-                netlink::end_nest(&mut m, ip);
-            }
-            let p = netlink::begin_nest(&mut m, 2); // CTA_TUPLE_PROTO
-            netlink::put_attr(&mut m, 1, &[proto]);
-            if let Some(port) = port {
-                netlink::put_attr(&mut m, 3, &port.to_be_bytes());
-            }
-            netlink::end_nest(&mut m, p);
-            netlink::end_nest(&mut m, tuple);
-            let filter = netlink::begin_nest(&mut m, 25); // CTA_FILTER
-            netlink::put_attr(&mut m, 1, &flags.to_ne_bytes()); // CTA_FILTER_ORIG_FLAGS
-            netlink::end_nest(&mut m, filter);
-            netlink::finish(&mut m, start);
-            let mut dumped = BTreeSet::new();
-            sock.dump(seq, &m, |message| {
-                let e = conntrack::parse_entry(message.payload).unwrap();
-                dumped.insert((e.src_port, e.zone));
-                Ok(())
-            })
-            .map(|()| dumped)
-            .map_err(|e| e.raw_os_error().unwrap())
-        })
-    };
-    let (inet, inet6) = (libc::AF_INET, libc::AF_INET6);
-    let set = |ports: &[(u16, Option<u16>)]| Ok(ports.iter().copied().collect::<BTreeSet<_>>());
-
-    assert_eq!(
-        ask(libc::AF_UNSPEC, PROTO_NUM, None, 17, None),
-        Err(libc::EOPNOTSUPP)
-    );
-    assert_eq!(ask(inet, DST_PORT, None, 17, Some(5353)), Err(libc::EINVAL));
-    let undefined = ask(inet, PROTO_NUM | 1 << 31, None, 17, None);
-    assert!(
-        matches!(undefined, Err(libc::EINVAL | libc::EOPNOTSUPP)),
-        "{undefined:?}"
-    );
-    // UDP to 5353 in every zone; SCTP whatever its port.
-    let v4 = Some(IpAddr::V4(NODE_V4));
-    let udp5353 = set(&[(41001, None), (41002, Some(7))]);
-    assert_eq!(
-        ask(inet, PROTO_NUM | DST_PORT, None, 17, Some(5353)),
-        udp5353
-    );
-    assert_eq!(
-        ask(inet, IP_DST | PROTO_NUM | DST_PORT, v4, 17, Some(5353)),
-        udp5353
-    );
-    assert_eq!(
-        ask(inet, PROTO_NUM | DST_PORT, None, 132, Some(5353)),
-        set(&[(41004, None)])
-    );
-    // IPv6: the port narrows; the address is matched inverted.
-    assert_eq!(
-        ask(inet6, PROTO_NUM | DST_PORT, None, 17, Some(5353)),
-        set(&[(41005, None), (41006, None)])
-    );
-    assert_eq!(
-        ask(
-            inet6,
-            IP_DST | PROTO_NUM,
-            Some(IpAddr::V6(NODE_V6)),
-            17,
-            None
-        ),
-        set(&[(41006, None)]),
-        "the kernel's IPv6 address filter works now: forget may use it where it does"
-    );
 }
 
 /// Every other test of this file, again, in a child process for each dump path `forget`
@@ -663,105 +508,4 @@ fn every_test_passes_on_every_dump_path() {
                 .unwrap()
         );
     }
-}
-
-/// The cost of `forget` in a namespace, on each dump path: a `forget` that finds nothing
-/// (its dumps alone, as median of 21) with 0 to 50,000 entries present, mostly TCP (to port
-/// 443, as on a busy host) or mostly UDP (to port 6000), for UDP flows of one family (5353,
-/// IPv4) and of both (5353, IPv4 and IPv6); then the deletion of 10,000 matching entries.
-/// Each path (`unfiltered`, `filtered`, and `adaptive`: `forget`'s own choice) runs in a
-/// child process ([`conntrack::DUMP_ENV`]). Prints figures: run with
-/// `cargo test --release --test conntrack -- --ignored --nocapture cost_of_forget`.
-#[test]
-#[ignore = "measurement: prints figures"]
-fn cost_of_forget() {
-    const RUNS: usize = 21;
-    const COUNTS: [u32; 8] = [0, 1_000, 2_000, 3_000, 4_000, 5_000, 10_000, 50_000];
-    let Some(path) = std::env::var_os(conntrack::DUMP_ENV) else {
-        for path in ["unfiltered", "filtered", "adaptive"] {
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env(conntrack::DUMP_ENV, path)
-                .args(["--ignored", "--exact", "cost_of_forget", "--nocapture"])
-                .output()
-                .unwrap();
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{path}: {stderr}");
-            stderr
-                .lines()
-                .filter(|l| l.starts_with("cost_of_forget"))
-                .for_each(|l| eprintln!("{l}"));
-        }
-        return;
-    };
-    let path = path.to_string_lossy();
-    let median = |mut v: Vec<Duration>| {
-        v.sort();
-        v[v.len() / 2]
-    };
-    let one = [udp((5353, 5353), AddrFamily::Ipv4, None)];
-    let both = [one[0], udp((5353, 5353), AddrFamily::Ipv6, None)];
-    // Each run on a thread in the namespace with its own socket, as a hook would; only the
-    // call is timed.
-    let time_forget = |node: &str, flows: &[Flows]| {
-        in_netns(node, || {
-            let mut sock = Socket::netfilter().unwrap();
-            let start = Instant::now();
-            let n = conntrack::forget(&mut sock, flows).unwrap();
-            (start.elapsed(), n)
-        })
-    };
-    let dumps = |node: &str, flows: &[Flows]| {
-        median((0..RUNS).map(|_| time_forget(node, flows).0).collect())
-    };
-    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
-
-    let topo = Topology::new();
-    let node = topo.node().to_string();
-    let empty_check = in_netns(&node, || {
-        let start = Instant::now();
-        assert!(conntrack::table_is_empty());
-        start.elapsed()
-    });
-    eprintln!("cost_of_forget {path}: table_is_empty {empty_check:?}");
-    eprintln!(
-        "cost_of_forget {path}: ms per forget (its dumps) by entries present: \
-         mix, entries, one family, both families"
-    );
-    // The hash table is shared by every namespace, and a deleted namespace's entries are
-    // killed in the background: each mix gets a namespace of its own, after the previous
-    // one's entries are gone.
-    let settle = |topo: Topology| {
-        drop(topo);
-        thread::sleep(Duration::from_secs(3));
-    };
-    settle(topo);
-    for (mix, port) in [("tcp", 443), ("udp", 6000)] {
-        let topo = Topology::new();
-        let node = topo.node().to_string();
-        let mut present = 0;
-        for count in COUNTS {
-            load_entries(&node, &entry_lines(present..count, mix, "10.78.0.1", port));
-            present = count;
-            let (one, both) = (dumps(&node, &one), dumps(&node, &both));
-            eprintln!(
-                "cost_of_forget {path}: {mix} {count:>6} {:>7} {:>7}",
-                ms(one),
-                ms(both)
-            );
-        }
-        settle(topo);
-    }
-
-    let topo = Topology::new();
-    let node = topo.node().to_string();
-    let count = 10_000;
-    load_entries(&node, &entry_lines(0..count, "udp", "10.78.0.1", 6000));
-    let dump = dumps(&node, &one);
-    let (all, deleted) = time_forget(&node, &[udp((6000, 6000), AddrFamily::Ipv4, None)]);
-    assert_eq!(deleted, count as usize);
-    let per = all.saturating_sub(dump) / count;
-    eprintln!(
-        "cost_of_forget {path}: {count} udp entries, none matching: {dump:?}; all matching: \
-         {all:?}, {per:?} per deleted entry"
-    );
 }

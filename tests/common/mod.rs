@@ -22,6 +22,7 @@
 // different subset of it.
 #![allow(dead_code)]
 
+mod conntrack;
 mod daemons;
 mod dockerd;
 mod doctor;
@@ -35,8 +36,8 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*, topology::*,
-    traffic::*,
+    conntrack::*, daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*,
+    topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;
