@@ -62,14 +62,7 @@ fn natledger_beside_dockers_own_firewall() {
             dump.contains(":FORWARD DROP"),
             "{backend:?}: Docker's policy\n{dump}"
         );
-        let section = dump
-            .split("## ")
-            .find(|s| s.starts_with(&format!("{} ipv4", backend.name())))
-            .unwrap();
-        let forward: Vec<&str> = section
-            .lines()
-            .filter(|l| l.starts_with("-A FORWARD "))
-            .collect();
+        let forward = chain_rules(&dump, backend, Family::V4, "FORWARD");
         // Docker's rules first, natledger's jump after all of them.
         assert_eq!(
             &forward[..2],
@@ -77,12 +70,12 @@ fn natledger_beside_dockers_own_firewall() {
                 "-A FORWARD -j DOCKER-USER",
                 "-A FORWARD -j DOCKER-ISOLATION-STAGE-1",
             ],
-            "{backend:?}:\n{section}"
+            "{backend:?}:\n{dump}"
         );
         assert_eq!(
             forward.last(),
             Some(&"-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"),
-            "{backend:?}:\n{section}"
+            "{backend:?}:\n{dump}"
         );
 
         // Both answer from outside, through the DROP policy.

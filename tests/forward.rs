@@ -56,11 +56,8 @@ fn a_drop_policy_lets_natledgers_forwards_through_and_nothing_else() {
         );
         let dump = node.dump();
         // The jump sits after Docker's two jumps, in both families.
-        for section in dump.split("## ").filter(|s| s.contains("*filter")) {
-            let forward: Vec<&str> = section
-                .lines()
-                .filter(|l| l.starts_with("-A FORWARD "))
-                .collect();
+        for family in Family::ALL {
+            let forward = chain_rules(&dump, backend, family, "FORWARD");
             assert_eq!(
                 forward,
                 [
@@ -68,7 +65,7 @@ fn a_drop_policy_lets_natledgers_forwards_through_and_nothing_else() {
                     "-A FORWARD -j DOCKER-ISOLATION-STAGE-1",
                     "-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
                 ],
-                "{backend:?}:\n{section}"
+                "{backend:?} {family:?}:\n{dump}"
             );
         }
 
@@ -236,14 +233,7 @@ fn an_operators_forward_rules_keep_deciding() {
             ],
         );
         let dump = node.dump();
-        let section = dump
-            .split("## ")
-            .find(|s| s.starts_with(&format!("{} ipv4", backend.name())))
-            .unwrap();
-        let forward: Vec<&str> = section
-            .lines()
-            .filter(|l| l.starts_with("-A FORWARD "))
-            .collect();
+        let forward = chain_rules(&dump, backend, Family::V4, "FORWARD");
         assert_eq!(
             forward,
             [
@@ -252,7 +242,7 @@ fn an_operators_forward_rules_keep_deciding() {
                 "-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
                 "-A FORWARD -j REJECT --reject-with icmp-host-prohibited",
             ],
-            "{backend:?}:\n{section}"
+            "{backend:?}:\n{dump}"
         );
         assert_eq!(
             tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),

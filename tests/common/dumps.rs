@@ -154,6 +154,23 @@ pub fn dump_all(ns: &str) -> String {
     out
 }
 
+/// The `-A CHAIN` lines of one pair's section of a [`dump_all`] dump, in order.
+pub fn chain_rules<'d>(
+    dump: &'d str,
+    backend: Backend,
+    family: Family,
+    chain: &str,
+) -> Vec<&'d str> {
+    let header = format!("{} {}\n", backend.name(), family.name());
+    let prefix = format!("-A {chain} ");
+    dump.split("## ")
+        .find(|s| s.starts_with(&header))
+        .unwrap_or_else(|| panic!("no {header:?} section in the dump"))
+        .lines()
+        .filter(|l| l.starts_with(&prefix))
+        .collect()
+}
+
 /// Pipes `restore_text` into `*-restore --noflush` in `ns` (waiting for the
 /// xtables lock, which legacy shares across all namespaces). Panics with
 /// stderr on failure.
