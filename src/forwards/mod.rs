@@ -46,7 +46,7 @@ mod sources;
 mod tests;
 
 pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Cached, Scope, before_writes, carry};
-use sources::{Legacy, Nft};
+use sources::{Legacy, Memo, Nft};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -356,9 +356,7 @@ impl Walker<'_> {
         name: &str,
     ) -> Result<Option<Rc<[Judged]>>, WalkError<C::Error>> {
         let packet = self.packet;
-        let mut keep = |args: &[String]| {
-            !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
-        };
+        let mut keep = |args: &[String]| may_take(args, packet);
         let Some(kept) = chains.rules(name, &mut keep).map_err(WalkError::Read)? else {
             return Ok(None);
         };
@@ -378,6 +376,11 @@ impl Walker<'_> {
             .collect();
         Ok(Some(judged))
     }
+}
+
+/// Whether a rule's conditions may match `packet`.
+fn may_take(args: &[String], packet: &Packet) -> bool {
+    !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
 }
 
 /// Whether a rule's first `-d` (not negated) holds none of the packet's possible
@@ -554,14 +557,16 @@ fn candidates(
     }
 }
 
-/// The candidates of a walk with each of `packets`, one after the other.
+/// The candidates of a walk with each of `packets`, one after the other, each chain read
+/// from `chains` once for all of them ([`Memo`]).
 fn walk_each<C: Chains>(
     chains: &mut C,
     packets: &[Packet],
 ) -> Result<Vec<Candidate>, WalkError<C::Error>> {
+    let mut memo = Memo::new(chains, packets);
     let mut all = Vec::new();
     for packet in packets {
-        all.extend(walk(chains, packet)?);
+        all.extend(walk(&mut memo, packet)?);
     }
     Ok(all)
 }

@@ -214,3 +214,48 @@ fn chains_that_multiply_the_walk_give_no_answer() {
     let cut = walk(&mut t, &probe(None, Family::Ipv4, &locals())).unwrap_err();
     assert!(matches!(cut, WalkError::TooBranched), "{cut}");
 }
+
+/// A source that counts how often each chain is read.
+struct Counting<'t> {
+    inner: Saved<'t>,
+    reads: HashMap<String, usize>,
+}
+
+impl Chains for Counting<'_> {
+    type Error = std::convert::Infallible;
+
+    fn rules(
+        &mut self,
+        chain: &str,
+        keep: &mut dyn FnMut(&[String]) -> bool,
+    ) -> Result<Option<Kept>, Self::Error> {
+        *self.reads.entry(chain.to_string()).or_default() += 1;
+        self.inner.rules(chain, keep)
+    }
+}
+
+#[test]
+fn several_mappings_read_each_chain_once_and_find_what_each_walk_finds() {
+    let table = parse_dump(HOST).unwrap().remove(0);
+    let specs = ["8080:80", "30080:80", "9005:53/udp", "53:53/udp"];
+    let packets: Vec<Packet> = specs
+        .iter()
+        .map(|s| probe(Some(&parse_entry(s).unwrap()), Family::Ipv4, &locals()))
+        .collect();
+    let mut counting = Counting {
+        inner: Saved::new(&table),
+        reads: HashMap::new(),
+    };
+    let together = walk_each(&mut counting, &packets).unwrap();
+    assert!(
+        counting.reads.values().all(|&n| n == 1),
+        "{:?}",
+        counting.reads
+    );
+    let mut one_by_one = Vec::new();
+    for packet in &packets {
+        one_by_one.extend(walk(&mut Saved::new(&table), packet).unwrap());
+    }
+    assert_eq!(together, one_by_one);
+    assert!(!together.is_empty());
+}
