@@ -6,6 +6,8 @@ mod flows;
 mod list;
 mod remove;
 pub mod sweep;
+#[cfg(test)]
+mod testing;
 
 pub use create::{Created, create_runtime};
 pub use list::{ListEntry, list, render_table};

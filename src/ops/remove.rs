@@ -6,7 +6,7 @@ use crate::conntrack::Flows;
 use crate::family::Family;
 use crate::fault;
 use crate::forwards;
-use crate::layout::{TABLES, is_owned_chain, tag};
+use crate::layout::{FILTER, NAT, TABLES, is_owned_chain, tag};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
 use crate::rule::{Rule, is_user_chain_name};
@@ -264,8 +264,10 @@ fn flows_of(family: Family, records: &[&RuleRecord]) -> Vec<Flows> {
     flows::of_rules(records.iter().map(|r| (family, r.rule.as_slice())))
 }
 
-/// Remove the container's rules from `tables` of one backend and family; keeps going past a
-/// failing table.
+/// Remove the container's rules from `tables` of one backend and family (nat first). A failing
+/// nat table keeps that backend and family's filter rules too: deleting the accept while the
+/// DNAT may still be in force would leave it dropping its packets. Their records stay for the
+/// next poststop or sweep.
 fn remove_in(
     ctx: &Context,
     backend: Backend,
@@ -292,7 +294,11 @@ fn remove_in(
             Err(e) => eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem()),
         }
     }
+    let mut nat_failed = false;
     for table in tables {
+        if nat_failed && *table == FILTER {
+            continue;
+        }
         let here: Vec<&RuleRecord> = recorded
             .iter()
             .copied()
@@ -306,7 +312,10 @@ fn remove_in(
                 }
                 found.flows.extend(gone.flows);
             }
-            Err(e) => found.failures.push(e),
+            Err(e) => {
+                nat_failed |= *table == NAT;
+                found.failures.push(e);
+            }
         }
     }
     found
@@ -407,4 +416,56 @@ fn remove_table(
         complete: seen.iter().all(|s| *s),
         flows,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Ledger;
+    use crate::ops::create::create_runtime;
+    use crate::ops::testing::*;
+
+    /// A nat table whose removal fails keeps its backend and family's accept: the filter
+    /// table is not even read (a scripted runner with no answer left would panic), and its
+    /// records stay for the next try.
+    #[test]
+    fn a_failed_nat_removal_keeps_the_accept() {
+        let dir = tempfile::tempdir().unwrap();
+        let id: ContainerId = "c1".parse().unwrap();
+        let created = Script::new(vec![ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &created);
+        create_runtime(&ctx, &input(dir.path())).unwrap();
+        let manifest = ctx.ledger.load(&id).unwrap().unwrap();
+        let recorded: Vec<&RuleRecord> = manifest.rules.iter().collect();
+        assert!(recorded.iter().any(|r| r.table == FILTER));
+
+        // The exact delete of the nat rules fails, and so does the read of the nat table.
+        let removing = Script::new(vec![fail(), fail()]);
+        let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &removing);
+        let found = remove_in(
+            &ctx,
+            Backend::Nft,
+            Family::Ipv4,
+            &id,
+            &[NAT, FILTER],
+            &recorded,
+        );
+        assert_eq!(found.failures.len(), 1);
+        assert!(found.complete.is_empty(), "{:?}", found.complete);
+        assert_eq!(found.deleted, 0);
+        let programs: Vec<String> = removing
+            .calls
+            .borrow()
+            .iter()
+            .map(|c| {
+                let stdin = String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default());
+                format!("{} {stdin}", c.args.join(" "))
+            })
+            .collect();
+        assert_eq!(programs.len(), 2, "{programs:?}");
+        assert!(
+            programs.iter().all(|a| !a.contains("filter")),
+            "{programs:?}"
+        );
+    }
 }

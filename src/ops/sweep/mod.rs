@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
-use crate::layout::TABLES;
+use crate::layout::{FILTER, NAT, TABLES};
 use crate::ledger::{Ledger, Locked, Manifest, Phase, RuleRecord};
 use crate::procfs;
 
@@ -66,9 +66,19 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     let mut first = true;
     for backend in Backend::ALL {
         for family in Family::ALL {
-            // nat first: a DNAT is never left in force without its accept.
+            // nat first: a DNAT is never left in force without its accept, so when the nat
+            // table fails its filter table is left as it is too (its records stay).
+            let mut nat_failed = false;
             for name in TABLES.into_iter().rev() {
-                let table = sweep_table(ctx, backend, family, name, &judged.claims, opts.dry_run);
+                let table = if nat_failed && name == FILTER {
+                    TableReport::new(backend, family, name).failed(
+                        "not swept: the nat table failed, and its DNATs keep their accepts"
+                            .to_string(),
+                    )
+                } else {
+                    sweep_table(ctx, backend, family, name, &judged.claims, opts.dry_run)
+                };
+                nat_failed |= name == NAT && table.state == TableState::Failed;
                 if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
                     fault::point(fault::SWEEP_FIRST_TABLE_APPLIED);
                 }
