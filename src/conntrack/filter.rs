@@ -95,7 +95,7 @@ impl Filter {
     /// share.
     pub(super) fn of(family: Family, flows: &[Flows]) -> Filter {
         let mine = || flows.iter().filter(move |f| f.family == family);
-        let protocol = shared(mine().map(|f| Some(protocol_number(f.protocol))));
+        let protocol = shared(mine().map(|f| Some(f.protocol.number())));
         let port = |f: &Flows| (f.ports.start == f.ports.end).then_some(f.ports.start);
         Filter {
             family,

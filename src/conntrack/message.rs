@@ -22,9 +22,6 @@ pub(super) const CTA_PROTO_NUM: u16 = 1;
 pub(super) const CTA_PROTO_SRC_PORT: u16 = 2;
 pub(super) const CTA_PROTO_DST_PORT: u16 = 3;
 pub(super) const CTA_FILTER_ORIG_FLAGS: u16 = 1;
-pub(super) const IPPROTO_TCP: u8 = 6;
-pub(super) const IPPROTO_UDP: u8 = 17;
-pub(super) const IPPROTO_SCTP: u8 = 132;
 
 pub(super) fn subsys(message: u16) -> u16 {
     (NFNL_SUBSYS_CTNETLINK << 8) | message

@@ -145,21 +145,13 @@ impl Flows {
 
     /// Whether `entry`'s original tuple is one of these flows.
     fn covers(&self, entry: &Entry, locals: &LocalAddrs) -> bool {
-        entry.protocol == protocol_number(self.protocol)
+        entry.protocol == self.protocol.number()
             && Family::of(entry.dst) == self.family
             && (self.ports.start..=self.ports.end).contains(&entry.dst_port)
             && match self.exact_host() {
                 Some(host) => entry.dst == host,
                 None => locals.contains(entry.dst),
             }
-    }
-}
-
-fn protocol_number(protocol: Protocol) -> u8 {
-    match protocol {
-        Protocol::Tcp => IPPROTO_TCP,
-        Protocol::Udp => IPPROTO_UDP,
-        Protocol::Sctp => IPPROTO_SCTP,
     }
 }
 

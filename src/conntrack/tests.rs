@@ -1,5 +1,9 @@
 use super::*;
 
+const TCP: u8 = 6;
+const UDP: u8 = 17;
+const SCTP: u8 = 132;
+
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -74,16 +78,16 @@ fn kernel_entry(e: &Entry, icmp: bool) -> Vec<u8> {
 
 #[test]
 fn parses_the_original_tuple_zone_and_id_of_either_family() {
-    let mut v4 = entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 5353);
+    let mut v4 = entry(UDP, "10.78.0.2", "10.78.0.1", 5353);
     v4.src_port = 0xa1b2;
     v4.id = Some(0xdead_beef);
     assert_eq!(parse_entry(&kernel_entry(&v4, false)), Some(v4));
 
-    let mut v6 = entry(IPPROTO_SCTP, "fd78::2", "fd78::1", 0x1234);
+    let mut v6 = entry(SCTP, "fd78::2", "fd78::1", 0x1234);
     v6.zone = Some(0x0102);
     assert_eq!(parse_entry(&kernel_entry(&v6, false)), Some(v6));
 
-    let mut directional = entry(IPPROTO_TCP, "10.0.0.1", "10.0.0.2", 80);
+    let mut directional = entry(TCP, "10.0.0.1", "10.0.0.2", 80);
     directional.tuple_zone = Some(9);
     directional.id = None;
     assert_eq!(
@@ -96,11 +100,11 @@ fn parses_the_original_tuple_zone_and_id_of_either_family() {
 fn entries_without_ports_or_of_other_families_are_not_read() {
     let icmp = entry(1, "10.0.0.1", "10.0.0.2", 0);
     assert_eq!(parse_entry(&kernel_entry(&icmp, true)), None);
-    let mut other = kernel_entry(&entry(IPPROTO_UDP, "10.0.0.1", "10.0.0.2", 53), false);
+    let mut other = kernel_entry(&entry(UDP, "10.0.0.1", "10.0.0.2", 53), false);
     other[0] = libc::AF_BRIDGE as u8;
     assert_eq!(parse_entry(&other), None);
     // IPv4 addresses in a message that claims IPv6.
-    let mut mixed = kernel_entry(&entry(IPPROTO_UDP, "10.0.0.1", "10.0.0.2", 53), false);
+    let mut mixed = kernel_entry(&entry(UDP, "10.0.0.1", "10.0.0.2", 53), false);
     mixed[0] = libc::AF_INET6 as u8;
     assert_eq!(parse_entry(&mixed), None);
     assert_eq!(parse_entry(&[]), None);
@@ -121,12 +125,12 @@ fn a_dump_asks_for_every_entry_of_both_families() {
 /// is the entry itself. And it always carries a tuple (without one it is a flush).
 #[test]
 fn a_delete_names_the_dumped_tuple_zone_and_id() {
-    let mut zoned = entry(IPPROTO_UDP, "fd78::2", "fd78::1", 5353);
+    let mut zoned = entry(UDP, "fd78::2", "fd78::1", 5353);
     zoned.zone = Some(3);
-    let mut directional = entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 5353);
+    let mut directional = entry(UDP, "10.78.0.2", "10.78.0.1", 5353);
     directional.tuple_zone = Some(4);
     directional.id = None;
-    let plain = entry(IPPROTO_SCTP, "10.78.0.2", "127.0.0.1", 7000);
+    let plain = entry(SCTP, "10.78.0.2", "127.0.0.1", 7000);
     let mut m = Vec::new();
     for (seq, e) in (20..).zip([&zoned, &directional, &plain]) {
         delete_message(&mut m, seq, e);
@@ -158,41 +162,26 @@ fn a_flow_matches_its_protocol_family_ports_and_address() {
     let m = |e: Entry, f: &[Flows]| matches(&e, f, &locals);
     // Any local destination, loopback net included.
     for dst in ["10.78.0.1", "10.77.0.1", "127.0.0.1", "127.3.2.1"] {
-        assert!(
-            m(entry(IPPROTO_UDP, "10.78.0.2", dst, 5353), &udp53),
-            "{dst}"
-        );
+        assert!(m(entry(UDP, "10.78.0.2", dst, 5353), &udp53), "{dst}");
     }
     // Forwarded through the node: not local, never natledger's.
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "8.8.8.8", 5353), &udp53));
-    assert!(!m(
-        entry(IPPROTO_UDP, "10.78.0.2", "10.77.0.2", 5353),
-        &udp53
-    ));
+    assert!(!m(entry(UDP, "10.78.0.2", "8.8.8.8", 5353), &udp53));
+    assert!(!m(entry(UDP, "10.78.0.2", "10.77.0.2", 5353), &udp53));
     // Other port, protocol, family.
-    assert!(!m(
-        entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 5354),
-        &udp53
-    ));
-    assert!(!m(
-        entry(IPPROTO_TCP, "10.78.0.2", "10.78.0.1", 5353),
-        &udp53
-    ));
-    assert!(!m(
-        entry(IPPROTO_SCTP, "10.78.0.2", "10.78.0.1", 5353),
-        &udp53
-    ));
-    assert!(!m(entry(IPPROTO_UDP, "fd78::2", "fd78::1", 5353), &udp53));
-    assert!(!m(entry(IPPROTO_UDP, "fd78::2", "::1", 5353), &udp53));
+    assert!(!m(entry(UDP, "10.78.0.2", "10.78.0.1", 5354), &udp53));
+    assert!(!m(entry(TCP, "10.78.0.2", "10.78.0.1", 5353), &udp53));
+    assert!(!m(entry(SCTP, "10.78.0.2", "10.78.0.1", 5353), &udp53));
+    assert!(!m(entry(UDP, "fd78::2", "fd78::1", 5353), &udp53));
+    assert!(!m(entry(UDP, "fd78::2", "::1", 5353), &udp53));
 
     // A range, bounds included, IPv6.
     let range = [flows(Family::Ipv6, Protocol::Sctp, (7000, 7002), None)];
     for (port, hit) in [(6999, false), (7000, true), (7002, true), (7003, false)] {
-        let e = entry(IPPROTO_SCTP, "fd78::2", "fd78::1", port);
+        let e = entry(SCTP, "fd78::2", "fd78::1", port);
         assert_eq!(m(e, &range), hit, "{port}");
     }
-    assert!(m(entry(IPPROTO_SCTP, "fd78::2", "::1", 7001), &range));
-    assert!(!m(entry(IPPROTO_SCTP, "fd78::2", "fd78::9", 7001), &range));
+    assert!(m(entry(SCTP, "fd78::2", "::1", 7001), &range));
+    assert!(!m(entry(SCTP, "fd78::2", "fd78::9", 7001), &range));
 
     // An explicit host address: only it, local or not.
     let bound = [flows(
@@ -201,9 +190,9 @@ fn a_flow_matches_its_protocol_family_ports_and_address() {
         (53, 53),
         Some("10.77.0.1"),
     )];
-    assert!(m(entry(IPPROTO_UDP, "10.78.0.2", "10.77.0.1", 53), &bound));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 53), &bound));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "127.0.0.1", 53), &bound));
+    assert!(m(entry(UDP, "10.78.0.2", "10.77.0.1", 53), &bound));
+    assert!(!m(entry(UDP, "10.78.0.2", "10.78.0.1", 53), &bound));
+    assert!(!m(entry(UDP, "10.78.0.2", "127.0.0.1", 53), &bound));
     // An unspecified host address means every local address of its family.
     let any = [flows(
         Family::Ipv4,
@@ -211,20 +200,17 @@ fn a_flow_matches_its_protocol_family_ports_and_address() {
         (53, 53),
         Some("0.0.0.0"),
     )];
-    assert!(m(entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 53), &any));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "0.0.0.0", 53), &any));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "8.8.8.8", 53), &any));
+    assert!(m(entry(UDP, "10.78.0.2", "10.78.0.1", 53), &any));
+    assert!(!m(entry(UDP, "10.78.0.2", "0.0.0.0", 53), &any));
+    assert!(!m(entry(UDP, "10.78.0.2", "8.8.8.8", 53), &any));
 
     // TCP only when a flow asks for TCP; several flows: any one.
     let both = [udp53[0], flows(Family::Ipv4, Protocol::Tcp, (80, 80), None)];
-    assert!(m(entry(IPPROTO_TCP, "10.78.0.2", "10.78.0.1", 80), &both));
-    assert!(m(entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 5353), &both));
-    assert!(!m(
-        entry(IPPROTO_TCP, "10.78.0.2", "10.78.0.1", 5353),
-        &both
-    ));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 80), &both));
-    assert!(!m(entry(IPPROTO_UDP, "10.78.0.2", "10.78.0.1", 5353), &[]));
+    assert!(m(entry(TCP, "10.78.0.2", "10.78.0.1", 80), &both));
+    assert!(m(entry(UDP, "10.78.0.2", "10.78.0.1", 5353), &both));
+    assert!(!m(entry(TCP, "10.78.0.2", "10.78.0.1", 5353), &both));
+    assert!(!m(entry(UDP, "10.78.0.2", "10.78.0.1", 80), &both));
+    assert!(!m(entry(UDP, "10.78.0.2", "10.78.0.1", 5353), &[]));
 }
 
 /// What the kernel would parse out of a dump request.
@@ -283,7 +269,7 @@ fn a_filter_names_what_all_flows_of_its_family_share() {
         filter(&[udp53], v4),
         Filter {
             family: v4,
-            protocol: Some(IPPROTO_UDP),
+            protocol: Some(UDP),
             dst_port: Some(53),
             dst: None,
         }
@@ -293,7 +279,7 @@ fn a_filter_names_what_all_flows_of_its_family_share() {
     assert_eq!(filter(&[range], v4).dst_port, None);
     let udp80 = flows(v4, Protocol::Udp, (80, 80), None);
     assert_eq!(filter(&[udp53, udp80], v4).dst_port, None);
-    assert_eq!(filter(&[udp53, udp80], v4).protocol, Some(IPPROTO_UDP));
+    assert_eq!(filter(&[udp53, udp80], v4).protocol, Some(UDP));
     // Two protocols: the family alone, so no port either, even one they share.
     let sctp53 = flows(v4, Protocol::Sctp, (53, 53), None);
     let family_only = filter(&[udp53, sctp53], v4);
@@ -316,7 +302,7 @@ fn a_filter_names_what_all_flows_of_its_family_share() {
     let f6 = filter(&[v6], Family::Ipv6);
     assert_eq!(
         (f6.protocol, f6.dst_port, f6.dst),
-        (Some(IPPROTO_UDP), Some(53), None)
+        (Some(UDP), Some(53), None)
     );
     // Only the family's own flows count.
     assert_eq!(filter(&[v6, udp53], v4), filter(&[udp53], v4));
@@ -376,7 +362,7 @@ fn a_filtered_dump_request_names_family_tuple_and_flags() {
             family: libc::AF_INET as u8,
             flags: Some(0b10_1010),
             dst: Some(vec![10, 77, 0, 1]),
-            protocol: Some(IPPROTO_UDP),
+            protocol: Some(UDP),
             port: Some(5353),
         }
     );
@@ -396,7 +382,7 @@ fn a_filtered_dump_request_names_family_tuple_and_flags() {
             family: libc::AF_INET6 as u8,
             flags: Some(FILTER_F_PROTO_NUM),
             dst: None,
-            protocol: Some(IPPROTO_SCTP),
+            protocol: Some(SCTP),
             port: None,
         }
     );

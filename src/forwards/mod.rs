@@ -62,7 +62,7 @@ use crate::layout::{NAT, Owner, is_owned_chain, owner};
 use crate::matchset::{Target, parse_rule};
 use crate::nftables::{self, NftError};
 use crate::packet::{Addresses, Conntrack, Packet, Tri};
-use crate::portspec::{PortMapping, Protocol};
+use crate::portspec::PortMapping;
 use crate::rule::IpNet;
 use crate::save::Table;
 
@@ -187,7 +187,7 @@ pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) ->
         ),
     };
     Packet {
-        protocol: mapping.map(|m| protocol_number(m.protocol)),
+        protocol: mapping.map(|m| m.protocol.number()),
         dst: dst.clone(),
         dports: mapping.map(|m| m.host_ports),
         dst_local: Some(true),
@@ -201,14 +201,6 @@ pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) ->
             original: true,
         }),
         ..Packet::unknown(family)
-    }
-}
-
-fn protocol_number(p: Protocol) -> u8 {
-    match p {
-        Protocol::Tcp => 6,
-        Protocol::Udp => 17,
-        Protocol::Sctp => 132,
     }
 }
 
