@@ -33,21 +33,27 @@ pub enum NetnsError {
 pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
     let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
     in_namespace(&path, || {
-        let addrs =
-            nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
-        let mut found: Vec<IpAddr> = Vec::new();
-        for ifa in addrs {
-            let ip = ifa.address.as_ref().and_then(|a| {
-                a.as_sockaddr_in()
-                    .map(|s| IpAddr::V4(s.ip()))
-                    .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
-            });
-            if let Some(ip) = ip.filter(|ip| is_global_unicast(*ip) && !found.contains(ip)) {
-                found.push(ip);
-            }
-        }
+        let mut found = interface_addresses().map_err(|source| NetnsError::List { pid, source })?;
+        found.retain(|ip| is_global_unicast(*ip));
         Ok(found)
     })?
+}
+
+/// Every address of every interface of the calling thread's network namespace, IPv4 and
+/// IPv6, once each, in interface order.
+pub fn interface_addresses() -> nix::Result<Vec<IpAddr>> {
+    let mut found: Vec<IpAddr> = Vec::new();
+    for ifa in nix::ifaddrs::getifaddrs()? {
+        let ip = ifa.address.as_ref().and_then(|a| {
+            a.as_sockaddr_in()
+                .map(|s| IpAddr::V4(s.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+        });
+        if let Some(ip) = ip.filter(|ip| !found.contains(ip)) {
+            found.push(ip);
+        }
+    }
+    Ok(found)
 }
 
 /// Run `f` on a thread of its own inside the network namespace at `path` (a

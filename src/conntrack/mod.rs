@@ -190,18 +190,7 @@ impl LocalAddrs {
     /// The addresses of the calling thread's network namespace (`getifaddrs` asks over a
     /// route netlink socket, which is in the thread's namespace).
     pub fn of_this_netns() -> io::Result<Self> {
-        let all = nix::ifaddrs::getifaddrs().map_err(io::Error::from)?;
-        let mut addrs = Vec::new();
-        for ifa in all {
-            let ip = ifa.address.as_ref().and_then(|a| {
-                a.as_sockaddr_in()
-                    .map(|s| IpAddr::V4(s.ip()))
-                    .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
-            });
-            if let Some(ip) = ip.filter(|ip| !addrs.contains(ip)) {
-                addrs.push(ip);
-            }
-        }
+        let addrs = crate::netns::interface_addresses().map_err(io::Error::from)?;
         Ok(LocalAddrs { addrs })
     }
 

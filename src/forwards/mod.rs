@@ -49,7 +49,6 @@ pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Cached, Scope, before_wri
 use sources::{Legacy, Memo, Nft};
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -391,11 +390,7 @@ fn elsewhere(args: &[String], packet: &Packet) -> bool {
     else {
         return false;
     };
-    match &packet.dst {
-        Addresses::Exactly(a) => !crate::matchset::net_contains(&net, &IpNet::host(*a)),
-        Addresses::AnyOf(list) => list.iter().all(|n| crate::matchset::net_disjoint(&net, n)),
-        _ => false,
-    }
+    packet.dst.within(&net) == Tri::No
 }
 
 /// A table that could not be read for the check, and why.
@@ -567,17 +562,7 @@ fn walk_each<C: Chains>(
 /// loopback's network (every 127.0.0.0/8 address is local): where a packet to a host port
 /// may be addressed. Not known: addresses of a local route alone (AnyIP).
 fn local_addresses(family: Family) -> Vec<IpNet> {
-    let mut addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
-        .map(|all| {
-            all.filter_map(|ifa| {
-                let a = ifa.address?;
-                a.as_sockaddr_in()
-                    .map(|s| IpAddr::V4(s.ip()))
-                    .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
-            })
-            .collect()
-        })
-        .unwrap_or_default();
+    let mut addrs = crate::netns::interface_addresses().unwrap_or_default();
     addrs.retain(|a| Family::of(*a) == family && !a.is_loopback());
     let mut nets: Vec<IpNet> = addrs.into_iter().map(IpNet::host).collect();
     nets.push(match family {

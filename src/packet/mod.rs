@@ -68,7 +68,8 @@ pub enum Addresses {
 }
 
 impl Addresses {
-    fn within(&self, net: &IpNet) -> Tri {
+    /// Whether the address is in `net`.
+    pub fn within(&self, net: &IpNet) -> Tri {
         let host = |a: &IpAddr| IpNet::host(*a);
         match self {
             Addresses::Exactly(a) => Tri::from_bool(matchset::net_contains(net, &host(a))),
