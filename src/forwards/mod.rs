@@ -246,6 +246,8 @@ pub enum WalkError<E> {
     TooBranched,
     #[error("more forwards than the walk was to keep")]
     TooMany,
+    #[error("the nat chains jump more than {MAX_DEPTH} deep; not followed")]
+    TooDeep,
 }
 
 struct Walker<'p> {
@@ -284,8 +286,11 @@ impl Walker<'_> {
         name: &str,
         path: &mut Vec<Step>,
     ) -> Result<End, WalkError<C::Error>> {
-        if path.len() >= MAX_DEPTH || path.iter().any(|s| s.chain == name) {
-            return Ok(End::Back);
+        if path.iter().any(|s| s.chain == name) {
+            return Ok(End::Back); // a loop: the kernel refuses those
+        }
+        if path.len() >= MAX_DEPTH {
+            return Err(WalkError::TooDeep);
         }
         if !self.read.contains_key(name) {
             let judged = self.read_chain(chains, name)?;
@@ -309,8 +314,11 @@ impl Walker<'_> {
                 position: rule.position,
                 args: rule.args.clone(),
             };
+            // NETMAP in PREROUTING or OUTPUT rewrites the destination as a DNAT does.
+            let forwards = matches!(target, Target::Dnat { .. } | Target::Redirect { .. })
+                || matches!(target, Target::Other(n) if n == "NETMAP");
             match target {
-                Target::Dnat { .. } | Target::Redirect { .. } => {
+                _ if forwards => {
                     if self.found.len() >= self.max_found {
                         return Err(WalkError::TooMany);
                     }
@@ -424,7 +432,7 @@ pub fn find(
         if wanted.is_empty() {
             continue;
         }
-        let locals = local_addresses(family);
+        let locals = destinations(family, &wanted);
         let packets: Vec<Packet> = wanted
             .iter()
             .map(|m| probe(Some(m), family, &locals))
@@ -438,7 +446,7 @@ pub fn find(
                     Ok((c, how)) => eprintln!(
                         "natledger: forwards: {backend} {family}: {} candidate(s) {how} in \
                          {ms:.1} ms",
-                        c.len()
+                        c.iter().map(Vec::len).sum::<usize>()
                     ),
                     Err(e) => eprintln!("natledger: forwards: {backend} {family}: {e}"),
                 }
@@ -454,17 +462,20 @@ pub fn find(
                     continue;
                 }
             };
-            for (m, packet) in wanted.iter().zip(&packets) {
-                for c in candidates.iter().filter(|c| c.takes(packet)) {
+            for (m, taken) in wanted.iter().zip(candidates) {
+                for c in taken {
                     let known = found.iter().any(|f| {
-                        f.backend == backend && f.family == family && f.candidate.rule() == c.rule()
+                        f.backend == backend
+                            && f.family == family
+                            && f.mapping == **m
+                            && f.candidate.rule() == c.rule()
                     });
                     if !known {
                         found.push(Forward {
                             backend,
                             family,
                             mapping: (*m).clone(),
-                            candidate: c.clone(),
+                            candidate: c,
                         });
                     }
                 }
@@ -474,9 +485,9 @@ pub fn find(
     (found, unread)
 }
 
-/// The candidates of one backend and family for `packets` (one per mapping): the forwards
-/// each may meet, or every forward a packet to any port of this host may meet (the
-/// iptables-nft cache); empty when the table does not exist. And how they were had.
+/// The forwards each of `packets` (one per mapping) may meet in one backend and family's nat
+/// table, a list per packet (empty when the table does not exist), and how they were had:
+/// a walk per packet, or the iptables-nft cache of a walk to any port, narrowed ([`taken`]).
 fn candidates(
     nf: &Netfilter,
     cache: &Path,
@@ -484,11 +495,12 @@ fn candidates(
     family: Family,
     locals: &[IpNet],
     packets: &[Packet],
-) -> Result<(Vec<Candidate>, &'static str), String> {
+) -> Result<(Vec<Vec<Candidate>>, &'static str), String> {
+    let none = || vec![Vec::new(); packets.len()];
     match (backend, nf.native()) {
         (Backend::Legacy, true) => {
             if !legacy_table_exists(family, NAT).map_err(|e| e.to_string())? {
-                return Ok((Vec::new(), "(no table)"));
+                return Ok((none(), "(no table)"));
             }
             let blob = iptc::read(family, NAT).map_err(|e| e.to_string())?;
             let mut source = Legacy::new(&blob, locals);
@@ -502,16 +514,19 @@ fn candidates(
                 let mut kept = Cache::load(cache);
                 let mut source = Nft { session, family };
                 let cached = kept.valid(family, generation, &scope);
+                let per_packet =
+                    |all: &[Candidate]| packets.iter().map(|p| taken(all, p)).collect();
                 if let Some(Cached::Candidates(valid)) = cached {
-                    return Ok(Ok((valid.to_vec(), "from the cache")));
+                    return Ok(Ok((per_packet(valid), "from the cache")));
                 }
                 if cached.is_none() {
+                    // Too many candidates, or chains too branched, to walk for any port: the
+                    // cache says so, and each create walks per mapping.
                     let any = probe(None, family, locals);
                     let candidates = match walk_counted(&mut source, &any, MAX_CACHED) {
                         Ok((c, _)) => Some(c),
-                        Err(WalkError::TooMany) => None,
                         Err(WalkError::Read(e)) => return Err(e),
-                        Err(cut) => return Ok(Err(cut.to_string())),
+                        Err(_) => None,
                     };
                     kept.put(CacheEntry {
                         family,
@@ -521,7 +536,7 @@ fn candidates(
                     });
                     kept.store(cache);
                     if let Some(c) = candidates {
-                        return Ok(Ok((c, "read over netlink")));
+                        return Ok(Ok((per_packet(&c), "read over netlink")));
                     }
                 }
                 match walk_each(&mut source, packets) {
@@ -538,24 +553,64 @@ fn candidates(
                 let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
                 Ok((found, "read with *-save"))
             }
-            Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((Vec::new(), "(no table)")),
+            Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(), "(no table)")),
             Err(e) => Err(e.to_string()),
         },
     }
 }
 
-/// The candidates of a walk with each of `packets`, one after the other, each chain read
-/// from `chains` once for all of them ([`Memo`]).
+/// The candidates of a walk with each of `packets`, a list per packet, each chain read from
+/// `chains` once for all of them ([`Memo`]).
 fn walk_each<C: Chains>(
     chains: &mut C,
     packets: &[Packet],
-) -> Result<Vec<Candidate>, WalkError<C::Error>> {
+) -> Result<Vec<Vec<Candidate>>, WalkError<C::Error>> {
     let mut memo = Memo::new(chains, packets);
-    let mut all = Vec::new();
-    for packet in packets {
-        all.extend(walk(&mut memo, packet)?);
+    packets.iter().map(|p| walk(&mut memo, p)).collect()
+}
+
+/// The candidates of a walk to any port that `packet` may meet: those whose every rule may
+/// match it, up to the first that certainly takes it in each hook (nothing after it in that
+/// hook sees the packet). Never fewer than a walk with `packet` finds; possibly more, when a
+/// rule that is not a candidate (an ACCEPT, a RETURN) certainly ends the hook for it.
+fn taken(all: &[Candidate], packet: &Packet) -> Vec<Candidate> {
+    let mut ended: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for c in all {
+        let hook = c.path[0].chain.as_str();
+        if ended.contains(&hook) {
+            continue;
+        }
+        let tests: Vec<Tri> = c
+            .path
+            .iter()
+            .map(|s| packet.test(&parse_rule(&s.args).0))
+            .collect();
+        if tests.contains(&Tri::No) {
+            continue;
+        }
+        if tests.iter().all(|t| *t == Tri::Yes) {
+            ended.push(hook);
+        }
+        out.push(c.clone());
     }
-    Ok(all)
+    out
+}
+
+/// Where a packet to a host port of `mappings` may be addressed: this host's addresses
+/// ([`local_addresses`]) and every mapping's own host address (one on a local route alone,
+/// AnyIP, is not among the interfaces').
+fn destinations(family: Family, mappings: &[&PortMapping]) -> Vec<IpNet> {
+    let mut nets = local_addresses(family);
+    for a in mappings.iter().filter_map(|m| m.host_destination()) {
+        let host = IpNet::host(a);
+        if Family::of(a) == family && !nets.iter().any(|n| crate::matchset::net_contains(n, &host))
+        {
+            nets.push(host);
+        }
+    }
+    nets.sort();
+    nets
 }
 
 /// This host's addresses of `family` (the calling thread's network namespace), and all of

@@ -79,11 +79,8 @@ fn candidates_for_any_port_serve_every_port() {
     for spec in ["8080:80", "30080:80", "9005:53/udp", "8081:80", "53:53/udp"] {
         let m = parse_entry(spec).unwrap();
         let packet = probe(Some(&m), Family::Ipv4, &locals());
-        let from_cache: Vec<&Step> = any
-            .iter()
-            .filter(|c| c.takes(&packet))
-            .map(Candidate::rule)
-            .collect();
+        let narrowed = taken(&any, &packet);
+        let from_cache: Vec<&Step> = narrowed.iter().map(Candidate::rule).collect();
         let direct = walk(&mut t, &packet).unwrap();
         let direct: Vec<&Step> = direct.iter().map(Candidate::rule).collect();
         assert_eq!(from_cache, direct, "{spec}");
@@ -254,8 +251,58 @@ fn several_mappings_read_each_chain_once_and_find_what_each_walk_finds() {
     );
     let mut one_by_one = Vec::new();
     for packet in &packets {
-        one_by_one.extend(walk(&mut Saved::new(&table), packet).unwrap());
+        one_by_one.push(walk(&mut Saved::new(&table), packet).unwrap());
     }
     assert_eq!(together, one_by_one);
-    assert!(!together.is_empty());
+    assert!(together.iter().any(|c| !c.is_empty()));
+}
+
+#[test]
+fn each_mapping_gets_the_forwards_it_meets_first() {
+    // Port 80 is certainly taken by rule 1; rule 2 takes every other TCP port.
+    let text = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+        -A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.9.0.1:80\n\
+        -A PREROUTING -p tcp -j DNAT --to-destination 10.9.0.2:80\n\
+        -A PREROUTING -p tcp -m tcp --dport 7000 -j NETMAP --to 10.9.1.0/24\nCOMMIT\n";
+    let table = parse_dump(text).unwrap().remove(0);
+    let packets: Vec<Packet> = ["80:80", "81:80", "7000:70"]
+        .iter()
+        .map(|s| probe(Some(&parse_entry(s).unwrap()), Family::Ipv4, &locals()))
+        .collect();
+    let positions = |lists: &[Vec<Candidate>]| -> Vec<Vec<usize>> {
+        lists
+            .iter()
+            .map(|l| l.iter().map(|c| c.rule().position).collect())
+            .collect()
+    };
+    let direct = walk_each(&mut Saved::new(&table), &packets).unwrap();
+    // 80: rule 1 only; 81: rule 2; 7000: rule 2 takes it before the NETMAP is reached.
+    assert_eq!(positions(&direct), [vec![1], vec![2], vec![2]]);
+    // From the walk to any port, narrowed per packet: the same.
+    let any = walk(
+        &mut Saved::new(&table),
+        &probe(None, Family::Ipv4, &locals()),
+    )
+    .unwrap();
+    let narrowed: Vec<Vec<Candidate>> = packets.iter().map(|p| taken(&any, p)).collect();
+    assert_eq!(positions(&narrowed), [vec![1], vec![2], vec![2]]);
+    // A NETMAP is a forward too.
+    let udp_first = text.replace("-p tcp -j DNAT", "-p udp -j DNAT");
+    let table = parse_dump(&udp_first).unwrap().remove(0);
+    let found = walk(&mut Saved::new(&table), &packets[2]).unwrap();
+    assert_eq!(found.len(), 1);
+    assert_eq!(found[0].rule().position, 3);
+}
+
+#[test]
+fn a_mappings_own_host_address_is_a_destination() {
+    let m = parse_entry("10.99.0.5:8080:80").unwrap();
+    let nets = destinations(Family::Ipv4, &[&m]);
+    assert!(nets.contains(&"10.99.0.5/32".parse().unwrap()), "{nets:?}");
+    assert!(nets.contains(&"127.0.0.0/8".parse().unwrap()));
+    assert!(
+        destinations(Family::Ipv6, &[&m])
+            .iter()
+            .all(|n| n.addr.is_ipv6())
+    );
 }
