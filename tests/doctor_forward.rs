@@ -138,6 +138,27 @@ fn a_hardened_hosts_dump_names_the_forwards_it_drops() {
     std::fs::write(&dump, maybe).unwrap();
     let d = doctor_json(&["--from", &format!("legacy:{}", dump.display())]);
     assert_eq!(dropped_ports(&d), Vec::<u64>::new(), "{}", d.show());
+
+    // A DNAT that names its interface is judged on it: an accept of that interface lets its
+    // packets through, an accept of another does not.
+    let named = |accepted: &str| {
+        HARDENED
+            .replace(
+                "-A PREROUTING -p tcp -m tcp --dport 9090",
+                "-A PREROUTING -i eth1 -p tcp -m tcp --dport 9090",
+            )
+            .replace(
+                "-A FORWARD -p icmp -j ACCEPT\n",
+                &format!("-A FORWARD -i {accepted} -j ACCEPT\n"),
+            )
+    };
+    // (8082's DNAT names none: an accept of any one interface might be its, so no claim.)
+    std::fs::write(&dump, named("eth1")).unwrap();
+    let d = doctor_json(&["--from", &format!("legacy:{}", dump.display())]);
+    assert_eq!(dropped_ports(&d), Vec::<u64>::new(), "{}", d.show());
+    std::fs::write(&dump, named("eth2")).unwrap();
+    let d = doctor_json(&["--from", &format!("legacy:{}", dump.display())]);
+    assert_eq!(dropped_ports(&d), [9090], "{}", d.show());
 }
 
 /// Live, on a Docker-like host (FORWARD DROP, DOCKER-USER and isolation jumps): another

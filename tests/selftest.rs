@@ -55,9 +55,10 @@ fn selftest_passes_and_leaves_nothing() {
             "through FORWARD policy DROP",
             "poststop: the nat and filter tables are as they were",
         ] {
+            let tag = format!("{backend}: ");
             assert!(
-                text.contains(&format!("{backend}: ")) && text.contains(what),
-                "{text}"
+                lines.iter().any(|l| l.contains(&tag) && l.contains(what)),
+                "{backend}: {what}\n{text}"
             );
         }
     }

@@ -31,7 +31,7 @@ pub struct Layout {
     /// natledger's) and, for ip6t only, `IP6T_F_PROTO` with `-p`.
     pub proto_at: usize,
     pub flags_at: usize,
-    proto_flag: u8,
+    pub proto_flag: u8,
     /// `IPT_F_GOTO` / `IP6T_F_GOTO`, and `IPT_F_FRAG` (IPv4 only; 0 for IPv6).
     pub goto_flag: u8,
     pub frag_flag: u8,

@@ -108,14 +108,25 @@ pub fn rule_args(t: &Blob, at: usize, e: &[u8], out: &mut Vec<String>) {
         mask.copy_from_slice(&e[mask_at..mask_at + IFNAMSIZ]);
         Some((name, mask))
     };
+    // ip6tables compares the protocol only with IP6T_F_PROTO set (ip6_packet_match); without
+    // it the rule takes every protocol, whatever the field holds.
+    let proto_checked = l.proto_flag == 0 || flags & l.proto_flag != 0;
+    let mut invflags = e[l.invflags_at];
+    if !proto_checked {
+        invflags &= !xt::INV_PROTO;
+    }
     Header {
         src: net(0, 2 * n),
         dst: net(n, 3 * n),
         iniface: iface(0),
         outiface: iface(1),
-        proto: u16_at(e, l.proto_at),
+        proto: if proto_checked {
+            u16_at(e, l.proto_at)
+        } else {
+            0
+        },
         frag: l.frag_flag != 0 && flags & l.frag_flag != 0,
-        invflags: e[l.invflags_at],
+        invflags,
     }
     .push(family, out);
 

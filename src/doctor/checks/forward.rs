@@ -72,13 +72,23 @@ impl Checks<'_> {
         if addr.is_loopback() {
             return None;
         }
+        // Where the packet comes in: the DNAT's own `-i` on its path, else (a live host) the
+        // default route's interface, the way clients of other networks arrive; the finding
+        // says which.
+        let named_in = step.cond.conds.iter().find_map(|c| match c {
+            Cond::InIface {
+                negated: false,
+                name,
+            } if !name.ends_with('+') => Some(name.clone()),
+            _ => None,
+        });
         let (in_iface, out_iface) = match self.host {
             Some(host) if evidence::is_local_address(&host.roots, addr) => return None,
             Some(host) => (
-                evidence::default_interface(&host.roots, addr.is_ipv6()),
+                named_in.or_else(|| evidence::default_interface(&host.roots, addr.is_ipv6())),
                 evidence::route_to(&host.roots, addr).map(|r| r.interface),
             ),
-            None => (None, None),
+            None => (named_in, None),
         };
         let orig_ports = paths::port_set(&step.cond)
             .filter(|r| r.len() == 1)
@@ -162,8 +172,15 @@ impl Checks<'_> {
             "filter FORWARD of {}/{} walked for the first packet of a new connection",
             set.backend, set.family
         )];
-        if let Some(i) = &forwarded.in_iface {
-            evidence.push(format!("arriving on {i} (the default route's interface)"));
+        let named_in = step.cond.conds.iter().any(|c| {
+            matches!(c, Cond::InIface { negated: false, name } if Some(name) == forwarded.in_iface.as_ref())
+        });
+        match &forwarded.in_iface {
+            Some(i) if named_in => evidence.push(format!("arriving on {i} (the DNAT's -i)")),
+            Some(i) => evidence.push(format!(
+                "arriving on {i} (the default route's interface, as clients of other networks do)"
+            )),
+            None => {}
         }
         if let Some(o) = &forwarded.out_iface {
             evidence.push(format!("leaving on {o} (the route to {addr})"));
@@ -171,6 +188,13 @@ impl Checks<'_> {
         let proto = protocol.clone().unwrap_or_else(|| "tcp".into());
         let tool = format!("{}-{}", set.family.tool_stem(), set.backend.suffix());
         let fix = match owner(&step.rule.chain, &step.rule.args) {
+            // An explicit rule drops them before natledger's accept is reached (the accept's
+            // jump goes after the rules FORWARD had): the operator's choice to revisit.
+            Owner::Container(_) if by.is_some() => format!(
+                "the rule above drops them before natledger's accept is reached; if these \
+                 clients should reach the port, let that rule pass them ({tool} -I FORWARD \
+                 before it)"
+            ),
             Owner::Container(id) if set.backend == w.set.backend => format!(
                 "restart container {id}: its createRuntime hook writes natledger's accept again"
             ),

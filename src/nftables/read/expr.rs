@@ -208,6 +208,10 @@ impl Decoder {
         };
         match (&reg.source, &reg.mask) {
             (Source::Meta(META_L4PROTO), None) if eq_or_neq && value.len() == 1 => {
+                // A second protocol compare: one `-p` cannot say both.
+                if self.header.proto != 0 {
+                    return None;
+                }
                 self.header.proto = u16::from(value[0]);
                 self.invert(xt::INV_PROTO, inv);
             }
@@ -312,7 +316,12 @@ impl Decoder {
             }
             *slot = Some((addr, m));
             self.invert(bit, inv);
-        } else if Some(offset) == proto_at && len == 1 && mask.is_none() && value.len() == 1 {
+        } else if Some(offset) == proto_at
+            && len == 1
+            && mask.is_none()
+            && value.len() == 1
+            && self.header.proto == 0
+        {
             self.header.proto = u16::from(value[0]);
             self.invert(xt::INV_PROTO, inv);
         } else if Some(offset) == frag_at
@@ -374,6 +383,12 @@ impl Decoder {
                 None => 0xff,
                 Some(_) => return None,
             };
+            // ECE and CWR have no name in `--tcp-flags`; one flags compare per rule.
+            if (flg_mask | value[0]) & 0xc0 != 0
+                || self.ports.as_ref().is_some_and(|(_, _, m)| m.flg_mask != 0)
+            {
+                return None;
+            }
             let m = self.ports()?;
             m.flg_cmp = value[0];
             m.flg_mask = flg_mask;

@@ -422,6 +422,35 @@ mod tests {
     }
 
     #[test]
+    fn tcp_flags_iptables_cannot_name_are_opaque() {
+        let tcp = [meta(META_L4PROTO), cmp(EQ, &[TCP as u8])];
+        // nft's `tcp flags == syn`: the whole byte, ECE and CWR included (no mask).
+        let mut whole = tcp.to_vec();
+        whole.extend([payload(TRANSPORT, 13, 1), cmp(EQ, &[0x02])]);
+        assert_eq!(decode(&whole, None), "-p tcp -m nft:cmp --natledger-opaque");
+        // A mask naming ECE.
+        let mut ece = tcp.to_vec();
+        ece.extend([
+            payload(TRANSPORT, 13, 1),
+            bitwise(&[0x42]),
+            cmp(EQ, &[0x02]),
+        ]);
+        assert_eq!(decode(&ece, None), "-p tcp -m nft:cmp --natledger-opaque");
+    }
+
+    #[test]
+    fn a_second_protocol_compare_is_opaque() {
+        // `meta l4proto != udp; meta l4proto == tcp` matches TCP: never `! -p tcp`.
+        let two = [
+            meta(META_L4PROTO),
+            cmp(NEQ, &[17]),
+            meta(META_L4PROTO),
+            cmp(EQ, &[TCP as u8]),
+        ];
+        assert_eq!(decode(&two, None), "! -p udp -m nft:cmp --natledger-opaque");
+    }
+
+    #[test]
     fn an_unknown_expression_forgets_what_the_registers_held() {
         // The destination address loaded, then overwritten by an expression not understood
         // (a `fib` into the same register): the compare is not `-d 10.0.0.1`.
