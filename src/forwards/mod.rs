@@ -35,10 +35,16 @@
 //!
 //! A walk with a packet to any port follows every branch: kube-proxy's NodePorts lead to
 //! one candidate per endpoint (2,768 NodePorts of 10 endpoints: 55,000 candidates, 37 MB of
-//! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates the cache keeps only that fact for the
-//! generation, and each create walks once per mapping over netlink instead. Every walk
-//! stops at [`MAX_VISITS`] rules: chains that branch into one another multiply a walk
-//! without any loop, and a walk cut short is no answer (the table counts as unread).
+//! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates, or when the
+//! walk to any port is too branched, the cache keeps only that fact for the generation, and
+//! each create walks once per mapping over netlink instead. Every walk stops at
+//! [`MAX_VISITS`] rules: chains that branch into one another multiply a walk without any
+//! loop, and a walk cut short is no answer (the table counts as unread).
+//!
+//! From the cache, each mapping gets the candidates its packet may meet, up to the first
+//! certain to take it in each hook ([`taken`]): never fewer than its own walk finds, and
+//! more only when a rule that is not a forward (an ACCEPT, a RETURN) certainly ends the
+//! hook for that port first.
 
 mod cache;
 mod sources;
@@ -73,9 +79,10 @@ const MAX_DEPTH: usize = 32;
 /// A walk with a packet to any port through kube-proxy's whole default NodePort range (2,768
 /// ports) of 10 endpoints each visits about 244,000 (tested; 1.2 s); one to a single port, 92.
 const MAX_VISITS: usize = 1_000_000;
-/// The most candidates the iptables-nft cache keeps (about 700 bytes each as JSON on a
-/// kube-proxy host; natledger's peers bench keeps 10,000 foreign forwards).
-pub const MAX_CACHED: usize = 20_000;
+/// The most candidates the iptables-nft cache keeps: about 700 bytes each as JSON on a
+/// kube-proxy host, and every create loads the file and tests each candidate against each
+/// mapping (20,000 made a 13 MB file, 124 ms to load).
+pub const MAX_CACHED: usize = 1_000;
 /// The built-in nat chains a packet to a host port goes through.
 const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 
