@@ -450,11 +450,9 @@ pub fn find(
             if trace {
                 let ms = start.elapsed().as_secs_f64() * 1000.0;
                 match &read {
-                    Ok((c, how)) => eprintln!(
-                        "natledger: forwards: {backend} {family}: {} candidate(s) {how} in \
-                         {ms:.1} ms",
-                        c.iter().map(Vec::len).sum::<usize>()
-                    ),
+                    Ok((_, how)) => {
+                        eprintln!("natledger: forwards: {backend} {family}: {how} in {ms:.1} ms")
+                    }
                     Err(e) => eprintln!("natledger: forwards: {backend} {family}: {e}"),
                 }
             }
@@ -502,17 +500,18 @@ fn candidates(
     family: Family,
     locals: &[IpNet],
     packets: &[Packet],
-) -> Result<(Vec<Vec<Candidate>>, &'static str), String> {
+) -> Result<(Vec<Vec<Candidate>>, String), String> {
     let none = || vec![Vec::new(); packets.len()];
     match (backend, nf.native()) {
         (Backend::Legacy, true) => {
             if !legacy_table_exists(family, NAT).map_err(|e| e.to_string())? {
-                return Ok((none(), "(no table)"));
+                return Ok((none(), "no table".into()));
             }
             let blob = iptc::read(family, NAT).map_err(|e| e.to_string())?;
             let mut source = Legacy::new(&blob, locals);
             let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
-            Ok((found, "read from the table"))
+            let how = format!("{} candidate(s) read from the table", total(&found));
+            Ok((found, how))
         }
         (Backend::Nft, true) => nf
             .with_nft(|session| {
@@ -524,7 +523,8 @@ fn candidates(
                 let per_packet =
                     |all: &[Candidate]| packets.iter().map(|p| taken(all, p)).collect();
                 if let Some(Cached::Candidates(valid)) = cached {
-                    return Ok(Ok((per_packet(valid), "from the cache")));
+                    let how = format!("{} candidate(s) from the cache", valid.len());
+                    return Ok(Ok((per_packet(valid), how)));
                 }
                 if cached.is_none() {
                     // Too many candidates, or chains too branched, to walk for any port: the
@@ -543,11 +543,18 @@ fn candidates(
                     });
                     kept.store(cache);
                     if let Some(c) = candidates {
-                        return Ok(Ok((per_packet(&c), "read over netlink")));
+                        let how = format!("{} candidate(s) read over netlink", c.len());
+                        return Ok(Ok((per_packet(&c), how)));
                     }
                 }
                 match walk_each(&mut source, packets) {
-                    Ok(c) => Ok(Ok((c, "read over netlink per mapping (too many to cache)"))),
+                    Ok(c) => {
+                        let how = format!(
+                            "{} candidate(s) read over netlink per mapping (too many to cache)",
+                            total(&c)
+                        );
+                        Ok(Ok((c, how)))
+                    }
                     Err(WalkError::Read(e)) => Err(e),
                     Err(cut) => Ok(Err(cut.to_string())),
                 }
@@ -558,12 +565,17 @@ fn candidates(
             Ok(Some(table)) => {
                 let mut source = Saved::new(&table);
                 let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
-                Ok((found, "read with *-save"))
+                let how = format!("{} candidate(s) read with *-save", total(&found));
+                Ok((found, how))
             }
-            Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(), "(no table)")),
+            Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(), "no table".into())),
             Err(e) => Err(e.to_string()),
         },
     }
+}
+
+fn total(lists: &[Vec<Candidate>]) -> usize {
+    lists.iter().map(Vec::len).sum()
 }
 
 /// The candidates of a walk with each of `packets`, a list per packet, each chain read from
