@@ -31,6 +31,14 @@ impl Family {
         }
     }
 
+    /// The address family number netlink messages carry (`AF_INET`, `AF_INET6`).
+    pub fn af(self) -> u8 {
+        match self {
+            Family::Ipv4 => libc::AF_INET as u8,
+            Family::Ipv6 => libc::AF_INET6 as u8,
+        }
+    }
+
     /// Tool-name stem: `iptables` or `ip6tables`.
     pub fn tool_stem(self) -> &'static str {
         match self {

@@ -34,13 +34,10 @@ pub(super) fn refused(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL))
 }
 
-/// The namespace's number of conntrack entries, if it can be read.
-pub(super) fn entry_count() -> Option<u64> {
-    std::fs::read_to_string(COUNT_FILE)
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+/// The calling thread's network namespace's number of conntrack entries (`None`: not a
+/// number); `NotFound` where the namespace has no conntrack table.
+pub(super) fn entry_count() -> io::Result<Option<u64>> {
+    Ok(std::fs::read_to_string(COUNT_FILE)?.trim().parse().ok())
 }
 
 /// How [`forget`] chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.

@@ -32,13 +32,6 @@ pub(super) fn genmsg(buf: &mut Vec<u8>, family: u8) {
     buf.extend([family, 0, 0, 0]);
 }
 
-pub(super) fn af(family: Family) -> u8 {
-    match family {
-        Family::Ipv4 => libc::AF_INET as u8,
-        Family::Ipv6 => libc::AF_INET6 as u8,
-    }
-}
-
 /// GET dump: of every entry of both families, or of one family as `filter` narrows it
 /// (a `CTA_FILTER` nest naming the fields of a `CTA_TUPLE_ORIG` that entries must have;
 /// none when only the family is). `refusable` adds a flag the kernel refuses.
@@ -55,7 +48,7 @@ pub(super) fn dump_request(seq: u32, dump: Dump, refusable: bool) -> Vec<u8> {
         netlink::finish(&mut m, start);
         return m;
     };
-    genmsg(&mut m, af(filter.family));
+    genmsg(&mut m, filter.family.af());
     let flags = filter.flags() | if refusable { FILTER_F_UNDEFINED } else { 0 };
     if flags != 0 {
         let tuple = netlink::begin_nest(&mut m, CTA_TUPLE_ORIG);
@@ -109,7 +102,7 @@ pub(super) fn delete_message(m: &mut Vec<u8>, seq: u32, entry: &Entry) {
         NLM_F_REQUEST | NLM_F_ACK,
         seq,
     );
-    genmsg(m, af(Family::of(entry.dst)));
+    genmsg(m, Family::of(entry.dst).af());
     let tuple = netlink::begin_nest(m, CTA_TUPLE_ORIG);
     let ip = netlink::begin_nest(m, CTA_TUPLE_IP);
     // Both of one family: a parsed entry's are.

@@ -222,8 +222,8 @@ pub enum ConntrackError {
 /// namespace of the thread that opens the file. A count that cannot be read otherwise counts
 /// as entries.
 pub fn table_is_empty() -> bool {
-    match std::fs::read_to_string(COUNT_FILE) {
-        Ok(count) => count.trim() == "0",
+    match entry_count() {
+        Ok(count) => count == Some(0),
         Err(e) => e.kind() == io::ErrorKind::NotFound,
     }
 }
@@ -256,7 +256,7 @@ fn matching(sock: &mut Socket, flows: &[Flows], locals: &LocalAddrs) -> io::Resu
     let choice = Choice::from_env();
     let refusable = choice == Choice::Refused;
     let mut found = Vec::new();
-    for dump in plan(flows, choice, entry_count) {
+    for dump in plan(flows, choice, || entry_count().ok().flatten()) {
         match dump_matching(sock, dump, refusable, flows, locals, &mut found) {
             Err(e) if dump != Dump::All && refused(&e) => {
                 found.clear();

@@ -37,7 +37,7 @@ fn flows(family: Family, protocol: Protocol, ports: (u16, u16), host: Option<&st
 /// attributes around the ones read, counters and status in network byte order.
 fn kernel_entry(e: &Entry, icmp: bool) -> Vec<u8> {
     let mut p = Vec::new();
-    genmsg(&mut p, af(Family::of(e.dst)));
+    genmsg(&mut p, Family::of(e.dst).af());
     for (kind, (src, dst, sport, dport)) in [
         (CTA_TUPLE_ORIG, (e.src, e.dst, e.src_port, e.dst_port)),
         (2, (e.dst, e.src, e.dst_port, e.src_port)), // CTA_TUPLE_REPLY

@@ -204,13 +204,6 @@ fn genmsg(buf: &mut Vec<u8>, family: u8, res_id: u16) {
     buf.extend(res_id.to_be_bytes());
 }
 
-fn af(family: Family) -> u8 {
-    match family {
-        Family::Ipv4 => libc::AF_INET as u8,
-        Family::Ipv6 => libc::AF_INET6 as u8,
-    }
-}
-
 /// Start a rule message (`nlmsghdr`, `nfgenmsg`, table, chain); the caller adds the rest
 /// and calls `netlink::finish` with the returned start.
 fn rule_message(
@@ -221,7 +214,7 @@ fn rule_message(
     chain: &str,
 ) -> usize {
     let start = netlink::begin(m, subsys(kind), flags, seq);
-    genmsg(m, af(family), 0);
+    genmsg(m, family.af(), 0);
     netlink::put_str(m, NFTA_RULE_TABLE, table);
     netlink::put_str(m, NFTA_RULE_CHAIN, chain);
     start

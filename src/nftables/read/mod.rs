@@ -37,7 +37,7 @@ use std::io;
 
 use expr::Decoder;
 
-use super::{NFT_MSG_NEWRULE, NFTA_RULE_USERDATA, af, dump_request, genmsg, subsys};
+use super::{NFT_MSG_NEWRULE, NFTA_RULE_USERDATA, dump_request, genmsg, subsys};
 use super::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM, NftError, Session, comment_udata};
 use super::{NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE};
 use crate::family::Family;
@@ -110,7 +110,7 @@ impl Session<'_> {
             NLM_F_REQUEST | NLM_F_DUMP,
             seq,
         );
-        genmsg(&mut request, af(family), 0);
+        genmsg(&mut request, family.af(), 0);
         netlink::put_str(&mut request, NFTA_CHAIN_TABLE, table);
         netlink::finish(&mut request, start);
         let mut chains = Vec::new();
