@@ -30,6 +30,7 @@ mod dumps;
 mod netns;
 mod node;
 mod rootfs;
+mod runc;
 mod topology;
 mod traffic;
 
@@ -37,7 +38,7 @@ mod traffic;
 #[allow(unused_imports)]
 pub use {
     conntrack::*, daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*,
-    topology::*, traffic::*,
+    runc::*, topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;

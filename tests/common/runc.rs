@@ -1,0 +1,328 @@
+//! runc in a [`Node`]'s network namespace: bundles made by `runc spec`, a busybox httpd
+//! container, a network hook of the test's own (in the role of a CNI plugin) that runs before
+//! natledger's hooks, and `natledger inject` putting natledger's hooks into `config.json`.
+//! runc runs with only the network namespace entered (`nsenter --net`): the node namespace is
+//! the "host", so every rule lands there and the machine's own tables are never touched.
+//! runc's state lives in a temporary `--root`, and a guard deletes every container a test
+//! started.
+
+use std::fs::File;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+/// The host port every test container publishes (to the container's port 80).
+pub const HOST_PORT: u16 = 8080;
+pub const PORTS: &str = "8080:80";
+/// How long a freshly started container may take to answer.
+pub const START: Duration = Duration::from_secs(5);
+pub const T: Duration = Duration::from_secs(3);
+
+/// runc createRuntime hook (runs in the runtime's namespaces, i.e. the node's network
+/// namespace, with the container's state on stdin): a veth pair `vr<N>` / `eth0` whose `eth0`
+/// goes into the container's network namespace with 10.77.0.N/24 and fd77::N/64, default
+/// routes via the node's bridge addresses, and the host end on br0 with hairpin on. N is the
+/// hook's first argument. runc gives hooks only the environment in config.json (none here).
+pub const NET_HOOK: &str = r#"#!/bin/sh
+set -eu
+PATH=/usr/sbin:/usr/bin:/sbin:/bin
+n=$1
+state=$(cat)
+pid=$(printf '%s' "$state" | sed -n 's/.*"pid": *\([0-9][0-9]*\).*/\1/p')
+if [ -z "$pid" ]; then
+    echo "net-hook: no pid in the state: $state" >&2
+    exit 1
+fi
+ip link add "vr$n" type veth peer name eth0 netns "$pid"
+ip link set "vr$n" master br0
+ip link set "vr$n" type bridge_slave hairpin on
+ip link set "vr$n" up
+nsenter --net="/proc/$pid/ns/net" sh -euc "
+    echo 0 > /proc/sys/net/ipv6/conf/eth0/accept_dad
+    ip link set lo up
+    ip addr add 10.77.0.$n/24 dev eth0
+    ip addr add fd77::$n/64 dev eth0 nodad
+    ip link set eth0 up
+    ip route add default via 10.77.0.1
+    ip -6 route add default via fd77::1
+"
+"#;
+
+pub fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", path.display()))
+}
+
+pub fn write_json(path: &Path, value: &Value) {
+    let text = serde_json::to_string_pretty(value).expect("serialize config.json");
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+}
+
+/// `natledger inject ARGS...`; inject only edits a file, so no namespace is needed.
+pub fn inject(args: &[&str]) -> Output {
+    output(Command::new(BIN).arg("inject").args(args))
+}
+
+/// A bundle directory with a busybox rootfs whose index.html reads `index`, and the
+/// `config.json` of `runc spec` edited to run busybox httpd in a new network namespace,
+/// not on a terminal, with `hooks.createRuntime` = [the network hook with argument `n`].
+/// `edit` finishes the config (annotations, process.env, ...). natledger is not in it yet.
+pub fn make_bundle(
+    bundle: &Path,
+    net_hook: &Path,
+    n: u8,
+    index: &str,
+    edit: impl FnOnce(&mut Value),
+) {
+    let rootfs = bundle.join("rootfs");
+    busybox_rootfs(&rootfs);
+    set_index_html(&rootfs, index);
+    let out = output(Command::new("runc").arg("spec").current_dir(bundle));
+    assert_ok(&out, "runc spec");
+    let path = bundle.join("config.json");
+    let mut config = read_json(&path);
+    config["process"]["terminal"] = json!(false);
+    config["process"]["args"] = json!(HTTPD_ARGS);
+    let namespaces = config["linux"]["namespaces"]
+        .as_array()
+        .expect("runc spec: linux.namespaces");
+    assert!(
+        namespaces
+            .iter()
+            .any(|ns| ns["type"] == "network" && ns.get("path").is_none()),
+        "runc spec makes a new network namespace: {namespaces:?}"
+    );
+    config["hooks"] = json!({
+        "createRuntime": [{"path": net_hook, "args": ["net-hook", n.to_string()]}],
+    });
+    edit(&mut config);
+    write_json(&path, &config);
+}
+
+/// A runc host: a [`Node`] (topology, natledger state dir, backend under test), a runc
+/// `--root` and the network hook, all in the node's temp dir.
+pub struct Host {
+    pub node: Node,
+    pub root: PathBuf,
+    pub net_hook: PathBuf,
+    /// The node's dump once natledger's shared chains exist (they stay by design): what every
+    /// test must come back to.
+    pub before: String,
+}
+
+impl Host {
+    pub fn new(backend: Backend) -> Host {
+        let node = Node::new(backend);
+        let root = node.dir.path().join("runc-root");
+        let net_hook = node.dir.path().join("net-hook");
+        std::fs::create_dir_all(&root).expect("runc root");
+        std::fs::write(&net_hook, NET_HOOK).expect("write the network hook");
+        std::fs::set_permissions(
+            &net_hook,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("chmod the network hook");
+        node.warm_up();
+        Host {
+            before: node.dump(),
+            node,
+            root,
+            net_hook,
+        }
+    }
+
+    /// Waits until container N answers on the host port on every one of [`paths`].
+    pub fn assert_answers(&self, n: u8) {
+        for (what, ns, dst) in &paths(self) {
+            http_wait(ns, *dst, &body(n), START)
+                .unwrap_or_else(|e| panic!("{:?} {what}: {e}", self.node.backend));
+        }
+    }
+
+    /// After container `id`'s delete: no manifest, and every table of both backends and both
+    /// families exactly as [`Host::before`].
+    pub fn assert_restored(&self, id: &str, what: &str) {
+        let backend = self.node.backend;
+        assert!(
+            !self.node.manifest_exists(id),
+            "{backend:?}: {id}'s manifest left"
+        );
+        assert_eq!(
+            self.node.dump(),
+            self.before,
+            "{backend:?}: {what} leaves every table as it was"
+        );
+    }
+
+    /// runc's container id for `name`: unique across concurrent tests (cgroups are global).
+    pub fn id(&self, name: &str) -> String {
+        format!("{}-{name}", self.node.topo.prefix())
+    }
+
+    /// `nsenter --net=NODE runc --root ROOT ARGS...`, output captured (never for a command
+    /// that leaves a container holding stdio).
+    pub fn runc(&self, args: &[&str]) -> Output {
+        output(
+            nsenter_net(self.node.topo.node(), "runc")
+                .arg("--root")
+                .arg(&self.root)
+                .args(args),
+        )
+    }
+
+    /// A bundle for container `name` at address N = `n`, serving "container N", publishing
+    /// [`PORTS`] through the annotation, with natledger injected.
+    pub fn bundle(&self, name: &str, n: u8) -> PathBuf {
+        let bundle = self.bundle_dir(name);
+        make_bundle(&bundle, &self.net_hook, n, &body(n), |c| {
+            c["annotations"] = json!({"io.natledger.ports": PORTS});
+        });
+        let out = inject(&[
+            bundle.to_str().expect("utf-8 bundle"),
+            "--hook-env",
+            &format!("NATLEDGER_STATE_DIR={}", self.node.state_dir().display()),
+            "--hook-env",
+            &format!("NATLEDGER_BACKEND={}", self.node.backend.name()),
+        ]);
+        assert_ok(&out, "natledger inject");
+        bundle
+    }
+
+    pub fn bundle_dir(&self, name: &str) -> PathBuf {
+        let dir = self.node.dir.path().join("runc-bundles").join(name);
+        std::fs::create_dir_all(&dir).expect("bundle dir");
+        dir
+    }
+
+    /// Starts container `name` from `bundle` with `ARGV run -d`, where ARGV is
+    /// `runc --root ROOT` or a wrapper around it; the container's stdio goes to a log file.
+    pub fn start_with(&self, name: &str, bundle: &Path, argv: &[&str]) -> Running<'_> {
+        let id = self.id(name);
+        let log_path = self.node.dir.path().join(format!("{name}.log"));
+        let log = File::create(&log_path).expect("container log");
+        let status = nsenter_net(self.node.topo.node(), argv[0])
+            .args(&argv[1..])
+            .args(["run", "-d", "--bundle"])
+            .arg(bundle)
+            .arg(&id)
+            .stdout(log.try_clone().expect("log fd"))
+            .stderr(log)
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run nsenter {argv:?}: {e}"));
+        // From here on the guard deletes whatever runc may have left.
+        let running = Running {
+            host: self,
+            id,
+            deleted: false,
+        };
+        assert!(
+            status.success(),
+            "{argv:?} run -d {} failed ({status}): {}",
+            running.id,
+            std::fs::read_to_string(&log_path).unwrap_or_default()
+        );
+        running
+    }
+
+    pub fn start(&self, name: &str, bundle: &Path) -> Running<'_> {
+        let root = self.root.to_str().expect("utf-8 root");
+        self.start_with(name, bundle, &["runc", "--root", root])
+    }
+
+    /// Every container rule in the node's dump (they carry "natledger:<id>"), each as
+    /// "<backend> <family>: <rule>".
+    pub fn rule_lines(&self) -> Vec<String> {
+        container_rules(&self.node.dump())
+            .into_iter()
+            .map(|(set, rule)| format!("{set}: {rule}"))
+            .collect()
+    }
+}
+
+/// What container N serves.
+pub fn body(n: u8) -> String {
+    format!("container {n}\n")
+}
+
+/// A container runc knows about; dropping it runs `runc delete -f` (poststop included)
+/// unless [`Running::delete`] already did.
+pub struct Running<'a> {
+    pub host: &'a Host,
+    pub id: String,
+    pub deleted: bool,
+}
+
+impl Running<'_> {
+    pub fn state(&self) -> Value {
+        let out = self.host.runc(&["state", &self.id]);
+        assert_ok(&out, &format!("runc state {}", self.id));
+        serde_json::from_slice(&out.stdout).expect("runc state prints JSON")
+    }
+
+    /// `runc kill ID KILL`, then waits until runc reports the container stopped. Its
+    /// rules stay until [`Running::delete`] runs poststop.
+    pub fn kill(&self) {
+        assert_ok(
+            &self.host.runc(&["kill", &self.id, "KILL"]),
+            &format!("runc kill {}", self.id),
+        );
+        assert!(
+            poll(T, || self.state()["status"] == "stopped"),
+            "{} not stopped {T:?} after SIGKILL: {}",
+            self.id,
+            self.state()
+        );
+    }
+
+    /// `runc delete ID` (which runs the poststop hooks); the container must be stopped.
+    pub fn delete(mut self) {
+        let out = self.host.runc(&["delete", &self.id]);
+        self.deleted = true;
+        assert_ok(&out, &format!("runc delete {}", self.id));
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
+        let out = self.host.runc(&["delete", "-f", &self.id]);
+        if !out.status.success() {
+            eprintln!(
+                "warning: runc delete -f {} failed ({}): {}",
+                self.id,
+                out.status,
+                stderr(&out).trim()
+            );
+        }
+    }
+}
+
+/// The paths from outside the container to the host port: the external client to the node
+/// address (IPv4 and IPv6), and the node itself through 127.0.0.1 and its own addresses.
+pub fn paths(host: &Host) -> Vec<(&'static str, String, SocketAddr)> {
+    let ext = host.node.topo.ext().to_string();
+    let node = host.node.topo.node().to_string();
+    vec![
+        ("external", ext.clone(), sock(NODE_V4, HOST_PORT)),
+        ("external v6", ext, sock(NODE_V6, HOST_PORT)),
+        (
+            "node localhost",
+            node.clone(),
+            sock(Ipv4Addr::LOCALHOST, HOST_PORT),
+        ),
+        ("node ip", node.clone(), sock(NODE_V4, HOST_PORT)),
+        ("node ip v6", node, sock(NODE_V6, HOST_PORT)),
+    ]
+}
+
+/// natledger's hook entry as `natledger inject` writes it.
+pub fn hook_entry(path: &str, stage: &str, env: &[&str]) -> Value {
+    json!({"path": path, "args": ["natledger", "hook", stage], "env": env, "timeout": 10})
+}
