@@ -1,8 +1,10 @@
 //! OCI hook input: the container state on stdin and the bundle's `config.json`.
 //!
-//! The state is parsed with a small serde type (oci-spec 0.7 has the runtime spec but not the
-//! state); `config.json` is parsed with oci-spec's `Spec`. Annotations from both count, the
-//! state's winning, because podman passes `--annotation` values in the state.
+//! Both are parsed with small serde types that read only what natledger uses: the state's id,
+//! status, pid, bundle and annotations, and `config.json`'s annotations. Every other field may
+//! be missing or unknown: a hook must not refuse a bundle the runtime accepts (runc starts a
+//! `process` without `user`, which a full `Spec` parse refuses). Annotations from both count,
+//! the state's winning, because podman passes `--annotation` values in the state.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -32,9 +34,14 @@ pub enum OciError {
     #[error("unsafe container id {0:?}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
     UnsafeId(String),
     #[error("cannot read {}: {source}", path.display())]
-    Config {
+    ConfigRead {
         path: PathBuf,
-        source: oci_spec::OciSpecError,
+        source: std::io::Error,
+    },
+    #[error("{} is not a valid OCI config: {source}", path.display())]
+    ConfigJson {
+        path: PathBuf,
+        source: serde_json::Error,
     },
     #[error("the container state has no bundle, so config.json cannot be read")]
     NoBundle,
@@ -166,12 +173,23 @@ impl HookInput {
     }
 }
 
-/// The annotations of `BUNDLE/config.json`.
+/// The annotations of `BUNDLE/config.json`. Missing or unknown fields are fine (see the
+/// module comment); a missing, unreadable or non-JSON file, one that is not an object, or
+/// annotations that are not a map of strings (the runtime spec's type, and runc's), are
+/// errors naming the file.
 pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    let spec =
-        oci_spec::runtime::Spec::load(&path).map_err(|source| OciError::Config { path, source })?;
-    Ok(spec.annotations().clone().unwrap_or_default())
+    let bytes = match std::fs::read(&path) {
+        Ok(bytes) => bytes,
+        Err(source) => return Err(OciError::ConfigRead { path, source }),
+    };
+    // An object of anything (a struct would also take a JSON array), then its annotations.
+    let annotations = serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes)
+        .and_then(|mut config| match config.remove("annotations") {
+            None | Some(serde_json::Value::Null) => Ok(HashMap::new()),
+            Some(value) => serde_json::from_value(value),
+        });
+    annotations.map_err(|source| OciError::ConfigJson { path, source })
 }
 
 #[cfg(test)]
@@ -247,5 +265,55 @@ mod tests {
         };
         let err = HookInput::from_state(missing).unwrap_err();
         assert!(err.to_string().contains("nope/config.json"), "{err}");
+    }
+
+    /// Only the annotations are read: configs runc starts (no `process.user`, no
+    /// `ociVersion`, fields of newer specs or of other runtimes) are accepted; what is not a
+    /// config at all is an error naming the file.
+    #[test]
+    fn config_json_is_read_as_leniently_as_runc_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let read = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            config_annotations(dir.path())
+        };
+        let ports = |text: &str| read(text).unwrap().get(PORTS_ANNOTATION).cloned();
+        let p = Some("8080:80".to_string());
+        assert_eq!(
+            ports(
+                r#"{"process":{"args":["sh"],"cwd":"/"},"annotations":{"io.natledger.ports":"8080:80"}}"#
+            ),
+            p
+        );
+        assert_eq!(
+            ports(
+                r#"{"annotations":{"io.natledger.ports":"8080:80"},"linux":{"newField":[1,{"x":null}]},"vm":{}}"#
+            ),
+            p
+        );
+        assert_eq!(ports("{}"), None);
+        assert_eq!(ports(r#"{"annotations":null}"#), None);
+        for (bad, says) in [
+            ("", "not a valid OCI config"),
+            ("not json", "not a valid OCI config"),
+            ("[]", "not a valid OCI config"),
+            (
+                r#"{"annotations":{"io.natledger.ports":8080}}"#,
+                "not a valid OCI config",
+            ),
+        ] {
+            let err = read(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(says) && err.contains("config.json"),
+                "{bad:?}: {err}"
+            );
+        }
+        std::fs::remove_file(&path).unwrap();
+        let err = config_annotations(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot read") && err.contains("config.json"),
+            "{err}"
+        );
     }
 }

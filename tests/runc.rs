@@ -230,3 +230,30 @@ fn wrapper_runtime_injects_from_process_env_and_passes_the_rest_through() {
         host.assert_restored(&c.id, "delete through the wrapper");
     });
 }
+
+/// A hook is not stricter than runc about fields it does not use: a `config.json` without
+/// `process.user` and `ociVersion`, with fields no spec has, starts under runc, and natledger
+/// forwards it and removes its rules at delete.
+#[test]
+fn runc_config_without_process_user_or_known_fields_is_forwarded() {
+    let host = Host::new(Backend::Nft);
+    let bundle = host.bundle("lenient", 2);
+    let path = bundle.join("config.json");
+    let mut config = read_json(&path);
+    let process = config["process"].as_object_mut().expect("process");
+    assert!(
+        process.remove("user").is_some(),
+        "runc spec sets process.user"
+    );
+    config.as_object_mut().unwrap().remove("ociVersion");
+    config["io.example.unknown"] = json!({"nested": [1, null, "x"]});
+    config["linux"]["fieldOfANewerSpec"] = json!(true);
+    write_json(&path, &config);
+
+    let c = host.start("lenient", &bundle);
+    host.assert_answers(2);
+    let id = c.id.clone();
+    c.kill();
+    c.delete();
+    host.assert_restored(&id, "runc delete (poststop)");
+}
