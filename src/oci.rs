@@ -171,6 +171,92 @@ impl HookInput {
     pub fn ports(&self) -> Option<&str> {
         self.annotations.get(PORTS_ANNOTATION).map(String::as_str)
     }
+
+    /// Which runtime or engine started the container, as far as its annotations and bundle
+    /// path tell: for messages that say what to do in that runtime's terms.
+    pub fn runtime(&self) -> Runtime {
+        let has = |key: &str| self.annotations.contains_key(key);
+        let bundle = self
+            .bundle
+            .as_deref()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if has(CRIO_CONTAINER_TYPE) {
+            Runtime::CriO
+        } else if has(CRI_CONTAINER_TYPE) {
+            Runtime::ContainerdCri
+        } else if self
+            .annotations
+            .get("io.container.manager")
+            .map(String::as_str)
+            == Some("libpod")
+            || bundle.contains("/overlay-containers/")
+        {
+            Runtime::Podman
+        } else if bundle.contains("/io.containerd.runtime.v2.task/moby/") {
+            Runtime::Docker
+        } else if bundle.contains("/io.containerd.runtime.v2.task/") {
+            Runtime::Containerd
+        } else {
+            Runtime::Direct
+        }
+    }
+}
+
+/// containerd's CRI: `sandbox` or `container`.
+pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+/// containerd's CRI: the pod's sandbox container id.
+pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+/// CRI-O: `sandbox` or `container`.
+pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
+/// CRI-O: the pod's sandbox id.
+pub const CRIO_SANDBOX_ID: &str = "io.kubernetes.cri-o.SandboxID";
+
+/// Who runs the container (see [`HookInput::runtime`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runtime {
+    /// dockerd, through the wrapper runtime (containerd namespace `moby`).
+    Docker,
+    /// podman, through the hooks.d file.
+    Podman,
+    /// containerd's CRI plugin (Kubernetes), through the wrapper runtime.
+    ContainerdCri,
+    /// CRI-O (Kubernetes), through the hooks.d file.
+    CriO,
+    /// containerd without CRI (ctr, nerdctl), through the wrapper runtime.
+    Containerd,
+    /// runc or crun run directly, with `natledger inject`.
+    Direct,
+}
+
+impl Runtime {
+    /// What to do when the container's network namespace has no address to forward to.
+    pub fn no_address_advice(self) -> &'static str {
+        match self {
+            Runtime::Docker => {
+                "the container has no network (`--network none`?): run it on a bridge network \
+                 (the default, or `--network NAME`), or give the address with -e NATLEDGER_IP=ADDR"
+            }
+            Runtime::Podman => {
+                "the container has no network natledger can forward to (`--network none`, or \
+                 rootless slirp4netns/pasta): run it rootful on a bridge network (the default, or \
+                 `--network NAME`), or set --annotation io.natledger.ip=ADDR"
+            }
+            Runtime::ContainerdCri | Runtime::CriO => {
+                "the pod's network has no address: check the node's CNI configuration (a \
+                 hostNetwork pod needs no forward), or set io.natledger.ip"
+            }
+            Runtime::Containerd => {
+                "the container has no network (containerd sets up none by itself: use nerdctl \
+                 or a CNI plugin), or set io.natledger.ip"
+            }
+            Runtime::Direct => {
+                "put the hook that sets up the network before natledger in config.json's \
+                 createRuntime hooks (`natledger inject` appends after the hooks already \
+                 there), or set io.natledger.ip"
+            }
+        }
+    }
 }
 
 /// The annotations of `BUNDLE/config.json`. Missing or unknown fields are fine (see the
@@ -265,6 +351,57 @@ mod tests {
         };
         let err = HookInput::from_state(missing).unwrap_err();
         assert!(err.to_string().contains("nope/config.json"), "{err}");
+    }
+
+    /// The runtime is told by the annotations the engines add and by where they keep bundles.
+    #[test]
+    fn runtime_is_told_by_annotations_and_bundle() {
+        let input = |annotations: &[(&str, &str)], bundle: &str| HookInput {
+            id: "c1".parse().unwrap(),
+            pid: Some(1),
+            bundle: Some(bundle.into()),
+            annotations: annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        let task = "/run/containerd/io.containerd.runtime.v2.task";
+        for (annotations, bundle, runtime) in [
+            (&[][..], "/tmp/bundle", Runtime::Direct),
+            (
+                &[],
+                "/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/c1",
+                Runtime::Docker,
+            ),
+            (&[], &format!("{task}/default/c1"), Runtime::Containerd),
+            (
+                &[(CRI_CONTAINER_TYPE, "sandbox")],
+                &format!("{task}/k8s.io/c1"),
+                Runtime::ContainerdCri,
+            ),
+            (
+                &[
+                    (CRIO_CONTAINER_TYPE, "container"),
+                    ("io.container.manager", "cri-o"),
+                ],
+                "/run/containers/storage/overlay-containers/c1/userdata",
+                Runtime::CriO,
+            ),
+            (
+                &[("io.container.manager", "libpod")],
+                "/var/lib/containers/storage/overlay-containers/c1/userdata",
+                Runtime::Podman,
+            ),
+        ] {
+            assert_eq!(input(annotations, bundle).runtime(), runtime, "{bundle}");
+        }
+        assert!(Runtime::Docker.no_address_advice().contains("--network"));
+        assert!(!Runtime::Docker.no_address_advice().contains("network hook"));
+        assert!(
+            Runtime::Direct
+                .no_address_advice()
+                .contains("createRuntime hooks")
+        );
     }
 
     /// Only the annotations are read: configs runc starts (no `process.user`, no

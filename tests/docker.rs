@@ -121,6 +121,29 @@ fn docker_wrapper_runtime_forwards_and_rm_removes() {
         );
         dockerd.ok(&["rm", "--force", &plain]);
 
+        // Ports without any address to forward to: refused, in Docker's terms.
+        let refused = dockerd.run(&httpd_run_args(
+            &[
+                "--runtime",
+                "natledger",
+                "--network",
+                "none",
+                "-e",
+                "NATLEDGER_PORTS=8081:80",
+            ],
+            IMAGE,
+        ));
+        let says = stderr(&refused);
+        assert!(
+            !refused.status.success()
+                && says.contains("no global address")
+                && says.contains("--network none")
+                && says.contains("NATLEDGER_IP")
+                && !says.contains("network hook"),
+            "{what}: a container without a network is refused in Docker's terms: {says}"
+        );
+        dockerd.ok(&["container", "prune", "--force"]);
+
         let t = Instant::now();
         dockerd.ok(&["rm", "--force", &id]);
         let rm_time = t.elapsed();

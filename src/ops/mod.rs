@@ -21,7 +21,7 @@ use crate::exec::Runner;
 use crate::family::Family;
 use crate::ledger::{Ledger, LedgerError};
 use crate::netns::NetnsError;
-use crate::oci::{ContainerId, HookInput, OciError, Stage, State};
+use crate::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
 use crate::portspec::{PortMapping, SpecError};
 
 /// What every operation needs: where the ledger is, which backend new rules go to, and how
@@ -61,11 +61,8 @@ pub enum Error {
     NoPid(ContainerId),
     #[error("container {id} is not running (pid {pid} is gone)")]
     NotRunning { id: ContainerId, pid: i32 },
-    #[error(
-        "no global address in the network namespace of pid {pid}: order the network hook \
-         before natledger, or set io.natledger.ip"
-    )]
-    NoAddress { pid: i32 },
+    #[error("no global address in the network namespace of pid {pid}: {}", runtime.no_address_advice())]
+    NoAddress { pid: i32, runtime: Runtime },
     #[error(
         "mapping {mapping} needs an {family} container address, but the container has only {have:?}"
     )]

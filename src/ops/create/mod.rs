@@ -199,7 +199,10 @@ fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
     let pid = input.pid.ok_or_else(|| Error::NoPid(input.id.clone()))?;
     let addrs = netns::container_addresses(pid)?;
     if addrs.is_empty() {
-        return Err(Error::NoAddress { pid });
+        return Err(Error::NoAddress {
+            pid,
+            runtime: input.runtime(),
+        });
     }
     Ok(addrs)
 }
