@@ -184,6 +184,10 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
                 mappings,
                 addresses: vec![addr],
                 rules,
+                netns: None,
+                pod: None,
+                shares: Vec::new(),
+                shared_by: Vec::new(),
             })
             .unwrap();
     }

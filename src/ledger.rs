@@ -36,6 +36,7 @@ use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
 use crate::procfs;
+use crate::sharing::NetnsId;
 
 pub const SCHEMA: u32 = 1;
 
@@ -108,10 +109,32 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid_namespace: Option<u64>,
     pub phase: Phase,
+    /// The mappings this container's own rules implement (not those it shares).
     pub mappings: Vec<PortMapping>,
     /// Container address per family the rules forward to.
     pub addresses: Vec<IpAddr>,
     pub rules: Vec<RuleRecord>,
+    /// The network namespace `pid` was in at create-runtime. Absent in older manifests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub netns: Option<NetnsId>,
+    /// The pod (its sandbox's id) the container's CRI annotations name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Mappings this container uses through the rules of another container in its network
+    /// namespace (`crate::sharing`): the truth about who needs whose rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shares: Vec<Shared>,
+    /// The containers that joined this one's rules: a hint for its poststop, which loads only
+    /// these manifests to find a live sharer (each is checked against its `shares`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_by: Vec<ContainerId>,
+}
+
+/// Mappings a container uses through `holder`'s rules, which are tagged with `holder`'s id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shared {
+    pub holder: ContainerId,
+    pub mappings: Vec<PortMapping>,
 }
 
 /// The state directory.
@@ -434,6 +457,10 @@ mod tests {
                     .map(String::from)
                     .collect(),
             }],
+            netns: None,
+            pod: None,
+            shares: Vec::new(),
+            shared_by: Vec::new(),
         }
     }
 

@@ -32,5 +32,6 @@ pub mod procfs;
 pub mod rule;
 pub mod save;
 pub mod selftest;
+pub mod sharing;
 pub mod wrapper;
 pub mod xt;

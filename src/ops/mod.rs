@@ -23,6 +23,7 @@ use crate::ledger::{Ledger, LedgerError};
 use crate::netns::NetnsError;
 use crate::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
 use crate::portspec::{PortMapping, SpecError};
+use crate::sharing::Membership;
 
 /// What every operation needs: where the ledger is, which backend new rules go to, and how
 /// to run processes.
@@ -71,11 +72,22 @@ pub enum Error {
         family: Family,
         have: Vec<IpAddr>,
     },
-    #[error("host port {mapping} is held by live container {holder} (pid {pid})")]
+    #[error("host port {mapping} is held by live container {holder} (pid {pid}){membership}")]
     PortClaimed {
         mapping: PortMapping,
         holder: ContainerId,
         pid: String,
+        membership: Membership,
+    },
+    #[error(
+        "host port {mapping} differs from {held}, which container {holder} in this network \
+         namespace holds: containers of one namespace share a host port only with the same \
+         mapping"
+    )]
+    MappingDiffers {
+        mapping: PortMapping,
+        held: PortMapping,
+        holder: ContainerId,
     },
     #[error(
         "host port {mapping} is in use by {who} on {addr}, and io.natledger.port-conflict=refuse"

@@ -22,6 +22,12 @@ pub enum Removed {
     Done {
         rules: usize,
     },
+    /// Its rules stay: live containers in its network namespace share them
+    /// (`crate::sharing`); the last of them to go removes them.
+    Kept {
+        rules: usize,
+        sharers: Vec<ContainerId>,
+    },
 }
 
 /// What [`remove_container`] did.
@@ -57,14 +63,75 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         None
     });
     fault::point(fault::POSTSTOP_LOCKED);
+    if let Some(m) = &manifest {
+        let sharers = live_sharers(ctx, m, &id);
+        if !sharers.is_empty() {
+            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "natledger: kept {} rule(s) of container {id}: live container(s) {} in its \
+                 network namespace share them",
+                m.rules.len(),
+                names.join(", ")
+            );
+            return Ok(Removed::Kept {
+                rules: m.rules.len(),
+                sharers,
+            });
+        }
+    }
     let cache = ctx.ledger.file(forwards::CACHE_FILE);
     let generation = forwards::before_writes(&ctx.netfilter, &cache);
     let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
     fault::point(fault::POSTSTOP_DELETED);
-    flows::forget(ctx, &removal.flows);
+    let mut stale_flows = removal.flows.clone();
+    let shares = manifest
+        .as_ref()
+        .map(|m| m.shares.clone())
+        .unwrap_or_default();
+    let result = settle(&locked, &id, manifest, removal);
+    // This container shared others' rules: a holder that is dead and has no other live
+    // sharer was kept for it, and goes now.
+    for shared in shares {
+        let holder = match ctx.ledger.load(&shared.holder) {
+            Ok(Some(holder)) => holder,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("natledger: warning: {e}; sweep will judge it");
+                continue;
+            }
+        };
+        if holder.alive() || !live_sharers(ctx, &holder, &id).is_empty() {
+            continue;
+        }
+        let removal = remove_container(ctx, &locked, &holder.container_id, Some(&holder));
+        stale_flows.extend(removal.flows.iter().copied());
+        eprintln!(
+            "natledger: removed {} rule(s) of container {} (its last sharer, {id}, stopped)",
+            removal.removed, holder.container_id
+        );
+        let holder_id = holder.container_id.clone();
+        if let Err(e) = settle(&locked, &holder_id, Some(holder), removal) {
+            eprintln!("natledger: warning: {e}");
+        }
+    }
+    flows::forget(ctx, &stale_flows);
     forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
-    settle(&locked, &id, manifest, removal)
+    result
+}
+
+/// The live containers other than `except` that share `holder`'s rules: those its
+/// `shared_by` names whose manifest still says so.
+fn live_sharers(ctx: &Context, holder: &Manifest, except: &ContainerId) -> Vec<ContainerId> {
+    holder
+        .shared_by
+        .iter()
+        .filter(|id| *id != except)
+        .filter_map(|id| ctx.ledger.load(id).ok().flatten())
+        .filter(|m| m.shares.iter().any(|s| s.holder == holder.container_id))
+        .filter(Manifest::alive)
+        .map(|m| m.container_id)
+        .collect()
 }
 
 /// Record the result of a removal: drop the manifest when nothing can remain, otherwise keep
@@ -117,6 +184,10 @@ pub fn remove_container(
     id: &ContainerId,
     manifest: Option<&Manifest>,
 ) -> Removal {
+    // A container that only shares others' rules never had rules of its own.
+    if manifest.is_some_and(|m| m.mappings.is_empty() && m.rules.is_empty()) {
+        return Removal::default();
+    }
     let recorded: Vec<&RuleRecord> = manifest
         .map_or(&[][..], |m| &m.rules)
         .iter()

@@ -2,13 +2,19 @@
 
 use super::*;
 use crate::layout::TABLES;
+use crate::sharing::Needs;
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
     pub fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
-        let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) =
-            host.manifests.iter().partition(|m| m.alive());
+        // A dead container's rules are still needed while a live container in its network
+        // namespace shares them (`crate::sharing`).
+        let needs = Needs::judge(&host.manifests);
+        let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) = host
+            .manifests
+            .iter()
+            .partition(|m| needs.needed(&m.container_id));
         let known: HashSet<&str> = host
             .manifests
             .iter()
@@ -60,6 +66,31 @@ impl Checks<'_> {
                 });
             }
         }
+        for m in alive.iter().filter(|m| needs.alive(&m.container_id)) {
+            for shared in m
+                .shares
+                .iter()
+                .filter(|s| !known.contains(s.holder.as_str()))
+            {
+                let mappings: Vec<String> =
+                    shared.mappings.iter().map(ToString::to_string).collect();
+                let summary = format!(
+                    "Live container {} shares {} with container {}, whose manifest is gone: \
+                     those ports may not forward.",
+                    m.container_id,
+                    mappings.join(","),
+                    shared.holder
+                );
+                let finding = manifest_finding(m, Severity::Error, summary, Vec::new());
+                self.findings.push(Finding {
+                    fix: Some(format!(
+                        "restart container {} (its createRuntime hook writes the rules again)",
+                        m.container_id
+                    )),
+                    ..finding
+                });
+            }
+        }
         for m in alive {
             let present = |r: &RuleRecord| {
                 self.rulesets
@@ -88,18 +119,35 @@ impl Checks<'_> {
             if missing.is_empty() {
                 continue;
             }
+            let (whose, restart) = if needs.alive(&m.container_id) {
+                (
+                    format!("Live container {}", m.container_id),
+                    m.container_id.to_string(),
+                )
+            } else {
+                let sharers: Vec<&str> = needs
+                    .sharers(&m.container_id)
+                    .iter()
+                    .map(|s| s.container_id.as_str())
+                    .collect();
+                (
+                    format!(
+                        "Container {}, whose rules live container(s) {} share,",
+                        m.container_id,
+                        sharers.join(", ")
+                    ),
+                    sharers.join(" and "),
+                )
+            };
             let summary = format!(
-                "Live container {} is missing {} of its {} recorded rule(s): its ports do not \
-                 forward.",
-                m.container_id,
+                "{whose} is missing {} of its {} recorded rule(s): its ports do not forward.",
                 missing.len(),
                 m.rules.len()
             );
             let finding = manifest_finding(m, Severity::Error, summary, missing);
             self.findings.push(Finding {
                 fix: Some(format!(
-                    "restart container {} (its createRuntime hook writes the rules again)",
-                    m.container_id
+                    "restart container {restart} (its createRuntime hook writes the rules again)"
                 )),
                 ..finding
             });

@@ -9,13 +9,14 @@ use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
 use crate::layout::{FILTER, TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
-use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA};
+use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
 use crate::portspec::{PortMapping, parse_mappings};
 use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
+use crate::sharing::{self, Joiner, Membership, Needs, NetnsId};
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
@@ -48,7 +49,6 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     let mappings = parse_mappings(spec)?;
     let keepers = check_listeners(input, &mappings)?;
     let addresses = container_addresses(input)?;
-    let rules = plan(ctx, input, &mappings, &addresses)?;
     let pid_start_time = match input.pid {
         Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
             id: input.id.clone(),
@@ -57,6 +57,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         None => None,
     };
     let locked = ctx.ledger.lock()?;
+    // The rules and the split between own and shared mappings are decided under the lock.
     let manifest = Manifest {
         schema: SCHEMA,
         container_id: input.id.clone(),
@@ -68,7 +69,11 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         phase: Phase::Installing,
         mappings,
         addresses,
-        rules,
+        rules: Vec::new(),
+        netns: input.pid.and_then(NetnsId::of_pid),
+        pod: sharing::pod_of(&input.annotations),
+        shares: Vec::new(),
+        shared_by: Vec::new(),
     };
     // Whatever happens once rules may have changed, on every way out: the flows that would
     // stay on an old path are forgotten, the forwards cache follows natledger's own
@@ -81,6 +86,15 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     ctx.netfilter.release_native();
     let manifest = result?;
     allow_loopback_sources(&manifest.mappings, &manifest.addresses);
+    for shared in &manifest.shares {
+        let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
+        eprintln!(
+            "natledger: {} shares {} with container {} (same network namespace)",
+            manifest.container_id,
+            mappings.join(","),
+            shared.holder
+        );
+    }
     Ok(Created::Installed {
         rules: manifest.rules.len(),
     })
@@ -96,8 +110,10 @@ struct AfterWrites {
     generation: Option<forwards::Before>,
 }
 
-/// create-runtime under the lock: other owners' forwards, claims, the manifest written
-/// ahead, the rules per family (rolled back on failure), the manifest as installed.
+/// create-runtime under the lock: the claims (dead holders, live ones, rules shared in one
+/// network namespace), the rules of the mappings this container holds itself, other owners'
+/// forwards, the manifest written ahead, the rules per family (rolled back on failure), the
+/// manifest as installed.
 fn install_locked(
     ctx: &Context,
     locked: &Locked,
@@ -107,15 +123,33 @@ fn install_locked(
     cache: &std::path::Path,
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
+    let claims = judge_claims(ctx, input, &manifest)?;
+    manifest.mappings.retain(|m| !claims.shares(m));
+    manifest.shares = claims.shared;
+    manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
     let families: Vec<Family> = Family::ALL
         .into_iter()
         .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
         .collect();
-    check_forwards(ctx, input, &manifest.mappings, &families, keepers)?;
+    if !manifest.mappings.is_empty() {
+        let keepers: Vec<(Listener, PortMapping)> = keepers
+            .iter()
+            .filter(|(_, m)| manifest.mappings.contains(m))
+            .cloned()
+            .collect();
+        check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?;
+    }
     after.generation = forwards::before_writes(&ctx.netfilter, cache);
-    after.stale_flows = release_claims(ctx, locked, input, &manifest.mappings)?;
+    after.stale_flows = release_dead(ctx, locked, claims.dead);
     fault::point(fault::CREATE_CLAIMS_RELEASED);
 
+    // The holders learn of this sharer before its manifest says it shares: a crash between
+    // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
+    for mut holder in claims.holders {
+        holder.shared_by.retain(|id| *id != input.id);
+        holder.shared_by.push(input.id.clone());
+        locked.store(&holder)?;
+    }
     locked.store(&manifest)?;
     fault::point(fault::CREATE_WRITTEN_AHEAD);
 
@@ -271,66 +305,132 @@ fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
     }
 }
 
-/// Enforce host-port claims: a live holder of the same address, port and protocol refuses
-/// the start; a dead holder's rules are removed first. An earlier manifest of this same
-/// container id (a retried create) is replaced the same way. Returns the UDP and SCTP flows
-/// of the forwards removed.
-fn release_claims(
-    ctx: &Context,
-    locked: &Locked,
-    input: &HookInput,
-    mappings: &[PortMapping],
-) -> Result<Vec<Flows>, Error> {
-    let mut dead = Vec::new();
+/// The host-port claims other manifests make on this container's mappings.
+struct Claims {
+    /// Manifests whose rules go first, and why: holders of a clashing port whose container
+    /// and sharers are all dead, and an earlier create of this same container.
+    dead: Vec<(Manifest, String)>,
+    /// Mappings this container shares with a live group in its network namespace.
+    shared: Vec<Shared>,
+    /// The holders of `shared`, to record this container in their `shared_by`.
+    holders: Vec<Manifest>,
+}
+
+impl Claims {
+    fn shares(&self, mapping: &PortMapping) -> bool {
+        self.shared.iter().any(|s| s.mappings.contains(mapping))
+    }
+}
+
+/// Judge host-port claims, changing nothing: a live holder of the same address, port and
+/// protocol refuses the start, unless this container is in the holder's network namespace
+/// (`crate::sharing`) and asks for the very same mapping, which it then shares; a holder whose
+/// container and sharers are all dead is marked for removal. An earlier manifest of this same
+/// container id (a retried create) is replaced the same way.
+fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claims, Error> {
+    let mut others = Vec::new();
     for entry in ctx.ledger.list()? {
-        let other = match entry {
-            Ok(m) => m,
-            Err(e) => {
-                eprintln!("natledger: warning: skipping {e}");
-                continue;
-            }
-        };
-        let same_container = other.container_id == input.id;
-        let clash = mappings
-            .iter()
-            .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
-        let alive = || other.alive();
-        if same_container {
+        match entry {
+            Ok(m) => others.push(m),
+            Err(e) => eprintln!("natledger: warning: skipping {e}"),
+        }
+    }
+    let liveness = Needs::judge(&others);
+    let joiner = Joiner {
+        netns: me.netns,
+        pod: me.pod.as_deref(),
+    };
+    let mut claims = Claims {
+        dead: Vec::new(),
+        shared: Vec::new(),
+        holders: Vec::new(),
+    };
+    for other in &others {
+        let id = &other.container_id;
+        if *id == input.id {
             // Ids are unique per runtime, not per host: a live container with this id and
             // another pid belongs to someone else (another runtime or namespace).
-            if other.pid != input.pid && alive() {
+            if other.pid != input.pid && liveness.alive(id) {
                 return Err(Error::IdInUse {
                     id: input.id.clone(),
                     pid: pid_text(other.pid),
                 });
             }
-            dead.push((other, "an earlier create of the same container".to_string()));
-        } else if let Some(mapping) = clash {
-            if alive() {
-                return Err(Error::PortClaimed {
+            claims.dead.push((
+                other.clone(),
+                "an earlier create of the same container".to_string(),
+            ));
+            continue;
+        }
+        let clashes: Vec<&PortMapping> = me
+            .mappings
+            .iter()
+            .filter(|m| other.mappings.iter().any(|o| m.conflicts_with(o)))
+            .collect();
+        let Some(first) = clashes.first() else {
+            continue;
+        };
+        if !liveness.needed(id) {
+            claims
+                .dead
+                .push((other.clone(), format!("dead holder of {first}")));
+            continue;
+        }
+        let mut members: Vec<&Manifest> = liveness.sharers(id).to_vec();
+        if liveness.alive(id) {
+            members.insert(0, other);
+        }
+        let keeper = members[0];
+        let membership = sharing::membership(&joiner, other, &members);
+        if membership != Membership::Same {
+            return Err(Error::PortClaimed {
+                mapping: (*first).clone(),
+                holder: keeper.container_id.clone(),
+                pid: pid_text(keeper.pid),
+                membership,
+            });
+        }
+        let mut shared = Vec::new();
+        for mapping in clashes {
+            if !other.mappings.contains(mapping) {
+                let held = other.mappings.iter().find(|o| mapping.conflicts_with(o));
+                return Err(Error::MappingDiffers {
                     mapping: mapping.clone(),
-                    holder: other.container_id,
-                    pid: pid_text(other.pid),
+                    held: held.expect("a clash has a mapping it clashes with").clone(),
+                    holder: id.clone(),
                 });
             }
-            dead.push((other, format!("dead holder of {mapping}")));
+            shared.push(mapping.clone());
         }
+        claims.shared.push(Shared {
+            holder: id.clone(),
+            mappings: shared,
+        });
+        claims.holders.push(other.clone());
     }
+    Ok(claims)
+}
+
+/// Remove the rules and manifests of the dead claims. Returns the UDP and SCTP flows of the
+/// forwards removed.
+fn release_dead(ctx: &Context, locked: &Locked, dead: Vec<(Manifest, String)>) -> Vec<Flows> {
     let mut flows = Vec::new();
     for (manifest, why) in dead {
         let id = manifest.container_id.clone();
         let removal = remove_container(ctx, locked, &id, Some(&manifest));
         flows.extend(removal.flows.iter().copied());
-        eprintln!(
-            "natledger: removed {} rule(s) of container {id} ({why})",
-            removal.removed
-        );
+        if removal.removed > 0 {
+            eprintln!(
+                "natledger: removed {} rule(s) of container {id} ({why})",
+                removal.removed
+            );
+        }
         if let Err(e) = settle(locked, &id, Some(manifest), removal) {
             // The new rules go first in the chain, so leftovers cannot shadow them.
             eprintln!("natledger: warning: {e}");
         }
     }
-    Ok(flows)
+    flows
 }
 
 fn pid_text(pid: Option<i32>) -> String {

@@ -1,6 +1,7 @@
 use super::*;
 use crate::exec::Invocation;
 use crate::ledger::Ledger;
+use crate::oci::ContainerId;
 use crate::ops::testing::*;
 
 fn stdin_of(inv: &Invocation) -> String {
@@ -136,4 +137,117 @@ fn no_annotation_runs_nothing() {
 #[test]
 fn tags_name_the_container() {
     assert_eq!(crate::layout::tag(&"abc".parse().unwrap()), "natledger:abc");
+}
+
+/// A hook input for container `id` of pod `pod`, whose process is this test's own: every such
+/// container is in one network namespace, and alive.
+fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str) -> HookInput {
+    let mut input = input(dir);
+    input.id = id.parse().unwrap();
+    input.pid = Some(std::process::id() as i32);
+    input
+        .annotations
+        .insert("io.natledger.ports".into(), ports.into());
+    input
+        .annotations
+        .insert(crate::oci::CRI_SANDBOX_ID.into(), pod.into());
+    input
+}
+
+#[test]
+fn containers_of_one_network_namespace_share_the_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = || Ledger::new(dir.path());
+    let nft = crate::backend::Backend::Nft;
+    let id = |s: &str| -> ContainerId { s.parse().unwrap() };
+
+    let script = Script::new(vec![ok("")]);
+    let ctx = Context::new(ledger(), nft, &script);
+    let sandbox = pod_member(dir.path(), "sandbox", "sandbox", "8080:80");
+    assert_eq!(
+        create_runtime(&ctx, &sandbox).unwrap(),
+        Created::Installed { rules: 4 }
+    );
+
+    // The app container asks for the same mapping: it shares, and runs nothing.
+    let script = Script::new(Vec::new());
+    let ctx = Context::new(ledger(), nft, &script);
+    let app = pod_member(dir.path(), "app", "sandbox", "8080:80");
+    assert_eq!(
+        create_runtime(&ctx, &app).unwrap(),
+        Created::Installed { rules: 0 }
+    );
+    assert!(script.calls.borrow().is_empty());
+    let app_manifest = ctx.ledger.load(&id("app")).unwrap().unwrap();
+    assert!(app_manifest.mappings.is_empty() && app_manifest.rules.is_empty());
+    assert_eq!(
+        app_manifest.shares,
+        [Shared {
+            holder: id("sandbox"),
+            mappings: parse_mappings("8080:80").unwrap(),
+        }]
+    );
+    assert_eq!(app_manifest.pod.as_deref(), Some("sandbox"));
+    assert!(app_manifest.netns.is_some());
+    let holder = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
+    assert_eq!(holder.shared_by, [id("app")]);
+    assert_eq!(holder.netns, app_manifest.netns);
+
+    // Another pod on the same network namespace (hostNetwork pods) does not share.
+    let err = create_runtime(&ctx, &pod_member(dir.path(), "other", "pod-2", "8080:80"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("held by live container sandbox") && err.ends_with("of another pod"),
+        "{err}"
+    );
+    // The same port mapped elsewhere in the same pod is refused, naming both mappings.
+    let err = create_runtime(&ctx, &pod_member(dir.path(), "app2", "sandbox", "8080:81"))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("8080:81") && err.contains("8080:80"), "{err}");
+    assert!(!ctx.ledger.has_manifest(&id("other")) && !ctx.ledger.has_manifest(&id("app2")));
+
+    // A sidecar with a port of its own: that one is its own rule, the shared one is shared.
+    let script = Script::new(vec![ok("")]);
+    let ctx = Context::new(ledger(), nft, &script);
+    let sidecar = pod_member(dir.path(), "sidecar", "sandbox", "8080:80,9090:90");
+    assert_eq!(
+        create_runtime(&ctx, &sidecar).unwrap(),
+        Created::Installed { rules: 4 }
+    );
+    let batch = stdin_of(&script.calls.borrow()[0]);
+    assert!(batch.contains("--dport 9090") && !batch.contains("--dport 8080"));
+    let m = ctx.ledger.load(&id("sidecar")).unwrap().unwrap();
+    assert_eq!(m.mappings, parse_mappings("9090:90").unwrap());
+    assert_eq!(m.shares[0].mappings, parse_mappings("8080:80").unwrap());
+    let holder = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
+    assert_eq!(holder.shared_by, [id("app"), id("sidecar")]);
+
+    // The holder's poststop keeps its rules while a sharer lives, and runs nothing.
+    let script = Script::new(Vec::new());
+    let ctx = Context::new(ledger(), nft, &script);
+    let stopped = |id: &str| crate::oci::State {
+        id: id.into(),
+        status: "stopped".into(),
+        pid: None,
+        bundle: Some(dir.path().into()),
+        annotations: None,
+    };
+    let kept = crate::ops::poststop(&ctx, &stopped("sandbox")).unwrap();
+    assert_eq!(
+        kept,
+        crate::ops::Removed::Kept {
+            rules: 4,
+            sharers: vec![id("app"), id("sidecar")],
+        }
+    );
+    assert!(ctx.ledger.has_manifest(&id("sandbox")));
+    // A sharer's poststop removes only its manifest while the holder's rules are needed.
+    assert_eq!(
+        crate::ops::poststop(&ctx, &stopped("app")).unwrap(),
+        crate::ops::Removed::Done { rules: 0 }
+    );
+    assert!(!ctx.ledger.has_manifest(&id("app")));
+    assert!(script.calls.borrow().is_empty());
 }

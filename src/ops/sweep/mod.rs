@@ -32,6 +32,7 @@ use crate::fault;
 use crate::layout::{FILTER, NAT, TABLES};
 use crate::ledger::{Ledger, Locked, Manifest, Phase, RuleRecord};
 use crate::procfs;
+use crate::sharing::Needs;
 
 use super::{Context, Error, flows};
 
@@ -132,6 +133,7 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
         unreadable: Vec::new(),
         temps: scan.temps,
     };
+    let mut readable = Vec::new();
     for scanned in scan.manifests {
         let manifest = match scanned.manifest {
             Ok(m) if scanned.id.as_ref() == Some(&m.container_id) => m,
@@ -172,19 +174,35 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
                 continue;
             }
         };
-        let alive = manifest.alive();
+        readable.push((scanned.path, manifest));
+    }
+    // A dead container's rules stay while a live container in its network namespace shares
+    // them (a pod's sandbox gone before its app containers).
+    let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
+        let liveness = Needs::judge(readable.iter().map(|(_, m)| m));
+        readable
+            .iter()
+            .map(|(_, m)| {
+                let id = &m.container_id;
+                let sharers = liveness.sharers(id).iter();
+                (
+                    liveness.alive(id),
+                    sharers.map(|s| s.container_id.to_string()).collect(),
+                )
+            })
+            .unzip()
+    };
+    for (((path, manifest), alive), kept_for) in readable.into_iter().zip(keep).zip(sharers) {
         let id = manifest.container_id.to_string();
+        let needed = alive || !kept_for.is_empty();
         report
             .containers
-            .push(ContainerReport::judged(&manifest, alive, &scanned.path));
-        if alive && !opts.all {
+            .push(ContainerReport::judged(&manifest, alive, kept_for, &path));
+        if needed && !opts.all {
             judged.claims.kept.insert(id);
         } else {
             judged.claims.dead.insert(id);
-            judged.doomed.push(Doomed {
-                path: scanned.path,
-                manifest,
-            });
+            judged.doomed.push(Doomed { path, manifest });
         }
     }
     Ok(judged)

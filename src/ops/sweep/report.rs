@@ -54,6 +54,10 @@ pub struct ContainerReport {
     pub state: Liveness,
     pub manifest: Fate,
     pub rules_removed: usize,
+    /// A dead container's rules kept because these live containers in its network namespace
+    /// share them (`crate::sharing`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_for: Vec<String>,
     /// The manifest file.
     #[serde(skip)]
     path: PathBuf,
@@ -87,7 +91,12 @@ pub struct TableReport {
 }
 
 impl ContainerReport {
-    pub(super) fn judged(manifest: &Manifest, alive: bool, path: &Path) -> Self {
+    pub(super) fn judged(
+        manifest: &Manifest,
+        alive: bool,
+        kept_for: Vec<String>,
+        path: &Path,
+    ) -> Self {
         ContainerReport {
             id: Some(manifest.container_id.to_string()),
             pid: manifest.pid,
@@ -98,6 +107,7 @@ impl ContainerReport {
             },
             manifest: Fate::Kept,
             rules_removed: 0,
+            kept_for,
             path: path.to_path_buf(),
         }
     }
@@ -109,6 +119,7 @@ impl ContainerReport {
             state: Liveness::Unreadable,
             manifest: Fate::Kept,
             rules_removed: 0,
+            kept_for: Vec::new(),
             path: path.to_path_buf(),
         }
     }
@@ -234,6 +245,15 @@ impl SweepReport {
                 Fate::WouldRemove => "manifest would be removed",
                 Fate::KeptIncomplete => "manifest kept: removal incomplete",
             };
+            if !c.kept_for.is_empty() && !self.all {
+                let _ = writeln!(
+                    out,
+                    "{state} container {id} (pid {pid}): rules kept, shared with live \
+                     container(s) {} in its network namespace",
+                    c.kept_for.join(", ")
+                );
+                continue;
+            }
             let _ = writeln!(
                 out,
                 "{state} container {id} (pid {pid}): {verb} {} rule(s), {fate}",

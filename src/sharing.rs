@@ -1,0 +1,184 @@
+//! Containers that share one network namespace and ask for the same ports.
+//!
+//! A Kubernetes pod (containerd and CRI-O copy the pod's annotations into the sandbox's spec
+//! and every app container's), a podman pod, Docker's `--network container:X` and runc bundles
+//! naming one netns path all put several containers in one network namespace. Where they ask
+//! for the same mapping, the rules exist once: the first container to ask installs them (the
+//! *holder*, whose tag they carry) and every later one in that namespace *shares* them. The
+//! rules stay while any of them lives, and go when the last one is gone, so an app
+//! container's stop or crash never cuts the pod's port.
+//!
+//! How sharing is recorded (see [`crate::ledger::Manifest`]):
+//!
+//! ```text
+//! containers/<holder>.json   mappings + rules (tagged natledger:<holder>), netns, pod,
+//!                            shared_by: [<sharer>, ...]   (a hint for the holder's poststop)
+//! containers/<sharer>.json   shares: [{holder, mappings}], netns, pod; its own mappings and
+//!                            rules only for ports no one in its namespace held before
+//! ```
+//!
+//! `shares` in the sharer's manifest is the truth; the holder's `shared_by` only spares its
+//! poststop a scan of every manifest (a name in it whose manifest is gone, dead or no longer
+//! shares means nothing).
+//!
+//! Membership is decided only on positive evidence, at the sharer's create-runtime: its
+//! network namespace (the device and inode of `/proc/<pid>/ns/net`) is the one a *live*
+//! member's process is in right now (a recorded inode alone could be a reused one), and the
+//! pod ids the CRI annotations give (containerd's `io.kubernetes.cri.sandbox-id`, CRI-O's
+//! `io.kubernetes.cri-o.SandboxID`) do not differ. A container in another namespace asking
+//! for a held port is refused, as before.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ledger::Manifest;
+use crate::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
+
+/// A network namespace: the device and inode of its nsfs file. Unique among the namespaces
+/// that exist at one moment; an inode may be reused once its namespace is gone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NetnsId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl NetnsId {
+    /// The network namespace `pid` is in now (`None` when it cannot be read).
+    pub fn of_pid(pid: i32) -> Option<NetnsId> {
+        let meta = std::fs::metadata(format!("/proc/{pid}/ns/net")).ok()?;
+        Some(NetnsId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        })
+    }
+}
+
+/// The pod a container belongs to, as containerd's or CRI-O's annotations name it (the
+/// sandbox's id; a sandbox names itself).
+pub fn pod_of(annotations: &HashMap<String, String>) -> Option<String> {
+    [CRI_SANDBOX_ID, CRIO_SANDBOX_ID]
+        .into_iter()
+        .find_map(|key| annotations.get(key))
+        .filter(|id| !id.is_empty())
+        .cloned()
+}
+
+/// Whose rules are still needed, judged over every readable manifest: a manifest's rules are
+/// needed while its container lives or while any live container shares them.
+pub struct Needs<'a> {
+    alive: HashMap<&'a ContainerId, bool>,
+    /// Holder → the live containers sharing its rules.
+    live_sharers: HashMap<&'a ContainerId, Vec<&'a Manifest>>,
+}
+
+impl<'a> Needs<'a> {
+    /// Judges every manifest once (procfs reads per manifest, not per question).
+    pub fn judge(manifests: impl IntoIterator<Item = &'a Manifest>) -> Needs<'a> {
+        let mut alive = HashMap::new();
+        let mut live_sharers: HashMap<&ContainerId, Vec<&Manifest>> = HashMap::new();
+        for m in manifests {
+            let lives = m.alive();
+            alive.insert(&m.container_id, lives);
+            if lives {
+                for shared in &m.shares {
+                    live_sharers.entry(&shared.holder).or_default().push(m);
+                }
+            }
+        }
+        Needs {
+            alive,
+            live_sharers,
+        }
+    }
+
+    /// Whether container `id`'s own process lives (a container without a readable manifest
+    /// counts as dead here; callers keep the rules of unreadable manifests themselves).
+    pub fn alive(&self, id: &ContainerId) -> bool {
+        self.alive.get(id).copied().unwrap_or(false)
+    }
+
+    /// The live containers that share `id`'s rules.
+    pub fn sharers(&self, id: &ContainerId) -> &[&'a Manifest] {
+        self.live_sharers.get(id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `id`'s rules must stay: it lives, or a live container shares them.
+    pub fn needed(&self, id: &ContainerId) -> bool {
+        self.alive(id) || !self.sharers(id).is_empty()
+    }
+}
+
+/// What a container about to be created knows about itself, to compare with a holder's group.
+pub struct Joiner<'a> {
+    pub netns: Option<NetnsId>,
+    pub pod: Option<&'a str>,
+}
+
+/// Whether a container about to be created is a member of a holder's live group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    /// In the network namespace a live member is in now, with no pod id saying otherwise.
+    Same,
+    /// Its network namespace is another one than every live member's.
+    OtherNamespace,
+    /// Its pod id differs from the group's (two pods on the host's network, say).
+    OtherPod,
+    /// Nothing to compare: no pid of its own, or no live member's namespace readable.
+    Unknown,
+}
+
+impl std::fmt::Display for Membership {
+    /// As the end of a sentence about the holder: " in another network namespace".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Membership::Same | Membership::Unknown => "",
+            Membership::OtherNamespace => " in another network namespace",
+            Membership::OtherPod => " of another pod",
+        })
+    }
+}
+
+/// Whether the joiner belongs to `holder`'s live group (`members`: the holder if it lives,
+/// and its live sharers).
+pub fn membership(joiner: &Joiner, holder: &Manifest, members: &[&Manifest]) -> Membership {
+    let pods_differ =
+        |m: &Manifest| matches!((joiner.pod, m.pod.as_deref()), (Some(a), Some(b)) if a != b);
+    if pods_differ(holder) || members.iter().any(|m| pods_differ(m)) {
+        return Membership::OtherPod;
+    }
+    let Some(netns) = joiner.netns else {
+        return Membership::Unknown;
+    };
+    let theirs: Vec<NetnsId> = members
+        .iter()
+        .filter_map(|m| m.pid)
+        .filter_map(NetnsId::of_pid)
+        .collect();
+    if theirs.contains(&netns) {
+        Membership::Same
+    } else if theirs.is_empty() {
+        Membership::Unknown
+    } else {
+        Membership::OtherNamespace
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_netns_is_read_and_pods_come_from_either_runtime() {
+        let me = std::process::id() as i32;
+        let mine = NetnsId::of_pid(me).expect("own netns");
+        assert_eq!(NetnsId::of_pid(me), Some(mine));
+        assert_eq!(NetnsId::of_pid(i32::MAX), None);
+        let map = |k: &str, v: &str| HashMap::from([(k.to_string(), v.to_string())]);
+        assert_eq!(pod_of(&map(CRI_SANDBOX_ID, "s1")).as_deref(), Some("s1"));
+        assert_eq!(pod_of(&map(CRIO_SANDBOX_ID, "s2")).as_deref(), Some("s2"));
+        assert_eq!(pod_of(&map(CRI_SANDBOX_ID, "")), None);
+        assert_eq!(pod_of(&HashMap::new()), None);
+    }
+}
