@@ -12,8 +12,9 @@ fi
 
 # Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2),
 # systemd-analyze for the unit files (systemd), and the real runtimes the end-to-end tests
-# run containers with: runc, podman (with conmon and the CNI plugins), Docker's daemon and
-# containerd, and busybox-static for the containers' root filesystem. nsenter is util-linux.
+# run containers with: runc, crun, podman (with conmon and the CNI plugins), Docker's daemon
+# and containerd, and busybox-static for the containers' root filesystem. nsenter and unshare
+# are util-linux.
 # conntrack (conntrack-tools) reads the conntrack table independently of natledger's ctnetlink.
 missing=()
 command -v iptables-legacy-save >/dev/null || missing+=(iptables)
@@ -22,8 +23,8 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v sysctl >/dev/null || missing+=(procps)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v conntrack >/dev/null || missing+=(conntrack)
-for pkg in runc busybox-static podman conmon containernetworking-plugins docker.io containerd \
-  util-linux tar; do
+for pkg in runc crun busybox-static podman conmon containernetworking-plugins docker.io \
+  containerd util-linux tar; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then

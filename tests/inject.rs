@@ -1,5 +1,5 @@
 //! `natledger inject`: the edit of a bundle's `config.json` that registers natledger's hooks
-//! for runc and crun (no container is run here; tests/runc.rs runs them).
+//! for runc and crun (no container is run here; tests/runc.rs and tests/crun.rs run them).
 
 mod common;
 
@@ -16,6 +16,7 @@ fn plain_bundle(dir: &Path) -> PathBuf {
     let bundle = dir.join("bundle");
     std::fs::create_dir_all(&bundle).expect("bundle dir");
     make_bundle(
+        Runtime::Runc,
         &bundle,
         Path::new("/usr/local/bin/net-hook"),
         7,

@@ -35,33 +35,13 @@ fn runc_container_is_forwarded_and_delete_restores_the_tables() {
             started.elapsed()
         );
         assert!(host.node.manifest_exists(&c.id), "{backend:?}: manifest");
-        let rules = host.rule_lines();
-        assert!(
-            rules
-                .iter()
-                .any(|l| l.contains(&c.id) && l.contains("10.77.0.2")),
-            "{backend:?}: a DNAT rule to 10.77.0.2 tagged {}:\n{}",
-            c.id,
-            rules.join("\n")
-        );
+        host.assert_dnat(&c.id, 2, "running");
 
         let id = c.id.clone();
         c.kill();
         c.delete();
         host.assert_restored(&id, "runc delete (poststop)");
-        for (what, ns, dst) in &paths(&host) {
-            assert!(
-                http_get(ns, *dst, T).is_err(),
-                "{backend:?} {what}: still answering after delete"
-            );
-        }
-        let list = host.runc(&["list", "-q"]);
-        assert_ok(&list, "runc list");
-        assert_eq!(
-            String::from_utf8_lossy(&list.stdout).trim(),
-            "",
-            "{backend:?}"
-        );
+        host.assert_closed("delete");
     });
 }
 
@@ -147,7 +127,7 @@ fn wrapper_runtime_injects_from_process_env_and_passes_the_rest_through() {
         let node = host.node.topo.node();
         let bundle = host.bundle_dir("wrapped");
         let ips = "10.77.0.3,fd77::3";
-        make_bundle(&bundle, &host.net_hook, 3, &body(3), |c| {
+        make_bundle(Runtime::Runc, &bundle, &host.net_hook, 3, &body(3), |c| {
             let env = c["process"]["env"]
                 .as_array_mut()
                 .expect("runc spec: process.env");
@@ -215,7 +195,7 @@ fn wrapper_runtime_injects_from_process_env_and_passes_the_rest_through() {
         let missing = host.id("missing");
         assert_eq!(
             through(&["state", &missing]).status.code(),
-            host.runc(&["state", &missing]).status.code(),
+            host.run(&["state", &missing]).status.code(),
             "{backend:?}: runc's exit status comes through"
         );
         assert_ok(&through(&["kill", &c.id, "KILL"]), "natledger-runtime kill");
