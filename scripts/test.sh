@@ -13,8 +13,8 @@ fi
 # Debian packages the tests use: both iptables backends (iptables), ip/netns (iproute2),
 # systemd-analyze for the unit files (systemd), and the real runtimes the end-to-end tests
 # run containers with: runc, crun, podman (with conmon and the CNI plugins), Docker's daemon
-# and containerd, and busybox-static for the containers' root filesystem. nsenter and unshare
-# are util-linux.
+# and containerd (with ctr, and the CNI plugins its CRI test uses), and busybox-static for the
+# containers' root filesystem (and the CRI test's images). nsenter and unshare are util-linux.
 # conntrack (conntrack-tools) reads the conntrack table independently of natledger's ctnetlink.
 missing=()
 command -v iptables-legacy-save >/dev/null || missing+=(iptables)
@@ -38,6 +38,27 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
   if [ "$(trap -p EXIT)" != "" ]; then rm -f "$policy"; trap - EXIT; fi
+fi
+# The CRI test's client (tests/cri/cri.py) speaks gRPC: grpcio, and grpcio-tools, which
+# generates its stubs from tests/cri/api.proto at test time. Pinned, and installed only when
+# these exact versions are not importable. Debian's own python3 refuses pip installs outside a
+# virtual environment (PEP 668) unless told; packages go to /usr/local, not apt's directories.
+grpc_pins=(grpcio==1.85.1 grpcio-tools==1.85.1)
+if ! python3 - "${grpc_pins[@]}" <<'EOF'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+try:
+    sys.exit(any(version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+except PackageNotFoundError:
+    sys.exit(1)
+EOF
+then
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+    "${grpc_pins[@]}"
 fi
 command -v cargo >/dev/null || { echo "scripts/test.sh: needs cargo (rustup)" >&2; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
