@@ -23,12 +23,14 @@
 #![allow(dead_code)]
 
 mod conntrack;
+mod containerd;
 mod daemons;
 mod dockerd;
 mod doctor;
 mod dumps;
 mod netns;
 mod node;
+mod ociimage;
 mod rootfs;
 mod runc;
 mod topology;
@@ -37,8 +39,8 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    conntrack::*, daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*, rootfs::*,
-    runc::*, topology::*, traffic::*,
+    conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*,
+    ociimage::*, rootfs::*, runc::*, topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;
