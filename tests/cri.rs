@@ -199,16 +199,37 @@ fn cri_pod_holds_its_port_from_sandbox_to_removal() {
 
         let t = Instant::now();
         let web = container("web", &HTTPD_ARGS, &[]);
-        start(&mut ctrd, &pod, &pod_config, &web, &what);
+        let web = start(&mut ctrd, &pod, &pod_config, &web, &what);
         let sidecar = container("sidecar", &WAIT_FOR_TERM, &[]);
         let sidecar = start(&mut ctrd, &pod, &pod_config, &sidecar, &what);
         let containers = t.elapsed();
         assert_answers(&node, &what);
         let with_pod = node.dump();
         assert_one_dnat(&with_pod, backend, &pod, &pod_ip, &what);
-        let pod_manifests = manifests(&node);
+        // Each app container has a manifest of its own that shares the sandbox's rules.
+        let mut pod_manifests = vec![pod.clone(), web.clone(), sidecar.clone()];
+        pod_manifests.sort();
+        let pod_manifests: Vec<String> = pod_manifests
+            .iter()
+            .map(|id| format!("{id}.json"))
+            .collect();
+        assert_eq!(manifests(&node), pod_manifests, "{what}");
+        for app in [&web, &sidecar] {
+            let shares = node.manifest(app)["shares"].clone();
+            assert_eq!(
+                shares,
+                serde_json::json!([{"holder": pod, "mappings": [
+                    {"host_ports": {"start": 18080, "end": 18080},
+                     "container_ports": {"start": 80, "end": 80}, "protocol": "tcp"}]}]),
+                "{what}: {app} shares the sandbox's mapping"
+            );
+        }
 
         stop_and_remove(&ctrd, &sidecar);
+        let pod_manifests: Vec<String> = pod_manifests
+            .into_iter()
+            .filter(|m| *m != format!("{sidecar}.json"))
+            .collect();
         assert_answers(&node, &format!("{what}, sidecar removed"));
         assert_eq!(
             node.dump(),

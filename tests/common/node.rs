@@ -119,6 +119,17 @@ impl Node {
             .exists()
     }
 
+    /// Container `id`'s manifest as JSON; panics if there is none.
+    pub fn manifest(&self, id: &str) -> serde_json::Value {
+        let path = self
+            .state_dir()
+            .join("containers")
+            .join(format!("{id}.json"));
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        serde_json::from_str(&text).expect("a manifest is JSON")
+    }
+
     /// Bring natledger's shared chains and jumps into being (they stay by design), so that a
     /// later create + poststop must leave the dump byte-for-byte as it was.
     pub fn warm_up(&self) {
