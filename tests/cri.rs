@@ -207,7 +207,7 @@ fn cri_pod_holds_its_port_from_sandbox_to_removal() {
         let with_pod = node.dump();
         assert_one_dnat(&with_pod, backend, &pod, &pod_ip, &what);
         // Each app container has a manifest of its own that shares the sandbox's rules.
-        let mut pod_manifests = vec![pod.clone(), web.clone(), sidecar.clone()];
+        let mut pod_manifests = [pod.clone(), web.clone(), sidecar.clone()];
         pod_manifests.sort();
         let pod_manifests: Vec<String> = pod_manifests
             .iter()
