@@ -237,3 +237,112 @@ fn runc_config_without_process_user_or_known_fields_is_forwarded() {
     c.delete();
     host.assert_restored(&id, "runc delete (poststop)");
 }
+
+/// Two runc containers in one network namespace (the second's config names the first's
+/// `/proc/PID/ns/net`, as a pod's containers join its sandbox), both asking for [`PORTS`]:
+/// the first installs the rules, the second shares them (one DNAT, tagged with the first).
+/// A third container in a namespace of its own asking for the port is refused and leaves
+/// nothing. The holder (a sleeper) is killed and deleted first: its rules stay, since the
+/// second container, the web server, lives in the namespace, and the port still answers;
+/// sweep keeps them too and `natledger list` says why. The second's delete takes them.
+#[test]
+fn runc_containers_in_one_network_namespace_share_the_port_until_the_last_goes() {
+    both(|backend| {
+        let host = Host::new(backend);
+        let what = format!("{backend:?}");
+
+        // The holder: a sleeper with the network hook's eth0 at 10.77.0.2.
+        let holder_bundle = host.bundle("holder", 2);
+        let path = holder_bundle.join("config.json");
+        let mut config = read_json(&path);
+        config["process"]["args"] = json!(["/bin/sleep", "3600"]);
+        write_json(&path, &config);
+        let holder = host.start("holder", &holder_bundle);
+        let holder_pid = holder.state()["pid"].as_u64().expect("holder pid");
+
+        // The web server joins the holder's network namespace: no network hook of its own.
+        let web_bundle = host.bundle("web", 2);
+        let path = web_bundle.join("config.json");
+        let mut config = read_json(&path);
+        for ns in config["linux"]["namespaces"].as_array_mut().unwrap() {
+            if ns["type"] == "network" {
+                ns["path"] = json!(format!("/proc/{holder_pid}/ns/net"));
+            }
+        }
+        let create = config["hooks"]["createRuntime"].as_array_mut().unwrap();
+        create.retain(|h| h["args"][0] != "net-hook");
+        write_json(&path, &config);
+        let web = host.start("web", &web_bundle);
+        host.assert_answers(2);
+        let rules = host.rule_lines();
+        let dnats: Vec<&String> = rules.iter().filter(|l| l.contains("-j DNAT")).collect();
+        assert_eq!(
+            dnats.len(),
+            2,
+            "{what}: one DNAT per family, the holder's: {rules:#?}"
+        );
+        assert!(
+            rules.iter().all(|l| l.contains(&holder.id)),
+            "{what}: {rules:#?}"
+        );
+        let shares = host.node.manifest(&web.id)["shares"].clone();
+        assert_eq!(shares[0]["holder"], json!(holder.id), "{what}: {shares}");
+        let with_pod = host.node.dump();
+
+        // Another namespace asking for the held port is refused and leaves nothing.
+        let other_bundle = host.bundle("other", 3);
+        let other_id = host.id("other");
+        let out = output(
+            host.command(&["run", "-d", "--bundle"])
+                .arg(&other_bundle)
+                .arg(&other_id),
+        );
+        let _ = host.run(&["delete", "-f", &other_id]);
+        let says = stderr(&out);
+        assert!(
+            !out.status.success()
+                && says.contains(&format!("held by live container {}", holder.id))
+                && says.contains("in another network namespace"),
+            "{what}: {says}"
+        );
+        assert!(!host.node.manifest_exists(&other_id), "{what}");
+        assert_eq!(host.node.dump(), with_pod, "{what}: the refused container");
+
+        // The holder goes first; the web server still serves the port through its rules.
+        let holder_id = holder.id.clone();
+        holder.kill();
+        holder.delete();
+        assert_eq!(
+            host.node.dump(),
+            with_pod,
+            "{what}: the holder's delete while a sharer lives"
+        );
+        assert!(host.node.manifest_exists(&holder_id), "{what}");
+        host.assert_answers(2);
+        let out = host.node.natledger(&["sweep"], "", &[]);
+        let swept = stdout_of(&out, "natledger sweep", "");
+        assert!(
+            swept.contains(&format!(
+                "dead container {holder_id} (pid {holder_pid}): rules kept, shared with live \
+                 container(s) {}",
+                web.id
+            )),
+            "{what}: {swept}"
+        );
+        assert_eq!(host.node.dump(), with_pod, "{what}: sweep keeps them");
+        let out = host.node.natledger(&["list"], "", &[]);
+        let listed = stdout_of(&out, "natledger list", "");
+        assert!(
+            listed.contains(&format!("dead (rules kept for {})", web.id)),
+            "{what}: {listed}"
+        );
+        host.assert_answers(2);
+
+        // The last member goes: so do the rules and both manifests.
+        let web_id = web.id.clone();
+        web.kill();
+        web.delete();
+        host.assert_restored(&web_id, "the last member's delete");
+        assert!(!host.node.manifest_exists(&holder_id), "{what}");
+    });
+}
