@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ledger::Manifest;
 use crate::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
+use crate::procfs;
 
 /// A network namespace: the device and inode of its nsfs file. Unique among the namespaces
 /// that exist at one moment; an inode may be reused once its namespace is gone.
@@ -151,11 +152,7 @@ pub fn membership(joiner: &Joiner, holder: &Manifest, members: &[&Manifest]) -> 
     let Some(netns) = joiner.netns else {
         return Membership::Unknown;
     };
-    let theirs: Vec<NetnsId> = members
-        .iter()
-        .filter_map(|m| m.pid)
-        .filter_map(NetnsId::of_pid)
-        .collect();
+    let theirs: Vec<NetnsId> = members.iter().filter_map(|m| current_netns(m)).collect();
     if theirs.contains(&netns) {
         Membership::Same
     } else if theirs.is_empty() {
@@ -163,6 +160,19 @@ pub fn membership(joiner: &Joiner, holder: &Manifest, members: &[&Manifest]) -> 
     } else {
         Membership::OtherNamespace
     }
+}
+
+/// The network namespace a member's process is in now: only for a pid recorded in this pid
+/// namespace (another one's pid numbers name other processes here), and only if the process
+/// still has its recorded start time after the read (the pid was not reused meanwhile).
+fn current_netns(member: &Manifest) -> Option<NetnsId> {
+    let pid = member.pid?;
+    if member.pid_namespace != procfs::pid_namespace() {
+        return None;
+    }
+    let netns = NetnsId::of_pid(pid)?;
+    let start = member.pid_start_time?;
+    (procfs::start_time(pid) == Some(start)).then_some(netns)
 }
 
 #[cfg(test)]

@@ -63,9 +63,18 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         None
     });
     fault::point(fault::POSTSTOP_LOCKED);
-    if let Some(m) = &manifest {
-        let sharers = live_sharers(ctx, m, &id);
-        if !sharers.is_empty() {
+    let sharers = manifest
+        .as_ref()
+        .map_or_else(Vec::new, |m| live_sharers(ctx, m, &id));
+    let holders: Vec<ContainerId> = manifest
+        .iter()
+        .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
+        .collect();
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let generation = forwards::before_writes(&ctx.netfilter, &cache);
+    let mut stale_flows = Vec::new();
+    let result = match manifest {
+        Some(m) if !sharers.is_empty() => {
             let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
             eprintln!(
                 "natledger: kept {} rule(s) of container {id}: live container(s) {} in its \
@@ -73,26 +82,40 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
                 m.rules.len(),
                 names.join(", ")
             );
-            return Ok(Removed::Kept {
+            Ok(Removed::Kept {
                 rules: m.rules.len(),
                 sharers,
-            });
+            })
         }
-    }
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let generation = forwards::before_writes(&ctx.netfilter, &cache);
-    let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
-    fault::point(fault::POSTSTOP_DELETED);
-    let mut stale_flows = removal.flows.clone();
-    let shares = manifest
-        .as_ref()
-        .map(|m| m.shares.clone())
-        .unwrap_or_default();
-    let result = settle(&locked, &id, manifest, removal);
-    // This container shared others' rules: a holder that is dead and has no other live
-    // sharer was kept for it, and goes now.
-    for shared in shares {
-        let holder = match ctx.ledger.load(&shared.holder) {
+        manifest => {
+            let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
+            fault::point(fault::POSTSTOP_DELETED);
+            stale_flows.extend(removal.flows.iter().copied());
+            settle(&locked, &id, manifest, removal)
+        }
+    };
+    release_holders(ctx, &locked, &id, holders, &mut stale_flows);
+    flows::forget(ctx, &stale_flows);
+    forwards::carry(&ctx.netfilter, &cache, generation);
+    ctx.netfilter.release_native();
+    result
+}
+
+/// The rules this stopped container shared: each holder that is dead and has no other live
+/// sharer was kept for it, and goes now; so, in turn, do the holders such a holder shared.
+fn release_holders(
+    ctx: &Context,
+    locked: &Locked,
+    stopped: &ContainerId,
+    mut queue: Vec<ContainerId>,
+    stale_flows: &mut Vec<Flows>,
+) {
+    let mut seen = std::collections::HashSet::new();
+    while let Some(holder_id) = queue.pop() {
+        if !seen.insert(holder_id.clone()) {
+            continue;
+        }
+        let holder = match ctx.ledger.load(&holder_id) {
             Ok(Some(holder)) => holder,
             Ok(None) => continue,
             Err(e) => {
@@ -100,37 +123,39 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
                 continue;
             }
         };
-        if holder.alive() || !live_sharers(ctx, &holder, &id).is_empty() {
+        if holder.alive() || !live_sharers(ctx, &holder, stopped).is_empty() {
             continue;
         }
-        let removal = remove_container(ctx, &locked, &holder.container_id, Some(&holder));
+        let removal = remove_container(ctx, locked, &holder_id, Some(&holder));
         stale_flows.extend(removal.flows.iter().copied());
-        eprintln!(
-            "natledger: removed {} rule(s) of container {} (its last sharer, {id}, stopped)",
-            removal.removed, holder.container_id
-        );
-        let holder_id = holder.container_id.clone();
-        if let Err(e) = settle(&locked, &holder_id, Some(holder), removal) {
+        if removal.removed > 0 {
+            eprintln!(
+                "natledger: removed {} rule(s) of container {holder_id} (kept for {stopped}, \
+                 its last live sharer)",
+                removal.removed
+            );
+        }
+        queue.extend(holder.shares.iter().map(|s| s.holder.clone()));
+        if let Err(e) = settle(locked, &holder_id, Some(holder), removal) {
             eprintln!("natledger: warning: {e}");
         }
     }
-    flows::forget(ctx, &stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, generation);
-    ctx.netfilter.release_native();
-    result
 }
 
-/// The live containers other than `except` that share `holder`'s rules: those its
-/// `shared_by` names whose manifest still says so.
+/// The containers other than `except` that may share `holder`'s rules and live: those its
+/// `shared_by` names whose manifest still says so and whose process lives, and, since
+/// nothing can be judged of them, those whose manifest cannot be read.
 fn live_sharers(ctx: &Context, holder: &Manifest, except: &ContainerId) -> Vec<ContainerId> {
     holder
         .shared_by
         .iter()
         .filter(|id| *id != except)
-        .filter_map(|id| ctx.ledger.load(id).ok().flatten())
-        .filter(|m| m.shares.iter().any(|s| s.holder == holder.container_id))
-        .filter(Manifest::alive)
-        .map(|m| m.container_id)
+        .filter(|id| match ctx.ledger.load(id) {
+            Ok(Some(m)) => m.alive() && m.shares.iter().any(|s| s.holder == holder.container_id),
+            Ok(None) => false,
+            Err(_) => true,
+        })
+        .cloned()
         .collect()
 }
 

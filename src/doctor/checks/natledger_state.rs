@@ -119,10 +119,13 @@ impl Checks<'_> {
             if missing.is_empty() {
                 continue;
             }
-            let (whose, restart) = if needs.alive(&m.container_id) {
+            let (whose, restart) = if needs.sharers(&m.container_id).is_empty() {
                 (
                     format!("Live container {}", m.container_id),
-                    m.container_id.to_string(),
+                    format!(
+                        "restart container {} (its createRuntime hook writes the rules again)",
+                        m.container_id
+                    ),
                 )
             } else {
                 let sharers: Vec<&str> = needs
@@ -136,7 +139,13 @@ impl Checks<'_> {
                         m.container_id,
                         sharers.join(", ")
                     ),
-                    sharers.join(" and "),
+                    format!(
+                        "stop every container of its network namespace ({}, {}) and start \
+                         them again: while one lives, a restarted one takes the recorded rules \
+                         over instead of writing them",
+                        m.container_id,
+                        sharers.join(", ")
+                    ),
                 )
             };
             let summary = format!(
@@ -146,9 +155,7 @@ impl Checks<'_> {
             );
             let finding = manifest_finding(m, Severity::Error, summary, missing);
             self.findings.push(Finding {
-                fix: Some(format!(
-                    "restart container {restart} (its createRuntime hook writes the rules again)"
-                )),
+                fix: Some(restart),
                 ..finding
             });
         }

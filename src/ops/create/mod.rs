@@ -123,15 +123,33 @@ fn install_locked(
     cache: &std::path::Path,
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
-    let claims = judge_claims(ctx, input, &manifest)?;
+    let mut claims = judge_claims(ctx, input, &manifest)?;
     manifest.mappings.retain(|m| !claims.shares(m));
-    manifest.shares = claims.shared;
+    manifest.shares = std::mem::take(&mut claims.shared);
     manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
+    // Restarted in the namespace whose live members share its rules: the rules stay where
+    // they are when they are exactly what it would write now, so those members' port is
+    // never cut; otherwise they are written again, and the members stay named.
+    let mut adopted = false;
+    if let Some(earlier) = claims.restarted.take() {
+        manifest.shared_by = earlier.shared_by.clone();
+        if earlier.phase == Phase::Installed && earlier.rules == manifest.rules {
+            claims.dead.retain(|(m, _)| m.container_id != input.id);
+            manifest.phase = Phase::Installed;
+            adopted = true;
+        } else {
+            eprintln!(
+                "natledger: warning: container {} restarts with other rules than those live \
+                 container(s) of its namespace share; they are written again",
+                input.id
+            );
+        }
+    }
     let families: Vec<Family> = Family::ALL
         .into_iter()
         .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
         .collect();
-    if !manifest.mappings.is_empty() {
+    if !manifest.mappings.is_empty() && !adopted {
         let keepers: Vec<(Listener, PortMapping)> = keepers
             .iter()
             .filter(|(_, m)| manifest.mappings.contains(m))
@@ -145,12 +163,11 @@ fn install_locked(
 
     // The holders learn of this sharer before its manifest says it shares: a crash between
     // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
-    for mut holder in claims.holders {
-        holder.shared_by.retain(|id| *id != input.id);
-        holder.shared_by.push(input.id.clone());
-        locked.store(&holder)?;
-    }
+    store_holders(locked, input, &claims.holders)?;
     locked.store(&manifest)?;
+    if adopted {
+        return Ok(manifest);
+    }
     fault::point(fault::CREATE_WRITTEN_AHEAD);
 
     // Written exactly as recorded: the transactions are built from the manifest's records.
@@ -305,6 +322,17 @@ fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
     }
 }
 
+/// Record this container in the `shared_by` of each holder whose rules it shares.
+fn store_holders(locked: &Locked, input: &HookInput, holders: &[Manifest]) -> Result<(), Error> {
+    for holder in holders {
+        let mut holder = holder.clone();
+        holder.shared_by.retain(|id| *id != input.id);
+        holder.shared_by.push(input.id.clone());
+        locked.store(&holder)?;
+    }
+    Ok(())
+}
+
 /// The host-port claims other manifests make on this container's mappings.
 struct Claims {
     /// Manifests whose rules go first, and why: holders of a clashing port whose container
@@ -314,6 +342,9 @@ struct Claims {
     shared: Vec<Shared>,
     /// The holders of `shared`, to record this container in their `shared_by`.
     holders: Vec<Manifest>,
+    /// This container's earlier manifest, when live containers of its namespace share its
+    /// rules (also in `dead`, unless its rules can be taken over as they are).
+    restarted: Option<Manifest>,
 }
 
 impl Claims {
@@ -344,6 +375,7 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
         dead: Vec::new(),
         shared: Vec::new(),
         holders: Vec::new(),
+        restarted: None,
     };
     for other in &others {
         let id = &other.container_id;
@@ -355,6 +387,25 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
                     id: input.id.clone(),
                     pid: pid_text(other.pid),
                 });
+            }
+            // A holder created again (a restart under the same id) while live containers of
+            // its namespace share its rules: they are still needed. In the same namespace it
+            // takes its rules over as they are (see `install_locked`); elsewhere it is
+            // refused, like anyone else asking for a held port.
+            let sharers = liveness.sharers(id);
+            if let Some(keeper) = sharers.first() {
+                let membership = sharing::membership(&joiner, other, sharers);
+                if membership != Membership::Same {
+                    return Err(Error::PortClaimed {
+                        mapping: other.mappings.first().cloned().unwrap_or_else(|| {
+                            me.mappings.first().expect("create has mappings").clone()
+                        }),
+                        holder: keeper.container_id.clone(),
+                        pid: pid_text(keeper.pid),
+                        membership,
+                    });
+                }
+                claims.restarted = Some(other.clone());
             }
             claims.dead.push((
                 other.clone(),
@@ -382,7 +433,9 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
         }
         let keeper = members[0];
         let membership = sharing::membership(&joiner, other, &members);
-        if membership != Membership::Same {
+        // Only a complete set of rules is shared (not one written ahead by a create that
+        // never finished, nor what a failed removal left).
+        if membership != Membership::Same || other.phase != Phase::Installed {
             return Err(Error::PortClaimed {
                 mapping: (*first).clone(),
                 holder: keeper.container_id.clone(),

@@ -251,3 +251,104 @@ fn containers_of_one_network_namespace_share_the_rules() {
     assert!(!ctx.ledger.has_manifest(&id("app")));
     assert!(script.calls.borrow().is_empty());
 }
+
+/// Container `id`'s recorded process is made another one (as after it exited).
+fn mark_dead(dir: &std::path::Path, id: &str) {
+    let ledger = Ledger::new(dir);
+    let locked = ledger.lock().unwrap();
+    let mut m = ledger.load(&id.parse().unwrap()).unwrap().unwrap();
+    m.pid_start_time = Some(1);
+    locked.store(&m).unwrap();
+}
+
+fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
+    crate::oci::State {
+        id: id.into(),
+        status: "stopped".into(),
+        pid: None,
+        bundle: Some(dir.into()),
+        annotations: None,
+    }
+}
+
+/// A holder created again under its id (a restart) while a container of its namespace
+/// shares its rules takes them over where they are: nothing is deleted or written, and its
+/// next poststop still keeps them for the sharer.
+#[test]
+fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let nft = crate::backend::Backend::Nft;
+    let id = |s: &str| -> ContainerId { s.parse().unwrap() };
+    let script = Script::new(vec![ok("")]);
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
+    create_runtime(&ctx, &pod_member(dir.path(), "app", "p", "8080:80")).unwrap();
+    let before = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
+    assert!(matches!(
+        crate::ops::poststop(&ctx, &stopped(dir.path(), "sandbox")).unwrap(),
+        crate::ops::Removed::Kept { .. }
+    ));
+    mark_dead(dir.path(), "sandbox");
+
+    let script = Script::new(Vec::new());
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let again = create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80"));
+    assert_eq!(again.unwrap(), Created::Installed { rules: 4 });
+    assert!(
+        script.calls.borrow().is_empty(),
+        "nothing deleted or written"
+    );
+    let after = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
+    assert_eq!(after.rules, before.rules);
+    assert_eq!(after.shared_by, [id("app")]);
+    assert_eq!(after.phase, Phase::Installed);
+    assert!(matches!(
+        crate::ops::poststop(&ctx, &stopped(dir.path(), "sandbox")).unwrap(),
+        crate::ops::Removed::Kept { .. }
+    ));
+}
+
+/// Sharing in a chain: the sandbox holds 8080, the sidecar shares it and holds 9090, `t`
+/// shares 9090. The sandbox stops first (kept for the sidecar). The sidecar's poststop keeps
+/// its own rules (`t` shares them) but releases the sandbox's, which only it still needed;
+/// `t`'s poststop, the last member's, takes the sidecar's.
+#[test]
+fn each_holder_goes_with_the_last_member_that_needed_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nft = crate::backend::Backend::Nft;
+    let id = |s: &str| -> ContainerId { s.parse().unwrap() };
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
+    create_runtime(
+        &ctx,
+        &pod_member(dir.path(), "sidecar", "p", "8080:80,9090:90"),
+    )
+    .unwrap();
+    create_runtime(&ctx, &pod_member(dir.path(), "t", "p", "9090:90")).unwrap();
+    let poststop = |id: &str| {
+        let script = Script::new(vec![ok(""), ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), id)).unwrap();
+        mark_dead(dir.path(), id);
+        let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
+        (removed, deleted)
+    };
+    let (removed, deleted) = poststop("sandbox");
+    assert!(matches!(removed, crate::ops::Removed::Kept { .. }) && deleted.is_empty());
+    let (removed, deleted) = poststop("sidecar");
+    assert!(matches!(removed, crate::ops::Removed::Kept { .. }));
+    assert!(!ctx.ledger.has_manifest(&id("sandbox")));
+    let only = |deleted: &[String], tag: &str| {
+        !deleted.is_empty() && deleted.iter().all(|d| d.contains(tag) && d.contains("-D "))
+    };
+    assert!(only(&deleted, "natledger:sandbox"), "{deleted:#?}");
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    crate::ops::poststop(&ctx, &stopped(dir.path(), "t")).unwrap();
+    for gone in ["t", "sidecar", "sandbox"] {
+        assert!(!ctx.ledger.has_manifest(&id(gone)), "{gone}'s manifest");
+    }
+    let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
+    assert!(only(&deleted, "natledger:sidecar"), "{deleted:#?}");
+}

@@ -134,6 +134,7 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
         temps: scan.temps,
     };
     let mut readable = Vec::new();
+    let mut unreadable_ids: HashSet<String> = HashSet::new();
     for scanned in scan.manifests {
         let manifest = match scanned.manifest {
             Ok(m) if scanned.id.as_ref() == Some(&m.container_id) => m,
@@ -152,6 +153,7 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
                     }
                     Err(e) => e.to_string(),
                 };
+                unreadable_ids.extend(ids.iter().cloned());
                 if !opts.all {
                     judged.claims.kept.extend(ids.iter().cloned());
                     let tags: Vec<String> =
@@ -177,7 +179,8 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
         readable.push((scanned.path, manifest));
     }
     // A dead container's rules stay while a live container in its network namespace shares
-    // them (a pod's sandbox gone before its app containers).
+    // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
+    // read may (named in `shared_by`: what it shares is unknown).
     let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
         let liveness = Needs::judge(readable.iter().map(|(_, m)| m));
         readable
@@ -185,9 +188,13 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
             .map(|(_, m)| {
                 let id = &m.container_id;
                 let sharers = liveness.sharers(id).iter();
+                let maybe = m.shared_by.iter().map(ToString::to_string);
                 (
                     liveness.alive(id),
-                    sharers.map(|s| s.container_id.to_string()).collect(),
+                    sharers
+                        .map(|s| s.container_id.to_string())
+                        .chain(maybe.filter(|s| unreadable_ids.contains(s)))
+                        .collect(),
                 )
             })
             .unzip()
