@@ -53,18 +53,10 @@ fn stop_and_remove(ctrd: &Containerd, id: &str) {
     ctrd.cri_ok(&["rm", id]);
 }
 
-/// The DNAT rules of [`HOST_PORT`] in a [`dump_all`] dump, every backend and family.
-fn dnats(dump: &str) -> Vec<&str> {
-    let port = format!("--dport {HOST_PORT} ");
-    dump.lines()
-        .filter(|l| l.contains(&port) && l.contains("-j DNAT"))
-        .collect()
-}
-
 /// Asserts that `dump` holds exactly one DNAT for the port, in `backend`'s IPv4 nat table,
 /// to `pod_ip`:80, tagged with `owner`.
 fn assert_one_dnat(dump: &str, backend: Backend, owner: &str, pod_ip: &str, what: &str) {
-    let rules = dnats(dump);
+    let rules = dnats(dump, HOST_PORT);
     assert_eq!(
         rules.len(),
         1,
@@ -107,18 +99,6 @@ fn assert_closed(node: &Node, what: &str) {
     );
 }
 
-/// The manifests in natledger's state directory (file names).
-fn manifests(node: &Node) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(node.state_dir().join("containers"))
-        .map(|d| {
-            d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 /// The ids ListPodSandbox / ListContainers report.
 fn listed(ctrd: &Containerd, command: &str, field: &str) -> Vec<String> {
     let list: Value = serde_json::from_str(&ctrd.cri_ok(&[command])).unwrap();
@@ -143,7 +123,7 @@ fn assert_all_gone(node: &Node, mut ctrd: Containerd, before: &str, what: &str) 
         "{what}: the tables after the pod is removed"
     );
     assert_eq!(
-        manifests(node),
+        node.manifests(),
         Vec::<String>::new(),
         "{what}: manifests left"
     );
@@ -195,7 +175,7 @@ fn cri_pod_holds_its_port_from_sandbox_to_removal() {
         let run_pod = t.elapsed();
         let pod_ip = ctrd.pod_ip(&pod);
         assert_one_dnat(&node.dump(), backend, &pod, &pod_ip, &what);
-        assert_eq!(manifests(&node), [format!("{pod}.json")], "{what}");
+        assert_eq!(node.manifests(), [format!("{pod}.json")], "{what}");
 
         let t = Instant::now();
         let web = container("web", &HTTPD_ARGS, &[]);
@@ -213,7 +193,7 @@ fn cri_pod_holds_its_port_from_sandbox_to_removal() {
             .iter()
             .map(|id| format!("{id}.json"))
             .collect();
-        assert_eq!(manifests(&node), pod_manifests, "{what}");
+        assert_eq!(node.manifests(), pod_manifests, "{what}");
         for app in [&web, &sidecar] {
             let shares = node.manifest(app)["shares"].clone();
             assert_eq!(
@@ -252,7 +232,7 @@ fn cri_pod_holds_its_port_from_sandbox_to_removal() {
             "{what}: the refused pod changed the tables"
         );
         assert_eq!(
-            manifests(&node),
+            node.manifests(),
             pod_manifests,
             "{what}: the refused pod's manifest"
         );
@@ -300,7 +280,7 @@ fn cri_container_annotations_give_only_that_container_its_port() {
         let sidecar = start(&mut ctrd, &pod, &pod_config, &sidecar, &what);
         assert_answers(&node, &what);
         assert_one_dnat(&node.dump(), backend, &web, &pod_ip, &what);
-        assert_eq!(manifests(&node), [format!("{web}.json")], "{what}");
+        assert_eq!(node.manifests(), [format!("{web}.json")], "{what}");
 
         stop_and_remove(&ctrd, &sidecar);
         assert_answers(&node, &format!("{what}, sidecar removed"));

@@ -168,6 +168,176 @@ fn docker_wrapper_runtime_forwards_and_rm_removes() {
     });
 }
 
+/// `docker run -d --runtime natledger OPTIONS IMAGE` of a process that waits for SIGTERM, with
+/// `NATLEDGER_PORTS=8080:80` and `NATLEDGER_IP` (as a user gives every container of the group
+/// the same variables); the output of `docker run`.
+fn run_waiter(dockerd: &Dockerd, options: &[&str]) -> std::process::Output {
+    let ip = format!("NATLEDGER_IP={CONTAINER_IP}");
+    let mut args = vec!["run", "-d", "--runtime", "natledger"];
+    args.extend_from_slice(options);
+    args.extend_from_slice(&["-e", "NATLEDGER_PORTS=8080:80", "-e", &ip, IMAGE]);
+    args.extend_from_slice(&WAIT_FOR_TERM);
+    dockerd.run(&args)
+}
+
+/// [`run_waiter`] in container `x`'s network namespace (`--network container:X`); its id.
+fn join(dockerd: &mut Dockerd, x: &str) -> String {
+    let network = format!("container:{x}");
+    let out = run_waiter(dockerd, &["--network", &network]);
+    let id = container_id(
+        stdout_of(&out, "docker run --network container:X", ""),
+        "docker",
+    );
+    dockerd.own.ids.push(id.clone());
+    id
+}
+
+/// Docker's `--network container:X`: X (`--network none`, the forward to the stand-in at
+/// `NATLEDGER_IP`) installs 8080; Y in X's namespace asking for the same mapping starts and
+/// shares X's rules (one DNAT, the manifests say so); `docker rm -f Y` changes nothing. Z in
+/// a namespace of its own asking for 8080 is refused naming X "in another network namespace"
+/// and leaves nothing. With another Y running, `docker stop X`: Docker keeps Y running, X's
+/// poststop keeps its rules and manifest, the forward still reaches the server, and so after
+/// `docker rm X` (Docker allows it); `docker rm -f Y` (the last member) removes them: the
+/// tables as before X, no manifest. The stand-in namespace serves at `NATLEDGER_IP` (the
+/// containers have no network), so the traffic proves the rules, not the containers.
+#[test]
+fn docker_network_container_shares_the_forward_until_the_last_goes() {
+    both(|backend| {
+        let started = Instant::now();
+        let mut node = Node::new(backend);
+        let what = format!("docker --network container:, {backend:?}");
+        let stand_in = node.topo.add_container(5);
+        let _server = serve_tcp(&stand_in.ns, stand_in.sock_v4(80), "c5 tcp");
+        node.warm_up();
+        let mut dockerd = Dockerd::start(&node, &DockerdOptions::default());
+        let tarball = image_tarball(node.dir.path());
+        dockerd.ok(&["import", &tarball.display().to_string(), IMAGE]);
+        let before = node.dump();
+        let ext = node.topo.ext().to_string();
+        let reaches = || tcp_request(&ext, sock(NODE_V4, 8080), T).ok();
+        let dest = format!("{CONTAINER_IP}:80");
+
+        let x = dockerd.start_container(&[
+            "-e",
+            "NATLEDGER_PORTS=8080:80",
+            "-e",
+            &format!("NATLEDGER_IP={CONTAINER_IP}"),
+        ]);
+        let with_x = node.dump();
+        assert_forward(&with_x, backend, &x, 8080, &dest);
+        let y = join(&mut dockerd, &x);
+        assert_eq!(node.dump(), with_x, "{what}: Y's start changed the tables");
+        assert_eq!(dnats(&with_x, 8080).len(), 1, "{what}: DNATs:\n{with_x}");
+        let mut expected = vec![format!("{x}.json"), format!("{y}.json")];
+        expected.sort();
+        assert_eq!(node.manifests(), expected, "{what}: manifests");
+        let mapping = serde_json::json!([{"host_ports": {"start": 8080, "end": 8080},
+            "container_ports": {"start": 80, "end": 80}, "protocol": "tcp"}]);
+        let shares_x = serde_json::json!([{"holder": x, "mappings": mapping}]);
+        assert_eq!(
+            node.manifest(&y)["shares"],
+            shares_x,
+            "{what}: Y's manifest"
+        );
+        assert_eq!(node.manifest(&x)["shared_by"], serde_json::json!([y]));
+        assert_eq!(reaches().as_deref(), Some("c5 tcp"), "{what}: with Y");
+
+        dockerd.ok(&["rm", "--force", &y]);
+        assert!(!node.manifest_exists(&y), "{what}: Y's manifest after rm");
+        assert_eq!(
+            node.dump(),
+            with_x,
+            "{what}: Y's removal changed the tables"
+        );
+        assert_eq!(reaches().as_deref(), Some("c5 tcp"), "{what}: Y removed");
+
+        // Another network namespace asking for the held port.
+        let refused = run_waiter(&dockerd, &["--network", "none"]);
+        let says = stderr(&refused);
+        assert!(
+            !refused.status.success()
+                && says.contains(&format!(
+                    "host port 8080:80/tcp is held by live container {x}"
+                ))
+                && says.contains("in another network namespace"),
+            "{what}: Z in its own namespace is refused naming X: {}",
+            show(&refused)
+        );
+        dockerd.ok(&["container", "prune", "--force"]);
+        assert_eq!(
+            node.dump(),
+            with_x,
+            "{what}: the refused Z changed the tables"
+        );
+        assert_eq!(node.manifests(), [format!("{x}.json")], "{what}: after Z");
+
+        // The holder stops while a member lives.
+        let y = join(&mut dockerd, &x);
+        let t = Instant::now();
+        dockerd.ok(&["stop", "--time", "0", &x]);
+        let stop_time = t.elapsed();
+        // containerd removes the bundle after `runc delete`, which ran X's poststop.
+        let bundle = dockerd
+            .own
+            .dir
+            .join("exec/containerd/daemon/io.containerd.runtime.v2.task/moby")
+            .join(&x);
+        assert!(poll(T, || !bundle.exists()), "{what}: X's task stays");
+        let y_running = dockerd.ok(&["inspect", "--format", "{{.State.Running}}", &y]);
+        eprintln!("{what}: after `docker stop X`, Y running: {y_running}");
+        assert_eq!(y_running, "true", "{what}: Docker stopped Y with X");
+        assert_eq!(node.dump(), with_x, "{what}: X's stop changed the tables");
+        // `shared_by` is a hint: the first Y's name may stay in it.
+        let shared_by = node.manifest(&x)["shared_by"].clone();
+        assert!(
+            shared_by
+                .as_array()
+                .is_some_and(|s| s.contains(&y.as_str().into())),
+            "{what}: X's manifest after its stop: shared_by {shared_by}"
+        );
+        assert_eq!(reaches().as_deref(), Some("c5 tcp"), "{what}: X stopped");
+        // Docker removes X while Y lives in its namespace; X's rules stay for Y.
+        dockerd.ok(&["rm", &x]);
+        assert_eq!(
+            node.dump(),
+            with_x,
+            "{what}: `docker rm X` changed the tables"
+        );
+        assert!(
+            node.manifest_exists(&x),
+            "{what}: X's manifest after docker rm X"
+        );
+        assert_eq!(reaches().as_deref(), Some("c5 tcp"), "{what}: X removed");
+
+        let t = Instant::now();
+        dockerd.ok(&["rm", "--force", &y]);
+        let rm_time = t.elapsed();
+        assert_eq!(node.manifests(), Vec::<String>::new(), "{what}: manifests");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{what}: the tables after the last member"
+        );
+        assert!(
+            tcp_request(&ext, sock(NODE_V4, 8080), Duration::from_secs(1)).is_err(),
+            "{what}: still forwarded after the last member"
+        );
+        let ps = dockerd.ok(&["ps", "--all", "--quiet"]);
+        assert!(ps.is_empty(), "{what}: containers left: {ps}");
+        dockerd
+            .stop()
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{}", dockerd.log()));
+        dockerd.own.assert_clean(T);
+        drop(dockerd);
+        eprintln!(
+            "{what}: docker stop X {stop_time:?}, docker rm -f Y (last) {rm_time:?}, \
+             whole test {:?}",
+            started.elapsed()
+        );
+    });
+}
+
 /// runc's stderr without its log timestamps (`time="..."`), which differ between two runs.
 fn without_timestamps(stderr: &[u8]) -> String {
     String::from_utf8_lossy(stderr)

@@ -124,6 +124,15 @@ pub fn container_rules(dump: &str) -> Vec<(&str, &str)> {
     found
 }
 
+/// The DNAT rules of `host_port` in a [`super::dump_all`] dump, any owner, every backend and
+/// family.
+pub fn dnats(dump: &str, host_port: u16) -> Vec<&str> {
+    let port = format!("--dport {host_port} ");
+    dump.lines()
+        .filter(|l| l.contains(&port) && l.contains("-j DNAT"))
+        .collect()
+}
+
 /// Asserts that `dump` forwards `host_port` to `dest` for container `id`, in `backend`'s IPv4
 /// tables, and holds no rule of any other container nor any elsewhere.
 pub fn assert_forward(dump: &str, backend: Backend, id: &str, host_port: u16, dest: &str) {

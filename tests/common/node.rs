@@ -119,6 +119,19 @@ impl Node {
             .exists()
     }
 
+    /// The manifests in the state directory (file names, sorted).
+    pub fn manifests(&self) -> Vec<String> {
+        let dir = self.state_dir().join("containers");
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .map(|d| {
+                d.filter_map(|e| Some(e.ok()?.file_name().to_string_lossy().into_owned()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+
     /// Container `id`'s manifest as JSON; panics if there is none.
     pub fn manifest(&self, id: &str) -> serde_json::Value {
         let path = self
