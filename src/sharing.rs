@@ -28,6 +28,7 @@
 //! `io.kubernetes.cri-o.SandboxID`) do not differ. A container in another namespace asking
 //! for a held port is refused, as before.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 
@@ -67,42 +68,54 @@ pub fn pod_of(annotations: &HashMap<String, String>) -> Option<String> {
 }
 
 /// Whose rules are still needed, judged over every readable manifest: a manifest's rules are
-/// needed while its container lives or while any live container shares them.
+/// needed while its container lives or while any live container shares them. Liveness is
+/// read from procfs only when asked, once per container: create asks about the few
+/// manifests that claim its ports, not about every container on the host.
 pub struct Needs<'a> {
-    alive: HashMap<&'a ContainerId, bool>,
-    /// Holder → the live containers sharing its rules.
-    live_sharers: HashMap<&'a ContainerId, Vec<&'a Manifest>>,
+    by_id: HashMap<&'a ContainerId, &'a Manifest>,
+    /// Holder → the containers whose manifests say they share its rules (alive or not).
+    sharing: HashMap<&'a ContainerId, Vec<&'a Manifest>>,
+    alive: RefCell<HashMap<&'a ContainerId, bool>>,
 }
 
 impl<'a> Needs<'a> {
-    /// Judges every manifest once (procfs reads per manifest, not per question).
     pub fn judge(manifests: impl IntoIterator<Item = &'a Manifest>) -> Needs<'a> {
-        let mut alive = HashMap::new();
-        let mut live_sharers: HashMap<&ContainerId, Vec<&Manifest>> = HashMap::new();
+        let mut by_id = HashMap::new();
+        let mut sharing: HashMap<&ContainerId, Vec<&Manifest>> = HashMap::new();
         for m in manifests {
-            let lives = m.alive();
-            alive.insert(&m.container_id, lives);
-            if lives {
-                for shared in &m.shares {
-                    live_sharers.entry(&shared.holder).or_default().push(m);
-                }
+            by_id.insert(&m.container_id, m);
+            for shared in &m.shares {
+                sharing.entry(&shared.holder).or_default().push(m);
             }
         }
         Needs {
-            alive,
-            live_sharers,
+            by_id,
+            sharing,
+            alive: RefCell::new(HashMap::new()),
         }
     }
 
     /// Whether container `id`'s own process lives (a container without a readable manifest
     /// counts as dead here; callers keep the rules of unreadable manifests themselves).
     pub fn alive(&self, id: &ContainerId) -> bool {
-        self.alive.get(id).copied().unwrap_or(false)
+        let Some((key, manifest)) = self.by_id.get_key_value(id) else {
+            return false;
+        };
+        *self
+            .alive
+            .borrow_mut()
+            .entry(key)
+            .or_insert_with(|| manifest.alive())
     }
 
     /// The live containers that share `id`'s rules.
-    pub fn sharers(&self, id: &ContainerId) -> &[&'a Manifest] {
-        self.live_sharers.get(id).map_or(&[], Vec::as_slice)
+    pub fn sharers(&self, id: &ContainerId) -> Vec<&'a Manifest> {
+        self.sharing.get(id).map_or_else(Vec::new, |all| {
+            all.iter()
+                .copied()
+                .filter(|m| self.alive(&m.container_id))
+                .collect()
+        })
     }
 
     /// Whether `id`'s rules must stay: it lives, or a live container shares them.

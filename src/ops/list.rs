@@ -28,7 +28,7 @@ pub fn list(ledger: &Ledger) -> Result<Vec<Result<ListEntry, LedgerError>>, Ledg
         .map(|m| {
             m.as_ref().map_err(|_| ()).map(|m| {
                 let id = &m.container_id;
-                let sharers = needs.sharers(id).iter();
+                let sharers = needs.sharers(id).into_iter();
                 (
                     needs.alive(id),
                     sharers.map(|s| s.container_id.clone()).collect(),

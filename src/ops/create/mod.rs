@@ -366,7 +366,7 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
             Err(e) => eprintln!("natledger: warning: skipping {e}"),
         }
     }
-    let liveness = Needs::judge(&others);
+    let needs = Needs::judge(&others);
     let joiner = Joiner {
         netns: me.netns,
         pod: me.pod.as_deref(),
@@ -382,7 +382,7 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
         if *id == input.id {
             // Ids are unique per runtime, not per host: a live container with this id and
             // another pid belongs to someone else (another runtime or namespace).
-            if other.pid != input.pid && liveness.alive(id) {
+            if other.pid != input.pid && needs.alive(id) {
                 return Err(Error::IdInUse {
                     id: input.id.clone(),
                     pid: pid_text(other.pid),
@@ -392,9 +392,9 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
             // its namespace share its rules: they are still needed. In the same namespace it
             // takes its rules over as they are (see `install_locked`); elsewhere it is
             // refused, like anyone else asking for a held port.
-            let sharers = liveness.sharers(id);
+            let sharers = needs.sharers(id);
             if let Some(keeper) = sharers.first() {
-                let membership = sharing::membership(&joiner, other, sharers);
+                let membership = sharing::membership(&joiner, other, &sharers);
                 if membership != Membership::Same {
                     return Err(Error::PortClaimed {
                         mapping: other.mappings.first().cloned().unwrap_or_else(|| {
@@ -421,14 +421,14 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
         let Some(first) = clashes.first() else {
             continue;
         };
-        if !liveness.needed(id) {
+        if !needs.needed(id) {
             claims
                 .dead
                 .push((other.clone(), format!("dead holder of {first}")));
             continue;
         }
-        let mut members: Vec<&Manifest> = liveness.sharers(id).to_vec();
-        if liveness.alive(id) {
+        let mut members: Vec<&Manifest> = needs.sharers(id);
+        if needs.alive(id) {
             members.insert(0, other);
         }
         let keeper = members[0];

@@ -182,15 +182,15 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
     // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
     // read may (named in `shared_by`: what it shares is unknown).
     let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
-        let liveness = Needs::judge(readable.iter().map(|(_, m)| m));
+        let needs = Needs::judge(readable.iter().map(|(_, m)| m));
         readable
             .iter()
             .map(|(_, m)| {
                 let id = &m.container_id;
-                let sharers = liveness.sharers(id).iter();
+                let sharers = needs.sharers(id).into_iter();
                 let maybe = m.shared_by.iter().map(ToString::to_string);
                 (
-                    liveness.alive(id),
+                    needs.alive(id),
                     sharers
                         .map(|s| s.container_id.to_string())
                         .chain(maybe.filter(|s| unreadable_ids.contains(s)))
