@@ -44,7 +44,6 @@ const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 const CRI_PY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cri/cri.py");
 const SNIPPET_BEGIN: &str = "<!-- containerd-config:begin -->";
 const SNIPPET_END: &str = "<!-- containerd-config:end -->";
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const T: Duration = Duration::from_secs(10);
 
@@ -125,35 +124,9 @@ impl Containerd {
             had_run_containerd,
             _one_at_a_time: one_at_a_time,
         };
-        containerd.wait_ready();
+        containerd.wait_started();
         containerd.import_images();
         containerd
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                panic!(
-                    "containerd exited while starting ({status}):\n{}",
-                    self.log()
-                );
-            }
-            if self.socket().exists() && self.cri(&["version"]).status.success() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "containerd's CRI did not answer within {START_TIMEOUT:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
     }
 
     /// Both images in one archive, imported into the CRI's namespace `k8s.io`.
@@ -189,10 +162,6 @@ impl Containerd {
 
     pub fn socket(&self) -> PathBuf {
         self.own.dir.join("containerd.sock")
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.own.dir.join("containerd.log")).unwrap_or_default()
     }
 
     /// `python3 tests/cri/cri.py --socket … ARGS` (a client needs no namespace).
@@ -490,4 +459,20 @@ plugin_dir = "{d}/plugins"
 {}"#,
         snippet.replace(README_BINARY, &wrapper)
     )
+}
+
+impl Daemon for Containerd {
+    const NAME: &'static str = "containerd's CRI";
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
+    }
+
+    fn answers(&self) -> bool {
+        self.socket().exists() && self.cri(&["version"]).status.success()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.own.dir.join("containerd.log")).unwrap_or_default()
+    }
 }

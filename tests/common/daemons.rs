@@ -183,6 +183,47 @@ pub fn poll(timeout: Duration, mut ready: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// How long a daemon may take to answer ([`Daemon::wait_started`]).
+pub const DAEMON_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A daemon a test started (dockerd, containerd), which its `Drop` stops.
+pub trait Daemon {
+    const NAME: &'static str;
+    /// The daemon's process; `None` once it has exited.
+    fn child(&mut self) -> &mut Option<std::process::Child>;
+    /// Whether it answers requests yet.
+    fn answers(&self) -> bool;
+    fn log(&self) -> String;
+
+    /// Waits until the daemon answers, polling every 100 ms. Panics with its log if it exits
+    /// first or does not answer within [`DAEMON_START_TIMEOUT`] (it is still running then,
+    /// for `Drop` to stop).
+    fn wait_started(&mut self) {
+        let deadline = Instant::now() + DAEMON_START_TIMEOUT;
+        loop {
+            let child = self.child();
+            if let Some(status) = child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                *child = None;
+                panic!(
+                    "{} exited while starting ({status}):\n{}",
+                    Self::NAME,
+                    self.log()
+                );
+            }
+            if self.answers() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not answer within {DAEMON_START_TIMEOUT:?}:\n{}",
+                Self::NAME,
+                self.log()
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 /// Processes (pid, command line) whose command line names `needle` (e.g. a test's own
 /// temporary directory), or whose cgroup path does (e.g. a container id); this process excepted.
 pub fn processes_naming(needle: &str) -> Vec<(u32, String)> {

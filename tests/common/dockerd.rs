@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use super::*;
 
 pub const IMAGE: &str = "natledger-busybox:latest";
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const T: Duration = Duration::from_secs(10);
 
@@ -113,36 +112,8 @@ impl Dockerd {
             own,
             child: Some(child),
         };
-        dockerd.wait_ready();
+        dockerd.wait_started();
         dockerd
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                panic!("dockerd exited while starting ({status}):\n{}", self.log());
-            }
-            if self.own.dir.join("docker.sock").exists() && self.run(&["version"]).status.success()
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "dockerd did not answer within {START_TIMEOUT:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.own.dir.join("dockerd.log")).unwrap_or_default()
     }
 
     /// `docker -H unix://DIR/docker.sock ARGS` (the client needs no namespace).
@@ -247,4 +218,20 @@ pub fn natledger_hooks<'a>(
                 .collect()
         })
         .unwrap_or_default()
+}
+
+impl Daemon for Dockerd {
+    const NAME: &'static str = "dockerd";
+
+    fn child(&mut self) -> &mut Option<Child> {
+        &mut self.child
+    }
+
+    fn answers(&self) -> bool {
+        self.own.dir.join("docker.sock").exists() && self.run(&["version"]).status.success()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.own.dir.join("dockerd.log")).unwrap_or_default()
+    }
 }
