@@ -48,7 +48,14 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     };
     let mappings = parse_mappings(spec)?;
     let keepers = check_listeners(input, &mappings)?;
-    let addresses = container_addresses(input)?;
+    // A container that only shares the rules of its namespace needs no address of its own
+    // (one joining `--network container:X` of an X forwarded by io.natledger.ip has none);
+    // whether it does is known under the lock, where the address is read again if needed.
+    let addresses = match container_addresses(input) {
+        Ok(addresses) => addresses,
+        Err(Error::NoAddress { .. }) => Vec::new(),
+        Err(e) => return Err(e),
+    };
     let pid_start_time = match input.pid {
         Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
             id: input.id.clone(),
@@ -126,6 +133,9 @@ fn install_locked(
     let mut claims = judge_claims(ctx, input, &manifest)?;
     manifest.mappings.retain(|m| !claims.shares(m));
     manifest.shares = std::mem::take(&mut claims.shared);
+    if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
+        manifest.addresses = container_addresses(input)?;
+    }
     manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
     // Restarted in the namespace whose live members share its rules: the rules stay where
     // they are when they are exactly what it would write now, so those members' port is
