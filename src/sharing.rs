@@ -124,12 +124,6 @@ impl<'a> Needs<'a> {
     }
 }
 
-/// What a container about to be created knows about itself, to compare with a holder's group.
-pub struct Joiner<'a> {
-    pub netns: Option<NetnsId>,
-    pub pod: Option<&'a str>,
-}
-
 /// Whether a container about to be created is a member of a holder's live group.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Membership {
@@ -154,11 +148,11 @@ impl std::fmt::Display for Membership {
     }
 }
 
-/// Whether the joiner belongs to `holder`'s live group (`members`: the holder if it lives,
-/// and its live sharers).
-pub fn membership(joiner: &Joiner, holder: &Manifest, members: &[&Manifest]) -> Membership {
-    let pods_differ =
-        |m: &Manifest| matches!((joiner.pod, m.pod.as_deref()), (Some(a), Some(b)) if a != b);
+/// Whether the joiner (the manifest a create is about to write: its `netns` read now, its
+/// `pod`) belongs to `holder`'s live group (`members`: the holder if it lives, and its live
+/// sharers).
+pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -> Membership {
+    let pods_differ = |m: &Manifest| matches!((joiner.pod.as_deref(), m.pod.as_deref()), (Some(a), Some(b)) if a != b);
     if pods_differ(holder) || members.iter().any(|m| pods_differ(m)) {
         return Membership::OtherPod;
     }

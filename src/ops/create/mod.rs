@@ -16,7 +16,7 @@ use crate::portspec::{PortMapping, parse_mappings};
 use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
-use crate::sharing::{self, Joiner, Membership, Needs, NetnsId};
+use crate::sharing::{self, Membership, Needs, NetnsId};
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
@@ -377,10 +377,6 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
         }
     }
     let needs = Needs::judge(&others);
-    let joiner = Joiner {
-        netns: me.netns,
-        pod: me.pod.as_deref(),
-    };
     let mut claims = Claims {
         dead: Vec::new(),
         shared: Vec::new(),
@@ -404,7 +400,7 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
             // refused, like anyone else asking for a held port.
             let sharers = needs.sharers(id);
             if let Some(keeper) = sharers.first() {
-                let membership = sharing::membership(&joiner, other, &sharers);
+                let membership = sharing::membership(me, other, &sharers);
                 if membership != Membership::Same {
                     return Err(Error::PortClaimed {
                         mapping: other.mappings.first().cloned().unwrap_or_else(|| {
@@ -442,7 +438,7 @@ fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claim
             members.insert(0, other);
         }
         let keeper = members[0];
-        let membership = sharing::membership(&joiner, other, &members);
+        let membership = sharing::membership(me, other, &members);
         // Only a complete set of rules is shared (not one written ahead by a create that
         // never finished, nor what a failed removal left).
         if membership != Membership::Same || other.phase != Phase::Installed {
