@@ -1,0 +1,272 @@
+//! The rule model: the rules natledger writes (nat DNAT, MASQUERADE and jumps, filter
+//! ACCEPT of the forwarded connections it DNATed) as typed values.
+//!
+//! [`Rule::to_args`] renders a rule to the argument vector that follows `-A CHAIN` in
+//! iptables-restore input. Both backends (legacy and nft) speak the same iptables syntax, and
+//! the argument order is the canonical one `*-save` prints (`-s -d -p -m proto --dport
+//! -m addrtype -m conntrack -m comment -j`), so a rule read back from a dump compares equal to
+//! the rule written. [`Rule::parse_args`] is the inverse; it accepts the options natledger writes and
+//! reports anything else as [`RuleParseError::Unsupported`], which callers treat as "not ours".
+
+use crate::family::Family;
+use crate::portspec::{PortRange, Protocol};
+
+mod conntrack;
+mod net;
+
+use conntrack::Conntrack;
+pub use conntrack::Dnatted;
+pub use net::{DnatTo, IpNet};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Target {
+    /// `-j CHAIN`
+    Jump(String),
+    Dnat(DnatTo),
+    Masquerade,
+    Accept,
+}
+
+/// A rule as natledger writes it. Fields are in rendering order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub source: Option<IpNet>,
+    pub destination: Option<IpNet>,
+    pub protocol: Option<Protocol>,
+    /// Destination ports; requires `protocol`.
+    pub dports: Option<PortRange>,
+    /// `-m addrtype --dst-type LOCAL`
+    pub dst_local: bool,
+    /// `-m conntrack …`.
+    pub dnatted: Option<Dnatted>,
+    pub comment: Option<String>,
+    pub target: Target,
+}
+
+/// A port range as iptables prints it in a match (`80`, `80:82`).
+fn match_ports(ports: PortRange) -> String {
+    if ports.is_single() {
+        ports.start.to_string()
+    } else {
+        format!("{}:{}", ports.start, ports.end)
+    }
+}
+
+/// Why a rule's arguments are not a natledger-shaped rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuleParseError {
+    #[error("unsupported option {0:?}")]
+    Unsupported(String),
+    #[error("option {0} needs a value")]
+    MissingValue(String),
+    #[error("bad value {value:?} for {option}: {reason}")]
+    BadValue {
+        option: String,
+        value: String,
+        reason: String,
+    },
+    #[error("rule has no target")]
+    NoTarget,
+}
+
+impl Rule {
+    /// The iptables arguments after `-A CHAIN`, in `*-save` order.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut args: Vec<String> = Vec::with_capacity(16);
+        let mut push = |a: &str, b: String| {
+            args.push(a.to_string());
+            args.push(b);
+        };
+        if let Some(s) = self.source {
+            push("-s", s.to_string());
+        }
+        if let Some(d) = self.destination {
+            push("-d", d.to_string());
+        }
+        if let Some(p) = self.protocol {
+            push("-p", p.to_string());
+            if let Some(ports) = self.dports {
+                push("-m", p.to_string());
+                push("--dport", match_ports(ports));
+            }
+        }
+        if self.dst_local {
+            push("-m", "addrtype".into());
+            push("--dst-type", "LOCAL".into());
+        }
+        if let Some(ct) = self.dnatted {
+            // Host addresses print without their prefix length in this match.
+            push("-m", "conntrack".into());
+            push("--ctstate", "DNAT".into());
+            push("--ctproto", ct.protocol.number().to_string());
+            if let Some(host) = ct.orig_dst {
+                push("--ctorigdst", host.to_string());
+            }
+            push("--ctreplsrc", ct.repl_src.to_string());
+            push("--ctorigdstport", match_ports(ct.orig_dst_ports));
+            push("--ctreplsrcport", match_ports(ct.repl_src_ports));
+        }
+        if let Some(c) = &self.comment {
+            push("-m", "comment".into());
+            push("--comment", c.clone());
+        }
+        match &self.target {
+            Target::Jump(chain) => push("-j", chain.clone()),
+            Target::Dnat(to) => {
+                push("-j", "DNAT".into());
+                push("--to-destination", to.to_string());
+            }
+            Target::Masquerade => push("-j", "MASQUERADE".into()),
+            Target::Accept => push("-j", "ACCEPT".into()),
+        }
+        args
+    }
+
+    /// Parse the arguments after `-A CHAIN`. Options may come in any order; any option
+    /// natledger never writes (negations, interfaces, other matches) is `Unsupported`.
+    pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Rule, RuleParseError> {
+        let mut rule = Rule {
+            source: None,
+            destination: None,
+            protocol: None,
+            dports: None,
+            dst_local: false,
+            dnatted: None,
+            comment: None,
+            target: Target::Masquerade,
+        };
+        let mut jump: Option<String> = None;
+        let mut to_destination: Option<DnatTo> = None;
+        let mut ct = Conntrack::default();
+        let mut it = args.iter().map(AsRef::as_ref);
+        while let Some(opt) = it.next() {
+            let mut value = || {
+                it.next()
+                    .ok_or_else(|| RuleParseError::MissingValue(opt.to_string()))
+            };
+            let bad = |v: &str, reason: String| RuleParseError::BadValue {
+                option: opt.to_string(),
+                value: v.to_string(),
+                reason,
+            };
+            match opt {
+                "-s" | "--source" => {
+                    let v = value()?;
+                    rule.source = Some(v.parse().map_err(|e| bad(v, e))?);
+                }
+                "-d" | "--destination" => {
+                    let v = value()?;
+                    rule.destination = Some(v.parse().map_err(|e| bad(v, e))?);
+                }
+                "-p" | "--protocol" => {
+                    let v = value()?;
+                    rule.protocol = Some(v.parse().map_err(|e| bad(v, e))?);
+                }
+                "-m" | "--match" => {
+                    let v = value()?;
+                    let known = rule.protocol.map(Protocol::as_str) == Some(v)
+                        || v == "addrtype"
+                        || v == "conntrack"
+                        || v == "comment";
+                    if !known {
+                        return Err(RuleParseError::Unsupported(format!("-m {v}")));
+                    }
+                }
+                "--dport" | "--destination-port" => {
+                    let v = value()?;
+                    rule.dports = Some(PortRange::parse_with(v, ':').map_err(|e| bad(v, e))?);
+                }
+                "--dst-type" => {
+                    let v = value()?;
+                    if v != "LOCAL" {
+                        return Err(RuleParseError::Unsupported(format!("--dst-type {v}")));
+                    }
+                    rule.dst_local = true;
+                }
+                "--ctstate" => {
+                    let v = value()?;
+                    if v != "DNAT" {
+                        return Err(RuleParseError::Unsupported(format!("--ctstate {v}")));
+                    }
+                    ct.state = true;
+                }
+                "--ctproto" => {
+                    let v = value()?;
+                    let p = v
+                        .parse::<u8>()
+                        .ok()
+                        .and_then(Protocol::from_number)
+                        .or_else(|| v.parse().ok())
+                        .ok_or_else(|| bad(v, "not tcp, udp or sctp".into()))?;
+                    ct.protocol = Some(p);
+                }
+                "--ctorigdst" | "--ctreplsrc" => {
+                    let v = value()?;
+                    let net: IpNet = v.parse().map_err(|e| bad(v, e))?;
+                    if net.prefix != Family::of(net.addr).host_prefix() {
+                        return Err(RuleParseError::Unsupported(format!("{opt} {v}")));
+                    }
+                    *if opt == "--ctorigdst" {
+                        &mut ct.orig_dst
+                    } else {
+                        &mut ct.repl_src
+                    } = Some(net.addr);
+                }
+                "--ctorigdstport" | "--ctreplsrcport" => {
+                    let v = value()?;
+                    let ports = PortRange::parse_with(v, ':').map_err(|e| bad(v, e))?;
+                    *if opt == "--ctorigdstport" {
+                        &mut ct.orig_dst_ports
+                    } else {
+                        &mut ct.repl_src_ports
+                    } = Some(ports);
+                }
+                "--comment" => rule.comment = Some(value()?.to_string()),
+                "-j" | "--jump" => jump = Some(value()?.to_string()),
+                "--to-destination" => {
+                    let v = value()?;
+                    to_destination = Some(v.parse().map_err(|e| bad(v, e))?);
+                }
+                other => return Err(RuleParseError::Unsupported(other.to_string())),
+            }
+        }
+        if rule.dports.is_some() && rule.protocol.is_none() {
+            return Err(RuleParseError::Unsupported("--dport without -p".into()));
+        }
+        rule.dnatted = ct.finish()?;
+        if rule.dnatted.is_some() && rule.protocol.is_some() {
+            // natledger's accept names its protocol in the conntrack match only.
+            return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));
+        }
+        rule.target = match (jump.as_deref(), to_destination) {
+            (Some("MASQUERADE"), None) => Target::Masquerade,
+            (Some("ACCEPT"), None) => Target::Accept,
+            (Some("DNAT"), Some(to)) => Target::Dnat(to),
+            (Some("DNAT"), None) => {
+                return Err(RuleParseError::MissingValue("--to-destination".into()));
+            }
+            (Some(chain), None) if is_user_chain_name(chain) => Target::Jump(chain.to_string()),
+            (Some(other), _) => return Err(RuleParseError::Unsupported(format!("-j {other}"))),
+            (None, _) => return Err(RuleParseError::NoTarget),
+        };
+        Ok(rule)
+    }
+}
+
+/// A user-defined chain name as iptables accepts it (at most 28 characters, no
+/// whitespace, not an option).
+pub fn is_user_chain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 28
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && !matches!(
+            name,
+            "ACCEPT" | "DROP" | "RETURN" | "QUEUE" | "DNAT" | "SNAT" | "MASQUERADE" | "REDIRECT"
+        )
+}
+
+#[cfg(test)]
+mod tests;
