@@ -18,7 +18,11 @@ use std::net::IpAddr;
 
 use crate::family::Family;
 use crate::portspec::{PortRange, Protocol};
-use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
+use crate::rule::{DnatTo, IpNet, Rule, Target};
+
+mod conntrack;
+
+use conntrack::{conntrack_info, conntrack_of};
 
 /// The per-family layout of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,30 +104,6 @@ const NF_NAT_RANGE_PROTO_OFFSET: u32 = 0x20;
 const IP6T_F_PROTO: u8 = 1;
 /// The standard target's verdict for ACCEPT: `-NF_ACCEPT - 1`.
 const VERDICT_ACCEPT: i32 = -2;
-/// `struct xt_conntrack_mtinfo3`: eight `nf_inet_addr`s (orig src, mask, orig dst, mask,
-/// reply src, mask, reply dst, mask), expires min/max, l4proto, four ports, match_flags,
-/// invert_flags, state_mask, status_mask, four high ports; 164 bytes. Revision 3 keeps ports
-/// in host byte order, and iptables writes a host address's mask as all 16 bytes set, IPv4
-/// included.
-const CT_INFO_LEN: usize = 164;
-const CT_ORIGDST_ADDR: usize = 32;
-const CT_L4PROTO: usize = 136;
-const CT_REPLSRC_ADDR: usize = 64;
-const CT_ORIGDST_PORT: usize = 140;
-const CT_REPLSRC_PORT: usize = 142;
-const CT_MATCH_FLAGS: usize = 146;
-const CT_STATE_MASK: usize = 150;
-const CT_ORIGDST_PORT_HIGH: usize = 156;
-const CT_REPLSRC_PORT_HIGH: usize = 158;
-/// `XT_CONNTRACK_{STATE,PROTO,ORIGDST,REPLSRC,ORIGDST_PORT,REPLSRC_PORT}`
-const CT_STATE: u16 = 1 << 0;
-const CT_PROTO: u16 = 1 << 1;
-const CT_ORIGDST: u16 = 1 << 3;
-const CT_REPLSRC: u16 = 1 << 4;
-const CT_ORIGDST_PORT_FLAG: u16 = 1 << 9;
-const CT_REPLSRC_PORT_FLAG: u16 = 1 << 10;
-/// `XT_CONNTRACK_STATE_DNAT`: `1 << (IP_CT_NUMBER + 2)`
-const CT_STATE_DNAT: u16 = 1 << 7;
 
 pub fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
@@ -267,69 +247,6 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
         Some(to) => Encoded::Jump { entry: e, to },
         None => Encoded::Entry(e),
     })
-}
-
-/// `struct xt_conntrack_mtinfo3` for natledger's conntrack match.
-fn conntrack_info(ct: &Dnatted, family: Family) -> Option<Vec<u8>> {
-    let mut d = vec![0u8; CT_INFO_LEN];
-    let mut flags = CT_STATE | CT_PROTO | CT_REPLSRC | CT_ORIGDST_PORT_FLAG | CT_REPLSRC_PORT_FLAG;
-    let mut put_host = |at: usize, addr: IpAddr| -> Option<()> {
-        if Family::of(addr) != family {
-            return None;
-        }
-        let octets = ip_octets(addr);
-        d[at..at + octets.len()].copy_from_slice(&octets);
-        d[at + 16..at + 32].fill(0xff);
-        Some(())
-    };
-    if let Some(host) = ct.orig_dst {
-        put_host(CT_ORIGDST_ADDR, host)?;
-        flags |= CT_ORIGDST;
-    }
-    put_host(CT_REPLSRC_ADDR, ct.repl_src)?;
-    let mut put = |at: usize, bytes: [u8; 2]| d[at..at + 2].copy_from_slice(&bytes);
-    put(CT_L4PROTO, u16::from(ct.protocol.number()).to_ne_bytes());
-    put(CT_ORIGDST_PORT, ct.orig_dst_ports.start.to_ne_bytes());
-    put(CT_ORIGDST_PORT_HIGH, ct.orig_dst_ports.end.to_ne_bytes());
-    put(CT_REPLSRC_PORT, ct.repl_src_ports.start.to_ne_bytes());
-    put(CT_REPLSRC_PORT_HIGH, ct.repl_src_ports.end.to_ne_bytes());
-    put(CT_MATCH_FLAGS, flags.to_ne_bytes());
-    put(CT_STATE_MASK, CT_STATE_DNAT.to_ne_bytes());
-    Some(d)
-}
-
-/// natledger's conntrack match from `struct xt_conntrack_mtinfo3`, or `None` if it is any
-/// other (the encoding of what it decodes must give back the same bytes).
-fn conntrack_of(data: &[u8], family: Family) -> Option<Dnatted> {
-    let d = data.get(..CT_INFO_LEN)?;
-    let flags = u16_at(d, CT_MATCH_FLAGS);
-    let port = |at: usize| u16_at(d, at);
-    // Any other mask gives other bytes when encoded again, and is refused below.
-    let host = |at: usize| -> Option<IpAddr> {
-        let n = family.host_prefix() as usize / 8;
-        Some(match family {
-            Family::Ipv4 => <[u8; 4]>::try_from(&d[at..at + n]).ok()?.into(),
-            Family::Ipv6 => <[u8; 16]>::try_from(&d[at..at + n]).ok()?.into(),
-        })
-    };
-    let ct = Dnatted {
-        protocol: Protocol::from_number(u8::try_from(u16_at(d, CT_L4PROTO)).ok()?)?,
-        orig_dst: if flags & CT_ORIGDST != 0 {
-            Some(host(CT_ORIGDST_ADDR)?)
-        } else {
-            None
-        },
-        repl_src: host(CT_REPLSRC_ADDR)?,
-        orig_dst_ports: PortRange {
-            start: port(CT_ORIGDST_PORT),
-            end: port(CT_ORIGDST_PORT_HIGH),
-        },
-        repl_src_ports: PortRange {
-            start: port(CT_REPLSRC_PORT),
-            end: port(CT_REPLSRC_PORT_HIGH),
-        },
-    };
-    (conntrack_info(&ct, family)?.as_slice() == d).then_some(ct)
 }
 
 /// `struct nf_nat_range2` for `--to-destination`.
@@ -524,101 +441,4 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(args: &str) -> Rule {
-        Rule::parse_args(&args.split_whitespace().collect::<Vec<_>>()).unwrap()
-    }
-
-    #[test]
-    fn every_rule_shape_round_trips() {
-        for (family, args) in [
-            (
-                Family::Ipv4,
-                "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
-                 --to-destination 10.77.0.2:80",
-            ),
-            (
-                Family::Ipv4,
-                "-d 10.78.0.1/32 -p udp -m udp --dport 9000:9002 -m comment --comment \
-                 natledger:c1 -j DNAT --to-destination 10.77.0.2:80-82/9000",
-            ),
-            (
-                Family::Ipv4,
-                "-s 127.0.0.0/8 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment \
-                 --comment natledger:c1 -j MASQUERADE",
-            ),
-            (
-                Family::Ipv6,
-                "-s fd77::2/128 -d fd77::2/128 -p udp -m udp --dport 81 -m comment --comment \
-                 natledger:c1 -j MASQUERADE",
-            ),
-            (
-                Family::Ipv6,
-                "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
-                 --to-destination [fd77::2]:80",
-            ),
-            (
-                Family::Ipv4,
-                "-m conntrack --ctstate DNAT --ctproto 17 --ctorigdst 10.78.0.1 --ctreplsrc \
-                 10.77.0.2 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment \
-                 natledger:c1 -j ACCEPT",
-            ),
-            (
-                Family::Ipv6,
-                "-m conntrack --ctstate DNAT --ctproto 132 --ctreplsrc fd77::2 --ctorigdstport 8080 \
-                 --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT",
-            ),
-        ] {
-            let r = rule(args);
-            let Some(Encoded::Entry(e)) = encode(&r, family) else {
-                panic!("not encoded: {args}");
-            };
-            assert_eq!(e.len() % 8, 0);
-            assert_eq!(decode(&e, family), Some(Decoded::Rule(r)), "{args}");
-        }
-    }
-
-    #[test]
-    fn a_jump_leaves_its_offset_to_the_table() {
-        let r = rule("-m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-X");
-        let Some(Encoded::Jump { mut entry, to }) = encode(&r, Family::Ipv4) else {
-            panic!("not a jump");
-        };
-        assert_eq!(to, "NATLEDGER-X");
-        let at = entry.len() - 8;
-        entry[at..at + 4].copy_from_slice(&1234i32.to_ne_bytes());
-        let Some(Decoded::Jump { rule: got, offset }) = decode(&entry, Family::Ipv4) else {
-            panic!("not decoded as a jump");
-        };
-        assert_eq!(offset, 1234);
-        assert_eq!(got.comment.as_deref(), Some("natledger"));
-        assert!(got.dst_local);
-    }
-
-    #[test]
-    fn what_natledger_does_not_write_is_not_decoded_or_encoded() {
-        let r = rule("-p tcp -m tcp --dport 80 -j MASQUERADE");
-        let Some(Encoded::Entry(mut e)) = encode(&r, Family::Ipv4) else {
-            panic!()
-        };
-        let layout = Layout::of(Family::Ipv4);
-        e[layout.invflags_at] = 0x10; // "! -d"
-        assert_eq!(decode(&e, Family::Ipv4), None);
-        e[layout.invflags_at] = 0;
-        e[layout.flags_at] = 0x02; // "-g" instead of "-j"
-        assert_eq!(decode(&e, Family::Ipv4), None);
-        e[layout.flags_at] = 0;
-        e[16] = b'e'; // "-i e..."
-        assert_eq!(decode(&e, Family::Ipv4), None);
-        assert!(
-            encode(
-                &rule("-p sctp -m sctp --dport 80 -j MASQUERADE"),
-                Family::Ipv4
-            )
-            .is_none()
-        );
-        assert!(encode(&rule("-d fd77::2/128 -j MASQUERADE"), Family::Ipv4).is_none());
-    }
-}
+mod tests;
