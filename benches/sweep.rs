@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use natledger::backend::Backend;
 use natledger::family::Family;
-use natledger::layout::{TABLES, jumps, mapping_rules, owned_chains};
+use natledger::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
 use natledger::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
 use natledger::portspec::parse_mappings;
 use natledger::save::{Batch, Op};
@@ -141,10 +141,10 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
     let locked = ledger.lock().unwrap();
     let mut batches: Vec<Batch> = TABLES.iter().map(|t| Batch::new(t)).collect();
     for batch in batches.iter_mut().filter(|_| first) {
-        for chain in owned_chains(batch.table) {
+        for chain in owned_chains(batch.table, Family::Ipv4) {
             batch.ops.push(Op::DeclareChain(chain.to_string()));
         }
-        for (chain, jump) in jumps(batch.table) {
+        for (chain, jump) in shared_rules(batch.table, Family::Ipv4) {
             batch
                 .ops
                 .push(Op::InsertFirst(chain.to_string(), jump.to_args()));

@@ -6,6 +6,8 @@ use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::rule::IpNet;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
@@ -28,6 +30,21 @@ impl Family {
         match self {
             Family::Ipv4 => 32,
             Family::Ipv6 => 128,
+        }
+    }
+
+    /// The loopback network that `route_localnet=1` lets the kernel route to and from
+    /// another interface: IPv4's 127.0.0.0/8, what the node's own connections to
+    /// 127.0.0.1:hostPort need and natledger's localhost guard closes to everyone else. IPv6
+    /// has no such switch (the kernel drops `::1` from or to another interface, always), so
+    /// neither the path nor the guard.
+    pub fn routable_loopback(self) -> Option<IpNet> {
+        match self {
+            Family::Ipv4 => Some(IpNet {
+                addr: IpAddr::from([127, 0, 0, 0]),
+                prefix: 8,
+            }),
+            Family::Ipv6 => None,
         }
     }
 

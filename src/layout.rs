@@ -9,11 +9,14 @@
 //! filter FORWARD     ─ after the rules already there, ─▶ NATLEDGER-FORWARD  ACCEPT per mapping:
 //!                      before a final catch-all drop                       the connections its
 //!                                                                          DNAT made, both ways
+//! filter INPUT (IPv4) ─ at the top ────────────────────▶ NATLEDGER-INPUT   the localhost guard:
+//!                                                                          DROP to 127.0.0.0/8
+//!                                                                          from outside the host
 //! ```
-//! The jumps are shared by every container; they and the chains are created once and stay
-//! (only `sweep --all` removes them). Each container rule carries the comment
-//! `natledger:<container-id>`; the jumps carry `natledger`. natledger never writes into a
-//! chain it does not own.
+//! The jumps are shared by every container; they, the chains and the guard are created once
+//! and stay (only `sweep --all` removes them). Each container rule carries the comment
+//! `natledger:<container-id>`; the jumps and the guard carry `natledger`. natledger never
+//! writes into a chain it does not own.
 //!
 //! The filter rule exists because hosts with Docker (and hardened hosts) set the FORWARD
 //! policy to DROP: without it a forwarded port answers from the node but not from outside. It
@@ -23,6 +26,17 @@
 //! the rules already in FORWARD (Docker's `DOCKER-USER` and isolation jumps, kube-proxy's, an
 //! operator's own drops), so they keep deciding for natledger's ports as for anything else;
 //! only a final catch-all DROP or REJECT stays below it.
+//!
+//! The localhost guard exists because the 127.0.0.1 path needs `route_localnet=1` on the
+//! interface towards the container, which also lets every neighbour on that interface send
+//! to the node's 127.0.0.0/8 (kube-proxy's CVE-2020-8558). It drops a packet to 127.0.0.0/8
+//! that did not arrive on `lo` unless conntrack knows it as part of (or an ICMP error about)
+//! an established flow or a DNATed one: the replies of the node's own 127.0.0.1 → container
+//! connections, de-NATed back to 127.0.0.1, pass; what a neighbour starts does not. It
+//! matches the input interface, not a `127.0.0.0/8` source as kube-proxy does: with
+//! `route_localnet=1` a neighbour can send from a spoofed 127.x source, but not make the
+//! kernel believe the packet came in on `lo`. Everything it drops, the kernel would drop
+//! as a martian with `route_localnet=0` (see [`guard`]).
 
 use std::net::IpAddr;
 
@@ -43,15 +57,27 @@ pub const TABLES: [&str; 2] = [FILTER, NAT];
 pub const DNAT_CHAIN: &str = "NATLEDGER-HOSTPORTS";
 pub const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
 pub const FORWARD_CHAIN: &str = "NATLEDGER-FORWARD";
+pub const INPUT_CHAIN: &str = "NATLEDGER-INPUT";
 pub const SHARED_COMMENT: &str = "natledger";
+/// The interface the node's own packets to its loopback addresses come in on.
+pub const LOOPBACK_INTERFACE: &str = "lo";
 
-/// natledger's chains in `table` (none in a table it does not write).
-pub fn owned_chains(table: &str) -> &'static [&'static str] {
+/// natledger's chains in `table` of `family` (none in a table it does not write); the
+/// localhost guard's only where [`Family::routable_loopback`] has a network.
+pub fn owned_chains(table: &str, family: Family) -> Vec<&'static str> {
     match table {
-        NAT => &[DNAT_CHAIN, MASQ_CHAIN],
-        FILTER => &[FORWARD_CHAIN],
-        _ => &[],
+        NAT => vec![DNAT_CHAIN, MASQ_CHAIN],
+        FILTER if family.routable_loopback().is_some() => vec![FORWARD_CHAIN, INPUT_CHAIN],
+        FILTER => vec![FORWARD_CHAIN],
+        _ => Vec::new(),
     }
+}
+
+/// Whether `chain` is one of this version's chains in `table`, in either family.
+pub fn is_current_chain(table: &str, chain: &str) -> bool {
+    Family::ALL
+        .iter()
+        .any(|f| owned_chains(table, *f).contains(&chain))
 }
 
 /// A rule, its table and the chain it lives in.
@@ -126,23 +152,51 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
             None => Owner::Foreign,
         };
     }
-    let built_in = TABLES
-        .iter()
-        .any(|t| jumps(t).iter().any(|(from, _)| *from == chain));
     match (comment, target) {
-        (Some(SHARED_COMMENT), Some(to)) if built_in && is_owned_chain(to) => Owner::Jump { to },
+        (Some(SHARED_COMMENT), Some(to)) if JUMPS_FROM.contains(&chain) && is_owned_chain(to) => {
+            Owner::Jump { to }
+        }
         _ => Owner::Foreign,
     }
 }
 
-/// The shared jumps from built-in chains of `table` into natledger's chains.
-pub fn jumps(table: &str) -> Vec<(&'static str, Rule)> {
+/// The built-in chains natledger jumps from, in any table and family ([`shared_rules`]).
+const JUMPS_FROM: [&str; 5] = ["PREROUTING", "OUTPUT", "POSTROUTING", "FORWARD", "INPUT"];
+
+/// The localhost guard (see the file comment): in `chain` [`INPUT_CHAIN`], which filter
+/// INPUT jumps to first, `-d LOOPBACK ! -i lo -m conntrack ! --ctstate
+/// RELATED,ESTABLISHED,DNAT -j DROP`. What it drops reaches INPUT with a loopback
+/// destination (after any DNAT) from another interface than `lo`: exactly what the kernel
+/// drops as a martian destination with `route_localnet=0`, less what conntrack knows as
+/// answered or DNATed. So it never takes away what the host had before natledger.
+pub fn guard(loopback: IpNet) -> Rule {
+    Rule {
+        source: None,
+        destination: Some(loopback),
+        not_in_interface: Some(LOOPBACK_INTERFACE.to_string()),
+        protocol: None,
+        dports: None,
+        dst_local: false,
+        fresh: true,
+        dnatted: None,
+        comment: Some(SHARED_COMMENT.to_string()),
+        target: Target::Drop,
+    }
+}
+
+/// The shared rules of `table` in `family`, each with its chain: the jumps from built-in
+/// chains into natledger's chains, and the localhost guard in its own chain. Created with
+/// the chains, checked on every create, removed only by `sweep --all`; a jump goes where
+/// [`jump_op`] says, the guard at the top of its chain.
+pub fn shared_rules(table: &str, family: Family) -> Vec<(&'static str, Rule)> {
     let jump = |to: &str, dst_local: bool| Rule {
         source: None,
         destination: None,
         protocol: None,
         dports: None,
+        not_in_interface: None,
         dst_local,
+        fresh: false,
         dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Jump(to.to_string()),
@@ -153,7 +207,14 @@ pub fn jumps(table: &str) -> Vec<(&'static str, Rule)> {
             ("OUTPUT", jump(DNAT_CHAIN, true)),
             ("POSTROUTING", jump(MASQ_CHAIN, false)),
         ],
-        FILTER => vec![("FORWARD", jump(FORWARD_CHAIN, false))],
+        FILTER => {
+            let mut rules = vec![("FORWARD", jump(FORWARD_CHAIN, false))];
+            if let Some(loopback) = family.routable_loopback() {
+                rules.push(("INPUT", jump(INPUT_CHAIN, false)));
+                rules.push((INPUT_CHAIN, guard(loopback)));
+            }
+            rules
+        }
         _ => Vec::new(),
     }
 }
@@ -187,7 +248,8 @@ pub fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
 /// The rules that forward `mapping` to `container` (one family):
 /// - DNAT from the host port (range), restricted to the mapping's host address if it has one;
 /// - masquerade for hairpin traffic (the container reaching itself through the node);
-/// - IPv4 only, when the mapping is reachable on 127.0.0.1: masquerade for loopback sources;
+/// - where the family has a routable loopback (IPv4), when the mapping is reachable on
+///   127.0.0.1: masquerade for loopback sources;
 /// - in filter, the accept of the forwarded packets of the connections that DNAT made.
 pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr) -> Vec<Placed> {
     let family = Family::of(container);
@@ -199,7 +261,9 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         destination: mapping.host_destination().map(IpNet::host),
         protocol: Some(mapping.protocol),
         dports: Some(mapping.host_ports),
+        not_in_interface: None,
         dst_local: false,
+        fresh: false,
         dnatted: None,
         comment: comment.clone(),
         target: Target::Dnat(DnatTo {
@@ -216,7 +280,9 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
             destination: Some(container_net),
             protocol: Some(mapping.protocol),
             dports: Some(mapping.container_ports),
+            not_in_interface: None,
             dst_local: false,
+            fresh: false,
             dnatted: None,
             comment: comment.clone(),
             target: Target::Masquerade,
@@ -227,7 +293,9 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         destination: None,
         protocol: None,
         dports: None,
+        not_in_interface: None,
         dst_local: false,
+        fresh: false,
         dnatted: Some(Dnatted {
             protocol: mapping.protocol,
             orig_dst: mapping.host_destination(),
@@ -251,11 +319,10 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         },
         masquerade_from(container_net),
     ];
-    if family == Family::Ipv4 && mapping.reachable_from_loopback() {
-        let loopback = IpNet {
-            addr: IpAddr::from([127, 0, 0, 0]),
-            prefix: 8,
-        };
+    if let (Some(loopback), true) = (
+        family.routable_loopback(),
+        mapping.reachable_from_loopback(),
+    ) {
         rules.push(masquerade_from(loopback));
     }
     rules
@@ -303,6 +370,62 @@ mod tests {
         // A comment whose text is "-j" does not confuse the reader.
         assert_eq!(
             owner_of("PREROUTING", "-m comment --comment -j -j NATLEDGER-MASQ"),
+            Owner::Foreign
+        );
+    }
+
+    #[test]
+    fn the_localhost_guard_is_shared_ipv4_only_and_recognised() {
+        let text = |table: &str, family: Family| -> Vec<String> {
+            shared_rules(table, family)
+                .iter()
+                .map(|(chain, rule)| format!("{chain} {}", rule.to_args().join(" ")))
+                .collect()
+        };
+        assert_eq!(
+            text(FILTER, Family::Ipv4),
+            [
+                "FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
+                "INPUT -m comment --comment natledger -j NATLEDGER-INPUT",
+                "NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate \
+                 RELATED,ESTABLISHED,DNAT -m comment --comment natledger -j DROP",
+            ]
+        );
+        assert_eq!(
+            text(FILTER, Family::Ipv6),
+            ["FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"]
+        );
+        assert_eq!(
+            owned_chains(FILTER, Family::Ipv4),
+            [FORWARD_CHAIN, INPUT_CHAIN]
+        );
+        assert_eq!(owned_chains(FILTER, Family::Ipv6), [FORWARD_CHAIN]);
+        assert_eq!(text(NAT, Family::Ipv4), text(NAT, Family::Ipv6));
+        assert!(is_current_chain(FILTER, INPUT_CHAIN));
+        assert!(!is_current_chain(NAT, INPUT_CHAIN));
+        // Every shared rule is recognised as natledger's: a jump, or shared in its chain.
+        for family in Family::ALL {
+            for table in TABLES {
+                for (chain, rule) in shared_rules(table, family) {
+                    let args = rule.to_args();
+                    let owner = owner(chain, Box::leak(args.into_boxed_slice()));
+                    match rule.target {
+                        Target::Jump(_) => assert!(matches!(owner, Owner::Jump { .. }), "{chain}"),
+                        _ => assert_eq!(owner, Owner::Shared, "{chain}"),
+                    }
+                }
+            }
+        }
+        // Our comment on a look-alike in INPUT, or a guard-like rule without it: not ours.
+        assert_eq!(
+            owner_of("INPUT", "-m comment --comment natledger -j KUBE-FIREWALL"),
+            Owner::Foreign
+        );
+        assert_eq!(
+            owner_of(
+                INPUT_CHAIN,
+                "-d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+            ),
             Owner::Foreign
         );
     }

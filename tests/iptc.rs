@@ -14,7 +14,7 @@ use natledger::exec::SystemRunner;
 use natledger::family::Family;
 use natledger::iptc::entry::{Encoded, Layout, encode};
 use natledger::iptc::{self, Outcome, Place};
-use natledger::layout::{DNAT_CHAIN, NAT, TABLES, jumps, mapping_rules, owned_chains};
+use natledger::layout::{DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules};
 use natledger::portspec::parse_entry;
 use natledger::rule::Rule;
 use natledger::save::{Batch, Op};
@@ -53,10 +53,10 @@ fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, 
 /// natledger's chains and jumps in `table`, through iptables-legacy-restore.
 fn chains_and_jumps(ns: &str, family: Family, table: &'static str) {
     let mut batch = Batch::new(table);
-    for chain in owned_chains(table) {
+    for chain in owned_chains(table, family) {
         batch.ops.push(Op::DeclareChain(chain.to_string()));
     }
-    for (chain, jump) in jumps(table) {
+    for (chain, jump) in shared_rules(table, family) {
         batch
             .ops
             .push(Op::Append(chain.to_string(), jump.to_args()));
@@ -120,13 +120,15 @@ fn the_encoding_is_what_iptables_legacy_writes() {
             test_family(family),
             &batch.render(),
         );
-        let mut written: Vec<(&str, Rule)> = jumps(table);
+        let mut written: Vec<(&str, Rule)> = shared_rules(table, family);
         written.extend(ours);
-        let chains: Vec<&str> = jumps(table)
+        let mut chains: Vec<&str> = shared_rules(table, family)
             .into_iter()
             .map(|(c, _)| c)
-            .chain(owned_chains(table).iter().copied())
+            .chain(owned_chains(table, family))
             .collect();
+        chains.sort();
+        chains.dedup();
 
         in_netns(&ns, || {
             let blob = iptc::read(family, table).unwrap();
@@ -197,10 +199,10 @@ fn foreign(family: Family, table: &'static str) -> String {
              [9:700] -A FORWARD -o docker0 -j DOCKER\n",
         ),
     };
-    for chain in owned_chains(table) {
+    for chain in owned_chains(table, family) {
         text += &format!(":{chain} - [0:0]\n");
     }
-    for (chain, jump) in jumps(table) {
+    for (chain, jump) in shared_rules(table, family) {
         text += &format!("[1:60] -A {chain} {}\n", quoted(&jump));
     }
     for (chain, rule) in other.iter().take(2) {
@@ -270,7 +272,7 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
         restore_exactly(&ns, family, &raw_base);
         assert_eq!(save_c(&ns, family, table), base);
 
-        let required = jumps(table);
+        let required = shared_rules(table, family);
         let inserted = in_netns(&ns, || {
             iptc::insert(family, table, &placed, &required).unwrap()
         });

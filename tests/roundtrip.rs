@@ -8,7 +8,7 @@ use common::{Topology, in_netns};
 use natledger::backend::{Backend, Netfilter};
 use natledger::exec::SystemRunner;
 use natledger::family::Family;
-use natledger::layout::{TABLES, jumps, mapping_rules, owned_chains};
+use natledger::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
 use natledger::portspec::parse_entry;
 use natledger::rule::Rule;
 use natledger::save::{Batch, Op};
@@ -31,7 +31,7 @@ fn rendered_rules_read_back_equal() {
                 Family::Ipv6 => "fd77::2".parse().unwrap(),
             };
             for table in TABLES {
-                let mut written: Vec<(String, Rule)> = jumps(table)
+                let mut written: Vec<(String, Rule)> = shared_rules(table, family)
                     .into_iter()
                     .map(|(c, r)| (c.to_string(), r))
                     .collect();
@@ -48,7 +48,7 @@ fn rendered_rules_read_back_equal() {
                     );
                 }
                 let mut batch = Batch::new(table);
-                for chain in owned_chains(table) {
+                for chain in owned_chains(table, family) {
                     batch.ops.push(Op::DeclareChain(chain.to_string()));
                 }
                 batch.ops.extend(

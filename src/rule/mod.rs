@@ -1,9 +1,10 @@
 //! The rule model: the rules natledger writes (nat DNAT, MASQUERADE and jumps, filter
-//! ACCEPT of the forwarded connections it DNATed) as typed values.
+//! ACCEPT of the forwarded connections it DNATed, and the localhost guard's DROP) as typed
+//! values.
 //!
 //! [`Rule::to_args`] renders a rule to the argument vector that follows `-A CHAIN` in
 //! iptables-restore input. Both backends (legacy and nft) speak the same iptables syntax, and
-//! the argument order is the canonical one `*-save` prints (`-s -d -p -m proto --dport
+//! the argument order is the canonical one `*-save` prints (`-s -d ! -i -p -m proto --dport
 //! -m addrtype -m conntrack -m comment -j`), so a rule read back from a dump compares equal to
 //! the rule written. [`Rule::parse_args`] is the inverse; it accepts the options natledger writes and
 //! reports anything else as [`RuleParseError::Unsupported`], which callers treat as "not ours".
@@ -25,13 +26,21 @@ pub enum Target {
     Dnat(DnatTo),
     Masquerade,
     Accept,
+    Drop,
 }
+
+/// The conntrack states `-m conntrack ! --ctstate` names in the localhost guard: a packet of
+/// an established flow, an ICMP error about one, or a flow some DNAT rewrote.
+pub const ANSWERED_OR_DNATTED: &str = "RELATED,ESTABLISHED,DNAT";
 
 /// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
     pub source: Option<IpNet>,
     pub destination: Option<IpNet>,
+    /// `! -i NAME`: received on another interface than NAME (iptables prints `-i` after
+    /// `-d`).
+    pub not_in_interface: Option<String>,
     pub protocol: Option<Protocol>,
     /// Destination ports; requires `protocol`.
     pub dports: Option<PortRange>,
@@ -39,6 +48,10 @@ pub struct Rule {
     pub dst_local: bool,
     /// `-m conntrack …`.
     pub dnatted: Option<Dnatted>,
+    /// `-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT`: a packet that is neither part nor
+    /// an ICMP error of an established flow, of a flow no DNAT rewrote (the first packet of a
+    /// new flow, an invalid or untracked one). Never together with `dnatted`.
+    pub fresh: bool,
     pub comment: Option<String>,
     pub target: Target,
 }
@@ -73,51 +86,61 @@ impl Rule {
     /// The iptables arguments after `-A CHAIN`, in `*-save` order.
     pub fn to_args(&self) -> Vec<String> {
         let mut args: Vec<String> = Vec::with_capacity(16);
-        let mut push = |a: &str, b: String| {
+        fn push(args: &mut Vec<String>, a: &str, b: String) {
             args.push(a.to_string());
             args.push(b);
-        };
+        }
         if let Some(s) = self.source {
-            push("-s", s.to_string());
+            push(&mut args, "-s", s.to_string());
         }
         if let Some(d) = self.destination {
-            push("-d", d.to_string());
+            push(&mut args, "-d", d.to_string());
+        }
+        if let Some(iface) = &self.not_in_interface {
+            args.push("!".into());
+            push(&mut args, "-i", iface.clone());
         }
         if let Some(p) = self.protocol {
-            push("-p", p.to_string());
+            push(&mut args, "-p", p.to_string());
             if let Some(ports) = self.dports {
-                push("-m", p.to_string());
-                push("--dport", match_ports(ports));
+                push(&mut args, "-m", p.to_string());
+                push(&mut args, "--dport", match_ports(ports));
             }
         }
         if self.dst_local {
-            push("-m", "addrtype".into());
-            push("--dst-type", "LOCAL".into());
+            push(&mut args, "-m", "addrtype".into());
+            push(&mut args, "--dst-type", "LOCAL".into());
         }
         if let Some(ct) = self.dnatted {
             // Host addresses print without their prefix length in this match.
-            push("-m", "conntrack".into());
-            push("--ctstate", "DNAT".into());
-            push("--ctproto", ct.protocol.number().to_string());
+            push(&mut args, "-m", "conntrack".into());
+            push(&mut args, "--ctstate", "DNAT".into());
+            push(&mut args, "--ctproto", ct.protocol.number().to_string());
             if let Some(host) = ct.orig_dst {
-                push("--ctorigdst", host.to_string());
+                push(&mut args, "--ctorigdst", host.to_string());
             }
-            push("--ctreplsrc", ct.repl_src.to_string());
-            push("--ctorigdstport", match_ports(ct.orig_dst_ports));
-            push("--ctreplsrcport", match_ports(ct.repl_src_ports));
+            push(&mut args, "--ctreplsrc", ct.repl_src.to_string());
+            push(&mut args, "--ctorigdstport", match_ports(ct.orig_dst_ports));
+            push(&mut args, "--ctreplsrcport", match_ports(ct.repl_src_ports));
+        }
+        if self.fresh {
+            push(&mut args, "-m", "conntrack".into());
+            args.push("!".into());
+            push(&mut args, "--ctstate", ANSWERED_OR_DNATTED.into());
         }
         if let Some(c) = &self.comment {
-            push("-m", "comment".into());
-            push("--comment", c.clone());
+            push(&mut args, "-m", "comment".into());
+            push(&mut args, "--comment", c.clone());
         }
         match &self.target {
-            Target::Jump(chain) => push("-j", chain.clone()),
+            Target::Jump(chain) => push(&mut args, "-j", chain.clone()),
             Target::Dnat(to) => {
-                push("-j", "DNAT".into());
-                push("--to-destination", to.to_string());
+                push(&mut args, "-j", "DNAT".into());
+                push(&mut args, "--to-destination", to.to_string());
             }
-            Target::Masquerade => push("-j", "MASQUERADE".into()),
-            Target::Accept => push("-j", "ACCEPT".into()),
+            Target::Masquerade => push(&mut args, "-j", "MASQUERADE".into()),
+            Target::Accept => push(&mut args, "-j", "ACCEPT".into()),
+            Target::Drop => push(&mut args, "-j", "DROP".into()),
         }
         args
     }
@@ -130,7 +153,9 @@ impl Rule {
             destination: None,
             protocol: None,
             dports: None,
+            not_in_interface: None,
             dst_local: false,
+            fresh: false,
             dnatted: None,
             comment: None,
             target: Target::Masquerade,
@@ -150,6 +175,24 @@ impl Rule {
                 reason,
             };
             match opt {
+                // natledger negates only the guard's interface and conntrack states.
+                "!" => {
+                    let negated = value()?;
+                    let v = it
+                        .next()
+                        .ok_or_else(|| RuleParseError::MissingValue(negated.to_string()))?;
+                    match negated {
+                        "-i" | "--in-interface"
+                            if rule.not_in_interface.is_none() && is_interface_name(v) =>
+                        {
+                            rule.not_in_interface = Some(v.to_string());
+                        }
+                        "--ctstate" if v == ANSWERED_OR_DNATTED && !rule.fresh => {
+                            rule.fresh = true;
+                        }
+                        _ => return Err(RuleParseError::Unsupported(format!("! {negated} {v}"))),
+                    }
+                }
                 "-s" | "--source" => {
                     let v = value()?;
                     rule.source = Some(v.parse().map_err(|e| bad(v, e))?);
@@ -234,6 +277,11 @@ impl Rule {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
         rule.dnatted = ct.finish()?;
+        if rule.fresh && rule.dnatted.is_some() {
+            return Err(RuleParseError::Unsupported(
+                "two conntrack matches natledger does not write together".into(),
+            ));
+        }
         if rule.dnatted.is_some() && rule.protocol.is_some() {
             // natledger's accept names its protocol in the conntrack match only.
             return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));
@@ -241,6 +289,7 @@ impl Rule {
         rule.target = match (jump.as_deref(), to_destination) {
             (Some("MASQUERADE"), None) => Target::Masquerade,
             (Some("ACCEPT"), None) => Target::Accept,
+            (Some("DROP"), None) => Target::Drop,
             (Some("DNAT"), Some(to)) => Target::Dnat(to),
             (Some("DNAT"), None) => {
                 return Err(RuleParseError::MissingValue("--to-destination".into()));
@@ -251,6 +300,16 @@ impl Rule {
         };
         Ok(rule)
     }
+}
+
+/// An interface name natledger writes in `-i`: as the kernel accepts one (at most 15
+/// bytes, no `/`, `:` or whitespace), and without iptables' `+` wildcard.
+pub fn is_interface_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() < 16
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'/' | b':' | b'+'))
 }
 
 /// A user-defined chain name as iptables accepts it (at most 28 characters, no

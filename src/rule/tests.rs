@@ -9,7 +9,9 @@ fn dnat_rule() -> Rule {
             start: 8000,
             end: 8010,
         }),
+        not_in_interface: None,
         dst_local: false,
+        fresh: false,
         dnatted: None,
         comment: Some("natledger:abc".into()),
         target: Target::Dnat(DnatTo {
@@ -32,7 +34,9 @@ fn renders_in_save_order() {
         destination: Some("fd00::2/128".parse().unwrap()),
         protocol: Some(Protocol::Udp),
         dports: Some(PortRange::single(53)),
+        not_in_interface: None,
         dst_local: true,
+        fresh: false,
         dnatted: None,
         comment: None,
         target: Target::Masquerade,
@@ -51,7 +55,9 @@ fn parse_is_the_inverse_of_render() {
         destination: None,
         protocol: None,
         dports: None,
+        not_in_interface: None,
         dst_local: true,
+        fresh: false,
         dnatted: None,
         comment: Some("natledger".into()),
         target: Target::Jump("NATLEDGER-HOSTPORTS".into()),
@@ -76,7 +82,9 @@ fn accept_rule() -> Rule {
         destination: None,
         protocol: None,
         dports: None,
+        not_in_interface: None,
         dst_local: false,
+        fresh: false,
         dnatted: Some(Dnatted {
             protocol: Protocol::Udp,
             orig_dst: Some("10.78.0.1".parse().unwrap()),
@@ -187,4 +195,68 @@ fn chain_names() {
     assert!(!is_user_chain_name("ACCEPT"));
     assert!(!is_user_chain_name("A-VERY-LONG-CHAIN-NAME-OVER-28"));
     assert!(!is_user_chain_name("-X"));
+}
+
+#[test]
+fn the_localhost_guard_renders_as_both_backends_print_it() {
+    // Verbatim from iptables-legacy-save and iptables-nft-save 1.8.9.
+    let line = "-d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+                -m comment --comment natledger -j DROP";
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let guard = Rule::parse_args(&tokens).unwrap();
+    assert_eq!(guard.not_in_interface.as_deref(), Some("lo"));
+    assert!(guard.fresh);
+    assert_eq!(guard.target, Target::Drop);
+    assert_eq!(guard.to_args().join(" "), line);
+    // Options may come in any order, as iptables accepts them.
+    let reordered = [
+        "!",
+        "-i",
+        "lo",
+        "-d",
+        "127.0.0.0/8",
+        "-m",
+        "conntrack",
+        "!",
+        "--ctstate",
+        "RELATED,ESTABLISHED,DNAT",
+        "-j",
+        "DROP",
+    ];
+    assert_eq!(
+        Rule::parse_args(&reordered).unwrap(),
+        Rule {
+            comment: None,
+            ..guard
+        }
+    );
+}
+
+#[test]
+fn only_the_guards_negations_are_natledgers() {
+    for args in [
+        // kube-proxy's guard: a source, not an interface.
+        "-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+         -j DROP",
+        "-d 127.0.0.0/8 -i lo -j DROP",
+        "-d 127.0.0.0/8 ! -o lo -j DROP",
+        "-d 127.0.0.0/8 ! -i eth+ -j DROP",
+        "-d 127.0.0.0/8 ! -i lo ! -i eth0 -j DROP",
+        "-m conntrack ! --ctstate RELATED,ESTABLISHED -j DROP",
+        "-m conntrack ! --ctstate DNAT -j DROP",
+        "-m conntrack --ctstate RELATED,ESTABLISHED,DNAT -j DROP",
+        "! -d 127.0.0.0/8 -j DROP",
+        // The guard's states beside natledger's accept match: two matches it never writes.
+        "-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -m conntrack --ctstate DNAT \
+         --ctproto 17 --ctreplsrc 10.77.0.2 --ctorigdstport 53 --ctreplsrcport 53 -j DROP",
+        "-d 127.0.0.0/8 !",
+    ] {
+        let tokens: Vec<&str> = args.split_whitespace().collect();
+        assert!(Rule::parse_args(&tokens).is_err(), "{args}");
+    }
+    assert!(is_interface_name("lo"));
+    assert!(is_interface_name("br-0123456789ab"));
+    assert!(!is_interface_name("br-0123456789abc"));
+    assert!(!is_interface_name("eth+"));
+    assert!(!is_interface_name(""));
 }

@@ -21,6 +21,7 @@ const CT_REPLSRC_ADDR: usize = 64;
 const CT_ORIGDST_PORT: usize = 140;
 const CT_REPLSRC_PORT: usize = 142;
 const CT_MATCH_FLAGS: usize = 146;
+const CT_INVERT_FLAGS: usize = 148;
 const CT_STATE_MASK: usize = 150;
 const CT_ORIGDST_PORT_HIGH: usize = 156;
 const CT_REPLSRC_PORT_HIGH: usize = 158;
@@ -33,6 +34,24 @@ const CT_ORIGDST_PORT_FLAG: u16 = 1 << 9;
 const CT_REPLSRC_PORT_FLAG: u16 = 1 << 10;
 /// `XT_CONNTRACK_STATE_DNAT`: `1 << (IP_CT_NUMBER + 2)`
 const CT_STATE_DNAT: u16 = 1 << 7;
+/// `XT_CONNTRACK_STATE_BIT(IP_CT_ESTABLISHED)`, `XT_CONNTRACK_STATE_BIT(IP_CT_RELATED)`:
+/// `1 << (ctinfo + 1)`.
+const CT_STATE_ESTABLISHED: u16 = 1 << 1;
+const CT_STATE_RELATED: u16 = 1 << 2;
+
+/// `struct xt_conntrack_mtinfo3` for the guard's `! --ctstate RELATED,ESTABLISHED,DNAT`
+/// (the same in both families: no address).
+pub(super) fn fresh_info() -> Vec<u8> {
+    let mut d = vec![0u8; CT_INFO_LEN];
+    let mut put = |at: usize, v: u16| d[at..at + 2].copy_from_slice(&v.to_ne_bytes());
+    put(CT_MATCH_FLAGS, CT_STATE);
+    put(CT_INVERT_FLAGS, CT_STATE);
+    put(
+        CT_STATE_MASK,
+        CT_STATE_RELATED | CT_STATE_ESTABLISHED | CT_STATE_DNAT,
+    );
+    d
+}
 
 /// `struct xt_conntrack_mtinfo3` for natledger's conntrack match.
 pub(super) fn conntrack_info(ct: &Dnatted, family: Family) -> Option<Vec<u8>> {

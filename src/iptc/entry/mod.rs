@@ -22,7 +22,7 @@ use crate::rule::{DnatTo, IpNet, Rule, Target};
 
 mod conntrack;
 
-use conntrack::{conntrack_info, conntrack_of};
+use conntrack::{conntrack_info, conntrack_of, fresh_info};
 
 /// The per-family layout of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,9 +88,18 @@ impl Layout {
     pub fn interfaces(&self) -> std::ops::Range<usize> {
         4 * self.addr_len..self.proto_at
     }
+
+    /// `iniface`, then (after `outiface`) `iniface_mask`: `IFNAMSIZ` bytes each.
+    fn iniface(&self) -> (usize, usize) {
+        let at = self.interfaces().start;
+        (at, at + 2 * IFNAMSIZ)
+    }
 }
 
 pub const XT_HEADER: usize = 32;
+const IFNAMSIZ: usize = 16;
+/// `IPT_INV_VIA_IN` / `IP6T_INV_VIA_IN`: `! -i`.
+const INV_VIA_IN: u8 = 0x01;
 const NAME_LEN: usize = 29;
 /// `XT_STANDARD_TARGET`: a verdict, or the offset of a jump.
 pub const STANDARD: &str = "";
@@ -102,8 +111,9 @@ const NF_NAT_RANGE_MAP_IPS: u32 = 1;
 const NF_NAT_RANGE_PROTO_SPECIFIED: u32 = 2;
 const NF_NAT_RANGE_PROTO_OFFSET: u32 = 0x20;
 const IP6T_F_PROTO: u8 = 1;
-/// The standard target's verdict for ACCEPT: `-NF_ACCEPT - 1`.
+/// The standard target's verdicts for ACCEPT and DROP: `-NF_ACCEPT - 1`, `-NF_DROP - 1`.
 const VERDICT_ACCEPT: i32 = -2;
+const VERDICT_DROP: i32 = -1;
 
 pub fn u16_at(b: &[u8], at: usize) -> u16 {
     u16::from_ne_bytes([b[at], b[at + 1]])
@@ -180,6 +190,16 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     if let Some(d) = rule.destination {
         put_net(&mut e, d, n, 3 * n)?;
     }
+    if let Some(name) = &rule.not_in_interface {
+        // As iptables parses a name without `+`: the name, and a mask over it and its NUL.
+        if name.is_empty() || name.len() >= IFNAMSIZ {
+            return None;
+        }
+        let (at, mask_at) = layout.iniface();
+        e[at..at + name.len()].copy_from_slice(name.as_bytes());
+        e[mask_at..mask_at + name.len() + 1].fill(0xff);
+        e[layout.invflags_at] |= INV_VIA_IN;
+    }
     if let Some(p) = rule.protocol {
         let number: u16 = match p {
             Protocol::Tcp => 6,
@@ -211,6 +231,9 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     if let Some(ct) = &rule.dnatted {
         push_xt(&mut e, "conntrack", 3, &conntrack_info(ct, family)?);
     }
+    if rule.fresh {
+        push_xt(&mut e, "conntrack", 3, &fresh_info());
+    }
     if let Some(c) = &rule.comment {
         if c.len() >= COMMENT_LEN {
             return None;
@@ -227,6 +250,7 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
             jump = Some(chain.clone());
         }
         Target::Accept => push_xt(&mut e, STANDARD, 0, &VERDICT_ACCEPT.to_ne_bytes()),
+        Target::Drop => push_xt(&mut e, STANDARD, 0, &VERDICT_DROP.to_ne_bytes()),
         Target::Dnat(to) => push_xt(&mut e, "DNAT", 2, &nat_range2(to, family)?),
         Target::Masquerade => match family {
             // nf_nat_ipv4_multi_range_compat: rangesize 1, one empty range.
@@ -306,6 +330,29 @@ fn net_of(addr: &[u8], mask: &[u8]) -> Option<Option<IpNet>> {
     (contiguous == mask).then_some(Some(net))
 }
 
+/// The interfaces and their inversion of an entry: `Some(None)` without any, `Some(name)`
+/// for exactly the `! -i NAME` natledger writes, `None` for anything else.
+fn not_in_interface(e: &[u8], layout: Layout) -> Option<Option<String>> {
+    let fields = &e[layout.interfaces()];
+    let invflags = e[layout.invflags_at];
+    if invflags == 0 && fields.iter().all(|b| *b == 0) {
+        return Some(None);
+    }
+    if invflags != INV_VIA_IN {
+        return None;
+    }
+    let (at, mask_at) = layout.iniface();
+    let raw = &e[at..at + IFNAMSIZ];
+    let len = raw.iter().position(|b| *b == 0)?;
+    let name = std::str::from_utf8(&raw[..len]).ok()?.to_string();
+    // Encoding the name again must give these very bytes (outiface and its mask empty).
+    let mut expected = vec![0u8; fields.len()];
+    let base = layout.interfaces().start;
+    expected[at - base..at - base + len].copy_from_slice(name.as_bytes());
+    expected[mask_at - base..mask_at - base + len + 1].fill(0xff);
+    (crate::rule::is_interface_name(&name) && expected == fields).then_some(Some(name))
+}
+
 /// How a decoded rule's target looks before the table resolves a jump's offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decoded {
@@ -321,9 +368,7 @@ pub enum Decoded {
 pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
     let layout = Layout::of(family);
     let n = layout.addr_len;
-    if e[layout.interfaces()].iter().any(|b| *b != 0) || e[layout.invflags_at] != 0 {
-        return None;
-    }
+    let not_in_interface = not_in_interface(e, layout)?;
     let proto = u16_at(e, layout.proto_at);
     let flags = if proto != 0 { layout.proto_flag } else { 0 };
     if e[layout.flags_at] != flags {
@@ -339,7 +384,9 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
             _ => return None,
         },
         dports: None,
+        not_in_interface,
         dst_local: false,
+        fresh: false,
         dnatted: None,
         comment: None,
         target: Target::Masquerade,
@@ -375,8 +422,13 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
             {
                 rule.dst_local = true;
             }
-            ("conntrack", 3) if rule.dnatted.is_none() => {
-                rule.dnatted = Some(conntrack_of(m.data, family)?);
+            ("conntrack", 3) if rule.dnatted.is_none() && !rule.fresh => {
+                let fresh = fresh_info();
+                if m.data.get(..fresh.len()) == Some(fresh.as_slice()) {
+                    rule.fresh = true;
+                } else {
+                    rule.dnatted = Some(conntrack_of(m.data, family)?);
+                }
             }
             ("comment", 0) if rule.comment.is_none() => {
                 let raw = m.data.get(..COMMENT_LEN)?;
@@ -393,6 +445,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
     }
     match (t.name, t.revision) {
         (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_ACCEPT => rule.target = Target::Accept,
+        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_DROP => rule.target = Target::Drop,
         (STANDARD, 0) => {
             let verdict = i32_at(t.data, 0);
             let offset = u32::try_from(verdict).ok()?;

@@ -39,6 +39,16 @@ fn every_rule_shape_round_trips() {
              natledger:c1 -j ACCEPT",
         ),
         (
+            Family::Ipv4,
+            "-d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -m comment \
+             --comment natledger -j DROP",
+        ),
+        (
+            Family::Ipv6,
+            "-d ::1/128 ! -i br-0123456789ab -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT \
+             -j DROP",
+        ),
+        (
             Family::Ipv6,
             "-m conntrack --ctstate DNAT --ctproto 132 --ctreplsrc fd77::2 --ctorigdstport 8080 \
              --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT",
@@ -93,4 +103,26 @@ fn what_natledger_does_not_write_is_not_decoded_or_encoded() {
         .is_none()
     );
     assert!(encode(&rule("-d fd77::2/128 -j MASQUERADE"), Family::Ipv4).is_none());
+}
+
+#[test]
+fn only_natledgers_interface_match_is_decoded() {
+    let r = rule("-d 127.0.0.0/8 ! -i lo -j DROP");
+    let Some(Encoded::Entry(e)) = encode(&r, Family::Ipv4) else {
+        panic!()
+    };
+    let layout = Layout::of(Family::Ipv4);
+    let (at, mask_at) = layout.iniface();
+    for (what, change) in [
+        ("-i lo, not negated", (layout.invflags_at, 0u8)),
+        ("! -o as well", (layout.invflags_at, 0x03)),
+        ("a wildcard mask (lo+)", (mask_at + 2, 0)),
+        ("a longer name in the mask only", (mask_at + 3, 0xff)),
+        ("-o set", (at + 16, b'x')),
+    ] {
+        let mut bad = e.clone();
+        bad[change.0] = change.1;
+        assert_eq!(decode(&bad, Family::Ipv4), None, "{what}");
+    }
+    assert_eq!(decode(&e, Family::Ipv4), Some(Decoded::Rule(r)));
 }

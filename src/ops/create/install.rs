@@ -10,12 +10,13 @@ pub(super) struct InstallError {
 }
 
 /// Install one family's rules: one transaction per table, filter before nat (the accept is in
-/// force before the DNAT is). First try assuming the shared chains and jumps exist: on legacy
-/// in-process ([`crate::iptc`], declined unless they do; once a table is left to a process,
-/// so are the ones after it, to keep the order), otherwise with one restore process whose
-/// transaction per table checks that table's jumps with `-C` (a missing jump fails it
-/// atomically; the tables before it stay committed). Then read each table not yet written and
-/// create what is missing.
+/// force before the DNAT is). First try assuming the shared chains and rules (the jumps and
+/// the localhost guard, [`shared_rules`]) exist: on legacy in-process ([`crate::iptc`],
+/// declined unless they do; once a table is left to a process, so are the ones after it, to
+/// keep the order), otherwise with one restore process whose transaction per table checks
+/// that table's shared rules with `-C` (a missing one fails it atomically; the tables before
+/// it stay committed). Then read each table not yet written and create what is missing: a
+/// host written before the guard existed gets it on its next create.
 ///
 /// The filter accept is needed only where FORWARD drops, and the nat rules forward from the
 /// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
@@ -51,7 +52,7 @@ pub(super) fn install(
         .iter()
         .map(|(table, placed)| {
             let mut batch = Batch::new(table);
-            for (chain, jump) in jumps(table) {
+            for (chain, jump) in shared_rules(table, family) {
                 batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
             }
             push_rules(&mut batch, placed);
@@ -84,8 +85,8 @@ pub(super) fn install(
     Ok(skipped)
 }
 
-/// Read `table` and write what is missing of `placed`, its chains and jumps included; whether
-/// anything was written (a table showing every rule already was committed before).
+/// Read `table` and write what is missing of `placed`, its chains and shared rules included;
+/// whether anything was written (a table showing every rule already was committed before).
 pub(super) fn write_table(
     ctx: &Context,
     family: Family,
@@ -96,22 +97,22 @@ pub(super) fn write_table(
         .netfilter
         .read(ctx.backend, family, table)?
         .unwrap_or_default();
-    if all_present(&dump, placed) {
-        return Ok(false);
-    }
     let mut full = Batch::new(table);
-    for chain in owned_chains(table) {
+    for chain in owned_chains(table, family) {
         if !dump.has_chain(chain) {
             full.ops.push(Op::DeclareChain(chain.to_string()));
         }
     }
-    for (chain, jump) in jumps(table) {
+    for (chain, shared) in shared_rules(table, family) {
         let present = dump
             .rules_in(chain)
-            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == jump));
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
         if !present {
-            full.ops.push(jump_op(&dump, chain, jump.to_args()));
+            full.ops.push(jump_op(&dump, chain, shared.to_args()));
         }
+    }
+    if full.ops.is_empty() && all_present(&dump, placed) {
+        return Ok(false);
     }
     push_rules(&mut full, placed);
     ctx.netfilter.apply(ctx.backend, family, &full)?;
@@ -134,7 +135,7 @@ pub(super) fn insert_native(
     };
     match ctx
         .netfilter
-        .insert_legacy(family, table, &parsed, &jumps(table))
+        .insert_legacy(family, table, &parsed, &shared_rules(table, family))
     {
         Ok(Native::Done(_)) => true,
         Ok(Native::Declined | Native::Off) => false,

@@ -8,7 +8,9 @@ use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
-use crate::layout::{FILTER, TABLES, goes_first, jump_op, jumps, mapping_rules, owned_chains};
+use crate::layout::{
+    FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
+};
 use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
 use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
@@ -92,7 +94,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
-    allow_loopback_sources(&manifest.mappings, &manifest.addresses);
+    allow_loopback_sources(&manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
         eprintln!(
@@ -313,17 +315,36 @@ fn plan(
     Ok(placed)
 }
 
-/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1.
-/// A failure only costs the localhost path, so it is a warning.
-fn allow_loopback_sources(mappings: &[PortMapping], addresses: &[IpAddr]) {
-    let wanted = mappings
+/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1, and
+/// only when this create wrote the IPv4 filter table: the localhost guard is then in place
+/// (created or checked with the shared rules), so the switch opens the node's 127.0.0.0/8
+/// to nothing but the node's own connections. A failure only costs the localhost path, so
+/// it is a warning.
+fn allow_loopback_sources(manifest: &Manifest) {
+    let wanted = manifest
+        .mappings
         .iter()
         .any(|m| m.reachable_from_loopback() && m.family() != Some(Family::Ipv6));
-    let v4 = addresses.iter().find_map(|a| match a {
+    let own: Vec<&RuleRecord> = manifest
+        .rules
+        .iter()
+        .filter(|r| r.family == Family::Ipv4)
+        .collect();
+    // None: the rules are shared with a holder, whose create did this.
+    let guarded = own.iter().any(|r| r.table == FILTER);
+    if wanted && !own.is_empty() && !guarded {
+        eprintln!(
+            "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \
+             table was not written, so the localhost guard is not known to be in place and \
+             route_localnet stays as it is"
+        );
+        return;
+    }
+    let v4 = manifest.addresses.iter().find_map(|a| match a {
         IpAddr::V4(v4) => Some(*v4),
         IpAddr::V6(_) => None,
     });
-    if let (true, Some(v4)) = (wanted, v4) {
+    if let (true, Some(v4)) = (wanted && guarded, v4) {
         match netns::enable_route_localnet(v4) {
             Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
             Ok(None) => {}

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::layout::{Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner};
+use crate::layout::{Owner, comment_and_target, is_current_chain, is_owned_chain, jump_op, owner};
 use crate::save::{Batch, Op, SavedRule, Table};
 
 /// Who keeps their rules.
@@ -127,7 +127,7 @@ pub fn plan(table: &Table, claims: &Claims) -> TablePlan {
 
     // Chains that go: all of them with --all, else those of other versions; only when
     // nothing kept is in them and no one else's rule is in or jumps to them.
-    let wanted_gone = |chain: &str| claims.all || !owned_chains(name).contains(&chain);
+    let wanted_gone = |chain: &str| claims.all || !is_current_chain(name, chain);
     let mut removable: HashSet<&str> = HashSet::new();
     for chain in owned.iter().copied().filter(|c| wanted_gone(c)) {
         let in_the_way: Vec<&SavedRule> = blockers

@@ -1,0 +1,256 @@
+//! The route_localnet hole (kube-proxy's CVE-2020-8558) and natledger's guard against it.
+//!
+//! natledger sets `route_localnet=1` on the bridge towards a container with a mapping on
+//! 127.0.0.1 (the node's own connections to 127.0.0.1:hostPort leave with a loopback
+//! source). With it on, and nothing else, a neighbour on that bridge can address packets to
+//! 127.0.0.1 through the node's bridge address and reach the node's services bound to
+//! localhost. The attacker here is an ordinary namespace on the bridge: without raw
+//! sockets, it drops its own 127.0.0.0/8, turns route_localnet on for its own eth0 (so its
+//! kernel sends and accepts loopback addresses there) and routes 127.0.0.0/8 via the node.
+//! Then a plain UDP send and TCP connect go to the node's localhost.
+//!
+//! Proven on both backends: before natledger the packets are martians; with natledger's
+//! guard they are dropped; with the guard taken away (a host written by an older
+//! natledger, shared chains but no guard) they reach the node's UDP server and complete a
+//! TCP handshake; the next create puts the guard back. Meanwhile the 127.0.0.1:hostPort →
+//! container path works (TCP, UDP, a UDP client that keeps sending), and `sweep --all`
+//! leaves every table as it was before natledger.
+
+mod common;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const T: Duration = Duration::from_secs(3);
+const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
+/// The node's services bound to 127.0.0.1 only.
+const SECRET_UDP: u16 = 5353;
+const SECRET_TCP: u16 = 6000;
+
+/// What the attacker's packets reach on the node's localhost.
+struct Secrets {
+    udp: UdpSocket,
+    _tcp: TcpListener,
+}
+
+impl Secrets {
+    fn bind(node: &str) -> Secrets {
+        in_netns(node, || Secrets {
+            udp: UdpSocket::bind((LOCALHOST, SECRET_UDP)).unwrap(),
+            _tcp: TcpListener::bind((LOCALHOST, SECRET_TCP)).unwrap(),
+        })
+    }
+
+    /// Send a few datagrams from `attacker` and whether any reached the node's localhost
+    /// server; and whether a TCP connect from `attacker` completed its handshake.
+    fn attack(&self, attacker: &str, round: &str) -> (bool, bool) {
+        let payload = format!("attack {round}");
+        let sent = payload.clone();
+        let send = in_netns(attacker, move || -> io::Result<()> {
+            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
+            for _ in 0..3 {
+                sock.send_to(sent.as_bytes(), (LOCALHOST, SECRET_UDP))?;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Ok(())
+        });
+        send.unwrap_or_else(|e| panic!("the attacker's send failed locally: {e}"));
+        let deadline = Instant::now() + Duration::from_secs(1);
+        let mut udp = false;
+        let mut buf = [0u8; 64];
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            self.udp
+                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                .unwrap();
+            match self.udp.recv_from(&mut buf) {
+                Ok((n, _)) if buf[..n] == *payload.as_bytes() => udp = true,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let dst = SocketAddr::from((LOCALHOST, SECRET_TCP));
+        let tcp = in_netns(attacker, move || {
+            TcpStream::connect_timeout(&dst, Duration::from_secs(2)).is_ok()
+        });
+        (udp, tcp)
+    }
+}
+
+/// Make `ns` send to 127.0.0.0/8 through the node (see the file comment).
+fn arm(ns: &str) {
+    for argv in [
+        &["ip", "addr", "del", "127.0.0.1/8", "dev", "lo"][..],
+        &["sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"],
+        &[
+            "ip",
+            "route",
+            "add",
+            "127.0.0.0/8",
+            "via",
+            "10.77.0.1",
+            "dev",
+            "eth0",
+        ],
+    ] {
+        let out = run_in(ns, argv[0], &argv[1..], None);
+        assert!(
+            out.status.success(),
+            "{argv:?} in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+fn route_localnet(node: &str) -> String {
+    let out = run_in(
+        node,
+        "cat",
+        &["/proc/sys/net/ipv4/conf/br0/route_localnet"],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The 127.0.0.1:8080 → container path, TCP and UDP.
+fn localhost_path_works(node: &str, backend: Backend, what: &str) {
+    let dst = sock(LOCALHOST, 8080);
+    assert_eq!(
+        tcp_request(node, dst, T).ok().as_deref(),
+        Some("c2 tcp"),
+        "{backend:?} {what}: 127.0.0.1 tcp"
+    );
+    assert_eq!(
+        udp_request(node, dst, T).ok().as_deref(),
+        Some("c2 udp"),
+        "{backend:?} {what}: 127.0.0.1 udp"
+    );
+}
+
+/// Take the guard away as a host written before it existed looks: the INPUT jump and the
+/// guard's chain gone, every other shared chain and jump in place.
+fn unguard(node: &str, backend: Backend) {
+    let tool = iptables_tool(backend, Family::V4);
+    for args in [
+        &[
+            "-t",
+            "filter",
+            "-D",
+            "INPUT",
+            "-m",
+            "comment",
+            "--comment",
+            "natledger",
+            "-j",
+            "NATLEDGER-INPUT",
+        ][..],
+        &["-t", "filter", "-F", "NATLEDGER-INPUT"],
+        &["-t", "filter", "-X", "NATLEDGER-INPUT"],
+    ] {
+        let out = run_in(node, tool, args, None);
+        assert!(
+            out.status.success(),
+            "{tool} {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let attacker = node.topo.add_container(3).ns;
+        let host = node.topo.node().to_string();
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "c2 tcp"),
+            serve_udp(&c.ns, c.sock_v4(80), "c2 udp"),
+        ];
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        let secrets = Secrets::bind(&host);
+        arm(&attacker);
+        let pristine = node.dump();
+
+        // Before natledger: martians, as the kernel drops them with route_localnet=0.
+        assert_eq!(route_localnet(&host), "0");
+        assert_eq!(
+            secrets.attack(&attacker, "before"),
+            (false, false),
+            "{backend:?}: the kernel lets 127.0.0.1 in from the bridge without natledger"
+        );
+
+        let created = node.create(
+            "c2",
+            Some(pid),
+            &[("io.natledger.ports", "8080:80,8080:80/udp")],
+        );
+        assert_ok(&created, "create c2");
+        assert_eq!(route_localnet(&host), "1", "{backend:?}: route_localnet");
+        assert_eq!(
+            secrets.attack(&attacker, "guarded"),
+            (false, false),
+            "{backend:?}: with route_localnet=1 a neighbour reaches the node's localhost \
+             (UDP, TCP)"
+        );
+        localhost_path_works(&host, backend, "guarded");
+        // A client that keeps sending from 127.0.0.1: its replies come back through the
+        // guard as ESTABLISHED.
+        let client = UdpClient::start(&host, sock(LOCALHOST, 40123), sock(LOCALHOST, 8080));
+        let t0 = Instant::now();
+        assert!(
+            client.wait_for("c2 udp", t0, T).is_some(),
+            "{backend:?}: the UDP client gets no reply through the guard"
+        );
+
+        // A host written before the guard: the hole is there.
+        unguard(&host, backend);
+        assert_eq!(
+            secrets.attack(&attacker, "unguarded"),
+            (true, true),
+            "{backend:?}: without the guard the neighbour must reach localhost (or this test \
+             proves nothing)"
+        );
+        // The next create puts the guard back (the shared footprint is checked on create).
+        let d = node.topo.add_container(4);
+        let d_pid = node.topo.spawn_sleeper(&d.ns);
+        assert_ok(
+            &node.create("c4", Some(d_pid), &[("io.natledger.ports", "8081:81")]),
+            "create c4",
+        );
+        assert_eq!(
+            secrets.attack(&attacker, "upgraded"),
+            (false, false),
+            "{backend:?}: the next create does not put the guard back"
+        );
+        let t1 = Instant::now();
+        assert!(
+            client.wait_for("c2 udp", t1, T).is_some(),
+            "{backend:?}: the UDP client stopped getting replies"
+        );
+        client.stop();
+        localhost_path_works(&host, backend, "upgraded");
+        let listed = node.natledger(&["list"], "", &[]);
+        assert_ok(&listed, "list");
+
+        // Removed only by `sweep --all`: poststop and a sweep keep it.
+        assert_ok(&node.poststop("c2"), "poststop c2");
+        assert_ok(&node.poststop("c4"), "poststop c4");
+        assert_ok(&node.sweep(&[]), "sweep");
+        assert!(
+            node.dump()
+                .contains("-A NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo"),
+            "{backend:?}: poststop or sweep removed the guard:\n{}",
+            node.dump()
+        );
+        assert_eq!(secrets.attack(&attacker, "stopped"), (false, false));
+        assert_ok(&node.sweep(&["--all"]), "sweep --all");
+        assert_eq!(
+            node.dump(),
+            pristine,
+            "{backend:?}: sweep --all leaves the tables as before natledger"
+        );
+    });
+}
