@@ -100,7 +100,9 @@ pub fn is_global_unicast(ip: IpAddr) -> bool {
 /// route: a container reached through it is not behind this host's bridge, and
 /// route_localnet on the uplink would expose 127.0.0.1 to the neighbours there), never
 /// globally. Returns the interface when it was changed. Not reverted: other containers
-/// behind the same bridge may rely on it.
+/// behind the same bridge may rely on it. Called only once the localhost guard is in place
+/// (`layout::guard`), which drops what the switch would otherwise let neighbours send to
+/// the node's 127.0.0.0/8.
 pub fn enable_route_localnet(dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
     let Some(route) = host::route_to(&host::Roots::default(), IpAddr::V4(dest)) else {
         return Ok(None);

@@ -27,11 +27,12 @@ use std::time::Duration;
 use crate::backend::Backend;
 use crate::exec::SystemRunner;
 use crate::family::Family;
-use crate::layout::{FILTER, TABLES};
+use crate::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
 use crate::ledger::Ledger;
 use crate::netns::in_namespace;
 use crate::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
 use crate::ops::{self, Context, Created, SweepOptions};
+use crate::rule::Rule;
 use crate::save::{Batch, Op, Table};
 
 const NODE_V4: &str = "10.253.0.1";
@@ -126,6 +127,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
             name("create-runtime"),
             Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
         ));
+        out.push((name("localhost guard"), guarded(&ctx, backend)));
         for addr in [
             format!("{NODE_V4}:{HOST_PORT}"),
             format!("[{NODE_V6}]:{HOST_PORT}"),
@@ -209,6 +211,36 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
     ops::poststop(ctx, &state)
         .map(drop)
         .map_err(|e| e.to_string())
+}
+
+/// Whether the localhost guard is in force: the first rule of IPv4 filter INPUT is
+/// natledger's jump to its chain, which holds the guard.
+fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
+    let family = Family::Ipv4;
+    let table = ctx
+        .netfilter
+        .read(backend, family, FILTER)
+        .map_err(|e| e.to_string())?
+        .ok_or("no ipv4 filter table")?;
+    let shared = shared_rules(FILTER, family);
+    let first_in = |chain: &str| {
+        table
+            .rules_in(chain)
+            .next()
+            .and_then(|r| Rule::parse_args(&r.args).ok())
+    };
+    for (chain, rule) in shared.iter().filter(|(c, _)| *c != "FORWARD") {
+        if first_in(chain).as_ref() != Some(rule) {
+            return Err(format!(
+                "{chain} does not start with natledger's -A {chain} {}",
+                rule.to_args().join(" ")
+            ));
+        }
+    }
+    Ok(format!(
+        "filter INPUT jumps first to {INPUT_CHAIN}, which drops packets to 127.0.0.0/8 from \
+         outside the host (route_localnet)"
+    ))
 }
 
 /// Both families' nat and filter tables of one backend.

@@ -158,6 +158,21 @@ fn unguard(node: &str, backend: Backend) {
     }
 }
 
+/// doctor on the live node names nothing of the guard: natledger's own shared rules are
+/// neither foreign nor a finding.
+fn doctor_is_silent_about_the_guard(node: &Node, what: &str) {
+    let doc = live(node, &[]);
+    let about: Vec<&serde_json::Value> = doc
+        .findings()
+        .iter()
+        .filter(|f| {
+            let text = f.to_string();
+            text.contains("NATLEDGER-INPUT") || text.contains("127.0.0.0/8 ! -i lo")
+        })
+        .collect();
+    assert!(about.is_empty(), "{what}: {}", doc.show());
+}
+
 #[test]
 fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
     both(|backend| {
@@ -196,6 +211,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
              (UDP, TCP)"
         );
         localhost_path_works(&host, backend, "guarded");
+        doctor_is_silent_about_the_guard(&node, "guarded");
         // A client that keeps sending from 127.0.0.1: its replies come back through the
         // guard as ESTABLISHED.
         let client = UdpClient::start(&host, sock(LOCALHOST, 40123), sock(LOCALHOST, 8080));
@@ -213,6 +229,13 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
             "{backend:?}: without the guard the neighbour must reach localhost (or this test \
              proves nothing)"
         );
+        // list, sweep and doctor take a host without the guard as it is.
+        assert_ok(
+            &node.natledger(&["list"], "", &[]),
+            "list without the guard",
+        );
+        assert_ok(&node.sweep(&[]), "sweep without the guard");
+        doctor_is_silent_about_the_guard(&node, "unguarded");
         // The next create puts the guard back (the shared footprint is checked on create).
         let d = node.topo.add_container(4);
         let d_pid = node.topo.spawn_sleeper(&d.ns);
@@ -234,6 +257,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
         localhost_path_works(&host, backend, "upgraded");
         let listed = node.natledger(&["list"], "", &[]);
         assert_ok(&listed, "list");
+        doctor_is_silent_about_the_guard(&node, "upgraded");
 
         // Removed only by `sweep --all`: poststop and a sweep keep it.
         assert_ok(&node.poststop("c2"), "poststop c2");

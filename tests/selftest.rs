@@ -44,7 +44,7 @@ fn selftest_passes_and_leaves_nothing() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_ok(&out, &format!("selftest\n{text}"));
     let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 17, "{text}");
+    assert_eq!(lines.len(), 19, "{text}");
     assert!(lines.iter().all(|l| l.starts_with("ok ")), "{text}");
     for backend in ["legacy", "nft"] {
         for what in [
@@ -53,6 +53,7 @@ fn selftest_passes_and_leaves_nothing() {
             "from outside to 10.253.1.1:18080",
             "from outside to [fd54::1]:18080",
             "through FORWARD policy DROP",
+            "localhost guard: filter INPUT jumps first to NATLEDGER-INPUT",
             "poststop: the nat and filter tables are as they were",
         ] {
             let tag = format!("{backend}: ");

@@ -7,8 +7,8 @@
 //! process per operation (1.5 ms of 3 on an empty table).
 //!
 //! Scope, deliberately narrow: insert natledger's own rules at the top of (or append them to)
-//! its chains when the chains and the shared jumps already exist, and delete exactly
-//! recorded rules. Every other entry is copied byte for byte, with only jump offsets moved
+//! its chains when the chains and the shared rules (jumps, localhost guard) already exist,
+//! and delete exactly recorded rules. Every other entry is copied byte for byte, with only jump offsets moved
 //! ([`blob`]). Whenever the table is not as expected (a chain or jump missing, a recorded rule
 //! not found, a rule shape not encodable, the table changed meanwhile) nothing is written and
 //! the caller uses iptables-legacy-restore, which reads and writes rules whole.

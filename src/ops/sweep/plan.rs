@@ -355,6 +355,34 @@ mod tests {
     }
 
     #[test]
+    fn the_localhost_guard_stays_until_all() {
+        let text = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n\
+                    :NATLEDGER-FORWARD - [0:0]\n:NATLEDGER-INPUT - [0:0]\n\
+                    -A INPUT -m comment --comment natledger -j NATLEDGER-INPUT\n\
+                    -A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD\n\
+                    -A NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate \
+                    RELATED,ESTABLISHED,DNAT -m comment --comment natledger -j DROP\n\
+                    -A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc \
+                    10.77.0.2 --ctorigdstport 80 --ctreplsrcport 80 -m comment --comment \
+                    natledger:dead -j ACCEPT\nCOMMIT\n";
+        let t = parse_dump(text).unwrap().remove(0);
+        let kept = plan(&t, &claims(&[], &["dead"], false));
+        assert_eq!(
+            rendered(&kept)[1..rendered(&kept).len() - 1],
+            [
+                "-D NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc 10.77.0.2 \
+              --ctorigdstport 80 --ctreplsrcport 80 -m comment --comment natledger:dead -j ACCEPT"
+            ]
+        );
+        assert!(kept.chains.is_empty() && kept.blocked.is_empty());
+        let all = plan(&t, &claims(&[], &[], true));
+        let text = rendered(&all).join("\n");
+        assert!(text.contains("-D INPUT -m comment --comment natledger -j NATLEDGER-INPUT"));
+        assert!(text.contains("-F NATLEDGER-INPUT") && text.contains("-X NATLEDGER-INPUT"));
+        assert_eq!(all.chains, ["NATLEDGER-FORWARD", "NATLEDGER-INPUT"]);
+    }
+
+    #[test]
     fn a_foreign_rule_in_or_into_a_chain_keeps_it() {
         let lines = vec![
             JUMP_PRE.to_string(),
