@@ -164,6 +164,10 @@ pub struct RuleRef {
     pub position: usize,
     /// `-A CHAIN args`, as `*-save` prints it.
     pub line: String,
+    /// For a rule a shadow finding says never matches: the built-in chains (hooks) on whose
+    /// walk it never matches. Empty (and absent from JSON) otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<&'static str>,
 }
 
 #[derive(Clone, Debug, Serialize)]
