@@ -164,6 +164,7 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
         ..rule_ref(w, sb)
     }));
     Finding {
+        evidence: counters_agree(w.table, sa, &g.shadowed),
         severity: if duplicate {
             Severity::Info
         } else {
@@ -174,13 +175,49 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
         protocol,
         summary,
         rules,
-        evidence: Vec::new(),
         fix: Some(if duplicate {
             delete_command(w, first)
         } else {
             fix_for(w, sa)
         }),
     }
+}
+
+/// What a `*-save -c` dump's counters add: the earlier rule has counted packets while the
+/// rules it shadows have counted none (they were not reset in between, or the counts would
+/// not be evidence either way).
+fn counters_agree(table: &str, sa: &Step, shadowed: &[(&Step, Vec<&'static str>)]) -> Vec<String> {
+    let taken = sa.rule.counters.map_or(0, |c| c.packets);
+    let none = shadowed
+        .iter()
+        .all(|(sb, _)| sb.rule.counters.is_some_and(|c| c.packets == 0));
+    if taken == 0 || !none {
+        return Vec::new();
+    }
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let others = if shadowed.len() == 1 {
+        format!(
+            "rule {} of {} has matched none",
+            shadowed[0].0.position, shadowed[0].0.rule.chain
+        )
+    } else {
+        format!(
+            "none of the {} rules it shadows has matched any",
+            shadowed.len()
+        )
+    };
+    vec![format!(
+        "counters: {table} rule {} of {} has matched {} while {others}",
+        sa.position,
+        sa.rule.chain,
+        plural(taken, "packet", "packets")
+    )]
 }
 
 /// The packets a hook of a table sees, in words.
