@@ -523,3 +523,54 @@ fn shadow_through_a_multiport_jump_is_found() {
     );
     assert_eq!(f[0]["port"], 443);
 }
+
+/// kube-proxy's shape: KUBE-SERVICES is reached from PREROUTING and OUTPUT, and its NodePort
+/// DNAT shadows a DNAT a deploy script appended to each. Each walk's shadow is its own: the
+/// PREROUTING rule on the PREROUTING walk, the OUTPUT rule on the OUTPUT walk (the OUTPUT
+/// walk is longer; reading its position in the PREROUTING walk panicked, or, when in range,
+/// named an unrelated udp ACCEPT and missed the OUTPUT DNAT).
+#[test]
+fn a_chain_reached_from_two_hooks_shadows_on_each() {
+    let name = "kube_services_both_hooks.legacy.txt";
+    // As dumped, and with two udp ACCEPTs after the PREROUTING DNAT (so that the OUTPUT
+    // DNAT's position on its walk is a udp ACCEPT's on the PREROUTING walk).
+    let variant = tempfile::NamedTempFile::new().unwrap();
+    let dnat = "-A PREROUTING -p tcp -m addrtype --dst-type LOCAL -m tcp --dport 30080 \
+                -j DNAT --to-destination 10.77.0.9:80\n";
+    let dump = std::fs::read_to_string(fixture(name)).unwrap();
+    assert!(dump.contains(dnat));
+    let accepts = "-A PREROUTING -d 10.0.0.10/32 -p udp -m udp --dport 53 -j ACCEPT\n\
+                   -A PREROUTING -d 10.0.0.11/32 -p udp -m udp --dport 53 -j ACCEPT\n";
+    std::fs::write(
+        variant.path(),
+        dump.replace(dnat, &format!("{dnat}{accepts}")),
+    )
+    .unwrap();
+    for arg in [
+        from("legacy", name),
+        format!("legacy:{}", variant.path().display()),
+    ] {
+        let d = doctor_json(&["--from", &arg]);
+        assert_eq!(d.code, 2, "{arg}\n{}", d.show());
+        let f = d.of_kind("shadowed");
+        assert_eq!((f.len(), d.findings().len()), (1, 1), "{arg}\n{}", d.show());
+        assert_eq!(
+            places(f[0]),
+            [
+                ("KUBE-SEP-QXDNOBCCLOXLV7LV".into(), 2),
+                ("PREROUTING".into(), 2),
+                ("OUTPUT".into(), 4)
+            ],
+            "{arg}\n{}",
+            d.show()
+        );
+        assert_eq!(f[0]["rules"][1]["hooks"], serde_json::json!(["PREROUTING"]));
+        assert_eq!(f[0]["rules"][2]["hooks"], serde_json::json!(["OUTPUT"]));
+        assert_eq!(
+            (f[0]["port"].as_u64(), f[0]["protocol"].as_str()),
+            (Some(30080), Some("tcp"))
+        );
+        let summary = text(f[0], "summary");
+        assert!(!summary.contains("ACCEPT"), "{summary}");
+    }
+}

@@ -164,6 +164,10 @@ pub struct RuleRef {
     pub position: usize,
     /// `-A CHAIN args`, as `*-save` prints it.
     pub line: String,
+    /// For a rule a shadow finding says never matches: the built-in chains (hooks) on whose
+    /// walk it never matches. Empty (and absent from JSON) otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<&'static str>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -217,14 +221,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         read_files(&opts.from)?
     };
     let host = live.then(|| checks::Host::gather(opts));
-    let mut out = checks::Checks::new(&rulesets, host.as_ref(), opts.host_backend);
-    out.shadowed();
-    out.dead_targets();
-    out.hijacked_listeners();
-    out.split_backends();
-    out.natledger_state();
-    out.forward_drops();
-    let (mut findings, complete) = out.finish();
+    let (mut findings, complete) = run_checks(&rulesets, host.as_ref(), opts.host_backend);
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
     }
@@ -243,6 +240,28 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         complete,
         findings,
     })
+}
+
+/// Every check over rulesets already read, without host evidence (as for `--from` dumps):
+/// the findings, and false when a walk was cut short. For tests and tools that build
+/// rulesets themselves.
+pub fn check_rulesets(rulesets: &[Ruleset], host_backend: Backend) -> (Vec<Finding>, bool) {
+    run_checks(rulesets, None, host_backend)
+}
+
+fn run_checks(
+    rulesets: &[Ruleset],
+    host: Option<&checks::Host>,
+    host_backend: Backend,
+) -> (Vec<Finding>, bool) {
+    let mut out = checks::Checks::new(rulesets, host, host_backend);
+    out.shadowed();
+    out.dead_targets();
+    out.hijacked_listeners();
+    out.split_backends();
+    out.natledger_state();
+    out.forward_drops();
+    out.finish()
 }
 
 fn read_live(opts: &DoctorOptions) -> Result<Vec<Ruleset>, DoctorError> {

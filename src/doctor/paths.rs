@@ -1,10 +1,15 @@
 //! The order in which the kernel evaluates a table's rules for one hook, and which rules
 //! can never match because an earlier one takes all their packets.
 //!
-//! [`walk`] follows a built-in chain and every jump in order (depth first, as the kernel
-//! does), giving each rule reached the conjunction of the conditions on its path. [`shadows`]
-//! then finds, for each rule of interest, the first earlier rule that takes every packet it
-//! would match and ends evaluation (a terminal target), or returns from a chain on its path.
+//! [`Walk::new`] follows a built-in chain and every jump in order (depth first, as the kernel
+//! does), giving each rule reached the conjunction of the conditions on its path, then finds,
+//! for each rule of interest, the first earlier rule that takes every packet it would match
+//! and ends evaluation (a terminal target), or returns from a chain on its path.
+//!
+//! A [`Walk`] owns its steps and its shadows, and hands out only references into them
+//! ([`Shadow`], [`Walk::reached`]): a shadow found on one hook's walk can never be read
+//! against another hook's steps (a chain reached from PREROUTING and OUTPUT, as kube-proxy's
+//! KUBE-SERVICES is, has a different position on each walk).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -36,13 +41,79 @@ pub fn parse_table(table: &Table) -> Vec<(Match, Target)> {
     table.rules.iter().map(|r| parse_rule(&r.args)).collect()
 }
 
+/// One built-in chain of one table, walked: its steps in evaluation order, and for each the
+/// earlier step that takes all its packets, if one does. Indices never leave it.
+#[derive(Debug)]
+pub struct Walk<'t> {
+    hook: &'static str,
+    steps: Vec<Step<'t>>,
+    /// Per step, the index of the step shadowing it (same walk).
+    shadowed_by: Vec<Option<usize>>,
+    complete: bool,
+}
+
+/// A rule that never matches on a walk, and the earlier rule that takes its packets: both
+/// borrowed from the one walk they were found on.
+#[derive(Clone, Copy, Debug)]
+pub struct Shadow<'w, 't> {
+    pub shadowed: &'w Step<'t>,
+    pub by: &'w Step<'t>,
+}
+
+impl<'t> Walk<'t> {
+    /// Walk `hook` of `table` (`parsed` is [`parse_table`] of it) and find the shadows of the
+    /// steps `interesting` selects.
+    pub fn new(
+        table: &'t Table,
+        parsed: &[(Match, Target)],
+        hook: &'static str,
+        interesting: impl Fn(&Step) -> bool,
+    ) -> Walk<'t> {
+        let (steps, complete) = walk(table, parsed, hook);
+        let mut shadowed_by = vec![None; steps.len()];
+        for s in shadows(&steps, interesting) {
+            shadowed_by[s.shadowed] = Some(s.by);
+        }
+        Walk {
+            hook,
+            steps,
+            shadowed_by,
+            complete,
+        }
+    }
+
+    /// The built-in chain walked.
+    pub fn hook(&self) -> &'static str {
+        self.hook
+    }
+
+    /// False when [`MAX_STEPS`] cut the walk short.
+    pub fn complete(&self) -> bool {
+        self.complete
+    }
+
+    pub fn steps(&self) -> &[Step<'t>] {
+        &self.steps
+    }
+
+    /// Every step in evaluation order, with the earlier step that takes all its packets.
+    pub fn reached(&self) -> impl Iterator<Item = (&Step<'t>, Option<&Step<'t>>)> {
+        self.steps
+            .iter()
+            .zip(&self.shadowed_by)
+            .map(|(step, by)| (step, by.map(|b| &self.steps[b])))
+    }
+
+    /// The shadows found, in evaluation order of the rule that never matches.
+    pub fn shadows(&self) -> impl Iterator<Item = Shadow<'_, 't>> {
+        self.reached()
+            .filter_map(|(shadowed, by)| by.map(|by| Shadow { shadowed, by }))
+    }
+}
+
 /// The rules of `table` in the order the kernel tries them for `builtin`; `complete` is false
 /// when [`MAX_STEPS`] cut the walk short. `parsed` is [`parse_table`] of `table`.
-pub fn walk<'t>(
-    table: &'t Table,
-    parsed: &[(Match, Target)],
-    builtin: &str,
-) -> (Vec<Step<'t>>, bool) {
+fn walk<'t>(table: &'t Table, parsed: &[(Match, Target)], builtin: &str) -> (Vec<Step<'t>>, bool) {
     let mut by_chain: HashMap<&str, Vec<Entry<'t, '_>>> = HashMap::new();
     for (rule, (own, target)) in table.rules.iter().zip(parsed) {
         let list = by_chain.entry(rule.chain.as_str()).or_default();
@@ -142,13 +213,12 @@ impl<'t, 'p> Walker<'t, 'p> {
     }
 }
 
-/// A rule that never matches, and the earlier rule that takes its packets.
+/// A rule that never matches, and the earlier rule that takes its packets, as indices into
+/// one walk's steps (private: [`Walk`] turns them into references).
 #[derive(Clone, Copy, Debug)]
-pub struct Shadow {
-    /// Index in the walk of the rule that never matches.
-    pub shadowed: usize,
-    /// Index of the earlier rule.
-    pub by: usize,
+struct Found {
+    shadowed: usize,
+    by: usize,
 }
 
 /// For every step `interesting` selects, the first earlier step that ends evaluation for all
@@ -156,7 +226,7 @@ pub struct Shadow {
 /// covers it in a chain it runs in. Earlier enders are indexed by destination port and by
 /// destination address, so this stays near-linear on kube-proxy-sized tables (where
 /// thousands of DNATs share a port but each has its own service address).
-pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shadow> {
+fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
     const INDEXED_PORTS: u32 = 1024;
     let mut by_port: HashMap<u16, Bucket> = HashMap::new();
     let mut any_port = Bucket::default();
@@ -182,7 +252,7 @@ pub fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Shado
             .find(|&a| ends_for(&steps[a], step) && !detoured(steps, &returns, a, step));
         if let Some(by) = by {
             if wanted {
-                found.push(Shadow { shadowed: i, by });
+                found.push(Found { shadowed: i, by });
             }
             // A rule that is never reached takes nothing from later rules.
             continue;

@@ -78,7 +78,7 @@ impl Doc {
 
     /// The exit status matches the worst severity, and the report has the documented shape:
     /// `{sources, rules_read, complete, findings: [{severity, kind, port?, protocol?, summary,
-    /// rules: [{backend, family, table, chain, position, line}], evidence?, fix?}]}`.
+    /// rules: [{backend, family, table, chain, position, line, hooks?}], evidence?, fix?}]}`.
     pub fn check_schema(&self) {
         let r = &self.report;
         let keys = |v: &Value| -> Vec<String> {
@@ -146,8 +146,20 @@ impl Doc {
                 .as_array()
                 .unwrap_or_else(|| panic!("no rules: {f}"))
             {
+                let mut rule_keys = keys(rule);
+                // The hooks a shadowed rule never matches on (shadow findings only).
+                if let Some(hooks) = rule.get("hooks") {
+                    assert_eq!(f["kind"], "shadowed", "{f}");
+                    assert!(
+                        hooks
+                            .as_array()
+                            .is_some_and(|h| !h.is_empty() && h.iter().all(Value::is_string)),
+                        "{f}"
+                    );
+                    rule_keys.retain(|k| k != "hooks");
+                }
                 assert_eq!(
-                    keys(rule),
+                    rule_keys,
                     ["backend", "family", "table", "chain", "position", "line"]
                 );
                 assert!(["legacy", "nft"].contains(&rule["backend"].as_str().unwrap_or("")));

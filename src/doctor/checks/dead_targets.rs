@@ -16,7 +16,7 @@ impl Checks<'_> {
                     jumped_from.entry(to).or_default().push(c);
                 }
             }
-            for (i, step) in w.steps.iter().enumerate() {
+            for (step, shadowed_by) in w.walk.reached() {
                 let Target::Dnat { to } = &step.target else {
                     continue;
                 };
@@ -37,7 +37,7 @@ impl Checks<'_> {
                 let Some(evidence) = judge_target(host, step, &comments, addr) else {
                     continue;
                 };
-                let first = !w.shadowed.contains_key(&i);
+                let first = shadowed_by.is_none();
                 let (port, protocol) = port_of(&step.cond);
                 let summary = if first {
                     format!(

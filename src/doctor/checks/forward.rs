@@ -30,11 +30,11 @@ impl Checks<'_> {
             .iter()
             .filter(|w| w.table == "nat" && w.hook == "PREROUTING")
         {
-            for (i, step) in w.steps.iter().enumerate() {
+            for (step, shadowed_by) in w.walk.reached() {
                 let Target::Dnat { to } = &step.target else {
                     continue;
                 };
-                if w.shadowed.contains_key(&i) {
+                if shadowed_by.is_some() {
                     continue;
                 }
                 let Some(forwarded) = self.forwarded(w, step, to) else {

@@ -90,7 +90,8 @@ impl Checks<'_> {
 /// The steps on a walk that would take some of a listener's packets and name its port, in
 /// order.
 fn takers<'w>(w: &'w Walked, packets: &Match, port: u16) -> Vec<&'w Step<'w>> {
-    w.steps
+    w.walk
+        .steps()
         .iter()
         .filter(|s| {
             (s.target.is_terminal() || s.target == Target::Return)

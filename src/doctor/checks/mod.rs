@@ -67,14 +67,13 @@ pub struct Checks<'a> {
     complete: bool,
 }
 
-/// One hook of one table of one ruleset, walked.
+/// One hook of one table of one ruleset, walked. Its steps and shadows are only reachable
+/// through `walk`, as references into it (never indices another walk could misread).
 struct Walked<'a> {
     set: &'a Ruleset,
     table: &'static str,
     hook: &'static str,
-    steps: Vec<Step<'a>>,
-    /// Indices of steps that never match, with the step that shadows them.
-    shadowed: HashMap<usize, usize>,
+    walk: paths::Walk<'a>,
 }
 
 impl<'a> Checks<'a> {
@@ -86,18 +85,14 @@ impl<'a> Checks<'a> {
                 let Some(t) = set.table(table) else { continue };
                 let parsed = paths::parse_table(t);
                 for hook in hooks {
-                    let (steps, whole) = paths::walk(t, &parsed, hook);
-                    complete &= whole;
-                    let shadowed = paths::shadows(&steps, |s| shadowed::interesting(table, s))
-                        .into_iter()
-                        .map(|s| (s.shadowed, s.by))
-                        .collect();
+                    let walk =
+                        paths::Walk::new(t, &parsed, hook, |s| shadowed::interesting(table, s));
+                    complete &= walk.complete();
                     walks.push(Walked {
                         set,
                         table,
                         hook,
-                        steps,
-                        shadowed,
+                        walk,
                     });
                 }
             }
@@ -126,6 +121,7 @@ impl RuleRef {
             chain: chain.to_string(),
             position,
             line: line(chain, args),
+            hooks: Vec::new(),
         }
     }
 }

@@ -114,6 +114,7 @@ impl Checks<'_> {
                     chain: r.chain.clone(),
                     position: 0,
                     line: line(&r.chain, &r.rule),
+                    hooks: Vec::new(),
                 })
                 .collect();
             if missing.is_empty() {

@@ -1,117 +1,233 @@
 //! Check 1: rules that never match because an earlier rule takes their packets.
+//!
+//! Shadows are found per walk (one hook of one table of one ruleset) and stay tied to it: a
+//! chain reached from PREROUTING and OUTPUT (kube-proxy's KUBE-SERVICES) may shadow rules on
+//! both, each named with the hook it never matches on. A rule is claimed on a hook only when
+//! no path of that hook reaches it unshadowed.
 
 use super::*;
+use crate::doctor::paths::Shadow;
+
+/// A rule of one table of one ruleset: (ruleset index, table, chain, position).
+type RuleKey<'k> = (usize, &'k str, &'k str, usize);
+
+/// One earlier rule and the rules it shadows.
+struct Group<'w, 'a> {
+    w: &'w Walked<'a>,
+    by: &'w Step<'a>,
+    /// Each shadowed rule once, with the hooks it never matches on.
+    shadowed: Vec<(&'w Step<'a>, Vec<&'static str>)>,
+}
 
 impl Checks<'_> {
-    /// Check 1: Rules that never match because an earlier one takes their packets: one finding per
-    /// earlier rule, naming every rule it shadows (a duplicate is a note, anything else an
-    /// error).
+    /// Check 1: Rules that never match because an earlier one takes their packets: one finding
+    /// per earlier rule, naming every rule it shadows and, when a rule is reached from other
+    /// hooks where it does match, the packets it never matches (a duplicate is a note, anything
+    /// else an error).
     pub fn shadowed(&mut self) {
-        type Key<'k> = (Backend, Family, &'k str, &'k str, usize, bool);
-        let mut groups: BTreeMap<Key, (usize, usize, Vec<usize>)> = BTreeMap::new();
-        let mut seen = HashSet::new();
-        for (wi, w) in self.walks.iter().enumerate() {
-            let mut pairs: Vec<(usize, usize)> = w.shadowed.iter().map(|(b, a)| (*b, *a)).collect();
-            pairs.sort_unstable();
-            for (b, a) in pairs {
-                let (sa, sb) = (&w.steps[a], &w.steps[b]);
-                let at = (
-                    w.set.backend,
-                    w.set.family,
-                    w.table,
-                    sb.rule.chain.as_str(),
-                    sb.position,
-                );
-                if !seen.insert(at) {
+        let set_of = |w: &Walked| {
+            self.rulesets
+                .iter()
+                .position(|s| std::ptr::eq(s, w.set))
+                .expect("a walk of one of the rulesets")
+        };
+        let key = |w: &Walked, s: &Step| -> (usize, &'static str, String, usize) {
+            (set_of(w), w.table, s.rule.chain.clone(), s.position)
+        };
+        // Where each rule is reached at all, and where it may match (some path reaching it is
+        // not shadowed), per hook.
+        let mut reached: HashMap<RuleKey, Vec<&'static str>> = HashMap::new();
+        let mut matches: HashSet<(RuleKey, &'static str)> = HashSet::new();
+        for w in &self.walks {
+            let set = set_of(w);
+            for (step, by) in w.walk.reached() {
+                let k = (set, w.table, step.rule.chain.as_str(), step.position);
+                let hooks = reached.entry(k).or_default();
+                if !hooks.contains(&w.hook) {
+                    hooks.push(w.hook);
+                }
+                if by.is_none() {
+                    matches.insert((k, w.hook));
+                }
+            }
+        }
+        type GroupKey = (usize, &'static str, String, usize, bool);
+        let mut groups: BTreeMap<GroupKey, Group> = BTreeMap::new();
+        for w in &self.walks {
+            let set = set_of(w);
+            for Shadow {
+                shadowed: sb,
+                by: sa,
+            } in w.walk.shadows()
+            {
+                let k = (set, w.table, sb.rule.chain.as_str(), sb.position);
+                if matches.contains(&(k, w.hook)) {
                     continue;
                 }
                 let duplicate = sa.target == sb.target;
-                let key = (
-                    w.set.backend,
-                    w.set.family,
-                    w.table,
-                    sa.rule.chain.as_str(),
-                    sa.position,
-                    duplicate,
-                );
-                groups.entry(key).or_insert((wi, a, Vec::new())).2.push(b);
+                let (s, t, c, p) = key(w, sa);
+                let group = groups.entry((s, t, c, p, duplicate)).or_insert(Group {
+                    w,
+                    by: sa,
+                    shadowed: Vec::new(),
+                });
+                let same = |(b, _): &&mut (&Step, Vec<&'static str>)| {
+                    b.rule.chain == sb.rule.chain && b.position == sb.position
+                };
+                match group.shadowed.iter_mut().find(same) {
+                    Some((_, hooks)) if !hooks.contains(&w.hook) => hooks.push(w.hook),
+                    Some(_) => {}
+                    None => group.shadowed.push((sb, vec![w.hook])),
+                }
             }
         }
-        for ((.., duplicate), (wi, a, shadowed)) in groups {
-            let w = &self.walks[wi];
-            let sa = &w.steps[a];
-            let first = &w.steps[shadowed[0]];
-            let (port, protocol) = port_of(&first.cond);
-            let named: Vec<String> = shadowed
-                .iter()
-                .take(5)
-                .map(|&b| {
-                    let sb = &w.steps[b];
-                    format!(
-                        "rule {} of {} ({})",
-                        sb.position,
-                        sb.rule.chain,
-                        target_text(&sb.target)
-                    )
-                })
-                .collect();
-            let more = match shadowed.len() {
-                n if n > 5 => format!(" and {} more", n - 5),
-                _ => String::new(),
+        for ((.., duplicate), group) in groups {
+            let all_hooks = |sb: &Step| -> Vec<&'static str> {
+                let k = (
+                    set_of(group.w),
+                    group.w.table,
+                    sb.rule.chain.as_str(),
+                    sb.position,
+                );
+                reached.get(&k).cloned().unwrap_or_default()
             };
-            let later = if shadowed.len() == 1 {
-                format!("{} never matches", named[0])
-            } else {
-                format!(
-                    "{} later rules never match: {}{more}",
-                    shadowed.len(),
-                    named.join(", ")
-                )
-            };
-            let summary = if duplicate {
-                format!(
-                    "{later}: {} duplicate {} rule {} of {} ({}).",
-                    if shadowed.len() == 1 {
-                        "it is a"
-                    } else {
-                        "they"
-                    },
-                    w.table,
-                    sa.position,
-                    sa.rule.chain,
-                    target_text(&sa.target)
-                )
-            } else {
-                format!(
-                    "For {}, {} rule {} of {} ({}) takes every packet first, so {later}.",
-                    packets(&first.cond),
-                    w.table,
-                    sa.position,
-                    sa.rule.chain,
-                    target_text(&sa.target)
-                )
-            };
-            let mut rules = vec![rule_ref(w, sa)];
-            rules.extend(shadowed.iter().map(|&b| rule_ref(w, &w.steps[b])));
-            self.findings.push(Finding {
-                severity: if duplicate {
-                    Severity::Info
-                } else {
-                    Severity::Error
-                },
-                kind: Kind::Shadowed,
-                port,
-                protocol,
-                summary,
-                rules,
-                evidence: Vec::new(),
-                fix: Some(if duplicate {
-                    delete_command(w, first)
-                } else {
-                    fix_for(w, sa)
-                }),
-            });
+            self.findings.push(finding(&group, duplicate, all_hooks));
         }
+    }
+}
+
+/// The finding of one group; `all_hooks` gives the hooks a rule is reached from.
+fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static str>) -> Finding {
+    let (w, sa) = (g.w, g.by);
+    let first = g.shadowed[0].0;
+    let (port, protocol) = port_of(&first.cond);
+    // A rule that matches on another hook never matches only the packets of these hooks.
+    let only = |sb: &Step, hooks: &[&'static str]| -> Option<String> {
+        let everywhere = all_hooks(sb).iter().all(|h| hooks.contains(h));
+        (!everywhere).then(|| {
+            let words: Vec<&str> = hooks.iter().map(|h| hook_packets(w.table, h)).collect();
+            words.join(" or ")
+        })
+    };
+    let named: Vec<String> = g
+        .shadowed
+        .iter()
+        .take(5)
+        .map(|(sb, hooks)| {
+            let rule = format!(
+                "rule {} of {} ({})",
+                sb.position,
+                sb.rule.chain,
+                target_text(&sb.target)
+            );
+            match only(sb, hooks) {
+                Some(packets) if g.shadowed.len() > 1 => format!("{rule} for {packets}"),
+                _ => rule,
+            }
+        })
+        .collect();
+    let n = g.shadowed.len();
+    let more = match n {
+        n if n > 5 => format!(" and {} more", n - 5),
+        _ => String::new(),
+    };
+    let later = if n == 1 {
+        match only(first, &g.shadowed[0].1) {
+            Some(packets) => format!("{} never matches {packets}", named[0]),
+            None => format!("{} never matches", named[0]),
+        }
+    } else {
+        format!("{n} later rules never match: {}{more}", named.join(", "))
+    };
+    let summary = if duplicate {
+        format!(
+            "{later}: {} duplicate {} rule {} of {} ({}).",
+            if n == 1 { "it is a" } else { "they" },
+            w.table,
+            sa.position,
+            sa.rule.chain,
+            target_text(&sa.target)
+        )
+    } else {
+        format!(
+            "For {}, {} rule {} of {} ({}) takes every packet first, so {later}.",
+            packets(&first.cond),
+            w.table,
+            sa.position,
+            sa.rule.chain,
+            target_text(&sa.target)
+        )
+    };
+    let mut rules = vec![rule_ref(w, sa)];
+    rules.extend(g.shadowed.iter().map(|(sb, hooks)| RuleRef {
+        hooks: hooks.clone(),
+        ..rule_ref(w, sb)
+    }));
+    Finding {
+        evidence: counters_agree(w.table, sa, &g.shadowed),
+        severity: if duplicate {
+            Severity::Info
+        } else {
+            Severity::Error
+        },
+        kind: Kind::Shadowed,
+        port,
+        protocol,
+        summary,
+        rules,
+        fix: Some(if duplicate {
+            delete_command(w, first)
+        } else {
+            fix_for(w, sa)
+        }),
+    }
+}
+
+/// What a `*-save -c` dump's counters add: the earlier rule has counted packets while the
+/// rules it shadows have counted none (they were not reset in between, or the counts would
+/// not be evidence either way).
+fn counters_agree(table: &str, sa: &Step, shadowed: &[(&Step, Vec<&'static str>)]) -> Vec<String> {
+    let taken = sa.rule.counters.map_or(0, |c| c.packets);
+    let none = shadowed
+        .iter()
+        .all(|(sb, _)| sb.rule.counters.is_some_and(|c| c.packets == 0));
+    if taken == 0 || !none {
+        return Vec::new();
+    }
+    let plural = |n: u64, one: &str, many: &str| {
+        if n == 1 {
+            format!("{n} {one}")
+        } else {
+            format!("{n} {many}")
+        }
+    };
+    let others = if shadowed.len() == 1 {
+        format!(
+            "rule {} of {} has matched none",
+            shadowed[0].0.position, shadowed[0].0.rule.chain
+        )
+    } else {
+        format!(
+            "none of the {} rules it shadows has matched any",
+            shadowed.len()
+        )
+    };
+    vec![format!(
+        "counters: {table} rule {} of {} has matched {} while {others}",
+        sa.position,
+        sa.rule.chain,
+        plural(taken, "packet", "packets")
+    )]
+}
+
+/// The packets a hook of a table sees, in words.
+fn hook_packets(table: &str, hook: &str) -> &'static str {
+    match (table, hook) {
+        ("nat", "PREROUTING") => "packets coming in",
+        (_, "OUTPUT") => "packets sent from this host",
+        ("filter", "INPUT") => "packets to this host",
+        ("filter", "FORWARD") => "forwarded packets",
+        _ => "some packets",
     }
 }
 
