@@ -30,6 +30,7 @@ pub mod packet;
 pub mod portspec;
 pub mod procfs;
 pub mod rule;
+pub mod safefile;
 pub mod save;
 pub mod selftest;
 pub mod sharing;

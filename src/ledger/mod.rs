@@ -20,10 +20,10 @@
 //! exist, and poststop or sweep can remove them without regenerating anything from config.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
@@ -36,6 +36,7 @@ use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
 use crate::procfs;
+use crate::safefile;
 use crate::sharing::NetnsId;
 
 pub const SCHEMA: u32 = 1;
@@ -56,6 +57,11 @@ pub enum LedgerError {
     },
     #[error("manifest {} has schema {found}, this natledger reads schema {SCHEMA}", path.display())]
     Schema { path: PathBuf, found: u32 },
+    #[error(
+        "manifest {} records container {found}, not the container its file is named after; \
+         natledger does not act on it (sweep keeps the rules of both)", path.display()
+    )]
+    Mismatch { path: PathBuf, found: ContainerId },
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LedgerError + 'a {
@@ -193,22 +199,29 @@ impl Ledger {
         self.manifest_path(id).exists()
     }
 
-    /// Create the state directory if needed and take the lock, waiting for it.
+    /// Create the state directory if needed (0700; the directory it is created in checked
+    /// too), check it and its containers directory as sshd's `StrictModes` would
+    /// ([`safefile::check_dir`]), and take the lock, waiting for it.
     pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
+        if let Err(e) = fs::symlink_metadata(&self.dir) {
+            if e.kind() != std::io::ErrorKind::NotFound {
+                return Err(io("use state directory", &self.dir)(e));
+            }
+            if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
+                safefile::check_dir(parent, true)
+                    .map_err(io("create the state directory in", parent))?;
+            }
+        }
         let containers = self.containers();
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&containers)
             .map_err(io("create", &containers))?;
+        self.check_dirs()?;
         let path = self.dir.join("lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io("open", &path))?;
+        // Not through a symlink, not a FIFO (that would block every hook at open).
+        let file = safefile::open_lock(&path).map_err(io("open", &path))?;
         file.lock_exclusive().map_err(io("lock", &path))?;
         // Children inherit the locked file: an iptables-restore still running when natledger
         // is killed keeps the lock until it exits (flock follows the open file description),
@@ -221,9 +234,30 @@ impl Ledger {
         })
     }
 
-    /// Read one manifest; `None` if there is none.
+    /// Refuse a state directory (or its containers directory, when they exist) that someone
+    /// else owns or can write: a planted manifest could name anyone's rules.
+    fn check_dirs(&self) -> Result<(), LedgerError> {
+        for dir in [self.dir.clone(), self.containers()] {
+            match safefile::check_dir(&dir, false) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                other => other.map_err(io("use state directory", &dir))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Read one manifest; `None` if there is none. A manifest recording another container than
+    /// its file name says is an error ([`LedgerError::Mismatch`]).
     pub fn load(&self, id: &ContainerId) -> Result<Option<Manifest>, LedgerError> {
-        read_manifest(&self.manifest_path(id))
+        self.check_dirs()?;
+        let path = self.manifest_path(id);
+        match read_manifest(&path)? {
+            Some(m) if m.container_id != *id => Err(LedgerError::Mismatch {
+                path,
+                found: m.container_id,
+            }),
+            m => Ok(m),
+        }
     }
 
     /// Every manifest, sorted by container id; unreadable ones as errors.
@@ -239,6 +273,7 @@ impl Ledger {
     /// Everything in the containers directory: manifests (sorted by file name), read or not,
     /// and temp files left by a crash between writing and renaming.
     pub fn scan(&self) -> Result<Scan, LedgerError> {
+        self.check_dirs()?;
         let dir = self.containers();
         let mut scan = Scan::default();
         let entries = match fs::read_dir(&dir) {
@@ -354,7 +389,7 @@ impl From<durable::Failure> for LedgerError {
 }
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {
-    let bytes = match fs::read(path) {
+    let bytes = match safefile::read(path, safefile::Links::Refuse, safefile::Cap::State) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io("read", path)(e)),

@@ -1,6 +1,7 @@
 //! The manifest format, the lock, and the state directory.
 
 use super::*;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// The manifest format is an interface (README, sweep of older versions): pin it.
 const MANIFEST_V1: &str = r#"{
@@ -157,4 +158,124 @@ fn a_newer_schema_is_refused_not_misread() {
     fs::write(ledger.containers().join("x.json"), r#"{"schema": 2}"#).unwrap();
     let err = ledger.load(&"x".parse().unwrap()).unwrap_err();
     assert!(err.to_string().contains("schema 2"), "{err}");
+}
+
+/// Run `f` on a thread and give up on it after 5 s: a hang is a failure, not a stuck test.
+fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("blocked for 5 s")
+}
+
+/// A symlink planted where the temp file goes is replaced, never written through.
+#[test]
+fn a_planted_temp_link_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path().join("state"));
+    let locked = ledger.lock().unwrap();
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "root's file\n").unwrap();
+    std::os::unix::fs::symlink(&victim, ledger.containers().join(".c0ffee.tmp")).unwrap();
+    locked.store(&sample()).unwrap();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "root's file\n");
+    assert_eq!(
+        ledger.load(&"c0ffee".parse().unwrap()).unwrap(),
+        Some(sample())
+    );
+    // A planted manifest link is not read either.
+    let id: ContainerId = "linked".parse().unwrap();
+    std::os::unix::fs::symlink(&victim, ledger.manifest_path(&id)).unwrap();
+    let e = ledger.load(&id).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+}
+
+/// A lock file that is a symlink to a FIFO (or a FIFO) is refused at once, not waited on.
+#[test]
+fn a_fifo_lock_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    drop(Ledger::new(&state).lock().unwrap());
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    fs::remove_file(state.join("lock")).unwrap();
+    std::os::unix::fs::symlink(&fifo, state.join("lock")).unwrap();
+    let s = state.clone();
+    let e = within_5s(move || Ledger::new(s).lock().map(drop).unwrap_err().to_string());
+    assert!(e.contains("symlink") && e.contains("lock"), "{e}");
+    fs::remove_file(state.join("lock")).unwrap();
+    nix::unistd::mkfifo(
+        &state.join("lock"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    // A reader, so that the open itself succeeds and only the file type is wrong.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(state.join("lock"))
+        .unwrap();
+    let s = state.clone();
+    let e = within_5s(move || Ledger::new(s).lock().map(drop).unwrap_err().to_string());
+    assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+}
+
+/// The state directory is created 0700; one another user owns, or that group or others can
+/// write, is refused naming the path, the owner and the mode (sshd's StrictModes).
+#[test]
+fn an_unsafe_state_directory_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ledger = Ledger::new(&state);
+    drop(ledger.lock().unwrap());
+    for d in [&state, &ledger.containers()] {
+        assert_eq!(
+            fs::metadata(d).unwrap().mode() & 0o7777,
+            0o700,
+            "{}",
+            d.display()
+        );
+    }
+    let chmod = |d: &Path, m| fs::set_permissions(d, fs::Permissions::from_mode(m)).unwrap();
+    for (d, mode) in [(&state, 0o777), (&ledger.containers(), 0o770)] {
+        chmod(d, mode);
+        let e = ledger.lock().map(drop).unwrap_err().to_string();
+        let shown = format!("{mode:04o}");
+        assert!(
+            e.contains(&d.display().to_string()) && e.contains(&shown),
+            "{e}"
+        );
+        assert!(ledger.list().is_err());
+        chmod(d, 0o700);
+    }
+    std::os::unix::fs::chown(&state, Some(65534), None).unwrap();
+    let e = ledger.lock().map(drop).unwrap_err().to_string();
+    assert!(e.contains("uid 65534") && e.contains("another user"), "{e}");
+    assert!(ledger.load(&"x".parse().unwrap()).is_err());
+    // The directory natledger would create its state directory in is checked too.
+    let open = dir.path().join("open");
+    fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    let e = Ledger::new(open.join("state"))
+        .lock()
+        .map(drop)
+        .unwrap_err();
+    assert!(e.to_string().contains("0777"), "{e}");
+    assert!(!open.join("state").exists());
+}
+
+/// A manifest whose container_id is not its file name's is not acted on as that container's.
+#[test]
+fn a_manifest_under_another_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    drop(ledger.lock().unwrap());
+    let id: ContainerId = "intruder".parse().unwrap();
+    fs::write(ledger.manifest_path(&id), MANIFEST_V1).unwrap();
+    let e = ledger.load(&id).unwrap_err();
+    assert!(matches!(e, LedgerError::Mismatch { .. }), "{e}");
+    assert!(e.to_string().contains("c0ffee"), "{e}");
 }
