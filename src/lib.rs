@@ -12,6 +12,7 @@ pub mod bundle;
 pub mod conntrack;
 pub mod doctor;
 pub mod durable;
+pub mod echo;
 pub mod exec;
 pub mod family;
 pub mod fault;

@@ -35,7 +35,8 @@ pub enum Cap {
     /// natledger's own state files (manifests, the forwards cache): 64 MiB. A manifest of
     /// 4,000 mappings (12,000 rules) is about 8 MiB.
     State,
-    /// A `*-save` dump given to doctor: 512 MiB (kube-proxy at 100,000 rules is about 20 MiB).
+    /// A `*-save` dump given to doctor ([`read_dump`]): 512 MiB (kube-proxy at 100,000
+    /// rules is about 20 MiB).
     Dump,
 }
 
@@ -135,6 +136,25 @@ pub fn read(path: &Path, links: Links, cap: Cap) -> io::Result<Vec<u8>> {
         .open(path)
         .map_err(named_symlink)?;
     let len = must_be_regular(&file)?;
+    read_capped(file, len, cap)
+}
+
+/// Read a dump an operator names: a regular file or a pipe (`doctor --from <(iptables-save)`,
+/// waited on as the operator asked), at most `Cap::Dump` bytes; never a device.
+pub fn read_dump(path: &Path) -> io::Result<Vec<u8>> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.mode() & libc::S_IFMT;
+    if kind != libc::S_IFREG && kind != libc::S_IFIFO {
+        return Err(refused(
+            io::ErrorKind::InvalidInput,
+            Refused::NotRegular(file_kind(meta.mode())),
+        ));
+    }
+    read_capped(file, meta.len(), Cap::Dump)
+}
+
+fn read_capped(file: File, len: u64, cap: Cap) -> io::Result<Vec<u8>> {
     let cap = cap.bytes();
     let too_large = |size| refused(io::ErrorKind::InvalidData, Refused::TooLarge { size, cap });
     if len > cap {
@@ -284,6 +304,10 @@ mod tests {
         assert_eq!(read(&link, Links::Follow, Cap::State).unwrap(), b"{}");
         let e = read(&link, Links::Refuse, Cap::State).unwrap_err();
         assert!(matches!(reason(&e), Some(Refused::Symlink)), "{e}");
+        // A dump may come through a pipe, never from a device.
+        let e = read_dump(Path::new("/dev/zero")).unwrap_err();
+        assert!(matches!(reason(&e), Some(Refused::NotRegular(_))), "{e}");
+        assert_eq!(read_dump(&link).unwrap(), b"{}");
     }
 
     #[test]

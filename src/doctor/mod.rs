@@ -278,11 +278,17 @@ fn any_legacy_table(family: Family) -> Result<bool, BackendError> {
     Ok(false)
 }
 
+/// A dump file: a regular file or a pipe of at most `safefile::Cap::Dump` bytes.
+fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = crate::safefile::read_dump(path)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 fn read_files(files: &[DumpFile]) -> Result<Vec<Ruleset>, DoctorError> {
     files
         .iter()
         .map(|f| {
-            let text = std::fs::read_to_string(&f.path).map_err(|source| DoctorError::Read {
+            let text = read_dump(&f.path).map_err(|source| DoctorError::Read {
                 path: f.path.clone(),
                 source,
             })?;

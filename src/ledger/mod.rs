@@ -203,14 +203,16 @@ impl Ledger {
     /// too), check it and its containers directory as sshd's `StrictModes` would
     /// ([`safefile::check_dir`]), and take the lock, waiting for it.
     pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
-        if let Err(e) = fs::symlink_metadata(&self.dir) {
-            if e.kind() != std::io::ErrorKind::NotFound {
-                return Err(io("use state directory", &self.dir)(e));
+        match fs::symlink_metadata(&self.dir) {
+            // Checked before anything is created in it.
+            Ok(_) => self.check_dirs()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
+                    safefile::check_dir(parent, true)
+                        .map_err(io("create the state directory in", parent))?;
+                }
             }
-            if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
-                safefile::check_dir(parent, true)
-                    .map_err(io("create the state directory in", parent))?;
-            }
+            Err(e) => return Err(io("use state directory", &self.dir)(e)),
         }
         let containers = self.containers();
         fs::DirBuilder::new()
