@@ -291,3 +291,77 @@ fn an_unsafe_state_directory_is_refused() {
     assert!(!state.join("containers").exists());
     assert_eq!(node.dump(), before);
 }
+
+/// A process holding its own `IPPROTO_RAW` socket (libiptc's way into the legacy tables)
+/// without the xtables lock is named by doctor, per family; one holding the lock is not. The
+/// lock is a file of the test's (`XTABLES_LOCKFILE`), so the host's is never held.
+#[test]
+fn doctor_names_a_raw_socket_holder_without_the_xtables_lock() {
+    let node = Node::new(Backend::Nft);
+    let lock = node.dir.path().join("xtables.lock");
+    std::fs::write(&lock, "").unwrap();
+    let holder = |name: &str, family: &str, locked: bool| {
+        let ready = node.dir.path().join(name);
+        let script = format!(
+            "import fcntl, socket, time\n\
+             s = socket.socket(socket.{family}, socket.SOCK_RAW, socket.IPPROTO_RAW)\n\
+             f = open({lock:?}, 'r')\n\
+             if {locked}: fcntl.flock(f, fcntl.LOCK_EX)\n\
+             open({ready:?}, 'w').close()\n\
+             time.sleep(60)\n",
+            lock = lock.display().to_string(),
+            ready = ready.display().to_string(),
+            locked = if locked { "True" } else { "False" },
+        );
+        let child = spawn_in(node.topo.node(), &["python3", "-c", &script]);
+        (child, ready)
+    };
+    let mut procs = vec![
+        holder("v4", "AF_INET", false),
+        holder("v6", "AF_INET6", false),
+        holder("locked", "AF_INET", true),
+    ];
+    for (_, ready) in &procs {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{ready:?} never ready"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let lock_env = lock.display().to_string();
+    let out = node.natledger(
+        &["doctor", "--json"],
+        "",
+        &[("XTABLES_LOCKFILE", &lock_env)],
+    );
+    for (child, _) in &mut procs {
+        // Our own children, by pid.
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let doc = Doc::of(out, true);
+    let found = doc.of_kind("unlocked-legacy-writer");
+    let pids: Vec<String> = procs.iter().map(|(c, _)| c.id().to_string()).collect();
+    let named = |pid: &str| {
+        found.iter().any(|f| {
+            f["summary"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("Process {pid} "))
+        })
+    };
+    assert_eq!(found.len(), 2, "{}", doc.show());
+    assert!(named(&pids[0]) && named(&pids[1]), "{}", doc.show());
+    assert!(!named(&pids[2]), "the lock holder: {}", doc.show());
+    assert!(
+        found
+            .iter()
+            .any(|f| f["evidence"][0].as_str().unwrap().contains("/raw6 ")),
+        "{}",
+        doc.show()
+    );
+    assert_eq!(doc.code, 1, "warnings: {}", doc.show());
+}

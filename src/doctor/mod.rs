@@ -151,6 +151,8 @@ pub enum Kind {
     NatledgerState,
     /// A DNAT whose forwarded packets filter FORWARD drops (a DROP policy, as Docker sets).
     ForwardDropped,
+    /// A process that may write iptables-legacy tables without the xtables lock.
+    UnlockedLegacyWriter,
 }
 
 /// A rule as found: where it is and its line.
@@ -224,6 +226,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     out.split_backends();
     out.natledger_state();
     out.forward_drops();
+    out.xtables_lock();
     let (mut findings, complete) = out.finish();
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
