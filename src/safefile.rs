@@ -67,6 +67,8 @@ pub enum Refused {
     NotRegular(&'static str),
     #[error("{size} bytes or more, over natledger's limit of {cap} bytes for this file")]
     TooLarge { size: u64, cap: u64 },
+    #[error("not a directory (a {0})")]
+    NotDirectory(&'static str),
     #[error("a symlink; natledger does not follow symlinks in its state directory")]
     Symlink,
     #[error(
@@ -241,7 +243,7 @@ pub fn check_dir(dir: &Path, parent: bool) -> io::Result<()> {
     if !meta.file_type().is_dir() {
         return Err(refused(
             io::ErrorKind::InvalidInput,
-            Refused::NotRegular(file_kind(mode)),
+            Refused::NotDirectory(file_kind(mode)),
         ));
     }
     let sticky = mode & libc::S_ISVTX != 0;
@@ -380,6 +382,10 @@ mod tests {
         assert!(e.to_string().contains("uid 65534"), "{e}");
         let link = dir.path().join("link");
         symlink(&d, &link).unwrap();
-        assert!(check_dir(&link, false).is_err());
+        let e = check_dir(&link, false).unwrap_err();
+        assert!(
+            matches!(reason(&e), Some(Refused::NotDirectory("symlink"))),
+            "{e}"
+        );
     }
 }
