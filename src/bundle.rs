@@ -16,6 +16,7 @@ use serde_json::{Map, Value, json};
 
 use crate::durable;
 use crate::oci::{IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV, PORTS_ANNOTATION};
+use crate::safefile;
 
 /// A bundle edit that failed, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -98,7 +99,9 @@ fn edit(
     f: impl FnOnce(&mut Map<String, Value>, &Path) -> Result<bool, BundleError>,
 ) -> Result<Injected, BundleError> {
     let path = bundle.join("config.json");
-    let text = fs::read(&path).map_err(io("read", &path))?;
+    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::safefile`).
+    let text = safefile::read(&path, safefile::Links::Follow, safefile::Cap::Config)
+        .map_err(io("read", &path))?;
     let mut value: Value = serde_json::from_slice(&text).map_err(|source| BundleError::Json {
         path: path.clone(),
         source,

@@ -2,10 +2,11 @@
 //! write a temp file beside the target, fsync it, rename it over the target, fsync the
 //! directory. A crash leaves the old file or the new one, never a mix.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+
+use crate::safefile;
 
 /// The step that failed and the file it failed on.
 #[derive(Debug)]
@@ -28,13 +29,8 @@ pub fn replace(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> Result<(), F
             source,
         }
     }
-    let mut file = OpenOptions::new()
-        .create(true)
-        .truncate(true)
-        .write(true)
-        .mode(mode)
-        .open(tmp)
-        .map_err(fail("create", tmp))?;
+    // Never through a planted symlink, never into a file already there (`crate::safefile`).
+    let mut file = safefile::create_new(tmp, mode).map_err(fail("create", tmp))?;
     file.write_all(bytes).map_err(fail("write", tmp))?;
     file.sync_all().map_err(fail("fsync", tmp))?;
     fs::rename(tmp, path).map_err(fail("rename", path))?;

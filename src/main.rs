@@ -12,6 +12,7 @@ use nix::sys::resource::{UsageWho, getrusage};
 use natledger::backend::{self, BackendChoice, Netfilter};
 use natledger::bundle::{self, HookSpec, Injected};
 use natledger::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
+use natledger::echo::limit;
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
@@ -144,7 +145,8 @@ fn main() -> ExitCode {
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("natledger: {}", one_line(&e));
+            // Library errors cut the input they quote (`natledger::echo`); this is the net.
+            eprintln!("natledger: {}", limit(&one_line(&e), LINE));
             ExitCode::FAILURE
         }
     };
@@ -157,6 +159,9 @@ fn main() -> ExitCode {
     }
     code
 }
+
+/// The longest error line printed.
+const LINE: usize = 4096;
 
 /// The error and its causes on one line. Library errors already name their cause in their
 /// own message (they are read on their own too), so a cause whose text is already there is
@@ -175,7 +180,7 @@ fn one_line(error: &anyhow::Error) -> String {
 /// The wrapper runtime; returns only if the real runtime could not be started.
 fn runtime(args: Vec<OsString>) -> ExitCode {
     let error = wrapper::run(args);
-    eprintln!("natledger-runtime: {error}");
+    eprintln!("natledger-runtime: {}", limit(&error.to_string(), LINE));
     ExitCode::FAILURE
 }
 

@@ -14,6 +14,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::echo::{Echo, MESSAGE, limit};
+
 pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
 pub const IP_ANNOTATION: &str = "io.natledger.ip";
 /// `refuse`: create-runtime fails when a local process already listens on a mapped host
@@ -29,24 +31,24 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 pub enum OciError {
     #[error("cannot read the container state from stdin: {0}")]
     StateRead(std::io::Error),
-    #[error("malformed container state on stdin: {0}")]
+    #[error("malformed container state on stdin: {}", limit(&.0.to_string(), MESSAGE))]
     StateJson(serde_json::Error),
-    #[error("unsafe container id {0:?}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
-    UnsafeId(String),
+    #[error("unsafe container id {0}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
+    UnsafeId(Echo),
     #[error("cannot read {}: {source}", path.display())]
     ConfigRead {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a valid OCI config: {source}", path.display())]
+    #[error("{} is not a valid OCI config: {}", path.display(), limit(&source.to_string(), MESSAGE))]
     ConfigJson {
         path: PathBuf,
         source: serde_json::Error,
     },
     #[error("the container state has no bundle, so config.json cannot be read")]
     NoBundle,
-    #[error("unknown container status {0:?} (expected creating or stopped); name the stage")]
-    UnknownStatus(String),
+    #[error("unknown container status {0} (expected creating or stopped); name the stage")]
+    UnknownStatus(Echo),
 }
 
 /// A container id that is safe as a file name and inside an iptables comment.
@@ -70,7 +72,7 @@ impl FromStr for ContainerId {
         if ok {
             Ok(ContainerId(s.to_string()))
         } else {
-            Err(OciError::UnsafeId(s.to_string()))
+            Err(OciError::UnsafeId(Echo::from(s)))
         }
     }
 }
@@ -132,7 +134,7 @@ impl State {
         match self.status.as_str() {
             "creating" => Ok(Stage::CreateRuntime),
             "stopped" => Ok(Stage::Poststop),
-            other => Err(OciError::UnknownStatus(other.to_string())),
+            other => Err(OciError::UnknownStatus(Echo::from(other))),
         }
     }
 
@@ -265,7 +267,12 @@ impl Runtime {
 /// errors naming the file.
 pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    let bytes = match std::fs::read(&path) {
+    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::safefile`).
+    let bytes = match crate::safefile::read(
+        &path,
+        crate::safefile::Links::Follow,
+        crate::safefile::Cap::Config,
+    ) {
         Ok(bytes) => bytes,
         Err(source) => return Err(OciError::ConfigRead { path, source }),
     };

@@ -11,20 +11,22 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::echo::{Echo, MESSAGE, limit};
 use crate::family::Family;
 
 /// A port-mapping entry that could not be parsed, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid port mapping {entry:?}: {reason}")]
+#[error("invalid port mapping {entry}: {reason}")]
 pub struct SpecError {
-    pub entry: String,
+    pub entry: Echo,
+    /// Cut to a readable length too: reasons quote pieces of the entry.
     pub reason: String,
 }
 
 fn bad(entry: &str, reason: impl Into<String>) -> SpecError {
     SpecError {
-        entry: entry.to_string(),
-        reason: reason.into(),
+        entry: Echo::from(entry),
+        reason: limit(&reason.into(), MESSAGE),
     }
 }
 

@@ -34,8 +34,8 @@ pub const HOOK_TIMEOUT: u32 = 10;
 pub enum WrapperError {
     #[error("{0} needs a value")]
     MissingValue(&'static str),
-    #[error("{0:?} is not KEY=VALUE")]
-    BadEnv(String),
+    #[error("{0} is not KEY=VALUE")]
+    BadEnv(crate::echo::Echo),
     #[error("no runc in {}; name the runtime with --natledger-runtime or NATLEDGER_RUNTIME", RUNTIME_DIRS.join(", "))]
     NoRuntime,
     #[error("the runtime {} is natledger itself; name the real one", .0.display())]
@@ -87,7 +87,7 @@ pub fn parse(args: Vec<OsString>) -> Result<Invocation, WrapperError> {
         } else if value.contains('=') {
             out.hook_env.push(value);
         } else {
-            return Err(WrapperError::BadEnv(value));
+            return Err(WrapperError::BadEnv(value.into()));
         }
     }
     out.args = rest.collect();

@@ -151,6 +151,8 @@ pub enum Kind {
     NatledgerState,
     /// A DNAT whose forwarded packets filter FORWARD drops (a DROP policy, as Docker sets).
     ForwardDropped,
+    /// A process that may write iptables-legacy tables without the xtables lock.
+    UnlockedLegacyWriter,
 }
 
 /// A rule as found: where it is and its line.
@@ -261,6 +263,7 @@ fn run_checks(
     out.split_backends();
     out.natledger_state();
     out.forward_drops();
+    out.xtables_lock();
     out.finish()
 }
 
@@ -297,11 +300,17 @@ fn any_legacy_table(family: Family) -> Result<bool, BackendError> {
     Ok(false)
 }
 
+/// A dump file: a regular file or a pipe of at most `safefile::Cap::Dump` bytes.
+fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
+    let bytes = crate::safefile::read_dump(path)?;
+    String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
 fn read_files(files: &[DumpFile]) -> Result<Vec<Ruleset>, DoctorError> {
     files
         .iter()
         .map(|f| {
-            let text = std::fs::read_to_string(&f.path).map_err(|source| DoctorError::Read {
+            let text = read_dump(&f.path).map_err(|source| DoctorError::Read {
                 path: f.path.clone(),
                 source,
             })?;

@@ -62,11 +62,15 @@ impl Cache {
     /// The cache, or an empty one when there is none or it cannot be read (it is only ever
     /// a cache: reading the tables again is always right).
     pub fn load(path: &Path) -> Cache {
-        std::fs::read(path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
-            .filter(|c| c.schema == CACHE_SCHEMA)
-            .unwrap_or_default()
+        crate::safefile::read(
+            path,
+            crate::safefile::Links::Refuse,
+            crate::safefile::Cap::State,
+        )
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
+        .filter(|c| c.schema == CACHE_SCHEMA)
+        .unwrap_or_default()
     }
 
     /// Write it (temp file and rename; not synced: after a crash a lost or old cache is only
@@ -78,7 +82,10 @@ impl Cache {
             return;
         };
         let tmp = path.with_extension("json.tmp");
-        if std::fs::write(&tmp, json).is_ok() {
+        // Created exclusively, never through a planted link (`crate::safefile`).
+        let written = crate::safefile::create_new(&tmp, 0o600)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, &json));
+        if written.is_ok() {
             let _ = std::fs::rename(&tmp, path);
         }
     }

@@ -15,12 +15,14 @@ mod runtime;
 mod sockdiag;
 #[cfg(test)]
 mod tests;
+mod xtables;
 
 pub use cni::*;
 pub use comments::*;
 pub use listeners::*;
 pub use routes::*;
 pub use runtime::*;
+pub use xtables::*;
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

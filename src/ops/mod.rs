@@ -17,6 +17,7 @@ pub use sweep::{SweepOptions, SweepReport, sweep};
 use std::net::IpAddr;
 
 use crate::backend::{Backend, BackendError, Netfilter};
+use crate::echo::{Echo, MESSAGE, limit};
 use crate::exec::Runner;
 use crate::family::Family;
 use crate::ledger::{Ledger, LedgerError};
@@ -56,8 +57,8 @@ pub enum Error {
     Backend(#[from] BackendError),
     #[error(transparent)]
     Netns(#[from] NetnsError),
-    #[error("invalid io.natledger.ip {value:?}: {reason}")]
-    BadIpAnnotation { value: String, reason: String },
+    #[error("invalid io.natledger.ip {value}: {}", limit(reason, MESSAGE))]
+    BadIpAnnotation { value: Echo, reason: String },
     #[error("container {0} has no pid in its state; set io.natledger.ip")]
     NoPid(ContainerId),
     #[error("container {id} is not running (pid {pid} is gone)")]

@@ -3,11 +3,12 @@
 
 use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::conntrack::Flows;
+use crate::echo::{MESSAGE, limit};
 use crate::family::Family;
 use crate::fault;
 use crate::forwards;
-use crate::layout::{FILTER, NAT, TABLES, is_owned_chain, tag};
-use crate::ledger::{Locked, Manifest, Phase, RuleRecord};
+use crate::layout::{FILTER, NAT, Owner, TABLES, is_owned_chain, owner, tag};
+use crate::ledger::{LedgerError, Locked, Manifest, Phase, RuleRecord};
 use crate::oci::{ContainerId, HookInput, State};
 use crate::rule::{Rule, is_user_chain_name};
 use crate::save::{Batch, Op};
@@ -55,7 +56,12 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         }
     }
     let locked = ctx.ledger.lock()?;
+    // A manifest under another container's name (copied or edited) is not this container's:
+    // it stays for the operator and sweep (which keeps the rules of both), and only the rules
+    // tagged for this container go.
+    let mut foreign_file = false;
     let manifest = ctx.ledger.load(&id).unwrap_or_else(|e| {
+        foreign_file = matches!(e, LedgerError::Mismatch { .. });
         eprintln!(
             "natledger: {e}; removing the rules tagged {} instead",
             tag(&id)
@@ -91,7 +97,13 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
             let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
             fault::point(fault::POSTSTOP_DELETED);
             stale_flows.extend(removal.flows.iter().copied());
-            settle(&locked, &id, manifest, removal)
+            if foreign_file && removal.failures.is_empty() {
+                Ok(Removed::Done {
+                    rules: removal.removed,
+                })
+            } else {
+                settle(&locked, &id, manifest, removal)
+            }
         }
     };
     release_holders(ctx, &locked, &id, holders, &mut stale_flows);
@@ -276,20 +288,27 @@ pub fn remove_container(
     removal
 }
 
-/// A record natledger can act on: a rule in a natledger chain of a table natledger writes
-/// that parses as a natledger rule. Anything else in a manifest (damaged or edited by hand)
-/// is never deleted.
+/// A record natledger can act on: a rule in a natledger chain of a table natledger writes,
+/// tagged for this very container (`layout::owner`), that parses as a natledger rule.
+/// Anything else in a manifest (damaged or edited by hand: another container's rule, an
+/// untagged rule, a rule in a built-in chain, a shared jump) is never deleted, and is named.
 fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
     let ok = TABLES.contains(&record.table.as_str())
         && is_owned_chain(&record.chain)
         && is_user_chain_name(&record.chain)
+        && owner(&record.chain, &record.rule) == Owner::Container(id.as_str())
         && Rule::parse_args(&record.rule).is_ok();
     if !ok {
-        eprintln!(
-            "natledger: ignoring an invalid record in the manifest of {id}: -t {} -A {} {}",
+        let shown = format!(
+            "-t {} -A {} {}",
             record.table,
             record.chain,
             record.rule.join(" ")
+        );
+        eprintln!(
+            "natledger: warning: the manifest of {id} records a rule that is not one natledger \
+             wrote for {id} in its own chains; it is left alone: {}",
+            limit(&shown, MESSAGE)
         );
     }
     ok

@@ -126,6 +126,7 @@ impl Doc {
                 "split-backends",
                 "natledger-state",
                 "forward-dropped",
+                "unlocked-legacy-writer",
             ];
             assert!(
                 kinds.contains(&f["kind"].as_str().unwrap_or_default()),

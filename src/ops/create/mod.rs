@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 
 use crate::backend::{Backend, BackendError, Native};
+use crate::echo::Echo;
 use crate::family::Family;
 use crate::fault;
 use crate::forwards;
@@ -243,7 +244,7 @@ fn install_locked(
 fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
     if let Some(value) = input.annotations.get(IP_ANNOTATION) {
         let bad = |reason: String| Error::BadIpAnnotation {
-            value: value.clone(),
+            value: Echo::from(value.as_str()),
             reason,
         };
         let addrs = value

@@ -20,10 +20,10 @@
 //! exist, and poststop or sweep can remove them without regenerating anything from config.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
@@ -36,6 +36,7 @@ use crate::family::Family;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
 use crate::procfs;
+use crate::safefile;
 use crate::sharing::NetnsId;
 
 pub const SCHEMA: u32 = 1;
@@ -56,6 +57,11 @@ pub enum LedgerError {
     },
     #[error("manifest {} has schema {found}, this natledger reads schema {SCHEMA}", path.display())]
     Schema { path: PathBuf, found: u32 },
+    #[error(
+        "manifest {} records container {found}, not the container its file is named after; \
+         natledger does not act on it (sweep keeps the rules of both)", path.display()
+    )]
+    Mismatch { path: PathBuf, found: ContainerId },
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LedgerError + 'a {
@@ -193,22 +199,31 @@ impl Ledger {
         self.manifest_path(id).exists()
     }
 
-    /// Create the state directory if needed and take the lock, waiting for it.
+    /// Create the state directory if needed (0700; the directory it is created in checked
+    /// too), check it and its containers directory as sshd's `StrictModes` would
+    /// ([`safefile::check_dir`]), and take the lock, waiting for it.
     pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
+        match fs::symlink_metadata(&self.dir) {
+            // Checked before anything is created in it.
+            Ok(_) => self.check_dirs()?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
+                    safefile::check_dir(parent, true)
+                        .map_err(io("create the state directory in", parent))?;
+                }
+            }
+            Err(e) => return Err(io("use state directory", &self.dir)(e)),
+        }
         let containers = self.containers();
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&containers)
             .map_err(io("create", &containers))?;
+        self.check_dirs()?;
         let path = self.dir.join("lock");
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .open(&path)
-            .map_err(io("open", &path))?;
+        // Not through a symlink, not a FIFO (that would block every hook at open).
+        let file = safefile::open_lock(&path).map_err(io("open", &path))?;
         file.lock_exclusive().map_err(io("lock", &path))?;
         // Children inherit the locked file: an iptables-restore still running when natledger
         // is killed keeps the lock until it exits (flock follows the open file description),
@@ -221,9 +236,30 @@ impl Ledger {
         })
     }
 
-    /// Read one manifest; `None` if there is none.
+    /// Refuse a state directory (or its containers directory, when they exist) that someone
+    /// else owns or can write: a planted manifest could name anyone's rules.
+    fn check_dirs(&self) -> Result<(), LedgerError> {
+        for dir in [self.dir.clone(), self.containers()] {
+            match safefile::check_dir(&dir, false) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                other => other.map_err(io("use state directory", &dir))?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Read one manifest; `None` if there is none. A manifest recording another container than
+    /// its file name says is an error ([`LedgerError::Mismatch`]).
     pub fn load(&self, id: &ContainerId) -> Result<Option<Manifest>, LedgerError> {
-        read_manifest(&self.manifest_path(id))
+        self.check_dirs()?;
+        let path = self.manifest_path(id);
+        match read_manifest(&path)? {
+            Some(m) if m.container_id != *id => Err(LedgerError::Mismatch {
+                path,
+                found: m.container_id,
+            }),
+            m => Ok(m),
+        }
     }
 
     /// Every manifest, sorted by container id; unreadable ones as errors.
@@ -239,6 +275,7 @@ impl Ledger {
     /// Everything in the containers directory: manifests (sorted by file name), read or not,
     /// and temp files left by a crash between writing and renaming.
     pub fn scan(&self) -> Result<Scan, LedgerError> {
+        self.check_dirs()?;
         let dir = self.containers();
         let mut scan = Scan::default();
         let entries = match fs::read_dir(&dir) {
@@ -354,7 +391,7 @@ impl From<durable::Failure> for LedgerError {
 }
 
 fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {
-    let bytes = match fs::read(path) {
+    let bytes = match safefile::read(path, safefile::Links::Refuse, safefile::Cap::State) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io("read", path)(e)),
@@ -378,163 +415,4 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The manifest format is an interface (README, sweep of older versions): pin it.
-    const MANIFEST_V1: &str = r#"{
-  "schema": 1,
-  "container_id": "c0ffee",
-  "bundle": "/var/lib/ctr/c0ffee",
-  "pid": 4242,
-  "pid_start_time": 123456,
-  "boot_id": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
-  "pid_namespace": 4026531836,
-  "phase": "installed",
-  "mappings": [
-    {
-      "host_ports": {
-        "start": 8080,
-        "end": 8080
-      },
-      "container_ports": {
-        "start": 80,
-        "end": 80
-      },
-      "protocol": "tcp"
-    }
-  ],
-  "addresses": [
-    "10.77.0.2"
-  ],
-  "rules": [
-    {
-      "backend": "nft",
-      "family": "ipv4",
-      "table": "nat",
-      "chain": "NATLEDGER-HOSTPORTS",
-      "rule": [
-        "-p",
-        "tcp",
-        "-m",
-        "tcp",
-        "--dport",
-        "8080",
-        "-m",
-        "comment",
-        "--comment",
-        "natledger:c0ffee",
-        "-j",
-        "DNAT",
-        "--to-destination",
-        "10.77.0.2:80"
-      ]
-    }
-  ]
-}
-"#;
-
-    fn sample() -> Manifest {
-        Manifest {
-            schema: SCHEMA,
-            container_id: "c0ffee".parse().unwrap(),
-            bundle: Some("/var/lib/ctr/c0ffee".into()),
-            pid: Some(4242),
-            pid_start_time: Some(123456),
-            boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
-            pid_namespace: Some(4026531836),
-            phase: Phase::Installed,
-            mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
-            addresses: vec!["10.77.0.2".parse().unwrap()],
-            rules: vec![RuleRecord {
-                backend: Backend::Nft,
-                family: Family::Ipv4,
-                table: "nat".into(),
-                chain: "NATLEDGER-HOSTPORTS".into(),
-                rule: "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c0ffee -j DNAT \
-                       --to-destination 10.77.0.2:80"
-                    .split_whitespace()
-                    .map(String::from)
-                    .collect(),
-            }],
-            netns: None,
-            pod: None,
-            shares: Vec::new(),
-            shared_by: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn manifest_format_is_pinned() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::new(dir.path());
-        let locked = ledger.lock().unwrap();
-        locked.store(&sample()).unwrap();
-        let path = ledger.manifest_path(&"c0ffee".parse().unwrap());
-        assert_eq!(fs::read_to_string(&path).unwrap(), MANIFEST_V1);
-        let read: Manifest = serde_json::from_str(MANIFEST_V1).unwrap();
-        assert_eq!(read, sample());
-        // Manifests written before the boot id was recorded still read.
-        let older: String = MANIFEST_V1
-            .lines()
-            .filter(|l| !l.contains("boot_id") && !l.contains("pid_namespace"))
-            .collect();
-        let read: Manifest = serde_json::from_str(&older).unwrap();
-        assert_eq!((read.boot_id, read.pid_namespace), (None, None));
-    }
-
-    #[test]
-    fn a_child_keeps_the_lock_after_its_parent_lets_go() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::new(dir.path());
-        let locked = ledger.lock().unwrap();
-        let mut child = std::process::Command::new("sleep")
-            .arg("0.5")
-            .spawn()
-            .unwrap();
-        drop(locked);
-        let other = File::open(dir.path().join("lock")).unwrap();
-        assert!(
-            other.try_lock_exclusive().is_err(),
-            "the child still holds it"
-        );
-        child.wait().unwrap();
-        assert!(other.try_lock_exclusive().is_ok());
-    }
-
-    #[test]
-    fn store_list_remove() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::new(dir.path());
-        assert!(ledger.list().unwrap().is_empty());
-        let locked = ledger.lock().unwrap();
-        locked.store(&sample()).unwrap();
-        let id: ContainerId = "c0ffee".parse().unwrap();
-        assert!(ledger.has_manifest(&id));
-        assert_eq!(ledger.load(&id).unwrap().unwrap(), sample());
-        fs::write(ledger.containers().join("broken.json"), "{").unwrap();
-        fs::write(ledger.containers().join(".x.tmp"), "{").unwrap();
-        let all = ledger.list().unwrap();
-        assert_eq!(all.len(), 2);
-        assert!(matches!(all[0], Err(LedgerError::Corrupt { .. })));
-        let scan = ledger.scan().unwrap();
-        assert_eq!(scan.temps, [ledger.containers().join(".x.tmp")]);
-        assert_eq!(scan.manifests[0].id, Some("broken".parse().unwrap()));
-        assert!(locked.remove_files(&scan.temps).is_empty());
-        assert!(ledger.scan().unwrap().temps.is_empty());
-        assert_eq!(locked.remove_files(&["/etc/passwd".into()]).len(), 1);
-        locked.remove(&id).unwrap();
-        locked.remove(&id).unwrap();
-        assert!(ledger.load(&id).unwrap().is_none());
-    }
-
-    #[test]
-    fn a_newer_schema_is_refused_not_misread() {
-        let dir = tempfile::tempdir().unwrap();
-        let ledger = Ledger::new(dir.path());
-        drop(ledger.lock().unwrap());
-        fs::write(ledger.containers().join("x.json"), r#"{"schema": 2}"#).unwrap();
-        let err = ledger.load(&"x".parse().unwrap()).unwrap_err();
-        assert!(err.to_string().contains("schema 2"), "{err}");
-    }
-}
+mod tests;

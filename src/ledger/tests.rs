@@ -1,0 +1,281 @@
+//! The manifest format, the lock, and the state directory.
+
+use super::*;
+use std::os::unix::fs::OpenOptionsExt;
+
+/// The manifest format is an interface (README, sweep of older versions): pin it.
+const MANIFEST_V1: &str = r#"{
+  "schema": 1,
+  "container_id": "c0ffee",
+  "bundle": "/var/lib/ctr/c0ffee",
+  "pid": 4242,
+  "pid_start_time": 123456,
+  "boot_id": "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0",
+  "pid_namespace": 4026531836,
+  "phase": "installed",
+  "mappings": [
+    {
+      "host_ports": {
+        "start": 8080,
+        "end": 8080
+      },
+      "container_ports": {
+        "start": 80,
+        "end": 80
+      },
+      "protocol": "tcp"
+    }
+  ],
+  "addresses": [
+    "10.77.0.2"
+  ],
+  "rules": [
+    {
+      "backend": "nft",
+      "family": "ipv4",
+      "table": "nat",
+      "chain": "NATLEDGER-HOSTPORTS",
+      "rule": [
+        "-p",
+        "tcp",
+        "-m",
+        "tcp",
+        "--dport",
+        "8080",
+        "-m",
+        "comment",
+        "--comment",
+        "natledger:c0ffee",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.77.0.2:80"
+      ]
+    }
+  ]
+}
+"#;
+
+fn sample() -> Manifest {
+    Manifest {
+        schema: SCHEMA,
+        container_id: "c0ffee".parse().unwrap(),
+        bundle: Some("/var/lib/ctr/c0ffee".into()),
+        pid: Some(4242),
+        pid_start_time: Some(123456),
+        boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
+        pid_namespace: Some(4026531836),
+        phase: Phase::Installed,
+        mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
+        addresses: vec!["10.77.0.2".parse().unwrap()],
+        rules: vec![RuleRecord {
+            backend: Backend::Nft,
+            family: Family::Ipv4,
+            table: "nat".into(),
+            chain: "NATLEDGER-HOSTPORTS".into(),
+            rule: "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c0ffee -j DNAT \
+                       --to-destination 10.77.0.2:80"
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+        }],
+        netns: None,
+        pod: None,
+        shares: Vec::new(),
+        shared_by: Vec::new(),
+    }
+}
+
+#[test]
+fn manifest_format_is_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    let locked = ledger.lock().unwrap();
+    locked.store(&sample()).unwrap();
+    let path = ledger.manifest_path(&"c0ffee".parse().unwrap());
+    assert_eq!(fs::read_to_string(&path).unwrap(), MANIFEST_V1);
+    let read: Manifest = serde_json::from_str(MANIFEST_V1).unwrap();
+    assert_eq!(read, sample());
+    // Manifests written before the boot id was recorded still read.
+    let older: String = MANIFEST_V1
+        .lines()
+        .filter(|l| !l.contains("boot_id") && !l.contains("pid_namespace"))
+        .collect();
+    let read: Manifest = serde_json::from_str(&older).unwrap();
+    assert_eq!((read.boot_id, read.pid_namespace), (None, None));
+}
+
+#[test]
+fn a_child_keeps_the_lock_after_its_parent_lets_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    let locked = ledger.lock().unwrap();
+    let mut child = std::process::Command::new("sleep")
+        .arg("0.5")
+        .spawn()
+        .unwrap();
+    drop(locked);
+    let other = File::open(dir.path().join("lock")).unwrap();
+    assert!(
+        other.try_lock_exclusive().is_err(),
+        "the child still holds it"
+    );
+    child.wait().unwrap();
+    assert!(other.try_lock_exclusive().is_ok());
+}
+
+#[test]
+fn store_list_remove() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    assert!(ledger.list().unwrap().is_empty());
+    let locked = ledger.lock().unwrap();
+    locked.store(&sample()).unwrap();
+    let id: ContainerId = "c0ffee".parse().unwrap();
+    assert!(ledger.has_manifest(&id));
+    assert_eq!(ledger.load(&id).unwrap().unwrap(), sample());
+    fs::write(ledger.containers().join("broken.json"), "{").unwrap();
+    fs::write(ledger.containers().join(".x.tmp"), "{").unwrap();
+    let all = ledger.list().unwrap();
+    assert_eq!(all.len(), 2);
+    assert!(matches!(all[0], Err(LedgerError::Corrupt { .. })));
+    let scan = ledger.scan().unwrap();
+    assert_eq!(scan.temps, [ledger.containers().join(".x.tmp")]);
+    assert_eq!(scan.manifests[0].id, Some("broken".parse().unwrap()));
+    assert!(locked.remove_files(&scan.temps).is_empty());
+    assert!(ledger.scan().unwrap().temps.is_empty());
+    assert_eq!(locked.remove_files(&["/etc/passwd".into()]).len(), 1);
+    locked.remove(&id).unwrap();
+    locked.remove(&id).unwrap();
+    assert!(ledger.load(&id).unwrap().is_none());
+}
+
+#[test]
+fn a_newer_schema_is_refused_not_misread() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    drop(ledger.lock().unwrap());
+    fs::write(ledger.containers().join("x.json"), r#"{"schema": 2}"#).unwrap();
+    let err = ledger.load(&"x".parse().unwrap()).unwrap_err();
+    assert!(err.to_string().contains("schema 2"), "{err}");
+}
+
+/// Run `f` on a thread and give up on it after 5 s: a hang is a failure, not a stuck test.
+fn within_5s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("blocked for 5 s")
+}
+
+/// A symlink planted where the temp file goes is replaced, never written through.
+#[test]
+fn a_planted_temp_link_is_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path().join("state"));
+    let locked = ledger.lock().unwrap();
+    let victim = dir.path().join("victim");
+    fs::write(&victim, "root's file\n").unwrap();
+    std::os::unix::fs::symlink(&victim, ledger.containers().join(".c0ffee.tmp")).unwrap();
+    locked.store(&sample()).unwrap();
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "root's file\n");
+    assert_eq!(
+        ledger.load(&"c0ffee".parse().unwrap()).unwrap(),
+        Some(sample())
+    );
+    // A planted manifest link is not read either.
+    let id: ContainerId = "linked".parse().unwrap();
+    std::os::unix::fs::symlink(&victim, ledger.manifest_path(&id)).unwrap();
+    let e = ledger.load(&id).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+}
+
+/// A lock file that is a symlink to a FIFO (or a FIFO) is refused at once, not waited on.
+#[test]
+fn a_fifo_lock_is_refused_not_waited_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    drop(Ledger::new(&state).lock().unwrap());
+    let fifo = dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    fs::remove_file(state.join("lock")).unwrap();
+    std::os::unix::fs::symlink(&fifo, state.join("lock")).unwrap();
+    let s = state.clone();
+    let e = within_5s(move || Ledger::new(s).lock().map(drop).unwrap_err().to_string());
+    assert!(e.contains("symlink") && e.contains("lock"), "{e}");
+    fs::remove_file(state.join("lock")).unwrap();
+    nix::unistd::mkfifo(
+        &state.join("lock"),
+        nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    // A reader, so that the open itself succeeds and only the file type is wrong.
+    let _reader = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(state.join("lock"))
+        .unwrap();
+    let s = state.clone();
+    let e = within_5s(move || Ledger::new(s).lock().map(drop).unwrap_err().to_string());
+    assert!(e.contains("not a regular file (a FIFO)"), "{e}");
+}
+
+/// The state directory is created 0700; one another user owns, or that group or others can
+/// write, is refused naming the path, the owner and the mode (sshd's StrictModes).
+#[test]
+fn an_unsafe_state_directory_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let ledger = Ledger::new(&state);
+    drop(ledger.lock().unwrap());
+    for d in [&state, &ledger.containers()] {
+        assert_eq!(
+            fs::metadata(d).unwrap().mode() & 0o7777,
+            0o700,
+            "{}",
+            d.display()
+        );
+    }
+    let chmod = |d: &Path, m| fs::set_permissions(d, fs::Permissions::from_mode(m)).unwrap();
+    for (d, mode) in [(&state, 0o777), (&ledger.containers(), 0o770)] {
+        chmod(d, mode);
+        let e = ledger.lock().map(drop).unwrap_err().to_string();
+        let shown = format!("{mode:04o}");
+        assert!(
+            e.contains(&d.display().to_string()) && e.contains(&shown),
+            "{e}"
+        );
+        assert!(ledger.list().is_err());
+        chmod(d, 0o700);
+    }
+    std::os::unix::fs::chown(&state, Some(65534), None).unwrap();
+    let e = ledger.lock().map(drop).unwrap_err().to_string();
+    assert!(e.contains("uid 65534") && e.contains("another user"), "{e}");
+    assert!(ledger.load(&"x".parse().unwrap()).is_err());
+    // The directory natledger would create its state directory in is checked too.
+    let open = dir.path().join("open");
+    fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    let e = Ledger::new(open.join("state"))
+        .lock()
+        .map(drop)
+        .unwrap_err();
+    assert!(e.to_string().contains("0777"), "{e}");
+    assert!(!open.join("state").exists());
+}
+
+/// A manifest whose container_id is not its file name's is not acted on as that container's.
+#[test]
+fn a_manifest_under_another_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    drop(ledger.lock().unwrap());
+    let id: ContainerId = "intruder".parse().unwrap();
+    fs::write(ledger.manifest_path(&id), MANIFEST_V1).unwrap();
+    let e = ledger.load(&id).unwrap_err();
+    assert!(matches!(e, LedgerError::Mismatch { .. }), "{e}");
+    assert!(e.to_string().contains("c0ffee"), "{e}");
+}
