@@ -54,7 +54,7 @@ impl fmt::Display for Backend {
 }
 
 mod detect;
-pub use detect::{BackendChoice, detect};
+pub use detect::{BackendChoice, Detected, detect, detect_explained};
 
 /// A failure to read or write a backend, naming the command.
 #[derive(Debug, thiserror::Error)]

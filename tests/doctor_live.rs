@@ -97,8 +97,12 @@ fn live_shadowed_dnat() {
             text(f, "fix")
                 .starts_with(&format!("iptables-{} -t nat -D PREROUTING", backend.name()))
         );
-        // Only the shadow: both addresses are on the bridge, nothing else is wrong.
-        assert_eq!(d.findings().len(), 1, "{}", d.show());
+        // Only the shadow: both addresses are on the bridge, nothing else is wrong (but in
+        // the backend this host's `iptables` does not use, the rules are named as such too).
+        let unused = natledger::backend::detect().to_string() != backend.name();
+        let split = d.of_kind("split-backends").len();
+        assert_eq!(split, usize::from(unused), "{}", d.show());
+        assert_eq!(d.findings().len(), 1 + split, "{}", d.show());
         let d = live(&node, &["--port", "6668"]);
         assert_eq!((d.code, d.findings().len()), (0, 0), "{}", d.show());
     });

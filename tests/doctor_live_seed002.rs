@@ -50,7 +50,10 @@ fn seed002_live_report() -> Doc {
             port: None,
             ledger: natledger::ledger::Ledger::new(ledger_dir),
             netfilter: natledger::backend::Netfilter::new(&runner),
-            host_backend: natledger::backend::Backend::Nft,
+            host_backend: natledger::backend::Detected {
+                backend: natledger::backend::Backend::Legacy,
+                how: "seed 002's host uses iptables-legacy".into(),
+            },
             roots,
         };
         nl::doctor(&opts).map(|r| (r.exit_code(), serde_json::to_value(&r).unwrap()))

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
+use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
 use crate::family::Family;
 use crate::ledger::Ledger;
 use crate::save::{self, Table};
@@ -123,8 +123,9 @@ pub struct DoctorOptions<'r> {
     pub port: Option<u16>,
     pub ledger: Ledger,
     pub netfilter: Netfilter<'r>,
-    /// The backend the host's `iptables` command uses.
-    pub host_backend: Backend,
+    /// The backend the host's `iptables` command uses, and how that was decided
+    /// ([`crate::backend::detect_explained`]); live only (dumps decide from what they hold).
+    pub host_backend: Detected,
     pub roots: evidence::Roots,
 }
 
@@ -181,7 +182,7 @@ pub struct Finding {
     /// What the judgement rests on (dead targets, listeners).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
-    /// A command that would fix it (printed, never run).
+    /// The commands that would fix it, one per line (printed, never run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
@@ -217,7 +218,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         read_files(&opts.from)?
     };
     let host = live.then(|| checks::Host::gather(opts));
-    let mut out = checks::Checks::new(&rulesets, host.as_ref(), opts.host_backend);
+    let mut out = checks::Checks::new(&rulesets, host.as_ref(), opts.host_backend.clone());
     out.shadowed();
     out.dead_targets();
     out.hijacked_listeners();

@@ -70,11 +70,11 @@ impl Checks<'_> {
             };
             let summary = if duplicate {
                 format!(
-                    "{later}: {} duplicate {} rule {} of {} ({}).",
+                    "{later}: {} {} rule {} of {} ({}).",
                     if shadowed.len() == 1 {
-                        "it is a"
+                        "it duplicates"
                     } else {
-                        "they"
+                        "they duplicate"
                     },
                     w.table,
                     sa.position,
