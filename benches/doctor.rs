@@ -122,7 +122,10 @@ fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
         port: None,
         ledger: natledger::ledger::Ledger::new(state.path()),
         netfilter: Netfilter::new(&runner),
-        host_backend: Backend::Nft,
+        host_backend: natledger::backend::Detected {
+            backend: Backend::Nft,
+            how: "the benchmark's choice".into(),
+        },
         roots: Roots::default(),
     };
     let start = Instant::now();

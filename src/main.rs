@@ -270,7 +270,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 port,
                 ledger,
                 netfilter: Netfilter::new(&runner),
-                host_backend: backend::detect(),
+                host_backend: backend::detect_explained(),
                 roots: Roots::default(),
             };
             let report = match doctor::doctor(&opts) {

@@ -104,7 +104,8 @@ fn d_chain_is(f: &Value, chain: &str) -> bool {
 }
 
 /// Seed 001: Azure NPM's legacy chains and rules stayed when it moved to nft; the nft dump
-/// has AZURE-NPM and KUBE- rules. Only AZURE-NPM is split across backends.
+/// has AZURE-NPM and KUBE- rules and kubelet's hint chains, so nft is the backend in use and
+/// AZURE-NPM's legacy rules are named (KUBE- has none there).
 #[test]
 fn seed001_leftover_legacy_azure_npm_is_split_backends() {
     let legacy = from("legacy", "seed001_azure_npm.legacy.txt");
@@ -112,32 +113,52 @@ fn seed001_leftover_legacy_azure_npm_is_split_backends() {
     let d = doctor_json(&["--from", &legacy, &nft]);
     assert_eq!(d.code, 1, "warnings only\n{}", d.show());
     let split = d.of_kind("split-backends");
-    assert_eq!(split.len(), 1, "only AZURE-NPM is in both\n{}", d.show());
+    assert_eq!(split.len(), 1, "only AZURE-NPM is in legacy\n{}", d.show());
     assert_eq!(d.findings().len(), 1, "{}", d.show());
     let f = split[0];
     assert_eq!(f["severity"], "warning");
     let summary = text(f, "summary");
     assert!(
-        summary.contains("AZURE-NPM") && !summary.contains("KUBE"),
+        summary.contains("AZURE-NPM")
+            && !summary.contains("KUBE")
+            && summary.contains("2 of them can drop packets"),
         "{summary}"
     );
-    // The evidence names the chains holding rules in the other backend (AZURE-NPM's own and
-    // the built-in chain jumping to it); the fix is printed for that backend.
+    // The evidence says how the backend in use was decided and names AZURE-NPM's legacy
+    // chains; the rules are the FORWARD jump and the two reachable DROPs.
     let evidence = text(f, "evidence");
-    let other = if evidence.contains("iptables-legacy") {
-        "legacy"
-    } else {
-        "nft"
-    };
+    assert!(
+        evidence.contains("backend in use: iptables-nft")
+            && evidence.contains("KUBE-IPTABLES-HINT"),
+        "{evidence}"
+    );
     for chain in [
-        "filter AZURE-NPM",
-        "filter AZURE-NPM-INGRESS",
-        "filter FORWARD",
+        "AZURE-NPM",
+        "AZURE-NPM-INGRESS",
+        "AZURE-NPM-EGRESS-2697641196",
     ] {
         assert!(evidence.contains(chain), "{chain} missing from\n{evidence}");
     }
-    assert!(!evidence.contains("KUBE-"), "{evidence}");
-    assert!(text(f, "fix").contains(&format!("iptables-{other}")), "{f}");
+    assert_eq!(
+        places(f),
+        [
+            ("FORWARD".into(), 1),
+            ("AZURE-NPM-EGRESS".into(), 2),
+            ("AZURE-NPM-INGRESS".into(), 2)
+        ]
+    );
+    let fix = text(f, "fix");
+    assert!(
+        fix.starts_with(
+            "iptables-legacy -t filter -D FORWARD -m conntrack --ctstate NEW -j AZURE-NPM\n"
+        ),
+        "{fix}"
+    );
+    assert!(
+        fix.lines()
+            .all(|l| l.starts_with("iptables-legacy -t filter ")),
+        "{fix}"
+    );
     assert!(f.get("port").is_none(), "{f}");
     // Either dump alone is consistent.
     for one in [&legacy, &nft] {
@@ -185,10 +206,27 @@ fn seed002_stale_portmap_chain_shadows_the_live_pod() {
             "{f}"
         );
         assert_eq!(f["rules"][0]["backend"], "legacy");
-        assert!(
-            text(f, "fix").starts_with(&format!("iptables-legacy -t nat -D {STALE_DN} ")),
-            "{f}"
+        // One fix for every port: the stale pod's two jumps (one per multiport group of
+        // portmap's), then its chain; nothing of the live pod's.
+        let fix = text(f, "fix");
+        let commands: Vec<&str> = fix.lines().collect();
+        assert_eq!(commands.len(), 4, "{fix}");
+        for (command, ports) in commands[..2].iter().zip(["443,9001,80", "10001"]) {
+            assert!(
+                command.starts_with("iptables-legacy -t nat -D CNI-HOSTPORT-DNAT -p tcp ")
+                    && command.contains(&format!("--dports {ports} -j {STALE_DN}"))
+                    && command.contains("fb7cdb0a4f8d"),
+                "{fix}"
+            );
+        }
+        assert_eq!(
+            commands[2..],
+            [
+                format!("iptables-legacy -t nat -F {STALE_DN}"),
+                format!("iptables-legacy -t nat -X {STALE_DN}")
+            ]
         );
+        assert!(!fix.contains(LIVE_DN), "{fix}");
     }
 }
 
@@ -385,9 +423,21 @@ fn ipv6_dump_stale_dnat_is_shadowed() {
             "{f}"
         );
         assert_eq!(f["rules"][0]["family"], "ipv6", "{arg}");
+        // The fix removes the stale container's jump, then its chain: every port at once.
+        let fix: Vec<String> = text(f, "fix").lines().map(str::to_string).collect();
+        assert_eq!(fix.len(), 3, "{f}");
         assert!(
-            text(f, "fix").starts_with("ip6tables-nft -t nat -D NETAVARK-DN-1D8721804F16F "),
+            fix[0].starts_with("ip6tables-nft -t nat -D NETAVARK-HOSTPORT-DNAT ")
+                && fix[0].ends_with("-j NETAVARK-DN-1D8721804F16F")
+                && fix[0].contains("3f2a8e6c1d0b"),
             "{f}"
+        );
+        assert_eq!(
+            fix[1..],
+            [
+                "ip6tables-nft -t nat -F NETAVARK-DN-1D8721804F16F",
+                "ip6tables-nft -t nat -X NETAVARK-DN-1D8721804F16F"
+            ]
         );
         assert!(
             d.report["sources"][0]

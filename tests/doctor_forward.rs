@@ -51,7 +51,7 @@ fn a_hardened_hosts_dump_names_the_forwards_it_drops() {
         let summary = text(f, "summary");
         assert!(
             summary.contains("dropped by the DROP policy of legacy ipv4 filter FORWARD")
-                && summary.contains("is an address of the host the dump is from"),
+                && summary.contains("is an address of the dumped host itself"),
             "{f}"
         );
         assert_eq!(f["rules"].as_array().unwrap().len(), 1, "{f}");

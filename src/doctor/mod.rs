@@ -22,7 +22,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
+use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
 use crate::family::Family;
 use crate::ledger::Ledger;
 use crate::save::{self, Table};
@@ -123,8 +123,9 @@ pub struct DoctorOptions<'r> {
     pub port: Option<u16>,
     pub ledger: Ledger,
     pub netfilter: Netfilter<'r>,
-    /// The backend the host's `iptables` command uses.
-    pub host_backend: Backend,
+    /// The backend the host's `iptables` command uses, and how that was decided
+    /// ([`crate::backend::detect_explained`]); live only (dumps decide from what they hold).
+    pub host_backend: Detected,
     pub roots: evidence::Roots,
 }
 
@@ -187,7 +188,7 @@ pub struct Finding {
     /// What the judgement rests on (dead targets, listeners).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<String>,
-    /// A command that would fix it (printed, never run).
+    /// The commands that would fix it, one per line (printed, never run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fix: Option<String>,
 }
@@ -223,7 +224,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         read_files(&opts.from)?
     };
     let host = live.then(|| checks::Host::gather(opts));
-    let (mut findings, complete) = run_checks(&rulesets, host.as_ref(), opts.host_backend);
+    let (mut findings, complete) = run_checks(&rulesets, host.as_ref(), opts.host_backend.clone());
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
     }
@@ -248,13 +249,17 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
 /// the findings, and false when a walk was cut short. For tests and tools that build
 /// rulesets themselves.
 pub fn check_rulesets(rulesets: &[Ruleset], host_backend: Backend) -> (Vec<Finding>, bool) {
+    let host_backend = Detected {
+        backend: host_backend,
+        how: format!("the caller named {host_backend}"),
+    };
     run_checks(rulesets, None, host_backend)
 }
 
 fn run_checks(
     rulesets: &[Ruleset],
     host: Option<&checks::Host>,
-    host_backend: Backend,
+    host_backend: Detected,
 ) -> (Vec<Finding>, bool) {
     let mut out = checks::Checks::new(rulesets, host, host_backend);
     out.shadowed();

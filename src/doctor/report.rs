@@ -57,8 +57,15 @@ pub fn render(report: &Report) -> String {
             for e in &f.evidence {
                 wrap(&mut out, &format!("evidence: {e}"), "    ", "      ");
             }
-            if let Some(fix) = &f.fix {
-                wrap(&mut out, &format!("fix: {fix}"), "    ", "      ");
+            // A fix of several commands has one per line: each starts a line of its own.
+            for (i, command) in f.fix.iter().flat_map(|fix| fix.lines()).enumerate() {
+                let (first, rest) = if i == 0 {
+                    (format!("fix: {command}"), "      ")
+                } else {
+                    (command.to_string(), "        ")
+                };
+                let indent = if i == 0 { "    " } else { "      " };
+                wrap(&mut out, &first, indent, rest);
             }
         }
         out.push('\n');

@@ -48,8 +48,31 @@ impl Doc {
         };
         if json && code != 3 {
             doc.check_schema();
+            doc.check_prose();
         }
         doc
+    }
+
+    /// Every sentence doctor wrote for a person parses: no known-bad pattern (see
+    /// [`garbled`]) in any finding's summary, evidence or fix (the rule lines quoted in a
+    /// fix are the owners' words, left out).
+    pub fn check_prose(&self) {
+        for f in self.findings() {
+            let mut texts = vec![text(f, "summary")];
+            texts.extend(
+                f["evidence"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string),
+            );
+            texts.push(unquoted(&text(f, "fix")));
+            for t in texts {
+                let bad = garbled(&t);
+                assert!(bad.is_empty(), "garbled ({bad:?}): {t:?}\n{}", self.show());
+            }
+        }
     }
 
     pub fn findings(&self) -> &[Value] {
@@ -178,6 +201,96 @@ impl Doc {
             self.show()
         );
     }
+}
+
+/// The known-bad patterns `text` shows: doubled prepositions ("in on", "to to"), doubled
+/// articles, empty parentheses, double spaces, a space before punctuation, a dangling article
+/// or preposition before punctuation or at the end ("for a.", "to,"), a plural subject with a
+/// singular verb ("packets goes").
+pub fn garbled(text: &str) -> Vec<String> {
+    let mut bad = Vec::new();
+    let lower = text.to_lowercase();
+    for pattern in [
+        " in on ",
+        " on in ",
+        " to to ",
+        " of of ",
+        " for for ",
+        " from from ",
+        " on on ",
+        " in in ",
+        " a a ",
+        " an an ",
+        " a an ",
+        " an a ",
+        " the the ",
+        "()",
+        "( )",
+        "  ",
+        " ,",
+        " .",
+        " ;",
+        " :",
+        " )",
+        "( ",
+        ",,",
+        "..",
+        "packets goes",
+        "packets is ",
+    ] {
+        if lower.contains(pattern) {
+            bad.push(pattern.trim().to_string());
+        }
+    }
+    let words: Vec<&str> = lower.split(' ').collect();
+    for (i, w) in words.iter().enumerate() {
+        let bare = w.trim_end_matches(['.', ',', ';', ':', ')']);
+        let dangling = [
+            "a", "an", "the", "for", "to", "of", "in", "on", "from", "not",
+        ];
+        let ends = bare.len() < w.len() || i + 1 == words.len();
+        if dangling.contains(&bare) && ends && !w.is_empty() {
+            bad.push(format!("dangling {bare:?}"));
+        }
+    }
+    // A sentence about packets ("tcp packets to port 80 ...") takes a plural verb.
+    for sentence in lower.split(". ") {
+        let plural = sentence.split(' ').take(2).any(|w| w == "packets");
+        let head = sentence.split([',', ':', ';']).next().unwrap_or_default();
+        if plural
+            && [" goes ", " is ", " takes ", " reaches "]
+                .iter()
+                .any(|v| head.contains(v))
+        {
+            bad.push("plural subject, singular verb".into());
+        }
+    }
+    if text.starts_with(' ') || text.ends_with(' ') {
+        bad.push("leading or trailing space".into());
+    }
+    bad
+}
+
+/// `text` with every double-quoted part replaced by one word (the owners' rule comments in a
+/// command).
+fn unquoted(text: &str) -> String {
+    let mut out = String::new();
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in text.chars() {
+        match (quoted, escaped, c) {
+            (true, false, '\\') => escaped = true,
+            (_, false, '"') => {
+                quoted = !quoted;
+                if quoted {
+                    out.push_str("QUOTED");
+                }
+            }
+            (false, _, c) => out.push(c),
+            _ => escaped = false,
+        }
+    }
+    out
 }
 
 /// `natledger doctor ARGS` on this host, with an empty state directory of its own. Only

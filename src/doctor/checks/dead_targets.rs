@@ -41,12 +41,12 @@ impl Checks<'_> {
                 let (port, protocol) = port_of(&step.cond);
                 let summary = if first {
                     format!(
-                        "{} goes to {addr}, which nothing holds any more: that traffic is lost.",
+                        "{} go to {addr}, which nothing holds any more: that traffic is lost.",
                         packets(&step.cond)
                     )
                 } else {
                     format!(
-                        "A leftover DNAT to {addr}, which nothing holds any more (an earlier rule takes its packets)."
+                        "A leftover DNAT sends packets to {addr}, which nothing holds any more; an earlier rule takes them first."
                     )
                 };
                 self.findings.push(Finding {
@@ -79,8 +79,8 @@ fn judge_target(host: &Host, step: &Step, comments: &[&str], addr: IpAddr) -> Op
         {
             Some(m) if m.alive() => None,
             Some(m) => Some(vec![format!(
-                "natledger manifest: container {id} (pid {}) is dead",
-                m.pid.map_or("-".into(), |p| p.to_string())
+                "natledger manifest: container {id}{} is dead",
+                m.pid.map_or(String::new(), |p| format!(" (pid {p})"))
             )]),
             None => Some(vec![format!("natledger: no manifest for container {id}")]),
         };

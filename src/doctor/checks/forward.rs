@@ -221,7 +221,10 @@ impl Checks<'_> {
             Some(_) => (Severity::Error, summary),
             None => (
                 Severity::Warning,
-                format!("{summary} (Unless {addr} is an address of the host the dump is from.)"),
+                format!(
+                    "{} unless {addr} is an address of the dumped host itself.",
+                    summary.trim_end_matches('.')
+                ),
             ),
         };
         Finding {

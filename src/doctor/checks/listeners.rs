@@ -58,9 +58,13 @@ impl Checks<'_> {
                     (Some(c), Some(p)) => format!("{c} (pid {p})"),
                     _ => "a process".to_string(),
                 };
-                let verb = if w.table == "nat" { "sends" } else { "rejects" };
+                let (verb, away) = if w.table == "nat" {
+                    ("sends", " elsewhere")
+                } else {
+                    ("rejects", "")
+                };
                 let summary = format!(
-                    "{who} listens on {}, but {} rule {} of {} {verb} {} of that traffic ({}).",
+                    "{who} listens on {}, but {} rule {} of {} {verb} {} of that traffic{away} ({}).",
                     socket_text(l),
                     w.table,
                     step.position,

@@ -9,6 +9,7 @@ mod natledger_state;
 mod shadowed;
 mod split_backends;
 mod xtables_lock;
+mod words;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
@@ -16,12 +17,13 @@ use std::net::IpAddr;
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
 use super::paths::{self, Step};
 use super::{DoctorOptions, Finding, Kind, RuleRef, Ruleset, Severity};
-use crate::backend::Backend;
+use crate::backend::{Backend, Detected};
 use crate::family::Family;
 use crate::layout::{Owner, is_owned_chain, owner};
 use crate::ledger::{Manifest, RuleRecord};
 use crate::matchset::{Cond, Match, PortSet, Target, parse_rule};
 use crate::rule::IpNet;
+use words::{packets, target_text};
 
 /// The built-in chains each table's packets to a host port go through, in hook order.
 const NAT_HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
@@ -62,7 +64,7 @@ impl Host {
 pub struct Checks<'a> {
     rulesets: &'a [Ruleset],
     host: Option<&'a Host>,
-    host_backend: Backend,
+    host_backend: Detected,
     walks: Vec<Walked<'a>>,
     findings: Vec<Finding>,
     complete: bool,
@@ -78,7 +80,7 @@ struct Walked<'a> {
 }
 
 impl<'a> Checks<'a> {
-    pub fn new(rulesets: &'a [Ruleset], host: Option<&'a Host>, host_backend: Backend) -> Self {
+    pub fn new(rulesets: &'a [Ruleset], host: Option<&'a Host>, host_backend: Detected) -> Self {
         let mut walks = Vec::new();
         let mut complete = true;
         for set in rulesets {
@@ -162,81 +164,6 @@ fn port_of(cond: &Match) -> (Option<u16>, Option<String>) {
     (port, proto)
 }
 
-/// The packets a rule matches, in words: "tcp packets to port 6667 for a local address".
-fn packets(cond: &Match) -> String {
-    let mut proto = "packets".to_string();
-    let mut parts = Vec::new();
-    // Every positive port condition on the path, as the one set they leave.
-    if let Some(ranges) = paths::port_set(cond) {
-        parts.push(format!("to port {}", ports_text(&PortSet(ranges))));
-    }
-    for c in &cond.conds {
-        match c {
-            Cond::Protocol {
-                negated: false,
-                proto: p,
-            } => proto = format!("{p} packets"),
-            Cond::DPorts {
-                negated: true,
-                ports,
-            } => parts.push(format!("not to port {}", ports_text(ports))),
-            Cond::Dst { negated, net } => {
-                parts.push(format!("{}to {net}", if *negated { "not " } else { "" }))
-            }
-            Cond::Src { negated, net } => {
-                parts.push(format!("{}from {net}", if *negated { "not " } else { "" }))
-            }
-            Cond::DstType { negated, types } => parts.push(format!(
-                "{}for a {} address",
-                if *negated { "not " } else { "" },
-                types.join("/").to_lowercase()
-            )),
-            Cond::InIface { negated, name } => parts.push(format!(
-                "{}in on {name}",
-                if *negated { "not " } else { "" }
-            )),
-            _ => {}
-        }
-    }
-    if parts.is_empty() {
-        proto
-    } else {
-        format!("{proto} {}", parts.join(" "))
-    }
-}
-
-fn ports_text(ports: &PortSet) -> String {
-    ports
-        .0
-        .iter()
-        .map(|(lo, hi)| {
-            if lo == hi {
-                lo.to_string()
-            } else {
-                format!("{lo}-{hi}")
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn target_text(target: &Target) -> String {
-    match target {
-        Target::Dnat { to } => format!("DNAT to {to}"),
-        Target::Redirect { to_ports: Some(p) } => format!("REDIRECT to port {p}"),
-        Target::Redirect { to_ports: None } => "REDIRECT".into(),
-        Target::Accept => "ACCEPT".into(),
-        Target::Drop => "DROP".into(),
-        Target::Reject => "REJECT".into(),
-        Target::Return => "RETURN".into(),
-        Target::Masquerade => "MASQUERADE".into(),
-        Target::Snat { to } => format!("SNAT to {to}"),
-        Target::Jump(c) | Target::Goto(c) => format!("jump to {c}"),
-        Target::Other(t) => t.clone(),
-        Target::None => "no target".into(),
-    }
-}
-
 fn line(chain: &str, args: &[String]) -> String {
     let mut out = format!("-A {chain}");
     for a in args {
@@ -262,19 +189,62 @@ fn rule_ref(w: &Walked, step: &Step) -> RuleRef {
     )
 }
 
-/// The command deleting this rule, for the backend and family it is in.
-fn delete_command(w: &Walked, step: &Step) -> String {
-    let tool = format!("{}-{}", w.set.family.tool_stem(), w.set.backend.suffix());
-    let rule = line(&step.rule.chain, &step.rule.args);
-    format!("{tool} -t {} -D{}", w.table, &rule[2..])
+/// The command line tool of a ruleset's backend and family: `ip6tables-legacy`.
+fn tool(set: &Ruleset) -> String {
+    format!("{}-{}", set.family.tool_stem(), set.backend.suffix())
 }
 
-/// How to remove a rule that takes traffic it should not: natledger's own through sweep.
+/// The command deleting the rule `-A CHAIN ARGS` of `table`, in `set`'s backend and family.
+fn delete_line(set: &Ruleset, table: &str, chain: &str, args: &[String]) -> String {
+    let rule = line(chain, args);
+    format!("{} -t {table} -D{}", tool(set), &rule[2..])
+}
+
+/// The command deleting this rule, for the backend and family it is in.
+fn delete_command(w: &Walked, step: &Step) -> String {
+    delete_line(w.set, w.table, &step.rule.chain, &step.rule.args)
+}
+
+/// How to remove a rule that takes traffic it should not: natledger's own through sweep; a
+/// rule in another owner's per-container chain by removing that container's chain whole.
 fn fix_for(w: &Walked, step: &Step) -> String {
     match owner(&step.rule.chain, &step.rule.args) {
         Owner::Container(_) => "natledger sweep".into(),
-        _ => delete_command(w, step),
+        _ => container_chain_fix(w.set, w.table, &step.rule.chain)
+            .unwrap_or_else(|| delete_command(w, step)),
     }
+}
+
+/// Chains other owners make for one container, reached only by that container's jumps:
+/// CNI portmap's `CNI-DN-<hash of network and container id>` (one jump per protocol and 15
+/// ports, from `CNI-HOSTPORT-DNAT`) and netavark's `NETAVARK-DN-<hash>` (from
+/// `NETAVARK-HOSTPORT-DNAT`). Everything in one is that container's.
+const PER_CONTAINER_CHAINS: [&str; 2] = ["CNI-DN-", "NETAVARK-DN-"];
+
+/// For a rule in a per-container chain: the commands removing that container's forwards
+/// whole, one per line: delete every jump into the chain (that alone stops all its ports),
+/// then flush and delete the chain. `None` for any other chain, or one nothing jumps to.
+fn container_chain_fix(set: &Ruleset, table: &str, chain: &str) -> Option<String> {
+    if !PER_CONTAINER_CHAINS.iter().any(|p| chain.starts_with(p)) {
+        return None;
+    }
+    let rules = &set.table(table)?.rules;
+    let jumps: Vec<String> = rules
+        .iter()
+        .filter(|r| {
+            let (_, target) = parse_rule(&r.args);
+            matches!(target, Target::Jump(to) | Target::Goto(to) if to == chain)
+        })
+        .map(|r| delete_line(set, table, &r.chain, &r.args))
+        .collect();
+    if jumps.is_empty() {
+        return None;
+    }
+    let tool = tool(set);
+    let mut commands = jumps;
+    commands.push(format!("{tool} -t {table} -F {chain}"));
+    commands.push(format!("{tool} -t {table} -X {chain}"));
+    Some(commands.join("\n"))
 }
 
 /// Who owns a rule, by chain name (for built-in chains, by where it jumps).
@@ -299,14 +269,4 @@ fn owner_of(chain: &str, args: &[String]) -> &'static str {
     named(chain)
         .or_else(|| crate::layout::comment_and_target(args).1.and_then(named))
         .unwrap_or("other")
-}
-
-fn owner_pattern(owner: &str) -> String {
-    match owner {
-        "KUBE" => "KUBE-".into(),
-        "CNI" => "CNI-".into(),
-        "NATLEDGER" => "NATLEDGER-".into(),
-        "other" => "-A ".into(),
-        o => o.to_string(),
-    }
 }

@@ -22,9 +22,9 @@ impl Checks<'_> {
             .collect();
         for m in dead {
             let summary = format!(
-                "Container {} (pid {}) is dead, but its manifest and {} rule(s) remain.",
+                "Container {}{} is dead, but its manifest and {} rule(s) remain.",
                 m.container_id,
-                m.pid.map_or("-".into(), |p| p.to_string()),
+                m.pid.map_or(String::new(), |p| format!(" (pid {p})")),
                 m.rules.len()
             );
             let finding = manifest_finding(m, Severity::Warning, summary, Vec::new());

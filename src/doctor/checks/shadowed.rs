@@ -141,8 +141,8 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
     };
     let summary = if duplicate {
         format!(
-            "{later}: {} duplicate {} rule {} of {} ({}).",
-            if n == 1 { "it is a" } else { "they" },
+            "{later}: {} {} rule {} of {} ({}).",
+            if n == 1 { "it duplicates" } else { "they duplicate" },
             w.table,
             sa.position,
             sa.rule.chain,
