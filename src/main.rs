@@ -228,9 +228,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let report = ops::sweep(&ctx, &opts)?;
             if json {
                 let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
-                println!("{text}");
+                out(&format!("{text}\n"));
             } else {
-                print!("{}", report.render());
+                out(&report.render());
             }
             if !report.ok() {
                 anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
@@ -282,16 +282,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             if json {
                 let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
-                println!("{text}");
+                out(&format!("{text}\n"));
             } else {
-                print!("{}", doctor::render(&report));
+                out(&doctor::render(&report));
             }
             return Ok(ExitCode::from(report.exit_code()));
         }
         Command::Selftest => {
             let ok = selftest::run(&mut |check| match &check.result {
-                Ok(seen) => println!("ok    {}: {seen}", check.name),
-                Err(why) => println!("FAIL  {}: {why}", check.name),
+                Ok(seen) => out(&format!("ok    {}: {seen}\n", check.name)),
+                Err(why) => out(&format!("FAIL  {}: {why}\n", check.name)),
             });
             if !ok {
                 anyhow::bail!("selftest failed");
@@ -307,11 +307,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if json {
                 let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
-                println!("{text}");
+                out(&format!("{text}\n"));
             } else {
-                print!("{}", ops::render_table(&entries));
+                out(&ops::render_table(&entries));
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Print a report on stdout. A reader that went away (`natledger doctor | head`) is not an
+/// error: the rest of the report is dropped and the exit status stays the command's own (Rust
+/// ignores SIGPIPE, so `print!` would panic on the broken pipe instead).
+fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+        Err(e) => eprintln!("natledger: writing the report to stdout: {e}"),
+    }
 }

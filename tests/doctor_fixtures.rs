@@ -101,3 +101,29 @@ fn garbled_catches_the_known_bad_shapes() {
         assert_eq!(garbled(good), Vec::<String>::new(), "{good}");
     }
 }
+
+/// `natledger doctor | head`: a reader that goes away is not a crash. The pipe's read end is
+/// closed before doctor writes, so its first write fails with EPIPE (Rust ignores SIGPIPE);
+/// doctor still exits with its own status (2: the seed has errors) and says nothing on stderr.
+#[test]
+fn a_reader_that_goes_away_is_not_a_crash() {
+    for json in [false, true] {
+        let path = fixture("seed002_cni_portmap_stale.legacy.txt");
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("doctor");
+        if json {
+            cmd.arg("--json");
+        }
+        let mut child = cmd
+            .args(["--from", &label("legacy", &path)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "json {json}: {stderr}");
+        assert!(stderr.is_empty(), "json {json}: {stderr}");
+    }
+}

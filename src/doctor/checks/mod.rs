@@ -8,8 +8,8 @@ mod listeners;
 mod natledger_state;
 mod shadowed;
 mod split_backends;
-mod xtables_lock;
 mod words;
+mod xtables_lock;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;

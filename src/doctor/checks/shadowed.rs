@@ -142,7 +142,11 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
     let summary = if duplicate {
         format!(
             "{later}: {} {} rule {} of {} ({}).",
-            if n == 1 { "it duplicates" } else { "they duplicate" },
+            if n == 1 {
+                "it duplicates"
+            } else {
+                "they duplicate"
+            },
             w.table,
             sa.position,
             sa.rule.chain,
