@@ -289,12 +289,11 @@ impl Blob {
             // moves once.
             let first = removed.iter().position(|r| *r)?;
             let mut write = start + self.offsets[first];
-            for i in first..n {
-                if !removed[i] {
-                    let (at, end) = (self.offsets[i], end_of(i));
-                    self.buf.copy_within(start + at..start + end, write);
-                    write += end - at;
-                }
+            let kept = (first..n).filter(|&i| !removed[i]);
+            for i in kept {
+                let (at, end) = (self.offsets[i], end_of(i));
+                self.buf.copy_within(start + at..start + end, write);
+                write += end - at;
             }
             self.buf.truncate(write);
         }
