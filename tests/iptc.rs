@@ -6,8 +6,13 @@
 
 mod common;
 
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
 use common::{
-    Backend as TestBackend, Family as TestFamily, Topology, in_netns, load_rules, run_in,
+    BIN, Backend as TestBackend, Family as TestFamily, Node, Topology, assert_ok, in_netns,
+    load_rules, run_in,
 };
 use natledger::backend::{Backend, Native, Netfilter};
 use natledger::exec::SystemRunner;
@@ -15,7 +20,7 @@ use natledger::family::Family;
 use natledger::iptc::entry::{Encoded, Layout, encode};
 use natledger::iptc::{self, Outcome, Place};
 use natledger::layout::{DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules};
-use natledger::portspec::parse_entry;
+use natledger::portspec::{parse_entry, parse_mappings};
 use natledger::rule::Rule;
 use natledger::save::{Batch, Op};
 
@@ -321,4 +326,229 @@ fn an_absent_table_is_never_created() {
     });
     assert_eq!(native.0, Native::Off);
     assert!(!native.1.lines().any(|l| l == "nat"), "{}", native.1);
+}
+
+/// Mappings of the large removal: iptables-legacy-restore takes seconds to delete them, the
+/// in-process writer, linear in the table, milliseconds.
+const LARGE: usize = 3000;
+/// A removal of [`LARGE`] mappings' rules must take less than this: the superlinear writer
+/// took 5 s at this size, 40 s at 12,000 rules (quadratic decoding per rule, per-entry
+/// searches of the removal list).
+const LARGE_BOUND: Duration = Duration::from_secs(2);
+
+/// [`foreign`] plus a chain sorting after natledger's, reached from a built-in chain and by a
+/// goto from a chain before natledger's, jumping back to one before them (so jumps cross the
+/// removed range both ways), and [`LARGE`] mappings of container `big` with, between them,
+/// every seventh mapping of container `keep`, all with counters. Returns the restore text and
+/// `big`'s rules.
+fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rule)>) {
+    let base = foreign(family, table);
+    let mut text = base.trim_end_matches("COMMIT\n").to_string();
+    let (from, before) = match table {
+        NAT => ("PREROUTING", "FOO"),
+        _ => ("FORWARD", "DOCKER-USER"),
+    };
+    let back = if table == NAT { "BAR" } else { "DOCKER" };
+    text += &format!(
+        ":ZZ-AFTER - [0:0]\n\
+         [11:900] -A {from} -p tcp -m tcp --dport 3 -j ZZ-AFTER\n\
+         [12:1000] -A {before} -p udp -m udp --dport 4 -g ZZ-AFTER\n\
+         [13:1100] -A ZZ-AFTER -p tcp -m tcp --dport 5 -j {back}\n\
+         [14:1200] -A ZZ-AFTER -j RETURN\n"
+    );
+    let (big, keep) = ("big".parse().unwrap(), "keep".parse().unwrap());
+    let mut victims = Vec::new();
+    for i in 0..LARGE {
+        let proto = if i % 3 == 0 { "/udp" } else { "" };
+        let m = parse_entry(&format!("{}:80{proto}", 20000 + i)).unwrap();
+        let mut placed: Vec<(bool, natledger::layout::Placed)> =
+            mapping_rules(&big, &m, "10.77.0.2".parse().unwrap())
+                .into_iter()
+                .map(|p| (true, p))
+                .collect();
+        if i % 7 == 0 {
+            let m = parse_entry(&format!("{}:81{proto}", 40000 + i)).unwrap();
+            let kept = mapping_rules(&keep, &m, "10.77.0.3".parse().unwrap());
+            placed.extend(kept.into_iter().map(|p| (false, p)));
+        }
+        for (gone, p) in placed.into_iter().filter(|(_, p)| p.table == table) {
+            text += &format!("[{i}:{}] -A {} {}\n", i * 60, p.chain, quoted(&p.rule));
+            if gone {
+                victims.push((p.chain, p.rule));
+            }
+        }
+    }
+    (text + "COMMIT\n", victims)
+}
+
+/// Deleting thousands of rules, others' kept between them and foreign jumps crossing them,
+/// gives the same `-save -c` dump as iptables-legacy-restore deleting them, and takes time
+/// linear in the table (the guard against a superlinear writer).
+#[test]
+fn a_large_removal_equals_iptables_legacy_restore() {
+    let topo = Topology::new();
+    let ns = topo.node().to_string();
+    let runner = SystemRunner::default();
+    let family = Family::Ipv4;
+    for table in TABLES {
+        let (text, victims) = large(family, table);
+        restore_exactly(&ns, family, &text);
+        let raw_base = save_raw(&ns, family, table);
+
+        let mut batch = Batch::new(table);
+        for (chain, rule) in &victims {
+            batch
+                .ops
+                .push(Op::Delete(chain.to_string(), rule.to_args()));
+        }
+        in_netns(&ns, || {
+            Netfilter::new(&runner)
+                .apply(Backend::Legacy, family, &batch)
+                .unwrap()
+        });
+        let by_restore = save_c(&ns, family, table).replace(":FORWARD DROP [0:0]", POLICY);
+        assert!(by_restore.contains("natledger:keep"), "{table}: kept rules");
+        assert!(!by_restore.contains("natledger:big"), "{table}: removed");
+
+        restore_exactly(&ns, family, &raw_base);
+        let refs: Vec<(&str, &Rule)> = victims.iter().map(|(c, r)| (*c, r)).collect();
+        let start = Instant::now();
+        let deleted = in_netns(&ns, || iptc::delete(family, table, &refs).unwrap());
+        let took = start.elapsed();
+        assert_eq!(deleted, Outcome::Done(victims.len()));
+        assert_eq!(
+            save_c(&ns, family, table),
+            by_restore,
+            "{family} {table}: large delete"
+        );
+        eprintln!("{table}: deleted {} rules in {took:?}", victims.len());
+        assert!(
+            took < LARGE_BOUND,
+            "{table}: deleting {} rules took {took:?}",
+            victims.len()
+        );
+    }
+}
+
+/// Mappings of the container whose poststop runs beside other iptables users.
+const CONCURRENT: usize = 4000;
+
+/// An unrelated `iptables-legacy -w 5` runs beside a 4,000-mapping poststop (12,000 nat and
+/// 4,000 filter rules removed in-process) and succeeds: natledger holds the xtables lock only
+/// from its read of a table to its replace, milliseconds. (The superlinear writer held it for
+/// the whole removal, tens of seconds, and such a command failed after its 5 s.) The lock is
+/// a file of the test's own (`XTABLES_LOCKFILE`, honoured by natledger and iptables alike), so
+/// nothing on the host waits for it.
+#[test]
+fn iptables_wait_succeeds_beside_a_large_poststop() {
+    let node = Node::new(TestBackend::Legacy);
+    let lockfile = node.dir.path().join("xtables.lock");
+    let lock_env = format!("XTABLES_LOCKFILE={}", lockfile.display());
+    let env = [("XTABLES_LOCKFILE", lockfile.to_str().unwrap())];
+    let ip = ("io.natledger.ip", "10.77.0.2");
+    let warm = node.bundle("warm", &[("io.natledger.ports", "1:1"), ip]);
+    assert_ok(
+        &node.hook_env("create-runtime", "warm", None, &warm, &env),
+        "warm",
+    );
+    assert_ok(
+        &node.hook_env("poststop", "warm", None, &warm, &env),
+        "warm",
+    );
+    let ports: Vec<String> = (0..CONCURRENT)
+        .map(|i| format!("{}:80", 20000 + i))
+        .collect();
+    let ports = ports.join(",");
+    assert_eq!(parse_mappings(&ports).unwrap().len(), CONCURRENT);
+    let bundle = node.bundle("big", &[("io.natledger.ports", &ports), ip]);
+    let created = node.hook_env("create-runtime", "big", None, &bundle, &env);
+    assert_ok(&created, "create-runtime of 4,000 mappings");
+    let before = run_in(
+        node.topo.node(),
+        "iptables-legacy-save",
+        &["-t", "nat"],
+        None,
+    );
+    let rules = String::from_utf8_lossy(&before.stdout)
+        .matches("natledger:big")
+        .count();
+    assert_eq!(rules, 3 * CONCURRENT, "natledger's nat rules of big");
+
+    let state = serde_json::json!({
+        "ociVersion": "1.0.2", "id": "big", "status": "stopped", "bundle": bundle,
+    });
+    let state_dir = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
+    let mut poststop = Command::new("ip")
+        .args(["netns", "exec", node.topo.node(), "env", &state_dir])
+        .args([
+            "NATLEDGER_BACKEND=legacy",
+            &lock_env,
+            BIN,
+            "hook",
+            "poststop",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    poststop
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(state.to_string().as_bytes())
+        .unwrap();
+    // Someone else's iptables-legacy, back to back for as long as the poststop runs (and at
+    // least twice): each must get the lock within its 5 s.
+    let mut runs = 0;
+    let mut longest = Duration::ZERO;
+    let mut failures = Vec::new();
+    while failures.is_empty() && (runs < 2 || poststop.try_wait().unwrap().is_none()) {
+        let verb = if runs % 2 == 0 { "-A" } else { "-D" };
+        let args = [
+            "-w",
+            "5",
+            "-t",
+            "filter",
+            verb,
+            "INPUT",
+            "-s",
+            "192.0.2.1",
+            "-j",
+            "ACCEPT",
+        ];
+        let start = Instant::now();
+        let out = Command::new("ip")
+            .args(["netns", "exec", node.topo.node(), "env", &lock_env])
+            .arg("iptables-legacy")
+            .args(args)
+            .output()
+            .unwrap();
+        longest = longest.max(start.elapsed());
+        if !out.status.success() {
+            failures.push(format!(
+                "iptables-legacy {} after {:?}: {}",
+                args.join(" "),
+                start.elapsed(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        runs += 1;
+    }
+    if !failures.is_empty() {
+        // The poststop this test started, by its pid (ip execs env, which execs natledger).
+        let _ = poststop.kill();
+        let _ = poststop.wait();
+        panic!(
+            "beside a poststop running for {:?}: {failures:#?}",
+            started.elapsed()
+        );
+    }
+    let out = poststop.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert_ok(&out, "poststop of 4,000 mappings");
+    eprintln!("poststop {took:?}; {runs} iptables-legacy -w 5 beside it, longest {longest:?}");
+    let after = run_in(node.topo.node(), "iptables-legacy-save", &[], None);
+    assert!(!String::from_utf8_lossy(&after.stdout).contains("natledger:big"));
 }

@@ -195,17 +195,21 @@ impl Blob {
         self.entry(at)
     }
 
-    /// Insert `inserts` (each before the entry at its offset, in the order given) or remove
-    /// the entries at `removes`, in place: the table is never copied, so a hook holds one
-    /// copy of it however large it is. The bytes before the entries are kept (the caller's
-    /// header room). `None` if an offset is not an entry's, both inserts and removes are
-    /// given, or an inserted entry is malformed or a jump (it would be taken for an old one
-    /// when offsets move); the blob is consumed either way, and nothing reaches the kernel.
+    /// Insert `inserts` (each before the entry at its offset; several at one offset in the
+    /// order given) or remove the entries at `removes`, in place: the table is never copied,
+    /// so a hook holds one copy of it however large it is. The bytes before the entries are
+    /// kept (the caller's header room). `None` if an offset is not an entry's, both inserts
+    /// and removes are given, or an inserted entry is malformed or a jump (it would be taken
+    /// for an old one when offsets move); the blob is consumed either way, and nothing
+    /// reaches the kernel.
+    ///
+    /// Linear in the table: one walk over the old entries computes where each lands, one
+    /// pass moves the bytes, one pass over the kept entries moves their jumps (each looked
+    /// up by binary search). Nothing is searched per inserted or removed entry.
     pub fn edit(mut self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
-        let valid = |at: &usize| self.offsets.binary_search(at).is_ok();
-        if !inserts.iter().all(|(at, _)| valid(at))
-            || !removes.iter().all(valid)
-            || (!inserts.is_empty() && !removes.is_empty())
+        let n = self.offsets.len();
+        let index = |at: usize| self.offsets.binary_search(&at).ok();
+        if (!inserts.is_empty() && !removes.is_empty())
             || inserts.iter().any(|(_, e)| {
                 e.len() < self.layout.entry_size
                     || self.layout.next_offset(e) != e.len()
@@ -215,81 +219,87 @@ impl Blob {
         {
             return None;
         }
-        let size_of = |i: usize| self.layout.next_offset(&self.bytes()[self.offsets[i]..]);
-        let inserted_at = |at: usize| -> usize {
-            inserts
-                .iter()
-                .filter(|(x, _)| *x == at)
-                .map(|(_, e)| e.len())
-                .sum()
-        };
+        // The inserts as (old entry index, given order), sorted: grouped by point, each
+        // group in the order given.
+        let mut order = inserts
+            .iter()
+            .enumerate()
+            .map(|(k, (at, _))| Some((index(*at)?, k)))
+            .collect::<Option<Vec<(usize, usize)>>>()?;
+        order.sort_unstable();
+        let mut removed = vec![false; n];
+        for &at in removes {
+            removed[index(at)?] = true;
+        }
+        let start = self.start;
+        let old_len = self.bytes().len();
+        let end_of = |i: usize| self.offsets.get(i + 1).copied().unwrap_or(old_len);
+
         // Per old entry: where its position begins (before entries inserted there) and where
         // the entry itself lands (`NONE` if removed), in the new table.
         const NONE: u32 = u32::MAX;
-        let mut position = Vec::with_capacity(self.offsets.len());
-        let mut landed = Vec::with_capacity(self.offsets.len());
-        let mut from_old = Vec::with_capacity(self.offsets.len() + inserts.len());
+        let mut position = Vec::with_capacity(n);
+        let mut landed = Vec::with_capacity(n);
+        let mut from_old = Vec::with_capacity(n + inserts.len());
         let mut shift: isize = 0;
+        let mut k = 0;
         for (i, &at) in self.offsets.iter().enumerate() {
             position.push(u32::try_from(at as isize + shift).ok()?);
-            let added = inserted_at(at);
-            from_old.extend(inserts.iter().filter(|(x, _)| *x == at).map(|_| None));
-            shift += added as isize;
-            if removes.contains(&at) {
+            while let Some(&(_, given)) = order.get(k).filter(|(point, _)| *point == i) {
+                shift += inserts[given].1.len() as isize;
+                from_old.push(None);
+                k += 1;
+            }
+            if removed[i] {
                 landed.push(NONE);
-                shift -= size_of(i) as isize;
+                shift -= (end_of(i) - at) as isize;
             } else {
                 landed.push(u32::try_from(at as isize + shift).ok()?);
                 from_old.push(Some(i as u32));
             }
         }
 
-        let start = self.start;
-        let old_len = self.bytes().len();
-        // Removed entries as (offset, size), in order.
-        let mut gone: Vec<(usize, usize)> = removes
-            .iter()
-            .map(|&at| (at, size_of(self.offsets.binary_search(&at).unwrap_or(0))))
-            .collect();
-        gone.sort_unstable();
-        gone.dedup();
-        if !inserts.is_empty() {
-            // Grow, then move each stretch from the last insertion point backwards.
-            let mut points: Vec<usize> = inserts.iter().map(|(at, _)| *at).collect();
-            points.sort_unstable();
-            points.dedup();
+        if !order.is_empty() {
+            // Grow, then, from the last insertion point backwards, move the stretch up to
+            // the next point and write the point's entries before it.
             let total: usize = inserts.iter().map(|(_, e)| e.len()).sum();
             self.buf.resize(self.buf.len() + total, 0);
-            let mut after: usize = total; // inserted bytes at this point and before
-            for (k, &at) in points.iter().enumerate().rev() {
-                let end = points.get(k + 1).copied().unwrap_or(old_len);
+            let mut after = total; // bytes inserted at this point and before
+            let mut end = old_len;
+            let mut hi = order.len();
+            while hi > 0 {
+                let point = order[hi - 1].0;
+                let lo = order[..hi].partition_point(|(p, _)| *p < point);
+                let at = self.offsets[point];
                 self.buf
                     .copy_within(start + at..start + end, start + at + after);
-                let here = inserted_at(at);
+                let here: usize = order[lo..hi].iter().map(|(_, g)| inserts[*g].1.len()).sum();
                 let mut w = start + at + after - here;
-                for (_, e) in inserts.iter().filter(|(x, _)| *x == at) {
+                for &(_, given) in &order[lo..hi] {
+                    let e = &inserts[given].1;
                     self.buf[w..w + e.len()].copy_from_slice(e);
                     w += e.len();
                 }
                 after -= here;
+                end = at;
+                hi = lo;
             }
-        } else if !removes.is_empty() {
-            // Close each gap, front to back.
-            let mut write = start + gone[0].0;
-            for (k, &(at, size)) in gone.iter().enumerate() {
-                let from = at + size;
-                let end = gone.get(k + 1).map_or(old_len, |(next, _)| *next);
-                self.buf.copy_within(start + from..start + end, write);
-                write += end - from;
+        } else if removed.contains(&true) {
+            // Close each gap, front to back: every kept entry after the first removed one
+            // moves once.
+            let first = removed.iter().position(|r| *r)?;
+            let mut write = start + self.offsets[first];
+            let kept = (first..n).filter(|&i| !removed[i]);
+            for i in kept {
+                let (at, end) = (self.offsets[i], end_of(i));
+                self.buf.copy_within(start + at..start + end, write);
+                write += end - at;
             }
             self.buf.truncate(write);
         }
 
         // Every kept entry's jump now names an old offset: move it.
-        let moved = |old: u32| -> Option<u32> {
-            let i = self.offsets.binary_search(&(old as usize)).ok()?;
-            Some(position[i])
-        };
+        let moved = |old: u32| -> Option<u32> { Some(position[index(old as usize)?]) };
         for &at in landed.iter().filter(|at| **at != NONE) {
             let at = start + at as usize;
             let e_len = self.layout.next_offset(&self.buf[at..]);
@@ -306,10 +316,7 @@ impl Blob {
             }
             info.hook_entry[h] = moved(self.info.hook_entry[h])?;
             // The policy entry itself, never what was inserted before it.
-            let i = self
-                .offsets
-                .binary_search(&(self.info.underflow[h] as usize))
-                .ok()?;
+            let i = index(self.info.underflow[h] as usize)?;
             info.underflow[h] = Some(landed[i]).filter(|l| *l != NONE)?;
         }
         info.num_entries = from_old.len() as u32;

@@ -23,7 +23,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
-use blob::{Blob, Edited, Info};
+use std::collections::HashMap;
+
+use blob::{Blob, Edited, Info, Span};
 use entry::{Decoded, Encoded, Layout};
 
 use crate::family::Family;
@@ -73,12 +75,22 @@ pub enum Place {
 
 /// Insert `rules` (in order: `First` ones each above the previous, so give them in reverse)
 /// provided every chain exists and every `(chain, jump)` in `required` is present.
+///
+/// Every rule is encoded before the xtables lock is taken; under it, each chain named is
+/// looked up once and `Blob::edit` places everything in one pass.
 pub fn insert(
     family: Family,
     table: &'static str,
     rules: &[(&str, Rule, Place)],
     required: &[(&str, Rule)],
 ) -> Result<Outcome, IptcError> {
+    let mut encoded = Vec::with_capacity(rules.len());
+    for (chain, rule, place) in rules {
+        let Some(Encoded::Entry(e)) = entry::encode(rule, family) else {
+            return Ok(Outcome::Declined); // not encodable, or a jump: never inserted here
+        };
+        encoded.push((*chain, e, *place));
+    }
     edit(family, table, |t| {
         for (chain, jump) in required {
             let span = t.chain(chain)?;
@@ -89,42 +101,71 @@ pub fn insert(
                 return None;
             }
         }
-        let mut inserts = Vec::new();
-        for (chain, rule, place) in rules {
-            let span = t.chain(chain)?;
-            let Encoded::Entry(e) = entry::encode(rule, family)? else {
-                return None; // jumps are never inserted here
+        let mut spans: HashMap<&str, Span> = HashMap::new();
+        let mut firsts = Vec::new();
+        let mut lasts = Vec::new();
+        for (chain, e, place) in encoded {
+            let span = match spans.get(chain) {
+                Some(span) => *span,
+                None => *spans.entry(chain).or_insert(t.chain(chain)?),
             };
             match place {
-                // Each First goes above those given before it at the same place.
-                Place::First => {
-                    let k = inserts
-                        .iter()
-                        .position(|(x, _)| *x == span.first)
-                        .unwrap_or(inserts.len());
-                    inserts.insert(k, (span.first, e));
-                }
-                Place::Last => inserts.push((span.tail, e)),
+                Place::First => firsts.push((span.first, e)),
+                Place::Last => lasts.push((span.tail, e)),
             }
         }
-        Some((inserts, Vec::new()))
+        // Each First goes above those given before it at the same place, and above any Last
+        // there (an empty chain's first rule and its tail are one place): `edit` keeps the
+        // order given at each place.
+        firsts.reverse();
+        firsts.extend(lasts);
+        Some((firsts, Vec::new()))
     })
 }
 
 /// Delete one entry equal to each of `rules` from its chain; declined unless all are found.
+///
+/// The rules are counted by chain before the xtables lock is taken; under it, each chain
+/// named is read once, each entry decoded once, and the first entries equal to a wanted
+/// rule (as many as are wanted) go.
 pub fn delete(
     family: Family,
     table: &'static str,
     rules: &[(&str, &Rule)],
 ) -> Result<Outcome, IptcError> {
+    let mut wanted: Vec<(&str, HashMap<&Rule, usize>)> = Vec::new();
+    for (chain, rule) in rules {
+        let k = match wanted.iter().position(|(c, _)| c == chain) {
+            Some(k) => k,
+            None => {
+                wanted.push((chain, HashMap::new()));
+                wanted.len() - 1
+            }
+        };
+        *wanted[k].1.entry(*rule).or_default() += 1;
+    }
     edit(family, table, |t| {
-        let mut removes: Vec<usize> = Vec::new();
-        for (chain, rule) in rules {
+        let mut removes: Vec<usize> = Vec::with_capacity(rules.len());
+        for (chain, mut left) in wanted {
             let span = t.chain(chain)?;
-            let (at, _) = t
-                .rules(span)
-                .find(|(at, e)| !removes.contains(at) && decoded(t, e).as_ref() == Some(*rule))?;
-            removes.push(at);
+            for (at, e) in t.rules(span) {
+                if left.is_empty() {
+                    break;
+                }
+                let Some(rule) = decoded(t, e) else {
+                    continue;
+                };
+                if let Some(n) = left.get_mut(&rule) {
+                    *n -= 1;
+                    if *n == 0 {
+                        left.remove(&rule);
+                    }
+                    removes.push(at);
+                }
+            }
+            if !left.is_empty() {
+                return None;
+            }
         }
         Some((Vec::new(), removes))
     })
@@ -149,7 +190,14 @@ pub fn decoded(t: &Blob, e: &[u8]) -> Option<Rule> {
 
 type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
 
-/// Read, plan, replace, restore counters: under the xtables lock, one atomic replace.
+/// Read, plan, replace, restore counters: one atomic replace, under the xtables lock.
+///
+/// The lock is held from the read of the table to the counters' restore, no longer: the
+/// socket is opened before it, and whatever does not depend on the table (encoding, grouping
+/// the wanted rules) is done by the callers before it. Under it, the work is linear in the
+/// table's entries: one read, `plan` (the callers' look each chain up once and decode each
+/// of its entries at most once), one `Blob::edit` pass, one replace, one counters write. Its
+/// cost at scale is in README.md's Speed section (`benches/scale.rs`).
 fn edit(
     family: Family,
     table: &'static str,
@@ -159,8 +207,8 @@ fn edit(
     if cfg!(not(target_pointer_width = "64")) {
         return Ok(Outcome::Declined);
     }
-    let _lock = xtables_lock()?;
     let sock = Socket::open(family, table)?;
+    let lock = xtables_lock()?;
     let blob = match sock.read() {
         Ok(blob) => blob,
         // Changed between GET_INFO and GET_ENTRIES by a writer without the lock.
@@ -194,7 +242,10 @@ fn edit(
         .iter()
         .map(|old| old.map_or([0, 0], |i| old_counters[i as usize]))
         .collect();
-    if let Err(e) = sock.add_counters(&counters) {
+    let added = sock.add_counters(&counters);
+    // Another writer may change the table from here on: the counters are in.
+    drop(lock);
+    if let Err(e) = added {
         eprintln!("natledger: warning: rule counters of the {table} table were reset: {e}");
     }
     Ok(Outcome::Done(count))
