@@ -59,6 +59,22 @@ impl Socket {
         first
     }
 
+    /// Make the send buffer hold a message of `len` bytes: the kernel refuses a netlink
+    /// message larger than the socket's send buffer (EMSGSIZE), 208 KiB by default, and an
+    /// nf_tables batch of a few thousand deletions is larger. `SO_SNDBUFFORCE` (root, as
+    /// natledger runs) passes `net.core.wmem_max`; without the privilege, `SO_SNDBUF` up to
+    /// that limit. The kernel doubles the value it is given for its own overhead.
+    pub fn make_room_to_send(&self, len: usize) -> io::Result<()> {
+        const DEFAULT: usize = 208 * 1024;
+        if len + 4096 < DEFAULT {
+            return Ok(());
+        }
+        let want = len + 4096;
+        setsockopt(&self.fd, sockopt::SndBufForce, &want)
+            .or_else(|_| setsockopt(&self.fd, sockopt::SndBuf, &want))
+            .map_err(io::Error::from)
+    }
+
     pub fn send(&self, bytes: &[u8]) -> io::Result<()> {
         let sent = sendto(
             self.fd.as_raw_fd(),

@@ -177,15 +177,19 @@ impl<'s> Session<'s> {
             source,
         };
         let first = self.sock.reserve(victims.len() as u32 + 2);
-        self.sock
-            .send(&delete_batch(first, family, victims))
-            .map_err(err)?;
-        // One acknowledgement per deletion (nfnetlink sends them all after the commit), or an
-        // error for the message that failed (the batch markers included), after which the
-        // batch was aborted.
+        let batch = delete_batch(first, family, victims);
+        self.sock.make_room_to_send(batch.len()).map_err(err)?;
+        self.sock.send(&batch).map_err(err)?;
+        // Only the last deletion asks for an acknowledgement: nfnetlink answers a message
+        // that failed whether it asked or not, and sends every answer after the commit (or
+        // the abort), in message order, a failed commit's error first. One acknowledgement
+        // per deletion would be one datagram each, and a few hundred of them overflow the
+        // socket's receive buffer (ENOBUFS) before they are read. So the first answer decides:
+        // 0 for the last deletion is the whole batch committed, an errno anywhere is the
+        // batch aborted.
         let ours = first..=(first + victims.len() as u32 + 1);
         self.sock
-            .acks(ours, victims.len(), |_, code| match code {
+            .acks(ours, 1, |_, code| match code {
                 0 => Ok(()),
                 errno => Err(io::Error::from_raw_os_error(errno)),
             })
@@ -239,9 +243,11 @@ fn delete_batch(first: u32, family: Family, victims: &[(&str, &str, u64)]) -> Ve
     };
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
     let mut seq = first;
-    for (table, chain, handle) in victims {
+    for (i, (table, chain, handle)) in victims.iter().enumerate() {
         seq += 1;
-        let header = (NFT_MSG_DELRULE, NLM_F_REQUEST | NLM_F_ACK, seq);
+        // Only the last asks for an acknowledgement (see `Session::delete`).
+        let ack = if i + 1 == victims.len() { NLM_F_ACK } else { 0 };
+        let header = (NFT_MSG_DELRULE, NLM_F_REQUEST | ack, seq);
         let start = rule_message(&mut m, header, family, table, chain);
         netlink::put_attr(&mut m, NFTA_RULE_HANDLE, &handle.to_be_bytes());
         netlink::finish(&mut m, start);
