@@ -142,7 +142,11 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
     let summary = if duplicate {
         format!(
             "{later}: {} {} rule {} of {} ({}).",
-            if n == 1 { "it duplicates" } else { "they duplicate" },
+            if n == 1 {
+                "it duplicates"
+            } else {
+                "they duplicate"
+            },
             w.table,
             sa.position,
             sa.rule.chain,
@@ -176,7 +180,7 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
         summary,
         rules,
         fix: Some(if duplicate {
-            delete_command(w, first)
+            delete_fix(w, first)
         } else {
             fix_for(w, sa)
         }),
