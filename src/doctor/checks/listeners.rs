@@ -84,7 +84,7 @@ impl Checks<'_> {
                     summary,
                     rules: vec![rule_ref(w, step)],
                     evidence: vec![format!("listening socket inode {}", l.inode)],
-                    fix: Some(delete_command(w, step)),
+                    fix: Some(delete_fix(w, step)),
                 });
             }
         }

@@ -6,6 +6,7 @@ mod dead_targets;
 mod forward;
 mod listeners;
 mod natledger_state;
+mod regenerated;
 mod shadowed;
 mod split_backends;
 mod words;
@@ -206,13 +207,25 @@ fn delete_command(w: &Walked, step: &Step) -> String {
 }
 
 /// How to remove a rule that takes traffic it should not: natledger's own through sweep; a
-/// rule in another owner's per-container chain by removing that container's chain whole.
+/// rule in another owner's per-container chain by removing that container's chain whole;
+/// any other by deleting it, and for an owner that writes its rules again (kube-proxy,
+/// dockerd) with the lasting fix in that owner's terms ([`regenerated::lasting`]).
 fn fix_for(w: &Walked, step: &Step) -> String {
     match owner(&step.rule.chain, &step.rule.args) {
         Owner::Container(_) => "natledger sweep".into(),
         _ => container_chain_fix(w.set, w.table, &step.rule.chain)
-            .unwrap_or_else(|| delete_command(w, step)),
+            .unwrap_or_else(|| delete_fix(w, step)),
     }
+}
+
+/// The command deleting this rule, and the lasting fix when its owner writes it again.
+fn delete_fix(w: &Walked, step: &Step) -> String {
+    regenerated::lasting(
+        &step.rule.chain,
+        &step.rule.args,
+        &step.cond,
+        delete_command(w, step),
+    )
 }
 
 /// Chains other owners make for one container, reached only by that container's jumps:

@@ -180,7 +180,7 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
         summary,
         rules,
         fix: Some(if duplicate {
-            delete_command(w, first)
+            delete_fix(w, first)
         } else {
             fix_for(w, sa)
         }),
