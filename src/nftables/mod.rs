@@ -382,6 +382,17 @@ mod tests {
         );
         let seqs: Vec<u32> = messages.iter().map(|m| m.seq).collect();
         assert_eq!(seqs, [10, 11, 12, 13]);
+        // Only the last deletion asks for an acknowledgement (one datagram per rule would
+        // overflow the receive buffer of a large batch); `nlmsg_flags` of each message.
+        let mut flags = Vec::new();
+        let mut at = 0;
+        while at < m.len() {
+            let len = u32::from_ne_bytes(m[at..at + 4].try_into().unwrap()) as usize;
+            flags.push(u16::from_ne_bytes(m[at + 6..at + 8].try_into().unwrap()));
+            at += len.next_multiple_of(4);
+        }
+        let ack = NLM_F_REQUEST | NLM_F_ACK;
+        assert_eq!(flags, [NLM_F_REQUEST, NLM_F_REQUEST, ack, NLM_F_REQUEST]);
         // The batch addresses nf_tables; each deletion names family, table, chain, handle.
         assert_eq!(
             &messages[0].payload[2..4],
