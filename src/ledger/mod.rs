@@ -239,6 +239,10 @@ impl Ledger {
     /// Refuse a state directory (or its containers directory, when they exist) that someone
     /// else owns or can write: a planted manifest could name anyone's rules.
     fn check_dirs(&self) -> Result<(), LedgerError> {
+        match safefile::check_ancestors(&self.dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(io("use state directory under", &self.dir))?,
+        }
         for dir in [self.dir.clone(), self.containers()] {
             match safefile::check_dir(&dir, false) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
