@@ -329,3 +329,26 @@ fn a_state_directory_under_an_unsafe_parent_is_refused() {
         .lock()
         .expect("a symlink in a safe directory");
 }
+
+/// A state directory an older release created 0755 is used (not refused: every hook would
+/// fail after an upgrade) and brought to 0700 with its containers directory.
+#[test]
+fn a_state_directory_from_an_older_release_is_tightened_to_0700() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("natledger");
+    let containers = state.join("containers");
+    std::fs::create_dir_all(&containers).unwrap();
+    for d in [&state, &containers] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    drop(
+        Ledger::new(&state)
+            .lock()
+            .expect("an older release's 0755 state directory"),
+    );
+    for d in [&state, &containers] {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+}
