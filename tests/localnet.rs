@@ -404,9 +404,6 @@ fn raw_send(packet: &[u8], dst: Ipv4Addr) {
 /// only the packets of DNATed connections (the 127.0.0.1 → container path) have business
 /// arriving for 127.0.0.0/8 on another interface than `lo`.
 #[test]
-#[ignore = "open hole: the guard must drop unless --ctstate DNAT (not RELATED,ESTABLISHED); the \
-            fix changes the guard's conntrack mask in src/iptc/entry/conntrack.rs (fresh_info), \
-            owned by the iptc rewrite"]
 fn forged_packets_of_the_nodes_own_loopback_flows_are_dropped() {
     both(|backend| {
         let mut node = Node::new(backend);
