@@ -164,11 +164,15 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
 const JUMPS_FROM: [&str; 5] = ["PREROUTING", "OUTPUT", "POSTROUTING", "FORWARD", "INPUT"];
 
 /// The localhost guard (see the file comment): in `chain` [`INPUT_CHAIN`], which filter
-/// INPUT jumps to first, `-d LOOPBACK ! -i lo -m conntrack ! --ctstate
-/// RELATED,ESTABLISHED,DNAT -j DROP`. What it drops reaches INPUT with a loopback
-/// destination (after any DNAT) from another interface than `lo`: exactly what the kernel
-/// drops as a martian destination with `route_localnet=0`, less what conntrack knows as
-/// answered or DNATed. So it never takes away what the host had before natledger.
+/// INPUT jumps to first, `-d LOOPBACK ! -i lo -m conntrack ! --ctstate DNAT -j DROP`. What
+/// it drops reaches INPUT with a loopback destination (after any DNAT) from another
+/// interface than `lo`: exactly what the kernel drops as a martian destination with
+/// `route_localnet=0`, less what conntrack knows as DNATed (the 127.0.0.1 path's replies).
+/// So it never takes away what the host had before natledger. Not `! --ctstate
+/// RELATED,ESTABLISHED,DNAT` as kube-proxy's: conntrack does not record the interface a
+/// flow came in on, so a neighbour can forge a packet of the node's own loopback flows (a
+/// datagram with their tuple, an ICMP error about them) and it would be ESTABLISHED or
+/// RELATED.
 pub fn guard(loopback: IpNet) -> Rule {
     Rule {
         source: None,
@@ -177,7 +181,7 @@ pub fn guard(loopback: IpNet) -> Rule {
         protocol: None,
         dports: None,
         dst_local: false,
-        fresh: true,
+        not_dnatted: true,
         dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Drop,
@@ -196,7 +200,7 @@ pub fn shared_rules(table: &str, family: Family) -> Vec<(&'static str, Rule)> {
         dports: None,
         not_in_interface: None,
         dst_local,
-        fresh: false,
+        not_dnatted: false,
         dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Jump(to.to_string()),
@@ -263,7 +267,7 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         dports: Some(mapping.host_ports),
         not_in_interface: None,
         dst_local: false,
-        fresh: false,
+        not_dnatted: false,
         dnatted: None,
         comment: comment.clone(),
         target: Target::Dnat(DnatTo {
@@ -282,7 +286,7 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
             dports: Some(mapping.container_ports),
             not_in_interface: None,
             dst_local: false,
-            fresh: false,
+            not_dnatted: false,
             dnatted: None,
             comment: comment.clone(),
             target: Target::Masquerade,
@@ -295,7 +299,7 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         dports: None,
         not_in_interface: None,
         dst_local: false,
-        fresh: false,
+        not_dnatted: false,
         dnatted: Some(Dnatted {
             protocol: mapping.protocol,
             orig_dst: mapping.host_destination(),
@@ -388,7 +392,7 @@ mod tests {
                 "FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD",
                 "INPUT -m comment --comment natledger -j NATLEDGER-INPUT",
                 "NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate \
-                 RELATED,ESTABLISHED,DNAT -m comment --comment natledger -j DROP",
+                 DNAT -m comment --comment natledger -j DROP",
             ]
         );
         assert_eq!(
@@ -424,7 +428,7 @@ mod tests {
         assert_eq!(
             owner_of(
                 INPUT_CHAIN,
-                "-d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP"
+                "-d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate DNAT -j DROP"
             ),
             Owner::Foreign
         );

@@ -82,6 +82,14 @@ pub enum Refused {
         euid: u32,
         reason: &'static str,
     },
+    #[error(
+        "under {dir}, which natledger refuses: {why} (whoever can write there can put \
+         another directory in its place)"
+    )]
+    Above {
+        dir: std::path::PathBuf,
+        why: String,
+    },
     #[error("kept reappearing while natledger replaced it ({0} tries)")]
     Contended(u32),
 }
@@ -225,6 +233,10 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
 /// writable by others only when sticky (`/tmp`: nobody else can rename what natledger made).
 pub fn check_dir(dir: &Path, parent: bool) -> io::Result<()> {
     let meta = std::fs::symlink_metadata(dir)?;
+    check_meta(&meta, parent)
+}
+
+fn check_meta(meta: &std::fs::Metadata, parent: bool) -> io::Result<()> {
     let owner = meta.uid();
     let mode = meta.permissions().mode();
     // SAFETY: geteuid cannot fail and touches no memory.
@@ -261,6 +273,35 @@ pub fn check_dir(dir: &Path, parent: bool) -> io::Result<()> {
     }
     if mode & 0o022 != 0 {
         return Err(unsafe_dir("writable by group or others"));
+    }
+    Ok(())
+}
+
+/// Every directory above `dir`, as sshd's `StrictModes` checks the path to a file: each
+/// directory the path goes through, and each of its canonical form (a symlink's target),
+/// must pass [`check_dir`] as a parent (owned by root or the effective user, writable by
+/// others only when sticky). Whoever can write one of them can rename the state directory
+/// away and put their own in its place between a check and a use, whatever the state
+/// directory's own owner and mode.
+pub fn check_ancestors(dir: &Path) -> io::Result<()> {
+    let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    // Through the path as given (each prefix resolved: a symlink is only as safe as the
+    // directory holding it, which is the prefix before), then its canonical form.
+    let canonical = std::fs::canonicalize(parent)?;
+    let given = parent.ancestors().filter(|a| !a.as_os_str().is_empty());
+    for ancestor in given.chain(canonical.ancestors()) {
+        let meta = std::fs::metadata(ancestor)?;
+        check_meta(&meta, true).map_err(|e| {
+            refused(
+                e.kind(),
+                Refused::Above {
+                    dir: ancestor.to_path_buf(),
+                    why: e.to_string(),
+                },
+            )
+        })?;
     }
     Ok(())
 }

@@ -278,3 +278,176 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
         );
     });
 }
+
+/// The node's own UDP flow over `lo`, 127.0.0.5:40500 → 127.0.0.1:5354, answered once (so
+/// conntrack has it as ESTABLISHED): what a neighbour's forged packets pretend to belong to.
+struct LocalFlow {
+    server: UdpSocket,
+    client: UdpSocket,
+}
+
+const FLOW_CLIENT: (Ipv4Addr, u16) = (Ipv4Addr::new(127, 0, 0, 5), 40500);
+const FLOW_SERVER: (Ipv4Addr, u16) = (LOCALHOST, 5354);
+
+impl LocalFlow {
+    fn start(node: &str) -> LocalFlow {
+        let (server, client) = in_netns(node, || {
+            let server = UdpSocket::bind(FLOW_SERVER).unwrap();
+            let client = UdpSocket::bind(FLOW_CLIENT).unwrap();
+            client.connect(FLOW_SERVER).unwrap();
+            (server, client)
+        });
+        client.send(b"hello").unwrap();
+        let mut buf = [0u8; 64];
+        server.set_read_timeout(Some(T)).unwrap();
+        let (_, from) = server.recv_from(&mut buf).unwrap();
+        server.send_to(b"welcome", from).unwrap();
+        client.set_read_timeout(Some(T)).unwrap();
+        client.recv(&mut buf).unwrap();
+        LocalFlow { server, client }
+    }
+
+    /// Whether a datagram forged by `attacker` as the client's reached the server, and
+    /// whether an ICMP port unreachable forged about the client's datagrams reached the
+    /// client (its next receive fails with ECONNREFUSED).
+    fn attack(&self, attacker: &Container) -> (bool, bool) {
+        let data = udp_packet(FLOW_CLIENT, FLOW_SERVER, b"forged");
+        let mut icmp = vec![3u8, 3, 0, 0, 0, 0, 0, 0];
+        icmp.extend_from_slice(&data[..28]);
+        let sum = checksum(&icmp);
+        icmp[2..4].copy_from_slice(&sum.to_be_bytes());
+        let error = ip_packet(1, attacker.v4, FLOW_CLIENT.0, &icmp);
+        in_netns(&attacker.ns, || {
+            raw_send(&data, FLOW_SERVER.0);
+            raw_send(&error, FLOW_CLIENT.0);
+        });
+        let mut buf = [0u8; 64];
+        self.server
+            .set_read_timeout(Some(Duration::from_secs(1)))
+            .unwrap();
+        let data_in =
+            matches!(self.server.recv_from(&mut buf), Ok((n, _)) if &buf[..n] == b"forged");
+        self.client
+            .set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
+        let error_in = matches!(
+            self.client.recv(&mut buf),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused
+        );
+        (data_in, error_in)
+    }
+}
+
+fn checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+fn ip_packet(protocol: u8, src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
+    let len = (20 + payload.len()) as u16;
+    let mut p = vec![0x45, 0];
+    p.extend_from_slice(&len.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0, 0, 64, protocol, 0, 0]);
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    let sum = checksum(&p);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(payload);
+    p
+}
+
+/// A UDP datagram (no checksum, as IPv4 allows) in its IPv4 header.
+fn udp_packet(src: (Ipv4Addr, u16), dst: (Ipv4Addr, u16), data: &[u8]) -> Vec<u8> {
+    let mut udp = Vec::new();
+    udp.extend_from_slice(&src.1.to_be_bytes());
+    udp.extend_from_slice(&dst.1.to_be_bytes());
+    udp.extend_from_slice(&((8 + data.len()) as u16).to_be_bytes());
+    udp.extend_from_slice(&[0, 0]);
+    udp.extend_from_slice(data);
+    ip_packet(17, src.0, dst.0, &udp)
+}
+
+/// Send a whole IPv4 packet as it is (`IPPROTO_RAW`) towards `dst`.
+fn raw_send(packet: &[u8], dst: Ipv4Addr) {
+    // SAFETY: plain socket calls on a descriptor this function owns and closes; the address
+    // is a sockaddr_in on the stack, the buffer a live slice.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW);
+        assert!(fd >= 0, "raw socket: {}", io::Error::last_os_error());
+        let mut to: libc::sockaddr_in = std::mem::zeroed();
+        to.sin_family = libc::AF_INET as libc::sa_family_t;
+        to.sin_addr.s_addr = u32::from_ne_bytes(dst.octets());
+        let sent = libc::sendto(
+            fd,
+            packet.as_ptr().cast(),
+            packet.len(),
+            0,
+            (&to as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        assert_eq!(sent, packet.len() as isize, "raw send: {err}");
+    }
+}
+
+/// conntrack does not tell the node's flows over `lo` from packets forged on the bridge with
+/// their tuple: ESTABLISHED and RELATED say nothing about where a packet came from. A
+/// neighbour that forges a datagram of the node's own 127.0.0.5 → 127.0.0.1 flow, or an
+/// ICMP error about it (from its own, unspoofed address), must not get it through the guard:
+/// only the packets of DNATed connections (the 127.0.0.1 → container path) have business
+/// arriving for 127.0.0.0/8 on another interface than `lo`.
+#[test]
+fn forged_packets_of_the_nodes_own_loopback_flows_are_dropped() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let attacker = node.topo.add_container(3);
+        let host = node.topo.node().to_string();
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "c2 tcp"),
+            serve_udp(&c.ns, c.sock_v4(80), "c2 udp"),
+        ];
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        arm(&attacker.ns);
+        assert_ok(
+            &node.create(
+                "c2",
+                Some(pid),
+                &[("io.natledger.ports", "8080:80,8080:80/udp")],
+            ),
+            "create c2",
+        );
+        assert_eq!(route_localnet(&host), "1");
+        // Started once conntrack tracks the node's namespace (natledger's nat rules load it).
+        let flow = LocalFlow::start(&host);
+        assert_eq!(
+            flow.attack(&attacker),
+            (false, false),
+            "{backend:?}: a forged datagram (ESTABLISHED) or ICMP error (RELATED) of the \
+             node's own loopback flow gets through the guard"
+        );
+        localhost_path_works(&host, backend, "guarded");
+        let client = UdpClient::start(&host, sock(LOCALHOST, 40124), sock(LOCALHOST, 8080));
+        assert!(
+            client.wait_for("c2 udp", Instant::now(), T).is_some(),
+            "{backend:?}: the UDP client gets no reply through the guard"
+        );
+        client.stop();
+        // The forged packets are well formed: without the guard they arrive.
+        unguard(&host, backend);
+        assert_eq!(
+            flow.attack(&attacker),
+            (true, true),
+            "{backend:?}: without the guard the forged packets must arrive (or this test \
+             proves nothing)"
+        );
+        assert_ok(&node.sweep(&["--all"]), "sweep --all");
+    });
+}

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use fs2::FileExt;
@@ -221,6 +221,7 @@ impl Ledger {
             .create(&containers)
             .map_err(io("create", &containers))?;
         self.check_dirs()?;
+        self.tighten()?;
         let path = self.dir.join("lock");
         // Not through a symlink, not a FIFO (that would block every hook at open).
         let file = safefile::open_lock(&path).map_err(io("open", &path))?;
@@ -236,9 +237,30 @@ impl Ledger {
         })
     }
 
+    /// Bring a state directory an older release created 0755 (and its containers directory)
+    /// to 0700, as natledger creates them now: [`Self::check_dirs`] accepted them (owned by
+    /// natledger's user, writable by no one else), so this only stops others reading them.
+    fn tighten(&self) -> Result<(), LedgerError> {
+        for dir in [self.dir.clone(), self.containers()] {
+            let mode = fs::symlink_metadata(&dir)
+                .map_err(io("use state directory", &dir))?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                fs::set_permissions(&dir, fs::Permissions::from_mode(mode & 0o7700))
+                    .map_err(io("chmod go-rwx", &dir))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Refuse a state directory (or its containers directory, when they exist) that someone
     /// else owns or can write: a planted manifest could name anyone's rules.
     fn check_dirs(&self) -> Result<(), LedgerError> {
+        match safefile::check_ancestors(&self.dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            other => other.map_err(io("use state directory under", &self.dir))?,
+        }
         for dir in [self.dir.clone(), self.containers()] {
             match safefile::check_dir(&dir, false) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

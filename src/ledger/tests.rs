@@ -279,3 +279,76 @@ fn a_manifest_under_another_name_is_refused() {
     assert!(matches!(e, LedgerError::Mismatch { .. }), "{e}");
     assert!(e.to_string().contains("c0ffee"), "{e}");
 }
+
+/// A state directory that is itself root's and 0700, under a directory someone else owns or
+/// can write (or reached through a symlink kept in one): refused, naming that directory,
+/// since its writer can rename the state directory away and plant its own. The same state
+/// directory under safe parents is used.
+#[test]
+fn a_state_directory_under_an_unsafe_parent_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let chmod = |p: &std::path::Path, m| {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+    };
+    let parent = root.path().join("parent");
+    let state = parent.join("natledger");
+    std::fs::create_dir_all(&state).unwrap();
+    chmod(&state, 0o700);
+    Ledger::new(&state).lock().expect("safe parents");
+    let refused = |ledger: Ledger, what: &str, culprit: &std::path::Path| {
+        let e = ledger
+            .lock()
+            .err()
+            .unwrap_or_else(|| panic!("{what}: accepted"));
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("under {}", culprit.display())),
+            "{what}: {text}"
+        );
+    };
+    std::os::unix::fs::chown(&parent, Some(65534), None).unwrap();
+    refused(Ledger::new(&state), "a parent owned by uid 65534", &parent);
+    std::os::unix::fs::chown(&parent, Some(0), None).unwrap();
+    chmod(&parent, 0o777);
+    refused(Ledger::new(&state), "a parent writable by all", &parent);
+    chmod(&parent, 0o755);
+    // A symlink to the safe parent, kept in a directory others can write.
+    let open = root.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    chmod(&open, 0o777);
+    std::os::unix::fs::symlink(&parent, open.join("link")).unwrap();
+    refused(
+        Ledger::new(open.join("link").join("natledger")),
+        "a symlink in a directory writable by all",
+        &open,
+    );
+    // The same symlink in a safe directory: followed and used.
+    chmod(&open, 0o755);
+    Ledger::new(open.join("link").join("natledger"))
+        .lock()
+        .expect("a symlink in a safe directory");
+}
+
+/// A state directory an older release created 0755 is used (not refused: every hook would
+/// fail after an upgrade) and brought to 0700 with its containers directory.
+#[test]
+fn a_state_directory_from_an_older_release_is_tightened_to_0700() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let state = root.path().join("natledger");
+    let containers = state.join("containers");
+    std::fs::create_dir_all(&containers).unwrap();
+    for d in [&state, &containers] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    drop(
+        Ledger::new(&state)
+            .lock()
+            .expect("an older release's 0755 state directory"),
+    );
+    for d in [&state, &containers] {
+        let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o700, "{}", d.display());
+    }
+}

@@ -29,9 +29,11 @@ pub enum Target {
     Drop,
 }
 
-/// The conntrack states `-m conntrack ! --ctstate` names in the localhost guard: a packet of
-/// an established flow, an ICMP error about one, or a flow some DNAT rewrote.
-pub const ANSWERED_OR_DNATTED: &str = "RELATED,ESTABLISHED,DNAT";
+/// The conntrack state `-m conntrack ! --ctstate` names in the localhost guard: a packet of
+/// a flow some DNAT rewrote, either way (a reply, an ICMP error about it included). Not
+/// ESTABLISHED or RELATED: conntrack does not know the interface a flow came in on, so a
+/// neighbour could forge a packet of the node's own loopback flows.
+pub const DNATTED_STATE: &str = "DNAT";
 
 /// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -48,10 +50,10 @@ pub struct Rule {
     pub dst_local: bool,
     /// `-m conntrack …`.
     pub dnatted: Option<Dnatted>,
-    /// `-m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT`: a packet that is neither part nor
-    /// an ICMP error of an established flow, of a flow no DNAT rewrote (the first packet of a
-    /// new flow, an invalid or untracked one). Never together with `dnatted`.
-    pub fresh: bool,
+    /// `-m conntrack ! --ctstate DNAT`: a packet of a flow no DNAT rewrote (any packet of it,
+    /// an ICMP error about it, an invalid or untracked one). Never together with
+    /// `dnatted`.
+    pub not_dnatted: bool,
     pub comment: Option<String>,
     pub target: Target,
 }
@@ -123,10 +125,10 @@ impl Rule {
             push(&mut args, "--ctorigdstport", match_ports(ct.orig_dst_ports));
             push(&mut args, "--ctreplsrcport", match_ports(ct.repl_src_ports));
         }
-        if self.fresh {
+        if self.not_dnatted {
             push(&mut args, "-m", "conntrack".into());
             args.push("!".into());
-            push(&mut args, "--ctstate", ANSWERED_OR_DNATTED.into());
+            push(&mut args, "--ctstate", DNATTED_STATE.into());
         }
         if let Some(c) = &self.comment {
             push(&mut args, "-m", "comment".into());
@@ -155,7 +157,7 @@ impl Rule {
             dports: None,
             not_in_interface: None,
             dst_local: false,
-            fresh: false,
+            not_dnatted: false,
             dnatted: None,
             comment: None,
             target: Target::Masquerade,
@@ -187,8 +189,8 @@ impl Rule {
                         {
                             rule.not_in_interface = Some(v.to_string());
                         }
-                        "--ctstate" if v == ANSWERED_OR_DNATTED && !rule.fresh => {
-                            rule.fresh = true;
+                        "--ctstate" if v == DNATTED_STATE && !rule.not_dnatted => {
+                            rule.not_dnatted = true;
                         }
                         _ => return Err(RuleParseError::Unsupported(format!("! {negated} {v}"))),
                     }
@@ -277,7 +279,7 @@ impl Rule {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
         rule.dnatted = ct.finish()?;
-        if rule.fresh && rule.dnatted.is_some() {
+        if rule.not_dnatted && rule.dnatted.is_some() {
             return Err(RuleParseError::Unsupported(
                 "two conntrack matches natledger does not write together".into(),
             ));

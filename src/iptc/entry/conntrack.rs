@@ -34,22 +34,15 @@ const CT_ORIGDST_PORT_FLAG: u16 = 1 << 9;
 const CT_REPLSRC_PORT_FLAG: u16 = 1 << 10;
 /// `XT_CONNTRACK_STATE_DNAT`: `1 << (IP_CT_NUMBER + 2)`
 const CT_STATE_DNAT: u16 = 1 << 7;
-/// `XT_CONNTRACK_STATE_BIT(IP_CT_ESTABLISHED)`, `XT_CONNTRACK_STATE_BIT(IP_CT_RELATED)`:
-/// `1 << (ctinfo + 1)`.
-const CT_STATE_ESTABLISHED: u16 = 1 << 1;
-const CT_STATE_RELATED: u16 = 1 << 2;
 
-/// `struct xt_conntrack_mtinfo3` for the guard's `! --ctstate RELATED,ESTABLISHED,DNAT`
+/// `struct xt_conntrack_mtinfo3` for the guard's `! --ctstate DNAT`
 /// (the same in both families: no address).
-pub(super) fn fresh_info() -> Vec<u8> {
+pub(super) fn not_dnatted_info() -> Vec<u8> {
     let mut d = vec![0u8; CT_INFO_LEN];
     let mut put = |at: usize, v: u16| d[at..at + 2].copy_from_slice(&v.to_ne_bytes());
     put(CT_MATCH_FLAGS, CT_STATE);
     put(CT_INVERT_FLAGS, CT_STATE);
-    put(
-        CT_STATE_MASK,
-        CT_STATE_RELATED | CT_STATE_ESTABLISHED | CT_STATE_DNAT,
-    );
+    put(CT_STATE_MASK, CT_STATE_DNAT);
     d
 }
 

@@ -22,7 +22,7 @@ use crate::rule::{DnatTo, IpNet, Rule, Target};
 
 mod conntrack;
 
-use conntrack::{conntrack_info, conntrack_of, fresh_info};
+use conntrack::{conntrack_info, conntrack_of, not_dnatted_info};
 
 /// The per-family layout of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,8 +231,8 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     if let Some(ct) = &rule.dnatted {
         push_xt(&mut e, "conntrack", 3, &conntrack_info(ct, family)?);
     }
-    if rule.fresh {
-        push_xt(&mut e, "conntrack", 3, &fresh_info());
+    if rule.not_dnatted {
+        push_xt(&mut e, "conntrack", 3, &not_dnatted_info());
     }
     if let Some(c) = &rule.comment {
         if c.len() >= COMMENT_LEN {
@@ -386,7 +386,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         dports: None,
         not_in_interface,
         dst_local: false,
-        fresh: false,
+        not_dnatted: false,
         dnatted: None,
         comment: None,
         target: Target::Masquerade,
@@ -422,10 +422,10 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
             {
                 rule.dst_local = true;
             }
-            ("conntrack", 3) if rule.dnatted.is_none() && !rule.fresh => {
-                let fresh = fresh_info();
+            ("conntrack", 3) if rule.dnatted.is_none() && !rule.not_dnatted => {
+                let fresh = not_dnatted_info();
                 if m.data.get(..fresh.len()) == Some(fresh.as_slice()) {
-                    rule.fresh = true;
+                    rule.not_dnatted = true;
                 } else {
                     rule.dnatted = Some(conntrack_of(m.data, family)?);
                 }

@@ -361,7 +361,7 @@ mod tests {
                     -A INPUT -m comment --comment natledger -j NATLEDGER-INPUT\n\
                     -A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD\n\
                     -A NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo -m conntrack ! --ctstate \
-                    RELATED,ESTABLISHED,DNAT -m comment --comment natledger -j DROP\n\
+                    DNAT -m comment --comment natledger -j DROP\n\
                     -A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc \
                     10.77.0.2 --ctorigdstport 80 --ctreplsrcport 80 -m comment --comment \
                     natledger:dead -j ACCEPT\nCOMMIT\n";
