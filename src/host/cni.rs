@@ -1,6 +1,7 @@
 //! Addresses CNI's host-local IPAM has handed out.
 
 use super::*;
+use crate::safefile::{self, Cap, Links};
 
 /// One address reserved by CNI's host-local IPAM plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,9 +33,11 @@ pub fn cni_reservations(roots: &Roots) -> Vec<Reservation> {
             let Some(addr) = file.file_name().to_str().and_then(|n| n.parse().ok()) else {
                 continue;
             };
-            let Ok(text) = std::fs::read_to_string(file.path()) else {
+            // Another program's file: a regular file only, never waiting on a FIFO, capped.
+            let Ok(bytes) = safefile::read(&file.path(), Links::Follow, Cap::Config) else {
                 continue;
             };
+            let text = String::from_utf8_lossy(&bytes);
             let mut lines = text.lines().map(str::trim);
             let Some(container_id) = lines.next().filter(|id| !id.is_empty()) else {
                 continue;

@@ -1,6 +1,7 @@
 //! Containers the runc-style runtimes know, and whether they still run.
 
 use super::*;
+use crate::safefile::{self, Cap, Links};
 
 /// A container found in a runc-style state directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,8 +48,9 @@ pub fn runtime_containers(roots: &Roots) -> Vec<RuntimeContainer> {
 }
 
 fn runtime_container(proc: &Path, state_file: &Path) -> Option<RuntimeContainer> {
-    let text = std::fs::read_to_string(state_file).ok()?;
-    let json: serde_json::Value = serde_json::from_str(&text).ok()?;
+    // Another program's file: a regular file only, never waiting on a FIFO, capped.
+    let text = safefile::read(state_file, Links::Follow, Cap::Config).ok()?;
+    let json: serde_json::Value = serde_json::from_slice(&text).ok()?;
     let id = match json.get("id").and_then(|v| v.as_str()) {
         Some(id) => id.to_string(),
         None => state_file.parent()?.file_name()?.to_str()?.to_string(),

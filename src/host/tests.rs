@@ -307,3 +307,32 @@ fn container_ids_from_comments() {
     }
     assert!(ids(&format!("{ID_A}0")).is_empty(), "65 hex digits");
 }
+
+/// Other programs' files doctor reads (runtime state, CNI reservations) are read only when
+/// regular: a FIFO planted there is skipped at once instead of blocking doctor forever.
+#[test]
+fn fifos_among_other_programs_files_are_skipped_without_waiting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = roots(tmp.path());
+    let fifo = |path: &Path| {
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    };
+    fifo(
+        &tmp.path()
+            .join("run/containerd/runc/k8s.io")
+            .join(ID_A)
+            .join("state.json"),
+    );
+    fifo(&tmp.path().join("cni/cbr0/10.88.0.5"));
+    write(
+        &tmp.path().join("cni/cbr0/10.88.0.6"),
+        &format!("{ID_B}\neth0"),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send((runtime_containers(&r).len(), cni_reservations(&r).len()));
+    });
+    let found = rx.recv_timeout(std::time::Duration::from_secs(5));
+    assert_eq!(found, Ok((0, 1)), "blocked on a FIFO, or read it");
+}
