@@ -61,7 +61,12 @@ impl Checks<'_> {
     pub fn localhost_exposed(&mut self) {
         let Some(host) = self.host else { return };
         let likely = |iface: &str| likely_setter(host, iface);
-        let found = exposures(self.rulesets, &host.route_localnet, &likely);
+        let found = exposures(
+            self.rulesets,
+            &host.route_localnet,
+            self.host_backend.backend,
+            &likely,
+        );
         self.findings.extend(found);
     }
 }
@@ -71,6 +76,7 @@ impl Checks<'_> {
 pub(super) fn exposures(
     rulesets: &[Ruleset],
     open: &RouteLocalnet,
+    host_backend: Backend,
     likely: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Finding> {
     let filters: Vec<Filter> = rulesets
@@ -84,7 +90,7 @@ pub(super) fn exposures(
     // Interfaces with the same outcome (the same rules) make one finding.
     let mut groups: BTreeMap<String, (Finding, Vec<String>)> = BTreeMap::new();
     for iface in &open.interfaces {
-        let Some((key, finding)) = judge(&filters, iface) else {
+        let Some((key, finding)) = judge(&filters, iface, host_backend) else {
             continue;
         };
         groups
@@ -162,7 +168,7 @@ fn worst<'a>(
 
 /// The finding for one interface (its summary still to be completed by [`finish`]) and the
 /// key of its outcome, or `None` when every packet from a neighbour is dropped.
-fn judge(filters: &[Filter], iface: &str) -> Option<(String, Finding)> {
+fn judge(filters: &[Filter], iface: &str, host_backend: Backend) -> Option<(String, Finding)> {
     let loopback = Family::Ipv4
         .routable_loopback()
         .expect("IPv4 has a routable loopback");
@@ -188,7 +194,7 @@ fn judge(filters: &[Filter], iface: &str) -> Option<(String, Finding)> {
     match worst(filters, iface, &neighbour) {
         (Verdict::Reaches(by), proto) => {
             let rules: Vec<RuleRef> = by.iter().filter_map(RuleAt::rule_ref).collect();
-            let (summary, fix) = reaches(filters, &by, proto);
+            let (summary, fix) = reaches(filters, &by, proto, host_backend);
             Some((
                 key("reaches", &rules),
                 finding(Severity::Error, summary, rules, Some(fix)),
@@ -203,7 +209,12 @@ fn judge(filters: &[Filter], iface: &str) -> Option<(String, Finding)> {
             );
             Some((
                 key("unknown", &rules),
-                finding(Severity::Warning, summary, rules, Some(guard_fix(filters))),
+                finding(
+                    Severity::Warning,
+                    summary,
+                    rules,
+                    Some(guard_fix(filters, host_backend)),
+                ),
             ))
         }
         (Verdict::Dropped(dropper), _) => {
@@ -218,7 +229,12 @@ fn judge(filters: &[Filter], iface: &str) -> Option<(String, Finding)> {
                     .to_string();
                 return Some((
                     key("forged", &rules),
-                    finding(Severity::Warning, summary, rules, Some(guard_fix(filters))),
+                    finding(
+                        Severity::Warning,
+                        summary,
+                        rules,
+                        Some(guard_fix(filters, host_backend)),
+                    ),
                 ));
             };
             None
@@ -227,7 +243,12 @@ fn judge(filters: &[Filter], iface: &str) -> Option<(String, Finding)> {
 }
 
 /// The summary and fix when every backend lets the neighbours' packets in, by `by`.
-fn reaches(filters: &[Filter], by: &[RuleAt], proto: &str) -> (String, String) {
+fn reaches(
+    filters: &[Filter],
+    by: &[RuleAt],
+    proto: &str,
+    host_backend: Backend,
+) -> (String, String) {
     let guarded: Vec<&Ruleset> = filters
         .iter()
         .filter(|(_, t, _)| has_guard_jump(t))
@@ -272,7 +293,10 @@ fn reaches(filters: &[Filter], by: &[RuleAt], proto: &str) -> (String, String) {
         fix.push(route_localnet_off());
         return (summary, fix.join("\n"));
     }
-    (format!("{exposed} There is no guard."), guard_fix(filters))
+    (
+        format!("{exposed} There is no guard."),
+        guard_fix(filters, host_backend),
+    )
 }
 
 /// Whether filter INPUT jumps to natledger's guard chain.
@@ -283,8 +307,9 @@ fn has_guard_jump(table: &Table) -> bool {
 }
 
 /// Close it: natledger's guard (its next create writes it), or kube-proxy's rule fixed to
-/// match the interface, by hand; or route_localnet off.
-fn guard_fix(filters: &[Filter]) -> String {
+/// match the interface, by hand (in every IPv4 backend with a filter table, else in the
+/// one the host's `iptables` uses); or route_localnet off.
+fn guard_fix(filters: &[Filter], host_backend: Backend) -> String {
     let loopback = Family::Ipv4
         .routable_loopback()
         .expect("IPv4 has a routable loopback");
@@ -295,11 +320,11 @@ fn guard_fix(filters: &[Filter]) -> String {
     let args = rule.to_args();
     let mut tools: Vec<String> = filters.iter().map(|(s, _, _)| tool(s)).collect();
     if tools.is_empty() {
-        tools.push("iptables".into());
+        tools.push(format!("iptables-{}", host_backend.suffix()));
     }
     let mut fix = vec![format!(
         "natledger's next create writes its guard (filter INPUT jumps first to {INPUT_CHAIN}, \
-         which drops packets to 127.0.0.0/8 that did not come in on {LOOPBACK_INTERFACE} \
+         which drops packets to 127.0.0.0/8 that did not arrive on {LOOPBACK_INTERFACE} \
          unless they are part of an established or DNATed flow); without natledger, insert the \
          same rule at the top of INPUT:"
     )];
@@ -443,7 +468,7 @@ mod tests {
     }
 
     fn check(sets: &[Ruleset], open: &RouteLocalnet) -> Vec<Finding> {
-        exposures(sets, open, &|i| {
+        exposures(sets, open, Backend::Nft, &|i| {
             (i == "br0").then(|| "likely natledger".into())
         })
     }
