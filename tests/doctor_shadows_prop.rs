@@ -296,7 +296,7 @@ fn witness(m: &Match) -> Option<Packet> {
     }
     let base = Packet {
         protocol: Some(6),
-        src: Some(IpAddr::V4(addrs[0])),
+        src: Addresses::Exactly(IpAddr::V4(addrs[0])),
         dst: Addresses::Exactly(IpAddr::V4(addrs[0])),
         dports: Some(PortRange::single(ports[0])),
         dst_local: Some(false),
@@ -333,7 +333,9 @@ fn witness(m: &Match) -> Option<Packet> {
         &only(|c| matches!(c, Cond::Src { .. })),
         addrs
             .iter()
-            .map(|&a| Box::new(move |p: &mut Packet| p.src = Some(IpAddr::V4(a))) as _)
+            .map(|&a| {
+                Box::new(move |p: &mut Packet| p.src = Addresses::Exactly(IpAddr::V4(a))) as _
+            })
             .collect(),
     ) && choose(
         &mut p,

@@ -12,107 +12,21 @@
 //! Proven on both backends: before natledger the packets are martians; with natledger's
 //! guard they are dropped; with the guard taken away (a host written by an older
 //! natledger, shared chains but no guard) they reach the node's UDP server and complete a
-//! TCP handshake; the next create puts the guard back. Meanwhile the 127.0.0.1:hostPort →
+//! TCP handshake, and doctor reports br0 open (localhost-exposed); the next create puts the
+//! guard back. Meanwhile the 127.0.0.1:hostPort →
 //! container path works (TCP, UDP, a UDP client that keeps sending), and `sweep --all`
 //! leaves every table as it was before natledger.
 
 mod common;
 
 use std::io;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
 use common::*;
 
 const T: Duration = Duration::from_secs(3);
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
-/// The node's services bound to 127.0.0.1 only.
-const SECRET_UDP: u16 = 5353;
-const SECRET_TCP: u16 = 6000;
-
-/// What the attacker's packets reach on the node's localhost.
-struct Secrets {
-    udp: UdpSocket,
-    _tcp: TcpListener,
-}
-
-impl Secrets {
-    fn bind(node: &str) -> Secrets {
-        in_netns(node, || Secrets {
-            udp: UdpSocket::bind((LOCALHOST, SECRET_UDP)).unwrap(),
-            _tcp: TcpListener::bind((LOCALHOST, SECRET_TCP)).unwrap(),
-        })
-    }
-
-    /// Send a few datagrams from `attacker` and whether any reached the node's localhost
-    /// server; and whether a TCP connect from `attacker` completed its handshake.
-    fn attack(&self, attacker: &str, round: &str) -> (bool, bool) {
-        let payload = format!("attack {round}");
-        let sent = payload.clone();
-        let send = in_netns(attacker, move || -> io::Result<()> {
-            let sock = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0))?;
-            for _ in 0..3 {
-                sock.send_to(sent.as_bytes(), (LOCALHOST, SECRET_UDP))?;
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            Ok(())
-        });
-        send.unwrap_or_else(|e| panic!("the attacker's send failed locally: {e}"));
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let mut udp = false;
-        let mut buf = [0u8; 64];
-        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
-            self.udp
-                .set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                .unwrap();
-            match self.udp.recv_from(&mut buf) {
-                Ok((n, _)) if buf[..n] == *payload.as_bytes() => udp = true,
-                Ok(_) => {}
-                Err(_) => break,
-            }
-        }
-        let dst = SocketAddr::from((LOCALHOST, SECRET_TCP));
-        let tcp = in_netns(attacker, move || {
-            TcpStream::connect_timeout(&dst, Duration::from_secs(2)).is_ok()
-        });
-        (udp, tcp)
-    }
-}
-
-/// Make `ns` send to 127.0.0.0/8 through the node (see the file comment).
-fn arm(ns: &str) {
-    for argv in [
-        &["ip", "addr", "del", "127.0.0.1/8", "dev", "lo"][..],
-        &["sysctl", "-qw", "net.ipv4.conf.eth0.route_localnet=1"],
-        &[
-            "ip",
-            "route",
-            "add",
-            "127.0.0.0/8",
-            "via",
-            "10.77.0.1",
-            "dev",
-            "eth0",
-        ],
-    ] {
-        let out = run_in(ns, argv[0], &argv[1..], None);
-        assert!(
-            out.status.success(),
-            "{argv:?} in {ns}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-fn route_localnet(node: &str) -> String {
-    let out = run_in(
-        node,
-        "cat",
-        &["/proc/sys/net/ipv4/conf/br0/route_localnet"],
-        None,
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
 
 /// The 127.0.0.1:8080 → container path, TCP and UDP.
 fn localhost_path_works(node: &str, backend: Backend, what: &str) {
@@ -158,19 +72,30 @@ fn unguard(node: &str, backend: Backend) {
     }
 }
 
-/// doctor on the live node names nothing of the guard: natledger's own shared rules are
-/// neither foreign nor a finding.
-fn doctor_is_silent_about_the_guard(node: &Node, what: &str) {
+/// doctor on the live node names nothing of the guard (natledger's own shared rules are
+/// neither foreign nor a finding), and reports br0 open to the neighbours exactly when
+/// `exposed` (its localhost-exposed check, `tests/doctor_localhost.rs`).
+fn doctor_on_localhost(node: &Node, what: &str, exposed: bool) {
     let doc = live(node, &[]);
     let about: Vec<&serde_json::Value> = doc
         .findings()
         .iter()
+        .filter(|f| f["kind"] != "localhost-exposed")
         .filter(|f| {
             let text = f.to_string();
             text.contains("NATLEDGER-INPUT") || text.contains("127.0.0.0/8 ! -i lo")
         })
         .collect();
     assert!(about.is_empty(), "{what}: {}", doc.show());
+    let found = doc.of_kind("localhost-exposed");
+    assert_eq!(found.len(), usize::from(exposed), "{what}: {}", doc.show());
+    if exposed {
+        assert!(
+            text(found[0], "summary").starts_with("Neighbours on br0 can reach"),
+            "{what}: {}",
+            doc.show()
+        );
+    }
 }
 
 #[test]
@@ -190,7 +115,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
         let pristine = node.dump();
 
         // Before natledger: martians, as the kernel drops them with route_localnet=0.
-        assert_eq!(route_localnet(&host), "0");
+        assert_eq!(route_localnet(&host, "br0"), "0");
         assert_eq!(
             secrets.attack(&attacker, "before"),
             (false, false),
@@ -203,7 +128,11 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
             &[("io.natledger.ports", "8080:80,8080:80/udp")],
         );
         assert_ok(&created, "create c2");
-        assert_eq!(route_localnet(&host), "1", "{backend:?}: route_localnet");
+        assert_eq!(
+            route_localnet(&host, "br0"),
+            "1",
+            "{backend:?}: route_localnet"
+        );
         assert_eq!(
             secrets.attack(&attacker, "guarded"),
             (false, false),
@@ -211,7 +140,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
              (UDP, TCP)"
         );
         localhost_path_works(&host, backend, "guarded");
-        doctor_is_silent_about_the_guard(&node, "guarded");
+        doctor_on_localhost(&node, "guarded", false);
         // A client that keeps sending from 127.0.0.1: its replies come back through the
         // guard as ESTABLISHED.
         let client = UdpClient::start(&host, sock(LOCALHOST, 40123), sock(LOCALHOST, 8080));
@@ -235,7 +164,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
             "list without the guard",
         );
         assert_ok(&node.sweep(&[]), "sweep without the guard");
-        doctor_is_silent_about_the_guard(&node, "unguarded");
+        doctor_on_localhost(&node, "unguarded", true);
         // The next create puts the guard back (the shared footprint is checked on create).
         let d = node.topo.add_container(4);
         let d_pid = node.topo.spawn_sleeper(&d.ns);
@@ -257,7 +186,7 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
         localhost_path_works(&host, backend, "upgraded");
         let listed = node.natledger(&["list"], "", &[]);
         assert_ok(&listed, "list");
-        doctor_is_silent_about_the_guard(&node, "upgraded");
+        doctor_on_localhost(&node, "upgraded", false);
 
         // Removed only by `sweep --all`: poststop and a sweep keep it.
         assert_ok(&node.poststop("c2"), "poststop c2");
@@ -424,7 +353,7 @@ fn forged_packets_of_the_nodes_own_loopback_flows_are_dropped() {
             ),
             "create c2",
         );
-        assert_eq!(route_localnet(&host), "1");
+        assert_eq!(route_localnet(&host, "br0"), "1");
         // Started once conntrack tracks the node's namespace (natledger's nat rules load it).
         let flow = LocalFlow::start(&host);
         assert_eq!(

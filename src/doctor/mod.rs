@@ -154,6 +154,9 @@ pub enum Kind {
     ForwardDropped,
     /// A process that may write iptables-legacy tables without the xtables lock.
     UnlockedLegacyWriter,
+    /// An interface with route_localnet on whose packets to 127.0.0.1 filter INPUT lets in:
+    /// neighbours reach this host's localhost services (CVE-2020-8558).
+    LocalhostExposed,
 }
 
 /// A rule as found: where it is and its line.
@@ -269,6 +272,7 @@ fn run_checks(
     out.natledger_state();
     out.forward_drops();
     out.xtables_lock();
+    out.localhost_exposed();
     out.finish()
 }
 

@@ -1,7 +1,7 @@
 //! Host facts that `natledger doctor` cites as evidence: who listens on which port, which
 //! addresses CNI's host-local IPAM has handed out, which containers the runc-style runtimes
 //! know and whether they still run, which addresses the host routes, and which container ids
-//! rule comments name.
+//! rule comments name, and where `route_localnet` is on.
 //!
 //! Every collector reads below a [`Roots`], so tests point it at a fake tree. Nothing here
 //! fails: a missing or unreadable file yields an empty result (doctor says which evidence it
@@ -13,6 +13,7 @@ mod listeners;
 mod routes;
 mod runtime;
 mod sockdiag;
+mod sysctl;
 #[cfg(test)]
 mod tests;
 mod xtables;
@@ -22,6 +23,7 @@ pub use comments::*;
 pub use listeners::*;
 pub use routes::*;
 pub use runtime::*;
+pub use sysctl::*;
 pub use xtables::*;
 
 use std::collections::{HashMap, HashSet};
@@ -52,6 +54,9 @@ pub struct Roots {
     /// `k8s.io`, `moby`), `/run/docker/runtime-runc` (dockerd, namespace `moby`). crun's
     /// `status` files and podman's storage directories are not read.
     pub runtime_state: Vec<PathBuf>,
+    /// The network sysctls (`ipv4/conf/IFACE/route_localnet`, …) of the calling thread's
+    /// network namespace. Default `/proc/sys/net`.
+    pub sysctl_net: PathBuf,
     /// The host's own addresses. `None`: ask the kernel (`getifaddrs` for IPv4, `{net}/if_inet6`
     /// for IPv6). Tests inject a list.
     pub local_addresses: Option<Vec<IpAddr>>,
@@ -62,6 +67,7 @@ impl Default for Roots {
         Roots {
             proc: "/proc".into(),
             net: "/proc/thread-self/net".into(),
+            sysctl_net: "/proc/sys/net".into(),
             cni_networks: "/var/lib/cni/networks".into(),
             runtime_state: [
                 "/run/runc",

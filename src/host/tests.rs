@@ -45,6 +45,7 @@ fn roots(dir: &Path) -> Roots {
     Roots {
         proc: dir.join("proc"),
         net: dir.join("net"),
+        sysctl_net: dir.join("sys/net"),
         cni_networks: dir.join("cni"),
         runtime_state: vec![dir.join("run/runc"), dir.join("run/containerd/runc")],
         local_addresses: Some(vec!["192.0.2.7".parse().unwrap()]),
@@ -335,4 +336,39 @@ fn fifos_among_other_programs_files_are_skipped_without_waiting() {
     });
     let found = rx.recv_timeout(std::time::Duration::from_secs(5));
     assert_eq!(found, Ok((0, 1)), "blocked on a FIFO, or read it");
+}
+
+#[test]
+fn route_localnet_per_interface_and_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = roots(tmp.path());
+    assert_eq!(route_localnet(&r), RouteLocalnet::default());
+    for (iface, value) in [
+        ("all", "0"),
+        ("default", "1"),
+        ("lo", "1"),
+        ("eth0", "0"),
+        ("br0", "1\n"),
+        ("docker0", "1"),
+    ] {
+        write(
+            &tmp.path()
+                .join(format!("sys/net/ipv4/conf/{iface}/route_localnet")),
+            value,
+        );
+    }
+    let found = route_localnet(&r);
+    assert_eq!(
+        (found.all, found.interfaces),
+        (false, vec!["br0".into(), "docker0".into()])
+    );
+    write(
+        &tmp.path().join("sys/net/ipv4/conf/all/route_localnet"),
+        "1",
+    );
+    let found = route_localnet(&r);
+    assert_eq!(
+        (found.all, found.interfaces),
+        (true, vec!["br0".into(), "docker0".into(), "eth0".into()])
+    );
 }

@@ -64,6 +64,8 @@ pub enum Addresses {
     /// Some address other than this one (a reply to an outside client goes back to the
     /// client, not to the server that sends it).
     Except(IpAddr),
+    /// Some address in none of these networks (a neighbour's own source: not loopback).
+    Outside(Vec<IpNet>),
     Unknown,
 }
 
@@ -83,7 +85,10 @@ impl Addresses {
                 }
             }
             Addresses::Except(a) if *net == host(a) => Tri::No,
-            Addresses::Except(_) | Addresses::Unknown => Tri::Maybe,
+            Addresses::Outside(list) if list.iter().any(|n| matchset::net_contains(n, net)) => {
+                Tri::No
+            }
+            Addresses::Except(_) | Addresses::Outside(_) | Addresses::Unknown => Tri::Maybe,
         }
     }
 }
@@ -111,7 +116,7 @@ pub struct Conntrack {
 pub struct Packet {
     pub family: Family,
     pub protocol: Option<u8>,
-    pub src: Option<IpAddr>,
+    pub src: Addresses,
     pub dst: Addresses,
     pub sport: Option<u16>,
     /// The destination port is one of these.
@@ -129,7 +134,7 @@ impl Packet {
         Packet {
             family,
             protocol: None,
-            src: None,
+            src: Addresses::Unknown,
             dst: Addresses::Unknown,
             sport: None,
             dports: None,
@@ -156,12 +161,7 @@ impl Packet {
                 }
                 .negate(*negated)
             }
-            Cond::Src { negated, net } => self
-                .src
-                .map_or(Tri::Maybe, |a| {
-                    Tri::from_bool(matchset::net_contains(net, &IpNet::host(a)))
-                })
-                .negate(*negated),
+            Cond::Src { negated, net } => self.src.within(net).negate(*negated),
             Cond::Dst { negated, net } => self.dst.within(net).negate(*negated),
             Cond::InIface { negated, name } => iface(self.in_iface.as_deref(), name, *negated),
             Cond::OutIface { negated, name } => iface(self.out_iface.as_deref(), name, *negated),
@@ -304,7 +304,7 @@ mod tests {
         Packet {
             family: Family::Ipv4,
             protocol: Some(6),
-            src: None,
+            src: Addresses::Unknown,
             dst: Addresses::Exactly("10.77.0.2".parse().unwrap()),
             sport: None,
             dports: Some(PortRange::single(80)),

@@ -150,6 +150,7 @@ impl Doc {
                 "natledger-state",
                 "forward-dropped",
                 "unlocked-legacy-writer",
+                "localhost-exposed",
             ];
             assert!(
                 kinds.contains(&f["kind"].as_str().unwrap_or_default()),

@@ -28,6 +28,7 @@ mod daemons;
 mod dockerd;
 mod doctor;
 mod dumps;
+mod localnet;
 mod netns;
 mod node;
 mod ociimage;
@@ -39,8 +40,8 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, netns::*, node::*,
-    ociimage::*, rootfs::*, runc::*, topology::*, traffic::*,
+    conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
+    netns::*, node::*, ociimage::*, rootfs::*, runc::*, topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;

@@ -107,7 +107,7 @@ impl Checks<'_> {
         Some(Packet {
             family: w.set.family,
             protocol,
-            src: None,
+            src: Addresses::Unknown,
             dst: Addresses::Exactly(addr),
             sport: None,
             dports: to_ports,
@@ -253,7 +253,7 @@ fn reply_to(forwarded: &Packet) -> Packet {
     ct.states = vec!["ESTABLISHED", "DNAT"];
     ct.original = false;
     Packet {
-        src: Some(addr),
+        src: Addresses::Exactly(addr),
         dst: Addresses::Except(addr),
         sport: forwarded.dports.filter(|p| p.is_single()).map(|p| p.start),
         dports: None,

@@ -5,6 +5,7 @@
 mod dead_targets;
 mod forward;
 mod listeners;
+mod localhost;
 mod natledger_state;
 mod regenerated;
 mod shadowed;
@@ -39,6 +40,8 @@ pub struct Host {
     /// Whether any runtime state directory exists (absence from it means something).
     runtime_state: bool,
     manifests: Vec<Manifest>,
+    /// Where route_localnet is on.
+    route_localnet: evidence::RouteLocalnet,
     roots: Roots,
 }
 
@@ -56,6 +59,7 @@ impl Host {
             containers: evidence::runtime_containers(&opts.roots),
             runtime_state: evidence::runtime_state_present(&opts.roots),
             manifests,
+            route_localnet: evidence::route_localnet(&opts.roots),
             roots: opts.roots.clone(),
         }
     }
