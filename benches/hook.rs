@@ -6,7 +6,6 @@
 //! a private network namespace that is deleted at the end.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod common;
@@ -45,16 +44,10 @@ fn main() {
     for backend in ["legacy", "nft"] {
         for foreign in [0usize, 10_000] {
             // A child process per case, so each enters a fresh namespace.
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env(
-                    "BENCH_CASE",
-                    format!("{backend}:{foreign}:{runs}:{}", bundle.display()),
-                )
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "case {backend} {foreign} failed");
-            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!(
+                "{}",
+                run_case(&format!("{backend}:{foreign}:{runs}:{}", bundle.display()))
+            );
         }
     }
 }

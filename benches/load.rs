@@ -8,7 +8,7 @@
 
 use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 mod common;
@@ -33,13 +33,7 @@ fn main() {
         "backend", "create ms", "remove ms", "rules left", "create peak KiB", "poststop peak KiB"
     );
     for backend in ["legacy", "nft"] {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .env("BENCH_CASE", backend)
-            .stderr(Stdio::inherit())
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "case {backend} failed");
-        print!("{}", String::from_utf8_lossy(&out.stdout));
+        print!("{}", run_case(backend));
     }
 }
 

@@ -21,7 +21,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 mod common;
@@ -127,20 +127,12 @@ fn main() {
                 started.elapsed().as_secs_f64()
             );
             // A child process per case, so each enters fresh namespaces.
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env(
-                    "BENCH_CASE",
-                    format!(
-                        "{backend}:{foreign}:{n}:{}:{}",
-                        tools.join(","),
-                        bundle.display()
-                    ),
-                )
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "case {backend} {foreign} failed");
-            for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let out = run_case(&format!(
+                "{backend}:{foreign}:{n}:{}:{}",
+                tools.join(","),
+                bundle.display()
+            ));
+            for line in out.lines() {
                 let Some(rest) = line.strip_prefix("ROW ") else {
                     println!("{line}");
                     continue;

@@ -11,7 +11,7 @@
 //! the state directory on its own tmpfs.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 mod common;
@@ -40,19 +40,9 @@ fn main() {
     );
     for backend in ["legacy", "nft"] {
         for n in &sizes {
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env("BENCH_CASE", format!("{backend}:{n}:{runs}"))
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "case {backend} {n} failed");
-            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!("{}", run_case(&format!("{backend}:{n}:{runs}")));
         }
     }
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
 /// A bundle asking for `n` tcp mappings, 20000.. -> 80, to 10.77.0.2.

@@ -51,16 +51,7 @@ fn main() {
     );
     for backend in ["legacy", "nft"] {
         for foreign in [0usize, 10_000] {
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env("BENCH_CASE", format!("{backend}:{foreign}:{runs}"))
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "case {backend} {foreign}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!("{}", run_case(&format!("{backend}:{foreign}:{runs}")));
         }
     }
     println!(

@@ -8,7 +8,7 @@
 //! time). Everything happens in private network namespaces.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use natledger::backend::Backend;
@@ -46,19 +46,9 @@ fn main() {
     );
     for backend in ["legacy", "nft"] {
         for dead in &deads {
-            let out = Command::new(std::env::current_exe().unwrap())
-                .env("BENCH_CASE", format!("{backend}:{dead}:{runs}"))
-                .stderr(Stdio::inherit())
-                .output()
-                .unwrap();
-            assert!(out.status.success(), "case {backend} {dead} failed");
-            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!("{}", run_case(&format!("{backend}:{dead}:{runs}")));
         }
     }
-}
-
-fn env_or(name: &str, default: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| default.to_string())
 }
 
 /// The per-case child: BENCH_CASE=backend:dead:runs.

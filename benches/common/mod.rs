@@ -24,6 +24,25 @@ impl Drop for Netns {
     }
 }
 
+/// Run this bench again as the child for one case (`BENCH_CASE=spec`, which the bench's
+/// `main` hands to its case function): each case in a fresh process, so nothing (allocator
+/// high-water mark, namespaces, caches) carries over. Its stderr is shown as it comes; a
+/// failed case stops the bench. Returns the child's stdout, the case's table rows.
+pub fn run_case(spec: &str) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .env("BENCH_CASE", spec)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "case {spec} failed");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An environment setting, or its default.
+pub fn env_or(name: &str, default: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
 pub fn run(program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
     let mut child = Command::new(program)
         .args(args)
