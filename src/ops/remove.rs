@@ -1,6 +1,8 @@
 //! Removal: poststop, and the routine that deletes one container's rules, shared with
 //! create-runtime (dead holders of a port) and sweep.
 
+use std::collections::HashMap;
+
 use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::conntrack::Flows;
 use crate::echo::{MESSAGE, limit};
@@ -496,24 +498,29 @@ fn remove_table(
             flows: Vec::new(),
         });
     };
-    let wanted: Vec<(&str, Rule)> = recorded
-        .iter()
-        .filter_map(|r| Some((r.chain.as_str(), Rule::parse_args(&r.rule).ok()?)))
-        .collect();
-    let mut seen = vec![false; wanted.len()];
+    // The records by rule, each identical record once per copy: one lookup per saved rule,
+    // so the pass is linear in the table (thousands of records against thousands of rules).
+    let mut unseen: HashMap<(&str, Rule), usize> = HashMap::new();
+    for r in recorded {
+        if let Ok(rule) = Rule::parse_args(&r.rule) {
+            *unseen.entry((r.chain.as_str(), rule)).or_default() += 1;
+        }
+    }
     let tag = tag(id);
     let mut batch = Batch::new(table);
     for saved in dump.rules.iter().filter(|r| is_owned_chain(&r.chain)) {
         let Ok(rule) = Rule::parse_args(&saved.args) else {
             continue;
         };
-        let hit = wanted
-            .iter()
-            .position(|(c, w)| *c == saved.chain && *w == rule);
-        if let Some(i) = hit {
-            seen[i] = true;
-        }
-        if hit.is_some() || rule.comment.as_deref() == Some(tag.as_str()) {
+        let tagged = rule.comment.as_deref() == Some(tag.as_str());
+        let is_recorded = match unseen.get_mut(&(saved.chain.as_str(), rule)) {
+            Some(left) => {
+                *left = left.saturating_sub(1);
+                true
+            }
+            None => false,
+        };
+        if is_recorded || tagged {
             batch
                 .ops
                 .push(Op::Delete(saved.chain.clone(), saved.args.clone()));
@@ -528,7 +535,7 @@ fn remove_table(
     }));
     Ok(Gone {
         deleted: batch.ops.len(),
-        complete: seen.iter().all(|s| *s),
+        complete: unseen.values().all(|left| *left == 0),
         flows,
     })
 }
@@ -582,5 +589,37 @@ mod tests {
             programs.iter().all(|a| !a.contains("filter")),
             "{programs:?}"
         );
+    }
+
+    /// The read-and-match removal counts identical records once per copy: two records of the
+    /// same rule are complete only when both copies were found, and every copy found goes.
+    #[test]
+    fn identical_records_are_matched_once_per_copy() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let args = "-d 10.78.0.1/32 -p tcp -m tcp --dport 8080 -m comment --comment \
+                    natledger:c1 -j DNAT --to-destination 10.77.0.2:80";
+        let record = RuleRecord {
+            backend: Backend::Nft,
+            family: Family::Ipv4,
+            table: NAT.to_string(),
+            chain: "NATLEDGER-HOSTPORTS".to_string(),
+            rule: args.split_whitespace().map(String::from).collect(),
+        };
+        let recorded = [&record, &record];
+        for (copies, complete) in [(1, false), (2, true)] {
+            let line = format!("-A NATLEDGER-HOSTPORTS {args}\n");
+            let dump = format!(
+                "*nat\n:PREROUTING ACCEPT [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n{}COMMIT\n",
+                line.repeat(copies)
+            );
+            let dir = tempfile::tempdir().unwrap();
+            // The exact delete fails (a copy is missing), the read answers, the delete of
+            // what was found succeeds.
+            let script = Script::new(vec![fail(), ok(&dump), ok("")]);
+            let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &script);
+            let gone =
+                remove_table(&ctx, Backend::Nft, Family::Ipv4, NAT, &id, &recorded, true).unwrap();
+            assert_eq!((gone.deleted, gone.complete), (copies, complete));
+        }
     }
 }
