@@ -73,13 +73,6 @@ pub fn owned_chains(table: &str, family: Family) -> Vec<&'static str> {
     }
 }
 
-/// Whether `chain` is one of this version's chains in `table`, in either family.
-pub fn is_current_chain(table: &str, chain: &str) -> bool {
-    Family::ALL
-        .iter()
-        .any(|f| owned_chains(table, *f).contains(&chain))
-}
-
 /// A rule, its table and the chain it lives in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
@@ -405,8 +398,6 @@ mod tests {
         );
         assert_eq!(owned_chains(FILTER, Family::Ipv6), [FORWARD_CHAIN]);
         assert_eq!(text(NAT, Family::Ipv4), text(NAT, Family::Ipv6));
-        assert!(is_current_chain(FILTER, INPUT_CHAIN));
-        assert!(!is_current_chain(NAT, INPUT_CHAIN));
         // Every shared rule is recognised as natledger's: a jump, or shared in its chain.
         for family in Family::ALL {
             for table in TABLES {
