@@ -217,3 +217,54 @@ fn removals_and_inserts_across_jumps_equal_iptables_legacy_restore() {
         );
     }
 }
+
+/// A foreign iptables-legacy writer that does not take natledger's lock (another lock file)
+/// changes the table while natledger edits it: every edit is done or declined (the kernel
+/// refuses a replace whose entry count no longer matches: EAGAIN), never an error, and the
+/// table ends holding natledger's rule exactly when its last successful edit says so.
+#[test]
+fn a_foreign_unlocked_writer_meanwhile_declines_never_fails() {
+    use std::process::{Command, Stdio};
+    let topo = Topology::new();
+    let ns = topo.node().to_string();
+    let family = Family::Ipv4;
+    restore(
+        &ns,
+        family,
+        &["-c"],
+        "*filter\n:X - [0:0]\n:Y - [0:0]\nCOMMIT\n",
+    );
+    let other = tempfile::NamedTempFile::new().unwrap();
+    let script = "for i in $(seq 1 400); do iptables-legacy -A Y -p tcp --dport 9 -j DROP; \
+                  iptables-legacy -D Y -p tcp --dport 9 -j DROP; done 2>/dev/null; true";
+    let mut foreign = Command::new("ip")
+        .args(["netns", "exec", &ns, "sh", "-c", script])
+        .env("XTABLES_LOCKFILE", other.path())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ours = rule("-p tcp --dport 8 -j ACCEPT");
+    let (mut done, mut declined, mut present) = (0, 0, false);
+    for _ in 0..300 {
+        let outcome = in_netns(&ns, || {
+            if present {
+                iptc::delete(family, "filter", &[("X", &ours)])
+            } else {
+                iptc::insert(family, "filter", &[("X", ours.clone(), Place::Last)], &[])
+            }
+        });
+        match outcome.expect("an edit beside a foreign writer is done or declined") {
+            Outcome::Done(1) => {
+                done += 1;
+                present = !present;
+            }
+            Outcome::Declined => declined += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    foreign.wait().unwrap();
+    let save = save_c(&ns, family);
+    let n = save.lines().filter(|l| l.contains("-A X ")).count();
+    eprintln!("done {done}, declined {declined}");
+    assert_eq!(n, usize::from(present), "{save}");
+}
