@@ -78,8 +78,10 @@ fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
             assert_eq!(handles.len(), n);
             // Someone else, on a socket of their own.
             let mut other = Socket::netfilter().unwrap();
-            let gone: Vec<(&str, &str, u64)> =
-                vanish.iter().map(|&i| ("nat", "VICTIMS", handles[i])).collect();
+            let gone: Vec<(&str, &str, u64)> = vanish
+                .iter()
+                .map(|&i| ("nat", "VICTIMS", handles[i]))
+                .collect();
             Session::new(&mut other).delete(f, &gone).unwrap();
             let victims: Vec<(&str, &str, u64)> =
                 handles.iter().map(|&h| ("nat", "VICTIMS", h)).collect();
@@ -91,7 +93,10 @@ fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
         });
         let what = format!("{n} rules, {} vanished", vanish.len());
         let err = outcome.expect_err(&format!("{what}: the batch reported success"));
-        assert!(took < Duration::from_secs(1), "{what}: took {took:?}: {err}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{what}: took {took:?}: {err}"
+        );
         assert_eq!(left, n - vanish.len(), "{what}: not all-or-nothing ({err})");
         // The next batch on a fresh socket works (nothing left half-done).
         load_rules(&ns, Backend::Nft, Family::V4, "*nat\n-F VICTIMS\nCOMMIT\n");
