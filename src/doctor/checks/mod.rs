@@ -232,36 +232,58 @@ fn delete_fix(w: &Walked, step: &Step) -> String {
     )
 }
 
-/// Chains other owners make for one container, reached only by that container's jumps:
-/// CNI portmap's `CNI-DN-<hash of network and container id>` (one jump per protocol and 15
-/// ports, from `CNI-HOSTPORT-DNAT`) and netavark's `NETAVARK-DN-<hash>` (from
-/// `NETAVARK-HOSTPORT-DNAT`). Everything in one is that container's.
+/// Chains other owners make for port forwards, reached from their hostport chain by jumps
+/// whose comment names the container (`dnat name: NET id: CID`): CNI portmap's
+/// `CNI-DN-<hash of network and container id>`, one per container (one jump per protocol and
+/// 15 ports, from `CNI-HOSTPORT-DNAT`), and netavark's `NETAVARK-DN-<hash of the network>`,
+/// one per network and so shared by every container on it (from `NETAVARK-HOSTPORT-DNAT`).
 const PER_CONTAINER_CHAINS: [&str; 2] = ["CNI-DN-", "NETAVARK-DN-"];
 
-/// For a rule in a per-container chain: the commands removing that container's forwards
-/// whole, one per line: delete every jump into the chain (that alone stops all its ports),
-/// then flush and delete the chain. `None` for any other chain, or one nothing jumps to.
+/// For a rule in a chain of [`PER_CONTAINER_CHAINS`] that holds one container's forwards
+/// only: the commands removing them whole, one per line: delete every jump into the chain
+/// (that alone stops all its ports), then flush and delete the chain. `None` for any other
+/// chain, one nothing jumps to, or one whose jumps name more than one container (netavark's
+/// chain of a network with other containers on it: removing it would cut their ports too,
+/// so only the rule itself is deleted).
 fn container_chain_fix(set: &Ruleset, table: &str, chain: &str) -> Option<String> {
     if !PER_CONTAINER_CHAINS.iter().any(|p| chain.starts_with(p)) {
         return None;
     }
     let rules = &set.table(table)?.rules;
-    let jumps: Vec<String> = rules
+    let into: Vec<&crate::save::SavedRule> = rules
         .iter()
         .filter(|r| {
             let (_, target) = parse_rule(&r.args);
             matches!(target, Target::Jump(to) | Target::Goto(to) if to == chain)
         })
-        .map(|r| delete_line(set, table, &r.chain, &r.args))
         .collect();
-    if jumps.is_empty() {
+    let containers: BTreeSet<Option<&str>> = into
+        .iter()
+        .map(|r| comment(&r.args).and_then(jump_container))
+        .collect();
+    let one_container = match containers.len() {
+        1 => chain.starts_with("CNI-DN-") || containers.first() != Some(&None),
+        _ => false,
+    };
+    if !one_container {
         return None;
     }
+    let jumps: Vec<String> = into
+        .iter()
+        .map(|r| delete_line(set, table, &r.chain, &r.args))
+        .collect();
     let tool = tool(set);
     let mut commands = jumps;
     commands.push(format!("{tool} -t {table} -F {chain}"));
     commands.push(format!("{tool} -t {table} -X {chain}"));
     Some(commands.join("\n"))
+}
+
+/// The container a port-forward jump's comment names: `CID` of CNI portmap's
+/// `dnat name: "NET" id: "CID"` and netavark's `dnat name: NET id: CID`.
+fn jump_container(comment: &str) -> Option<&str> {
+    let id = comment.rsplit_once(" id: ")?.1.trim_matches('"');
+    (!id.is_empty()).then_some(id)
 }
 
 /// Who owns a rule, by chain name (for built-in chains, by where it jumps).
