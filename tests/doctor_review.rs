@@ -35,3 +35,50 @@ fn netavark_shared_network_chain_is_not_removed_whole() {
         "{fix}"
     );
 }
+
+/// A fix is pasted into a shell by root: a comment written by another program (`$HOME`,
+/// backquotes, `;`, quotes) must reach iptables as one word, unexpanded. Each printed
+/// command is run by `sh` with `printf` in place of iptables: the words it would get are
+/// exactly the rule's.
+#[test]
+fn fix_commands_survive_the_shell() {
+    let d = doctor_json(&["--from", &from("legacy", "comment_shell_chars.legacy.txt")]);
+    assert_eq!(d.code, 2, "{}", d.show());
+    let fixes = fixes(&d);
+    assert_eq!(fixes.len(), 1, "{}", d.show());
+    let command = fixes[0].lines().next().unwrap();
+    let tool = "iptables-legacy ";
+    assert!(command.starts_with(tool), "{command}");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("printf '%s\\n' {}", &command[tool.len()..]))
+        .env("HOME", "/expanded")
+        .output()
+        .unwrap();
+    let words: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    let expected = [
+        "-t",
+        "nat",
+        "-D",
+        "MYFW",
+        "-p",
+        "tcp",
+        "-m",
+        "tcp",
+        "--dport",
+        "8080",
+        "-m",
+        "comment",
+        "--comment",
+        "'old $HOME app' `id`",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.0.0.2:80",
+    ];
+    assert_eq!(words, expected, "{command}");
+}

@@ -199,10 +199,33 @@ fn tool(set: &Ruleset) -> String {
     format!("{}-{}", set.family.tool_stem(), set.backend.suffix())
 }
 
+/// `OP CHAIN ARGS` as words a POSIX shell passes on unchanged, for the commands doctor
+/// prints: a rule's arguments come from other programs' dumps (comments above all), and
+/// `$`, backquotes, `;` or a glob in one must not run or expand when an operator pastes the
+/// fix.
+fn shell_rule(op: &str, chain: &str, args: &[String]) -> String {
+    let mut out = format!("{op} {}", shell_word(chain));
+    for a in args {
+        out.push(' ');
+        out.push_str(&shell_word(a));
+    }
+    out
+}
+
+/// One word for a POSIX shell: as is when it holds only characters no shell treats
+/// specially, else in single quotes (a `'` inside as `'\''`).
+fn shell_word(word: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:,=+@%^".contains(c);
+    if word == "!" || (!word.is_empty() && word.chars().all(plain)) {
+        word.into()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''")).into()
+    }
+}
+
 /// The command deleting the rule `-A CHAIN ARGS` of `table`, in `set`'s backend and family.
 fn delete_line(set: &Ruleset, table: &str, chain: &str, args: &[String]) -> String {
-    let rule = line(chain, args);
-    format!("{} -t {table} -D{}", tool(set), &rule[2..])
+    format!("{} -t {table} {}", tool(set), shell_rule("-D", chain, args))
 }
 
 /// The command deleting this rule, for the backend and family it is in.
@@ -274,6 +297,7 @@ fn container_chain_fix(set: &Ruleset, table: &str, chain: &str) -> Option<String
         .collect();
     let tool = tool(set);
     let mut commands = jumps;
+    let chain = shell_word(chain);
     commands.push(format!("{tool} -t {table} -F {chain}"));
     commands.push(format!("{tool} -t {table} -X {chain}"));
     Some(commands.join("\n"))
@@ -308,4 +332,23 @@ fn owner_of(chain: &str, args: &[String]) -> &'static str {
     named(chain)
         .or_else(|| crate::layout::comment_and_target(args).1.and_then(named))
         .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod shell_tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_unless_plain() {
+        assert_eq!(shell_word("10.0.0.2:80"), "10.0.0.2:80");
+        assert_eq!(shell_word("!"), "!");
+        assert_eq!(shell_word("[fd00::2]:80"), "'[fd00::2]:80'");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's $x"), r"'it'\''s $x'");
+        assert_eq!(
+            shell_rule("-D", "X", &["--comment".into(), "a;b".into()]),
+            "-D X --comment 'a;b'"
+        );
+    }
 }
