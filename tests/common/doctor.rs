@@ -272,24 +272,43 @@ pub fn garbled(text: &str) -> Vec<String> {
     bad
 }
 
-/// `text` with every double-quoted part replaced by one word (the owners' rule comments in a
-/// command).
+/// `text` with every quoted word replaced by one word (the owners' rule comments in a
+/// command): doctor's commands single-quote a word for the shell (`'a b'`, a `'` inside as
+/// `'\''`); double quotes are kept for older texts. An apostrophe inside a word
+/// ("natledger's") quotes nothing.
 fn unquoted(text: &str) -> String {
     let mut out = String::new();
-    let mut quoted = false;
+    let mut quote: Option<char> = None;
     let mut escaped = false;
-    for c in text.chars() {
-        match (quoted, escaped, c) {
-            (true, false, '\\') => escaped = true,
-            (_, false, '"') => {
-                quoted = !quoted;
-                if quoted {
-                    out.push_str("QUOTED");
+    let mut prev = ' ';
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (quote, escaped, c) {
+            (Some('"'), false, '\\') => escaped = true,
+            (Some('"'), false, '"') => quote = None,
+            (Some('\''), _, '\'') => {
+                // `'\''` continues the word; a quote before a blank or the end closes it.
+                match chars.peek() {
+                    Some('\\') => {
+                        chars.next();
+                        chars.next();
+                        chars.next();
+                    }
+                    _ => quote = None,
                 }
             }
-            (false, _, c) => out.push(c),
+            (None, _, '"') => {
+                quote = Some('"');
+                out.push_str("QUOTED");
+            }
+            (None, _, '\'') if prev.is_whitespace() => {
+                quote = Some('\'');
+                out.push_str("QUOTED");
+            }
+            (None, _, c) => out.push(c),
             _ => escaped = false,
         }
+        prev = c;
     }
     out
 }

@@ -278,7 +278,7 @@ fn reaches(
                 let mut commands = vec![delete_line(at.set, "filter", &rule.chain, &rule.args)];
                 if rule.chain == "INPUT" {
                     // Appended, it comes after the guard's jump (always first).
-                    let again = line(&rule.chain, &rule.args);
+                    let again = shell_rule("-A", &rule.chain, &rule.args);
                     commands.push(format!("{} -t filter {again}", tool(at.set)));
                 }
                 commands
@@ -331,7 +331,7 @@ fn guard_fix(filters: &[Filter], host_backend: Backend) -> String {
     fix.extend(
         tools
             .iter()
-            .map(|t| format!("{t} -t filter -I{}", &line("INPUT", &args)[2..])),
+            .map(|t| format!("{t} -t filter {}", shell_rule("-I", "INPUT", &args))),
     );
     fix.push(route_localnet_off());
     fix.join("\n")

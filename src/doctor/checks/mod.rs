@@ -199,10 +199,33 @@ fn tool(set: &Ruleset) -> String {
     format!("{}-{}", set.family.tool_stem(), set.backend.suffix())
 }
 
+/// `OP CHAIN ARGS` as words a POSIX shell passes on unchanged, for the commands doctor
+/// prints: a rule's arguments come from other programs' dumps (comments above all), and
+/// `$`, backquotes, `;` or a glob in one must not run or expand when an operator pastes the
+/// fix.
+fn shell_rule(op: &str, chain: &str, args: &[String]) -> String {
+    let mut out = format!("{op} {}", shell_word(chain));
+    for a in args {
+        out.push(' ');
+        out.push_str(&shell_word(a));
+    }
+    out
+}
+
+/// One word for a POSIX shell: as is when it holds only characters no shell treats
+/// specially, else in single quotes (a `'` inside as `'\''`).
+fn shell_word(word: &str) -> std::borrow::Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_-./:,=+@%^".contains(c);
+    if word == "!" || (!word.is_empty() && word.chars().all(plain)) {
+        word.into()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''")).into()
+    }
+}
+
 /// The command deleting the rule `-A CHAIN ARGS` of `table`, in `set`'s backend and family.
 fn delete_line(set: &Ruleset, table: &str, chain: &str, args: &[String]) -> String {
-    let rule = line(chain, args);
-    format!("{} -t {table} -D{}", tool(set), &rule[2..])
+    format!("{} -t {table} {}", tool(set), shell_rule("-D", chain, args))
 }
 
 /// The command deleting this rule, for the backend and family it is in.
@@ -232,36 +255,59 @@ fn delete_fix(w: &Walked, step: &Step) -> String {
     )
 }
 
-/// Chains other owners make for one container, reached only by that container's jumps:
-/// CNI portmap's `CNI-DN-<hash of network and container id>` (one jump per protocol and 15
-/// ports, from `CNI-HOSTPORT-DNAT`) and netavark's `NETAVARK-DN-<hash>` (from
-/// `NETAVARK-HOSTPORT-DNAT`). Everything in one is that container's.
+/// Chains other owners make for port forwards, reached from their hostport chain by jumps
+/// whose comment names the container (`dnat name: NET id: CID`): CNI portmap's
+/// `CNI-DN-<hash of network and container id>`, one per container (one jump per protocol and
+/// 15 ports, from `CNI-HOSTPORT-DNAT`), and netavark's `NETAVARK-DN-<hash of the network>`,
+/// one per network and so shared by every container on it (from `NETAVARK-HOSTPORT-DNAT`).
 const PER_CONTAINER_CHAINS: [&str; 2] = ["CNI-DN-", "NETAVARK-DN-"];
 
-/// For a rule in a per-container chain: the commands removing that container's forwards
-/// whole, one per line: delete every jump into the chain (that alone stops all its ports),
-/// then flush and delete the chain. `None` for any other chain, or one nothing jumps to.
+/// For a rule in a chain of [`PER_CONTAINER_CHAINS`] that holds one container's forwards
+/// only: the commands removing them whole, one per line: delete every jump into the chain
+/// (that alone stops all its ports), then flush and delete the chain. `None` for any other
+/// chain, one nothing jumps to, or one whose jumps name more than one container (netavark's
+/// chain of a network with other containers on it: removing it would cut their ports too,
+/// so only the rule itself is deleted).
 fn container_chain_fix(set: &Ruleset, table: &str, chain: &str) -> Option<String> {
     if !PER_CONTAINER_CHAINS.iter().any(|p| chain.starts_with(p)) {
         return None;
     }
     let rules = &set.table(table)?.rules;
-    let jumps: Vec<String> = rules
+    let into: Vec<&crate::save::SavedRule> = rules
         .iter()
         .filter(|r| {
             let (_, target) = parse_rule(&r.args);
             matches!(target, Target::Jump(to) | Target::Goto(to) if to == chain)
         })
-        .map(|r| delete_line(set, table, &r.chain, &r.args))
         .collect();
-    if jumps.is_empty() {
+    let containers: BTreeSet<Option<&str>> = into
+        .iter()
+        .map(|r| comment(&r.args).and_then(jump_container))
+        .collect();
+    let one_container = match containers.len() {
+        1 => chain.starts_with("CNI-DN-") || containers.first() != Some(&None),
+        _ => false,
+    };
+    if !one_container {
         return None;
     }
+    let jumps: Vec<String> = into
+        .iter()
+        .map(|r| delete_line(set, table, &r.chain, &r.args))
+        .collect();
     let tool = tool(set);
     let mut commands = jumps;
+    let chain = shell_word(chain);
     commands.push(format!("{tool} -t {table} -F {chain}"));
     commands.push(format!("{tool} -t {table} -X {chain}"));
     Some(commands.join("\n"))
+}
+
+/// The container a port-forward jump's comment names: `CID` of CNI portmap's
+/// `dnat name: "NET" id: "CID"` and netavark's `dnat name: NET id: CID`.
+fn jump_container(comment: &str) -> Option<&str> {
+    let id = comment.rsplit_once(" id: ")?.1.trim_matches('"');
+    (!id.is_empty()).then_some(id)
 }
 
 /// Who owns a rule, by chain name (for built-in chains, by where it jumps).
@@ -286,4 +332,23 @@ fn owner_of(chain: &str, args: &[String]) -> &'static str {
     named(chain)
         .or_else(|| crate::layout::comment_and_target(args).1.and_then(named))
         .unwrap_or("other")
+}
+
+#[cfg(test)]
+mod shell_tests {
+    use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_unless_plain() {
+        assert_eq!(shell_word("10.0.0.2:80"), "10.0.0.2:80");
+        assert_eq!(shell_word("!"), "!");
+        assert_eq!(shell_word("[fd00::2]:80"), "'[fd00::2]:80'");
+        assert_eq!(shell_word(""), "''");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("it's $x"), r"'it'\''s $x'");
+        assert_eq!(
+            shell_rule("-D", "X", &["--comment".into(), "a;b".into()]),
+            "-D X --comment 'a;b'"
+        );
+    }
 }

@@ -301,12 +301,12 @@ impl Checks<'_> {
         fix.extend(
             left.chains
                 .iter()
-                .map(|c| format!("{tool} -t {} -F {c}", table.name)),
+                .map(|c| format!("{tool} -t {} -F {}", table.name, shell_word(c))),
         );
         fix.extend(
             left.chains
                 .iter()
-                .map(|c| format!("{tool} -t {} -X {c}", table.name)),
+                .map(|c| format!("{tool} -t {} -X {}", table.name, shell_word(c))),
         );
         Finding {
             severity: if acts.is_empty() {
