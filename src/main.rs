@@ -17,7 +17,7 @@ use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
-use natledger::{selftest, wrapper};
+use natledger::{cni, selftest, wrapper};
 
 #[derive(Parser)]
 #[command(
@@ -131,6 +131,13 @@ fn main() -> ExitCode {
         .is_some_and(|argv0| wrapper::called_as_wrapper(&argv0))
     {
         return runtime(args.collect());
+    }
+    // Run by a CNI runtime (found by its `type` in CNI_PATH): a chained plugin, answering on
+    // stdout with the result or the error object.
+    if cni::requested() {
+        let output = cni::run_process(&cni::plugin::Natledger);
+        out(&output.stdout);
+        return ExitCode::from(output.code);
     }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

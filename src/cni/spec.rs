@@ -1,0 +1,518 @@
+//! The CNI wire format as natledger speaks it: versions, the network configuration a runtime
+//! writes on stdin, the VERSION answer and the error object (SPEC.md §1, §3 "Deriving request
+//! configuration", §5; `docs/cni-notes.md`).
+//!
+//! Decoding goes in the order libcni's skel checks, so the codes match what runtimes already
+//! see from other plugins: not JSON or wrongly typed is 6, an unknown version is 1, a bad
+//! network name or value is 7, a portmap option natledger cannot honour is 2.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::backend::BackendChoice;
+use crate::echo::{Echo, MESSAGE, limit};
+use crate::portspec::{PortMapping, PortRange, Protocol};
+
+/// The spec versions natledger implements, oldest first (the VERSION answer).
+pub const SUPPORTED: [Version; 3] = [Version::V0_4_0, Version::V1_0_0, Version::V1_1_0];
+
+/// A CNI spec version natledger implements.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    V0_4_0,
+    V1_0_0,
+    V1_1_0,
+}
+
+impl Version {
+    /// The newest, used in errors before the input's version is known.
+    pub const LATEST: Version = Version::V1_1_0;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V0_4_0 => "0.4.0",
+            Version::V1_0_0 => "1.0.0",
+            Version::V1_1_0 => "1.1.0",
+        }
+    }
+
+    /// A `cniVersion` value: not `MAJOR.MINOR.PATCH` is a decoding failure (6), a version
+    /// natledger does not implement is incompatible (1).
+    pub fn parse(text: &str) -> Result<Version, CniError> {
+        let numeric = text.split('.').count() == 3
+            && text
+                .split('.')
+                .all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !numeric {
+            return Err(CniError::new(
+                Code::Decode,
+                "invalid cniVersion",
+                format!("{} is not a MAJOR.MINOR.PATCH version", Echo::from(text)),
+            ));
+        }
+        SUPPORTED
+            .into_iter()
+            .find(|v| v.as_str() == text)
+            .ok_or_else(|| {
+                CniError::new(
+                    Code::IncompatibleVersion,
+                    "incompatible CNI versions",
+                    format!(
+                        "config is {}, natledger supports {}",
+                        Echo::from(text),
+                        supported_list()
+                    ),
+                )
+            })
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn supported_list() -> String {
+    SUPPORTED.map(Version::as_str).join(", ")
+}
+
+/// The well-known error codes (SPEC.md §5 "Error"), and natledger's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    IncompatibleVersion,
+    UnsupportedField,
+    UnknownContainer,
+    InvalidEnv,
+    Io,
+    Decode,
+    InvalidConfig,
+    TryAgainLater,
+    Unavailable,
+    UnavailableLimited,
+    /// natledger could not do what was asked (a backend, the ledger): plugin specific.
+    Failed,
+}
+
+impl Code {
+    pub fn number(self) -> u32 {
+        match self {
+            Code::IncompatibleVersion => 1,
+            Code::UnsupportedField => 2,
+            Code::UnknownContainer => 3,
+            Code::InvalidEnv => 4,
+            Code::Io => 5,
+            Code::Decode => 6,
+            Code::InvalidConfig => 7,
+            Code::TryAgainLater => 11,
+            Code::Unavailable => 50,
+            Code::UnavailableLimited => 51,
+            Code::Failed => 100,
+        }
+    }
+}
+
+/// A CNI error: what goes on stdout, as the error object, when natledger fails.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{msg}: {details}")]
+pub struct CniError {
+    pub code: Code,
+    /// Short and fixed for a kind of error (the spec's "short message").
+    pub msg: &'static str,
+    /// What exactly, quoting input only through `Echo` or `limit`.
+    pub details: String,
+}
+
+impl CniError {
+    pub fn new(code: Code, msg: &'static str, details: impl Into<String>) -> CniError {
+        CniError {
+            code,
+            msg,
+            details: limit(&details.into(), MESSAGE),
+        }
+    }
+
+    /// The error object of SPEC.md §5, for the version in use.
+    pub fn to_wire(&self, version: &str) -> ErrorResult {
+        ErrorResult {
+            cni_version: version.to_string(),
+            code: self.code.number(),
+            msg: self.msg.to_string(),
+            details: self.details.clone(),
+        }
+    }
+}
+
+/// The error object on stdout.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorResult {
+    pub cni_version: String,
+    pub code: u32,
+    pub msg: String,
+    pub details: String,
+}
+
+/// The VERSION answer (SPEC.md §5 "VERSION Success").
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct VersionResult {
+    pub cni_version: String,
+    pub supported_versions: Vec<String>,
+}
+
+impl VersionResult {
+    /// `cniVersion` is the input's when it sent one (whatever it is: VERSION is how a runtime
+    /// learns what to send), else the newest.
+    pub fn answer(stdin: &[u8]) -> VersionResult {
+        let asked = serde_json::from_slice::<Value>(stdin)
+            .ok()
+            .and_then(|v| v.get("cniVersion")?.as_str().map(str::to_string))
+            .filter(|v| !v.is_empty());
+        VersionResult {
+            cni_version: asked.unwrap_or_else(|| Version::LATEST.as_str().to_string()),
+            supported_versions: SUPPORTED.map(|v| v.as_str().to_string()).to_vec(),
+        }
+    }
+}
+
+/// One entry of `cni.dev/valid-attachments` (GC, spec 1.1).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct ValidAttachment {
+    #[serde(rename = "containerID")]
+    pub container_id: String,
+    pub ifname: String,
+}
+
+/// The network configuration natledger received, validated.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetConf {
+    pub version: Version,
+    pub name: String,
+    pub plugin_type: String,
+    /// `runtimeConfig.portMappings` in natledger's port model; empty when the runtime sent
+    /// none (DEL may come without).
+    pub mappings: Vec<PortMapping>,
+    /// Passed through unchanged on ADD; read for container addresses (`super::result`).
+    pub prev_result: Option<Value>,
+    /// natledger's own keys.
+    pub state_dir: Option<PathBuf>,
+    pub backend: Option<BackendChoice>,
+    /// `portConflict: "refuse"` (default `warn`), as `io.natledger.port-conflict`.
+    pub refuse_conflicts: Option<bool>,
+    /// GC's `cni.dev/valid-attachments`.
+    pub valid_attachments: Option<Vec<ValidAttachment>>,
+}
+
+/// The keys natledger reads, as they come; every other key is ignored (SPEC.md §1 "Other
+/// keys": runtimes pass plugin keys through, and conflists carry other plugins' habits).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Wire {
+    // `cniVersion` is read from the value first (`version_of`).
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, rename = "type")]
+    plugin_type: Option<String>,
+    #[serde(default)]
+    runtime_config: Option<WireRuntimeConfig>,
+    #[serde(default)]
+    prev_result: Option<Value>,
+    #[serde(default)]
+    state_dir: Option<String>,
+    #[serde(default)]
+    backend: Option<String>,
+    #[serde(default)]
+    port_conflict: Option<String>,
+    #[serde(default, rename = "cni.dev/valid-attachments")]
+    valid_attachments: Option<Vec<ValidAttachment>>,
+    // portmap's options: honoured when they ask for what natledger does anyway.
+    #[serde(default)]
+    snat: Option<bool>,
+    #[serde(default)]
+    masq_all: Option<bool>,
+    #[serde(default, rename = "conditionsV4")]
+    conditions_v4: Option<Vec<String>>,
+    #[serde(default, rename = "conditionsV6")]
+    conditions_v6: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct WireRuntimeConfig {
+    #[serde(default)]
+    port_mappings: Option<Vec<WireMapping>>,
+}
+
+/// One `portMappings` entry (CONVENTIONS.md). Numbers are read wide so that an out-of-range
+/// port is an invalid value (7), not a decoding failure.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireMapping {
+    host_port: i64,
+    container_port: i64,
+    #[serde(default)]
+    protocol: Option<String>,
+    #[serde(default, rename = "hostIP")]
+    host_ip: Option<String>,
+}
+
+/// The `cniVersion` of a configuration: a missing one is `0.1.0` (libcni's rule), so it is
+/// refused as incompatible.
+pub fn version_of(config: &Value) -> Result<Version, CniError> {
+    match config.get("cniVersion") {
+        None | Some(Value::Null) => Version::parse("0.1.0"),
+        Some(Value::String(s)) if s.is_empty() => Version::parse("0.1.0"),
+        Some(Value::String(s)) => Version::parse(s),
+        Some(other) => Err(CniError::new(
+            Code::Decode,
+            "invalid cniVersion",
+            format!("cniVersion must be a string, not {}", kind(other)),
+        )),
+    }
+}
+
+/// stdin as a JSON object (6 when it is not one).
+pub fn decode_object(stdin: &[u8]) -> Result<Value, CniError> {
+    let value: Value = serde_json::from_slice(stdin).map_err(|e| {
+        CniError::new(
+            Code::Decode,
+            "error decoding network config",
+            format!("stdin is not JSON: {e}"),
+        )
+    })?;
+    if !value.is_object() {
+        return Err(CniError::new(
+            Code::Decode,
+            "error decoding network config",
+            format!("stdin is a JSON {}, not an object", kind(&value)),
+        ));
+    }
+    Ok(value)
+}
+
+impl NetConf {
+    /// Decode and validate a configuration already known to be a JSON object.
+    pub fn from_value(config: Value) -> Result<NetConf, CniError> {
+        let version = version_of(&config)?;
+        let wire: Wire = serde_json::from_value(config).map_err(|e| {
+            CniError::new(Code::Decode, "error decoding network config", e.to_string())
+        })?;
+        refuse_portmap_only(&wire)?;
+        let name = wire.name.unwrap_or_default();
+        if name.is_empty() {
+            return Err(invalid("missing network name"));
+        }
+        if !valid_name(&name) {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "invalid characters found in network name",
+                Echo::from(name).to_string(),
+            ));
+        }
+        let plugin_type = wire.plugin_type.unwrap_or_default();
+        if plugin_type.is_empty() || plugin_type.contains(['/', '\\']) {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "invalid plugin type",
+                format!(
+                    "type {} must be a file name in CNI_PATH",
+                    Echo::from(plugin_type)
+                ),
+            ));
+        }
+        let mappings = wire
+            .runtime_config
+            .unwrap_or_default()
+            .port_mappings
+            .unwrap_or_default()
+            .iter()
+            .map(to_mapping)
+            .collect::<Result<Vec<_>, _>>()?;
+        let prev_result = match wire.prev_result {
+            None | Some(Value::Null) => None,
+            Some(v @ Value::Object(_)) => Some(v),
+            Some(other) => {
+                return Err(CniError::new(
+                    Code::Decode,
+                    "error decoding prevResult",
+                    format!("prevResult is a JSON {}, not an object", kind(&other)),
+                ));
+            }
+        };
+        let state_dir = match wire.state_dir {
+            None => None,
+            Some(dir) if dir.starts_with('/') => Some(PathBuf::from(dir)),
+            Some(dir) => {
+                return Err(CniError::new(
+                    Code::InvalidConfig,
+                    "invalid stateDir",
+                    format!("stateDir {} is not an absolute path", Echo::from(dir)),
+                ));
+            }
+        };
+        let backend = wire.backend.as_deref().map(backend_choice).transpose()?;
+        let refuse_conflicts = match wire.port_conflict.as_deref() {
+            None => None,
+            Some("warn") => Some(false),
+            Some("refuse") => Some(true),
+            Some(other) => {
+                return Err(CniError::new(
+                    Code::InvalidConfig,
+                    "invalid portConflict",
+                    format!("portConflict {} is not warn or refuse", Echo::from(other)),
+                ));
+            }
+        };
+        Ok(NetConf {
+            version,
+            name,
+            plugin_type,
+            mappings,
+            prev_result,
+            state_dir,
+            backend,
+            refuse_conflicts,
+            valid_attachments: wire.valid_attachments,
+        })
+    }
+}
+
+/// portmap's options that would change which packets are forwarded or how: natledger cannot
+/// do what they ask, and silently forwarding differently is worse than refusing (code 2 names
+/// key and value, as the spec requires). `markMasqBit` and `externalSetMarkChain` only say how
+/// portmap marks packets it masquerades; natledger masquerades in its own chain without marks,
+/// so they are accepted and have no effect.
+fn refuse_portmap_only(wire: &Wire) -> Result<(), CniError> {
+    let unsupported = |key: &str, value: &str, why: &str| {
+        CniError::new(
+            Code::UnsupportedField,
+            "unsupported field in network configuration",
+            format!("{key}: {value}: {why}"),
+        )
+    };
+    if wire.snat == Some(false) {
+        return Err(unsupported(
+            "snat",
+            "false",
+            "natledger always masquerades hairpin and localhost connections",
+        ));
+    }
+    if wire.masq_all == Some(true) {
+        return Err(unsupported(
+            "masqAll",
+            "true",
+            "natledger masquerades only hairpin and localhost connections",
+        ));
+    }
+    for (key, conditions) in [
+        ("conditionsV4", &wire.conditions_v4),
+        ("conditionsV6", &wire.conditions_v6),
+    ] {
+        if let Some(words) = conditions
+            .as_ref()
+            .filter(|w| w.iter().any(|s| !s.is_empty()))
+        {
+            return Err(unsupported(
+                key,
+                &limit(&format!("{words:?}"), MESSAGE),
+                "natledger writes its own rules only (use hostIP to narrow a mapping)",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `backend`: natledger's names, and portmap's `iptables` (the host's iptables, which is what
+/// `auto` follows). portmap's `nftables` (its own nf_tables table) is not something natledger
+/// writes.
+fn backend_choice(name: &str) -> Result<BackendChoice, CniError> {
+    match name {
+        "auto" | "iptables" => Ok(BackendChoice::Auto),
+        "legacy" => Ok(BackendChoice::Legacy),
+        "nft" => Ok(BackendChoice::Nft),
+        "nftables" => Err(CniError::new(
+            Code::UnsupportedField,
+            "unsupported field in network configuration",
+            "backend: nftables: natledger writes iptables rules, through iptables-legacy or \
+             iptables-nft (backend legacy, nft or auto)",
+        )),
+        other => Err(CniError::new(
+            Code::InvalidConfig,
+            "invalid backend",
+            format!(
+                "backend {} is not auto, legacy, nft or iptables",
+                Echo::from(other)
+            ),
+        )),
+    }
+}
+
+/// One `portMappings` entry as natledger's mapping: single ports (the capability has no
+/// ranges), protocol `tcp` when missing (as Kubernetes' default), any case; an empty `hostIP`
+/// is no address.
+fn to_mapping(entry: &WireMapping) -> Result<PortMapping, CniError> {
+    let port = |what: &str, n: i64| {
+        u16::try_from(n).ok().filter(|p| *p > 0).ok_or_else(|| {
+            CniError::new(
+                Code::InvalidConfig,
+                "invalid port mapping",
+                format!("{what} {n} is not in 1-65535"),
+            )
+        })
+    };
+    let host = port("hostPort", entry.host_port)?;
+    let container = port("containerPort", entry.container_port)?;
+    let protocol = match entry.protocol.as_deref() {
+        None | Some("") => Protocol::Tcp,
+        Some(p) => p.to_ascii_lowercase().parse::<Protocol>().map_err(|_| {
+            CniError::new(
+                Code::InvalidConfig,
+                "invalid port mapping",
+                format!("protocol {} is not tcp, udp or sctp", Echo::from(p)),
+            )
+        })?,
+    };
+    let host_ip = match entry.host_ip.as_deref() {
+        None | Some("") => None,
+        Some(ip) => Some(ip.parse::<IpAddr>().map_err(|_| {
+            CniError::new(
+                Code::InvalidConfig,
+                "invalid port mapping",
+                format!("hostIP {} is not an IP address", Echo::from(ip)),
+            )
+        })?),
+    };
+    Ok(PortMapping {
+        host_ip,
+        host_ports: PortRange::single(host),
+        container_ports: PortRange::single(container),
+        protocol,
+    })
+}
+
+/// SPEC.md §1 `name`, and `CNI_CONTAINERID` (§2): `[a-zA-Z0-9][a-zA-Z0-9_.\-]*`.
+pub fn valid_name(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    bytes.next().is_some_and(|b| b.is_ascii_alphanumeric())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn invalid(msg: &'static str) -> CniError {
+    CniError::new(Code::InvalidConfig, msg, "")
+}
+
+pub(super) fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}

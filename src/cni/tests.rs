@@ -1,0 +1,604 @@
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::IpAddr;
+
+use serde_json::{Value, json};
+
+use super::spec::{ErrorResult, VersionResult};
+use super::*;
+use crate::backend::BackendChoice;
+use crate::portspec::{PortMapping, PortRange, Protocol};
+
+/// Records what it was asked; answers `fail` when set. It stands in for the rule work, which
+/// is not what these tests are about (the parsing and dispatch are).
+/// One call: the command, its attachment, its mappings.
+type Call = (Command, Option<Attachment>, Vec<PortMapping>);
+
+#[derive(Default)]
+struct Recorder {
+    calls: RefCell<Vec<Call>>,
+    fail: Option<CniError>,
+}
+
+impl Recorder {
+    fn record(&self, r: &Request) -> Result<(), CniError> {
+        self.calls.borrow_mut().push((
+            r.env.command,
+            r.env.attachment.clone(),
+            r.conf.mappings.clone(),
+        ));
+        self.fail.clone().map_or(Ok(()), Err)
+    }
+}
+
+impl Plugin for Recorder {
+    fn add(&self, r: &Request) -> Result<(), CniError> {
+        self.record(r)
+    }
+    fn del(&self, r: &Request) -> Result<(), CniError> {
+        self.record(r)
+    }
+    fn check(&self, r: &Request) -> Result<(), CniError> {
+        self.record(r)
+    }
+    fn gc(&self, r: &Request) -> Result<(), CniError> {
+        self.record(r)
+    }
+    fn status(&self, r: &Request) -> Result<(), CniError> {
+        self.record(r)
+    }
+}
+
+const ID: &str = "3f1c0a9d2b7e4c5f8a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f6071";
+
+fn env(command: &str) -> HashMap<&'static str, OsString> {
+    let mut vars = HashMap::from([
+        ("CNI_COMMAND", OsString::from(command)),
+        ("CNI_CONTAINERID", OsString::from(ID)),
+        ("CNI_NETNS", OsString::from("/run/netns/cni-1234")),
+        ("CNI_IFNAME", OsString::from("eth0")),
+        ("CNI_PATH", OsString::from("/opt/cni/bin")),
+    ]);
+    if command == "GC" || command == "STATUS" || command == "VERSION" {
+        vars.retain(|k, _| *k == "CNI_COMMAND" || *k == "CNI_PATH");
+    }
+    vars
+}
+
+fn prev_result() -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": "cni0", "mac": "0a:58:0a:58:00:01"},
+            {"name": "veth1234", "mac": "0a:58:0a:58:00:02"},
+            {"name": "eth0", "mac": "0a:58:0a:58:00:03", "sandbox": "/run/netns/cni-1234"}
+        ],
+        "ips": [
+            {"address": "10.88.0.1/16", "interface": 0},
+            {"address": "10.88.0.7/16", "gateway": "10.88.0.1", "interface": 2},
+            {"address": "fd00::7/64", "gateway": "fd00::1", "interface": 2}
+        ],
+        "routes": [{"dst": "0.0.0.0/0"}],
+        "dns": {}
+    })
+}
+
+fn config() -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "name": "podman",
+        "type": "natledger",
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 6667, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "127.0.0.1"}
+        ]},
+        "prevResult": prev_result()
+    })
+}
+
+fn call(
+    vars: &HashMap<&'static str, OsString>,
+    stdin: &Value,
+    plugin: &Recorder,
+) -> (Output, Option<ErrorResult>) {
+    let text = serde_json::to_vec(stdin).unwrap();
+    call_raw(vars, &text, plugin)
+}
+
+fn call_raw(
+    vars: &HashMap<&'static str, OsString>,
+    stdin: &[u8],
+    plugin: &Recorder,
+) -> (Output, Option<ErrorResult>) {
+    let lookup = |name: &str| vars.get(name).cloned();
+    let out = run(stdin, &lookup, plugin);
+    let error = if out.code != 0 {
+        Some(serde_json::from_str(&out.stdout).expect("an error object on stdout"))
+    } else {
+        None
+    };
+    (out, error)
+}
+
+fn mapping(host_ip: Option<&str>, host: u16, container: u16, protocol: Protocol) -> PortMapping {
+    PortMapping {
+        host_ip: host_ip.map(|ip| ip.parse().unwrap()),
+        host_ports: PortRange::single(host),
+        container_ports: PortRange::single(container),
+        protocol,
+    }
+}
+
+#[test]
+fn add_passes_prev_result_through_and_acts_on_the_mappings() {
+    let plugin = Recorder::default();
+    let mut conf = config();
+    conf["prevResult"]["someFutureKey"] = json!({"z": 1, "a": [1.5, null]});
+    let (out, error) = call(&env("ADD"), &conf, &plugin);
+    assert_eq!(error, None);
+    assert_eq!(out.code, 0);
+    let printed: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(printed, conf["prevResult"]);
+    // Key order kept too (serde_json's preserve_order): the text is the input's.
+    assert_eq!(
+        out.stdout.trim_end(),
+        serde_json::to_string(&conf["prevResult"]).unwrap()
+    );
+    let calls = plugin.calls.borrow();
+    assert_eq!(calls.len(), 1);
+    let (command, attachment, mappings) = &calls[0];
+    assert_eq!(*command, Command::Add);
+    assert_eq!(
+        attachment.as_ref().unwrap(),
+        &Attachment {
+            container_id: ID.into(),
+            ifname: "eth0".into()
+        }
+    );
+    assert_eq!(
+        mappings,
+        &vec![
+            mapping(None, 6667, 80, Protocol::Tcp),
+            mapping(Some("127.0.0.1"), 5353, 53, Protocol::Udp),
+        ]
+    );
+}
+
+#[test]
+fn add_without_prev_result_is_an_invalid_config_and_nothing_is_done() {
+    let plugin = Recorder::default();
+    let mut conf = config();
+    conf.as_object_mut().unwrap().remove("prevResult");
+    let (_, error) = call(&env("ADD"), &conf, &plugin);
+    let error = error.unwrap();
+    assert_eq!(error.code, 7);
+    assert_eq!(error.cni_version, "1.0.0");
+    assert!(error.msg.contains("chained"), "{error:?}");
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn a_plugin_failure_is_the_error_object_and_exit_1() {
+    let plugin = Recorder {
+        fail: Some(CniError::new(Code::Failed, "could not install", "why")),
+        ..Default::default()
+    };
+    let (out, error) = call(&env("ADD"), &config(), &plugin);
+    assert_eq!(out.code, 1);
+    assert_eq!(
+        error.unwrap(),
+        ErrorResult {
+            cni_version: "1.0.0".into(),
+            code: 100,
+            msg: "could not install".into(),
+            details: "why".into(),
+        }
+    );
+}
+
+#[test]
+fn del_works_without_runtime_config_or_prev_result_or_netns() {
+    let plugin = Recorder::default();
+    let mut vars = env("DEL");
+    vars.remove("CNI_NETNS");
+    let conf = json!({"cniVersion": "1.1.0", "name": "podman", "type": "natledger"});
+    let (out, error) = call(&vars, &conf, &plugin);
+    assert_eq!(error, None);
+    assert_eq!(out.stdout, "");
+    let calls = plugin.calls.borrow();
+    assert_eq!(calls[0].0, Command::Del);
+    assert!(calls[0].2.is_empty());
+}
+
+#[test]
+fn version_answers_with_the_input_version_and_needs_nothing_else() {
+    let plugin = Recorder::default();
+    let vars = HashMap::from([("CNI_COMMAND", OsString::from("VERSION"))]);
+    for (stdin, version) in [
+        (&br#"{"cniVersion":"1.0.0"}"#[..], "1.0.0"),
+        (b"", "1.1.0"),
+        (b"not json", "1.1.0"),
+        (br#"{"cniVersion":"0.3.1"}"#, "0.3.1"),
+    ] {
+        let (out, error) = call_raw(&vars, stdin, &plugin);
+        assert_eq!(error, None);
+        let answer: VersionResult = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(
+            answer,
+            VersionResult {
+                cni_version: version.into(),
+                supported_versions: vec!["0.4.0".into(), "1.0.0".into(), "1.1.0".into()],
+            }
+        );
+    }
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn versions_unknown_are_code_1_malformed_code_6() {
+    let plugin = Recorder::default();
+    for (version, code) in [
+        (json!("0.3.1"), 1),
+        (json!("2.0.0"), 1),
+        (json!(null), 1), // missing is 0.1.0
+        (json!(""), 1),
+        (json!("1.0"), 6),
+        (json!("v1.0.0"), 6),
+        (json!(1), 6),
+    ] {
+        let mut conf = config();
+        conf["cniVersion"] = version.clone();
+        let (out, error) = call(&env("ADD"), &conf, &plugin);
+        assert_eq!(out.code, 1);
+        assert_eq!(error.unwrap().code, code, "cniVersion {version}");
+    }
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn gc_and_status_need_1_1_0_check_runs_from_0_4_0() {
+    let plugin = Recorder::default();
+    for (command, version, code) in [
+        ("GC", "1.0.0", Some(1)),
+        ("STATUS", "0.4.0", Some(1)),
+        ("GC", "1.1.0", None),
+        ("STATUS", "1.1.0", None),
+        ("CHECK", "0.4.0", None),
+    ] {
+        let mut conf = config();
+        conf["cniVersion"] = json!(version);
+        let (_, error) = call(&env(command), &conf, &plugin);
+        assert_eq!(error.map(|e| e.code), code, "{command} {version}");
+    }
+    assert_eq!(plugin.calls.borrow().len(), 3);
+}
+
+#[test]
+fn gc_reads_valid_attachments() {
+    let mut conf = config();
+    conf["cniVersion"] = json!("1.1.0");
+    conf["cni.dev/valid-attachments"] =
+        json!([{"containerID": ID, "ifname": "eth0"}, {"containerID": "b", "ifname": "net1"}]);
+    let text = serde_json::to_vec(&conf).unwrap();
+    let parsed = NetConf::from_value(spec::decode_object(&text).unwrap()).unwrap();
+    let valid = parsed.valid_attachments.unwrap();
+    assert_eq!(valid.len(), 2);
+    assert_eq!(valid[1].container_id, "b");
+    assert_eq!(valid[1].ifname, "net1");
+}
+
+#[test]
+fn environment_errors_are_code_4_and_name_the_variables() {
+    let plugin = Recorder::default();
+    let cases: Vec<(&str, Option<&str>, &str)> = vec![
+        ("CNI_CONTAINERID", None, "CNI_CONTAINERID"),
+        ("CNI_IFNAME", None, "CNI_IFNAME"),
+        ("CNI_NETNS", None, "CNI_NETNS"),
+        ("CNI_CONTAINERID", Some("-leading"), "CNI_CONTAINERID"),
+        ("CNI_CONTAINERID", Some("a/b"), "CNI_CONTAINERID"),
+        ("CNI_CONTAINERID", Some("a+b"), "CNI_CONTAINERID"),
+        ("CNI_IFNAME", Some("eth0:1"), "CNI_IFNAME"),
+        ("CNI_IFNAME", Some("sixteen-chars-xx"), "CNI_IFNAME"),
+        ("CNI_IFNAME", Some(".."), "CNI_IFNAME"),
+        ("CNI_IFNAME", Some("a b"), "CNI_IFNAME"),
+        ("CNI_COMMAND", Some("REMOVE"), "CNI_COMMAND"),
+    ];
+    for (name, value, named) in cases {
+        let mut vars = env("ADD");
+        match value {
+            None => {
+                vars.remove(name);
+            }
+            Some(v) => {
+                vars.insert(name, OsString::from(v));
+            }
+        }
+        let (out, error) = call(&vars, &config(), &plugin);
+        let error = error.unwrap();
+        assert_eq!((out.code, error.code), (1, 4), "{name}={value:?}");
+        assert!(
+            error.msg.contains(named) || error.details.contains(named),
+            "{name}={value:?}: {error:?}"
+        );
+    }
+    // GC needs CNI_PATH; DEL needs no CNI_NETNS.
+    let mut vars = env("GC");
+    vars.remove("CNI_PATH");
+    let mut conf = config();
+    conf["cniVersion"] = json!("1.1.0");
+    let (_, error) = call(&vars, &conf, &plugin);
+    assert!(error.unwrap().details.contains("CNI_PATH"));
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn a_non_utf8_variable_is_code_4() {
+    use std::os::unix::ffi::OsStringExt;
+    let mut vars = env("ADD");
+    vars.insert("CNI_IFNAME", OsString::from_vec(vec![b'e', 0xff]));
+    let (_, error) = call(&vars, &config(), &Recorder::default());
+    let error = error.unwrap();
+    assert_eq!(error.code, 4);
+    assert!(error.details.contains("CNI_IFNAME"));
+}
+
+#[test]
+fn decoding_failures_are_code_6() {
+    let plugin = Recorder::default();
+    for stdin in [&b"{"[..], b"[]", b"\"x\"", b""] {
+        let (_, error) = call_raw(&env("ADD"), stdin, &plugin);
+        assert_eq!(
+            error.unwrap().code,
+            6,
+            "{:?}",
+            String::from_utf8_lossy(stdin)
+        );
+    }
+    for (key, value) in [
+        ("runtimeConfig", json!({"portMappings": "6667:80"})),
+        (
+            "runtimeConfig",
+            json!({"portMappings": [{"hostPort": "80"}]}),
+        ),
+        ("prevResult", json!([1])),
+        ("name", json!(7)),
+    ] {
+        let mut conf = config();
+        conf[key] = value.clone();
+        let (_, error) = call(&env("ADD"), &conf, &plugin);
+        assert_eq!(error.unwrap().code, 6, "{key}: {value}");
+    }
+    let mut conf = config();
+    conf["prevResult"]["ips"][1]["address"] = json!("10.88.0.7");
+    let lookup_vars = env("ADD");
+    let lookup = |name: &str| lookup_vars.get(name).cloned();
+    let request = Request {
+        env: Env::read(&lookup).unwrap(),
+        conf: NetConf::from_value(conf).unwrap(),
+    };
+    assert_eq!(
+        request.container_addresses().unwrap_err().code,
+        Code::Decode
+    );
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn invalid_configs_are_code_7_unsupported_portmap_options_code_2() {
+    let plugin = Recorder::default();
+    let cases: Vec<(&str, Value, u32, &str)> = vec![
+        ("name", json!(""), 7, "name"),
+        ("name", json!("bad name"), 7, "name"),
+        ("name", json!("-x"), 7, "name"),
+        ("type", json!(""), 7, "type"),
+        ("type", json!("../natledger"), 7, "type"),
+        ("stateDir", json!("run/natledger"), 7, "stateDir"),
+        ("backend", json!("ebpf"), 7, "backend"),
+        ("backend", json!("nftables"), 2, "backend: nftables"),
+        ("portConflict", json!("maybe"), 7, "portConflict"),
+        ("snat", json!(false), 2, "snat: false"),
+        ("masqAll", json!(true), 2, "masqAll: true"),
+        ("conditionsV4", json!(["-s", "1.2.3.4"]), 2, "conditionsV4"),
+        ("conditionsV6", json!(["ip6 saddr ::1"]), 2, "conditionsV6"),
+    ];
+    for (key, value, code, named) in cases {
+        let mut conf = config();
+        conf[key] = value.clone();
+        let (_, error) = call(&env("ADD"), &conf, &plugin);
+        let error = error.unwrap();
+        assert_eq!(error.code, code, "{key}: {value}: {error:?}");
+        assert!(
+            error.msg.contains(named) || error.details.contains(named),
+            "{key}: {value}: {error:?}"
+        );
+    }
+    for entry in [
+        json!({"hostPort": 0, "containerPort": 80}),
+        json!({"hostPort": 65536, "containerPort": 80}),
+        json!({"hostPort": 80, "containerPort": -1}),
+        json!({"hostPort": 80, "containerPort": 80, "protocol": "icmp"}),
+        json!({"hostPort": 80, "containerPort": 80, "hostIP": "localhost"}),
+        json!({"hostPort": 80, "containerPort": 80, "hostIP": "10.0.0.1/8"}),
+    ] {
+        let mut conf = config();
+        conf["runtimeConfig"]["portMappings"] = json!([entry.clone()]);
+        let (_, error) = call(&env("ADD"), &conf, &plugin);
+        assert_eq!(error.unwrap().code, 7, "{entry}");
+    }
+    assert!(plugin.calls.borrow().is_empty());
+}
+
+#[test]
+fn portmap_configs_as_users_write_them_are_accepted() {
+    let mut conf = config();
+    let extra = json!({
+        "capabilities": {"portMappings": true},
+        "snat": true,
+        "markMasqBit": 13,
+        "externalSetMarkChain": "KUBE-MARK-MASQ",
+        "conditionsV4": [],
+        "backend": "iptables",
+        "someOtherPluginKey": {"x": 1},
+        "stateDir": "/run/natledger-cni",
+        "portConflict": "refuse"
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        conf[k] = v.clone();
+    }
+    conf["runtimeConfig"]["portMappings"] = json!([
+        {"hostPort": 8080, "containerPort": 80, "protocol": "TCP", "hostIP": ""},
+        {"hostPort": 8443, "containerPort": 443},
+        {"hostPort": 9000, "containerPort": 9000, "protocol": "sctp", "hostIP": "::1"},
+        {"hostPort": 5353, "containerPort": 53, "protocol": "udp", "hostIP": "0.0.0.0"}
+    ]);
+    let parsed = NetConf::from_value(conf).unwrap();
+    assert_eq!(parsed.backend, Some(BackendChoice::Auto));
+    assert_eq!(
+        parsed.state_dir.as_deref(),
+        Some(std::path::Path::new("/run/natledger-cni"))
+    );
+    assert_eq!(parsed.refuse_conflicts, Some(true));
+    assert_eq!(
+        parsed.mappings,
+        vec![
+            mapping(None, 8080, 80, Protocol::Tcp),
+            mapping(None, 8443, 443, Protocol::Tcp),
+            mapping(Some("::1"), 9000, 9000, Protocol::Sctp),
+            mapping(Some("0.0.0.0"), 5353, 53, Protocol::Udp),
+        ]
+    );
+    for (name, choice) in [
+        ("legacy", BackendChoice::Legacy),
+        ("nft", BackendChoice::Nft),
+        ("auto", BackendChoice::Auto),
+    ] {
+        let mut conf = config();
+        conf["backend"] = json!(name);
+        assert_eq!(NetConf::from_value(conf).unwrap().backend, Some(choice));
+    }
+}
+
+fn addresses(prev: Value, ifname: &str) -> Vec<IpAddr> {
+    result::container_addresses(&prev, ifname).unwrap()
+}
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+#[test]
+fn container_addresses_follow_the_interface_index() {
+    // The host side (cni0, index 0) is skipped; both families of eth0 are taken.
+    assert_eq!(
+        addresses(prev_result(), "eth0"),
+        ips(&["10.88.0.7", "fd00::7"])
+    );
+    // Another attachment's interface name: only entries naming it count.
+    assert_eq!(addresses(prev_result(), "net1"), ips(&[]));
+    // Without an index, or an index past the list: taken (as portmap).
+    let prev = json!({"ips": [
+        {"address": "fd00::9/64"},
+        {"address": "10.1.0.5/24", "interface": 7},
+        {"address": "10.1.0.6/24"}
+    ]});
+    assert_eq!(addresses(prev, "eth0"), ips(&["10.1.0.5", "fd00::9"]));
+    // The right name without a sandbox is a host interface.
+    let prev = json!({
+        "interfaces": [{"name": "eth0"}, {"name": "eth0", "sandbox": "/proc/1/ns/net"}],
+        "ips": [
+            {"address": "192.168.1.2/24", "interface": 0},
+            {"address": "10.2.0.2/24", "interface": 1}
+        ]
+    });
+    assert_eq!(addresses(prev, "eth0"), ips(&["10.2.0.2"]));
+    // 0.4.0's result (ips carry "version") reads the same.
+    let prev = json!({"cniVersion": "0.4.0",
+        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
+        "ips": [{"version": "4", "address": "10.3.0.2/16", "interface": 0}]});
+    assert_eq!(addresses(prev, "eth0"), ips(&["10.3.0.2"]));
+    assert_eq!(addresses(json!({}), "eth0"), ips(&[]));
+}
+
+#[test]
+fn malformed_addresses_are_refused() {
+    for bad in [
+        "10.0.0.1",
+        "10.0.0.1/33",
+        "fd00::1/129",
+        "10.0.0.1/+8",
+        "x/8",
+        "10.0.0.1/",
+    ] {
+        let prev = json!({"ips": [{"address": bad}]});
+        let e = result::container_addresses(&prev, "eth0").unwrap_err();
+        assert_eq!(e.code, Code::Decode, "{bad}");
+    }
+}
+
+#[test]
+fn ledger_ids_are_safe_unique_and_reversible() {
+    let cases = [
+        (ID, "eth0", format!("{ID}+eth0")),
+        ("abc", "net1", "abc+net1".to_string()),
+        ("a.b_c-d", "eth0.100", "a.b_c-d+eth0.100".to_string()),
+        ("abc", "e+th", "abc+e+2Bth".to_string()),
+        ("abc", "é@", "abc++C3+A9+40".to_string()),
+    ];
+    for (container_id, ifname, expected) in cases {
+        let att = Attachment {
+            container_id: container_id.into(),
+            ifname: ifname.into(),
+        };
+        let id = att.ledger_id().unwrap();
+        assert_eq!(id.as_str(), expected);
+        assert_eq!(Attachment::from_ledger_id(&id), Some(att));
+    }
+    // Two attachments that a plain join would confuse stay apart.
+    let a = Attachment {
+        container_id: "a".into(),
+        ifname: "b+c".into(),
+    };
+    let b = Attachment {
+        container_id: "a".into(),
+        ifname: "b+2Bc".into(),
+    };
+    assert_ne!(a.ledger_id().unwrap(), b.ledger_id().unwrap());
+    // Too long for a manifest name: refused, code 4.
+    let long = Attachment {
+        container_id: "a".repeat(120),
+        ifname: "eth0123456".into(),
+    };
+    assert_eq!(long.ledger_id().unwrap_err().code, Code::InvalidEnv);
+    // Not an attachment's id.
+    assert_eq!(Attachment::from_ledger_id(&"plain".parse().unwrap()), None);
+    assert_eq!(Attachment::from_ledger_id(&"a+b+4".parse().unwrap()), None);
+}
+
+#[test]
+fn every_ifname_the_environment_accepts_has_a_ledger_id() {
+    // Any byte Linux allows in a name (not '/', ':' or whitespace), at the longest.
+    for b in 0x21u8..0x7f {
+        let c = char::from(b);
+        if c == '/' || c == ':' {
+            continue;
+        }
+        let ifname: String = std::iter::repeat_n(c, 15).collect();
+        assert_eq!(env::ifname_problem(&ifname), None);
+        let att = Attachment {
+            container_id: ID.into(),
+            ifname,
+        };
+        let id = att.ledger_id().unwrap();
+        assert_eq!(Attachment::from_ledger_id(&id), Some(att));
+    }
+}
+
+#[test]
+fn errors_quote_input_cut_to_a_readable_length() {
+    let mut conf = config();
+    conf["name"] = json!(format!("x{}", " ".repeat(10_000)));
+    let (out, error) = call(&env("ADD"), &conf, &Recorder::default());
+    assert_eq!(error.unwrap().code, 7);
+    assert!(out.stdout.len() < 1024, "{}", out.stdout.len());
+}
