@@ -178,6 +178,7 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
                 pod: None,
                 shares: Vec::new(),
                 shared_by: Vec::new(),
+                cni: None,
             })
             .unwrap();
     }

@@ -49,7 +49,13 @@ pub struct NetnsId {
 impl NetnsId {
     /// The network namespace `pid` is in now (`None` when it cannot be read).
     pub fn of_pid(pid: i32) -> Option<NetnsId> {
-        let meta = std::fs::metadata(format!("/proc/{pid}/ns/net")).ok()?;
+        NetnsId::of_path(std::path::Path::new(&format!("/proc/{pid}/ns/net")))
+    }
+
+    /// The network namespace a path names: `/proc/PID/ns/net`, or a bind mount of one
+    /// (`/run/netns/NAME`, a CNI runtime's `CNI_NETNS`). `None` when it cannot be read.
+    pub fn of_path(path: &std::path::Path) -> Option<NetnsId> {
+        let meta = std::fs::metadata(path).ok()?;
         Some(NetnsId {
             dev: meta.dev(),
             ino: meta.ino(),

@@ -1,6 +1,19 @@
-//! The plugin the binary is: each command on natledger's ledger and backends.
+//! The plugin the binary is: each command on natledger's ledger and backends, through the
+//! same operations as the OCI hooks (`ops::create`, `ops::remove_recorded`).
+
+use std::path::PathBuf;
 
 use super::{CniError, Code, Plugin, Request};
+use crate::backend::BackendChoice;
+use crate::exec::SystemRunner;
+use crate::ledger::{CniAttachment, Ledger};
+use crate::oci::PORT_CONFLICT_ENV;
+use crate::ops::{self, Context, Creating};
+use crate::sharing::NetnsId;
+
+/// The state directory when neither the config's `stateDir` nor `NATLEDGER_STATE_DIR` names
+/// one: the hooks' default, so one ledger holds both.
+const STATE_DIR: &str = "/run/natledger";
 
 /// natledger's commands. Those not built yet answer a plugin-specific error, so a runtime
 /// never takes silence for success.
@@ -14,13 +27,108 @@ fn not_yet(command: &str) -> CniError {
     )
 }
 
+/// Where and how: the config's keys first, then the environment the hooks read, then the
+/// defaults.
+fn settings(request: &Request) -> (Ledger, BackendChoice) {
+    let dir = request
+        .conf
+        .state_dir
+        .clone()
+        .or_else(|| std::env::var_os("NATLEDGER_STATE_DIR").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from(STATE_DIR));
+    let backend = request.conf.backend.unwrap_or_else(|| {
+        match std::env::var("NATLEDGER_BACKEND").as_deref() {
+            Ok("legacy") => BackendChoice::Legacy,
+            Ok("nft") => BackendChoice::Nft,
+            _ => BackendChoice::Auto,
+        }
+    });
+    (Ledger::new(dir), backend)
+}
+
+/// As the hooks: the native paths unless `NATLEDGER_NO_NETLINK` is set.
+fn netlink_allowed() -> bool {
+    std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
+}
+
+fn failed(what: &'static str, e: ops::Error) -> CniError {
+    CniError::new(Code::Failed, what, e.to_string())
+}
+
 impl Plugin for Natledger {
-    fn add(&self, _request: &Request) -> Result<(), CniError> {
-        Err(not_yet("ADD"))
+    /// The attachment's mappings installed and recorded as a hook container's are, under the
+    /// attachment's ledger id; no mapping: nothing is run, nothing recorded.
+    fn add(&self, request: &Request) -> Result<(), CniError> {
+        if request.conf.mappings.is_empty() {
+            return Ok(());
+        }
+        let attachment = request.attachment().expect("ADD has an attachment");
+        let id = attachment.ledger_id()?;
+        let addresses = request.container_addresses()?;
+        if addresses.is_empty() {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "no container address",
+                format!(
+                    "prevResult has no address of interface {} in the container",
+                    crate::echo::Echo::from(attachment.ifname.as_str())
+                ),
+            ));
+        }
+        let (ledger, backend) = settings(request);
+        let runner = SystemRunner::from_env();
+        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
+        ctx.netfilter = ctx
+            .netfilter
+            .with_native(netlink_allowed())
+            .with_conntrack(true)
+            .with_forwards(true);
+        let netns_path = request.env.netns.clone();
+        let lookup = || Ok(addresses.clone());
+        let creating = Creating {
+            id,
+            pid: None,
+            bundle: None,
+            mappings: request.conf.mappings.clone(),
+            addresses: &lookup,
+            refuse_conflicts: request
+                .conf
+                .refuse_conflicts
+                .unwrap_or_else(|| std::env::var(PORT_CONFLICT_ENV).is_ok_and(|v| v == "refuse")),
+            pod: None,
+            netns: netns_path.as_deref().and_then(NetnsId::of_path),
+            cni: Some(CniAttachment {
+                container_id: attachment.container_id.clone(),
+                ifname: attachment.ifname.clone(),
+                network: request.conf.name.clone(),
+                netns_path,
+            }),
+        };
+        ops::create(&ctx, &creating)
+            .map(|_| ())
+            .map_err(|e| failed("could not install the port mappings", e))
     }
-    fn del(&self, _request: &Request) -> Result<(), CniError> {
-        Err(not_yet("DEL"))
+
+    /// Whatever the ledger recorded for the attachment goes; `runtimeConfig` and
+    /// `prevResult` are not needed. Nothing recorded (no ADD, a second DEL) is success.
+    fn del(&self, request: &Request) -> Result<(), CniError> {
+        let attachment = request.attachment().expect("DEL has an attachment");
+        // An id that cannot be formed was never recorded.
+        let Ok(id) = attachment.ledger_id() else {
+            return Ok(());
+        };
+        let (ledger, backend) = settings(request);
+        let runner = SystemRunner::from_env();
+        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
+        ctx.netfilter = ctx
+            .netfilter
+            .with_native(netlink_allowed())
+            .with_conntrack(true);
+        ops::remove_recorded(&ctx, &id)
+            .map(|_| ())
+            .map_err(|e| failed("could not remove the port mappings", e))
     }
+
     fn check(&self, _request: &Request) -> Result<(), CniError> {
         Err(not_yet("CHECK"))
     }

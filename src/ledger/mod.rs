@@ -134,6 +134,24 @@ pub struct Manifest {
     /// these manifests to find a live sharer (each is checked against its `shares`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_by: Vec<ContainerId>,
+    /// Set when the container is a CNI attachment (`crate::cni`): its manifest is named by
+    /// the attachment's ledger id, and has no pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cni: Option<CniAttachment>,
+}
+
+/// A CNI attachment as ADD saw it: what DEL, CHECK, GC and sweep need to find it again and
+/// judge it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CniAttachment {
+    /// `CNI_CONTAINERID`.
+    pub container_id: String,
+    /// `CNI_IFNAME`.
+    pub ifname: String,
+    /// The network's `name`.
+    pub network: String,
+    /// `CNI_NETNS`; the namespace's identity is the manifest's `netns`.
+    pub netns_path: Option<PathBuf>,
 }
 
 /// Mappings a container uses through `holder`'s rules, which are tagged with `holder`'s id.

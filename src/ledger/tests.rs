@@ -83,6 +83,7 @@ fn sample() -> Manifest {
         pod: None,
         shares: Vec::new(),
         shared_by: Vec::new(),
+        cni: None,
     }
 }
 

@@ -2,6 +2,7 @@
 //! backends. Every operation that changes rules or manifests holds the ledger lock.
 
 mod create;
+mod detach;
 mod flows;
 mod list;
 mod remove;
@@ -9,7 +10,8 @@ pub mod sweep;
 #[cfg(test)]
 mod testing;
 
-pub use create::{Created, create_runtime};
+pub use create::{Created, Creating, create, create_runtime};
+pub use detach::remove_recorded;
 pub use list::{ListEntry, list, render_table};
 pub use remove::{Removal, Removed, poststop, remove_container};
 pub use sweep::{SweepOptions, SweepReport, sweep};

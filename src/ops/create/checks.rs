@@ -22,12 +22,12 @@ pub(super) fn refuse_conflicts(input: &HookInput) -> bool {
 /// forward: the same conflict, said with the rule when one is found, else on its own.
 pub(super) fn check_forwards(
     ctx: &Context,
-    input: &HookInput,
+    input: &Creating,
     mappings: &[PortMapping],
     families: &[Family],
     keepers: &[(Listener, PortMapping)],
 ) -> Result<(), Error> {
-    let refuse = refuse_conflicts(input);
+    let refuse = input.refuse_conflicts;
     let (found, unread) = if ctx.netfilter.forwards() {
         let cache = ctx.ledger.file(forwards::CACHE_FILE);
         forwards::find(&ctx.netfilter, &cache, mappings, families)
@@ -99,7 +99,7 @@ pub(super) fn check_forwards(
 /// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port:
 /// returned, with its mapping, for [`check_forwards`] to judge with that forward.
 pub(super) fn check_listeners(
-    input: &HookInput,
+    input: &Creating,
     mappings: &[PortMapping],
 ) -> Result<Vec<(Listener, PortMapping)>, Error> {
     let clash = |l: &Listener, m: &PortMapping| {
@@ -113,7 +113,7 @@ pub(super) fn check_listeners(
     let listeners = host::listeners_where(&host::Roots::default(), |l| {
         mappings.iter().any(|m| clash(l, m))
     });
-    let refuse = refuse_conflicts(input);
+    let refuse = input.refuse_conflicts;
     let mut keepers = Vec::new();
     for l in listeners {
         let mapping = mappings

@@ -1,6 +1,7 @@
 //! create-runtime: install a container's port forwards and record them, write-ahead.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 use crate::backend::{Backend, BackendError, Native};
 use crate::echo::Echo;
@@ -12,9 +13,11 @@ use crate::iptc::Place;
 use crate::layout::{
     FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
 };
-use crate::ledger::{Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
+use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
-use crate::oci::{HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV};
+use crate::oci::{
+    ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
+};
 use crate::portspec::{PortMapping, parse_mappings};
 use crate::procfs;
 use crate::rule::Rule;
@@ -49,12 +52,50 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     let Some(spec) = input.ports() else {
         return Ok(Created::Skipped);
     };
-    let mappings = parse_mappings(spec)?;
+    let lookup = || container_addresses(input);
+    let creating = Creating {
+        id: input.id.clone(),
+        pid: input.pid,
+        bundle: input.bundle.clone(),
+        mappings: parse_mappings(spec)?,
+        addresses: &lookup,
+        refuse_conflicts: refuse_conflicts(input),
+        pod: sharing::pod_of(&input.annotations),
+        netns: input.pid.and_then(NetnsId::of_pid),
+        cni: None,
+    };
+    create(ctx, &creating)
+}
+
+/// What a create needs to know of a container, whoever started it: an OCI hook
+/// ([`create_runtime`]) or a CNI runtime (`crate::cni`, one attachment).
+pub struct Creating<'a> {
+    /// The ledger id: the manifest's name and the rules' tag.
+    pub id: ContainerId,
+    pub pid: Option<i32>,
+    pub bundle: Option<PathBuf>,
+    pub mappings: Vec<PortMapping>,
+    /// The container's addresses (read before the lock, and again under it when a create
+    /// that shares nothing had none).
+    pub addresses: &'a dyn Fn() -> Result<Vec<IpAddr>, Error>,
+    /// Refuse the start over another owner's forward or a listener, instead of warning.
+    pub refuse_conflicts: bool,
+    pub pod: Option<String>,
+    /// The network namespace the container is in.
+    pub netns: Option<NetnsId>,
+    /// A CNI attachment's parameters, recorded in its manifest.
+    pub cni: Option<CniAttachment>,
+}
+
+/// Install a container's forwards and record them, write-ahead: claims judged, rules written
+/// as recorded, rolled back on failure.
+pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
+    let mappings = input.mappings.clone();
     let keepers = check_listeners(input, &mappings)?;
     // A container that only shares the rules of its namespace needs no address of its own
     // (one joining `--network container:X` of an X forwarded by io.natledger.ip has none);
     // whether it does is known under the lock, where the address is read again if needed.
-    let addresses = match container_addresses(input) {
+    let addresses = match (input.addresses)() {
         Ok(addresses) => addresses,
         Err(Error::NoAddress { .. }) => Vec::new(),
         Err(e) => return Err(e),
@@ -80,10 +121,11 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         mappings,
         addresses,
         rules: Vec::new(),
-        netns: input.pid.and_then(NetnsId::of_pid),
-        pod: sharing::pod_of(&input.annotations),
+        netns: input.netns,
+        pod: input.pod.clone(),
         shares: Vec::new(),
         shared_by: Vec::new(),
+        cni: input.cni.clone(),
     };
     // Whatever happens once rules may have changed, on every way out: the flows that would
     // stay on an old path are forgotten, the forwards cache follows natledger's own
@@ -127,7 +169,7 @@ struct AfterWrites {
 fn install_locked(
     ctx: &Context,
     locked: &Locked,
-    input: &HookInput,
+    input: &Creating,
     mut manifest: Manifest,
     keepers: &[(Listener, PortMapping)],
     cache: &std::path::Path,
@@ -137,7 +179,7 @@ fn install_locked(
     manifest.mappings.retain(|m| !claims.shares(m));
     manifest.shares = std::mem::take(&mut claims.shared);
     if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
-        manifest.addresses = container_addresses(input)?;
+        manifest.addresses = (input.addresses)()?;
     }
     manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
     // Restarted in the namespace whose live members share its rules: the rules stay where
@@ -275,7 +317,7 @@ fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
 /// address of the family, in the backend new rules go to.
 fn plan(
     ctx: &Context,
-    input: &HookInput,
+    input: &Creating,
     mappings: &[PortMapping],
     addresses: &[IpAddr],
 ) -> Result<Vec<RuleRecord>, Error> {
@@ -355,7 +397,7 @@ fn allow_loopback_sources(manifest: &Manifest) {
 }
 
 /// Record this container in the `shared_by` of each holder whose rules it shares.
-fn store_holders(locked: &Locked, input: &HookInput, holders: &[Manifest]) -> Result<(), Error> {
+fn store_holders(locked: &Locked, input: &Creating, holders: &[Manifest]) -> Result<(), Error> {
     for holder in holders {
         let mut holder = holder.clone();
         holder.shared_by.retain(|id| *id != input.id);
@@ -390,7 +432,7 @@ impl Claims {
 /// (`crate::sharing`) and asks for the very same mapping, which it then shares; a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
 /// container id (a retried create) is replaced the same way.
-fn judge_claims(ctx: &Context, input: &HookInput, me: &Manifest) -> Result<Claims, Error> {
+fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims, Error> {
     let mut others = Vec::new();
     for entry in ctx.ledger.list()? {
         match entry {

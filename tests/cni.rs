@@ -1,0 +1,210 @@
+//! natledger as a chained CNI plugin, called as runtimes call it: the binary with the
+//! `CNI_*` environment and the network configuration on stdin, in a node namespace, for a
+//! container namespace bound at /run/netns (as `ip netns` and CNI runtimes do). Real TCP and
+//! UDP traffic through the mappings; full `*-save` dumps equal before ADD and after DEL.
+
+mod common;
+
+use std::process::Output;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(3);
+const CID: &str = "5e1f0c3a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f";
+
+fn prev_result(c: &Container, netns: &str) -> Value {
+    json!({
+        "cniVersion": "1.0.0",
+        "interfaces": [
+            {"name": "br0", "mac": "0a:58:0a:4d:00:01"},
+            {"name": "eth0", "mac": "0a:58:0a:4d:00:02", "sandbox": netns}
+        ],
+        "ips": [
+            {"address": "10.77.0.1/24", "interface": 0},
+            {"address": format!("{}/24", c.v4), "gateway": "10.77.0.1", "interface": 1},
+            {"address": format!("{}/64", c.v6), "gateway": "fd77::1", "interface": 1}
+        ],
+        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
+        "dns": {}
+    })
+}
+
+/// One plugin call in the node namespace: `CNI_*` variables (those given as `None` unset)
+/// and `config` on stdin.
+fn cni(node: &Node, command: &str, netns: Option<&str>, config: &Value) -> Output {
+    let mut env = vec![
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", CID),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/opt/cni/bin"),
+    ];
+    if let Some(netns) = netns {
+        env.push(("CNI_NETNS", netns));
+    }
+    node.natledger(&[], &config.to_string(), &env)
+}
+
+fn error_code(out: &Output) -> u64 {
+    assert!(!out.status.success(), "expected a failure: {}", stderr(out));
+    let error: Value = serde_json::from_slice(&out.stdout).expect("an error object on stdout");
+    error["code"].as_u64().expect("a numeric code")
+}
+
+#[test]
+fn add_forwards_tcp_udp_and_ipv6_del_restores_the_tables() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let netns = format!("/run/netns/{}", c.ns);
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "c2 tcp"),
+            serve_udp(&c.ns, c.sock_v4(53), "c2 udp"),
+            serve_tcp(&c.ns, c.sock_v6(80), "c2 tcp6"),
+        ];
+        node.warm_up();
+        let before = node.dump();
+        let state_dir = node.state_dir();
+        let config = json!({
+            "cniVersion": "1.0.0",
+            "name": "testnet",
+            "type": "natledger",
+            "backend": backend.name(),
+            "stateDir": state_dir,
+            "runtimeConfig": {"portMappings": [
+                {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+                {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}
+            ]},
+            "prevResult": prev_result(&c, &netns)
+        });
+
+        let out = cni(&node, "ADD", Some(&netns), &config);
+        assert_ok(&out, "ADD");
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(printed, config["prevResult"], "prevResult passed through");
+        let id = format!("{CID}+eth0");
+        assert!(node.manifest_exists(&id));
+        let manifest = node.manifest(&id);
+        assert_eq!(manifest["cni"]["network"], "testnet");
+        assert_eq!(manifest["cni"]["ifname"], "eth0");
+        assert_eq!(manifest["cni"]["container_id"], CID);
+        assert_eq!(manifest["cni"]["netns_path"], netns.as_str());
+        assert!(manifest["netns"]["ino"].is_u64(), "netns identity recorded");
+        assert!(node.dump().contains(&format!("natledger:{id}")));
+
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("c2 tcp"),
+            "{backend:?} external tcp"
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V6, 8080), T).ok().as_deref(),
+            Some("c2 tcp6"),
+            "{backend:?} external tcp6"
+        );
+        assert_eq!(
+            udp_request(&ext, sock(NODE_V4, 5353), T).ok().as_deref(),
+            Some("c2 udp"),
+            "{backend:?} external udp"
+        );
+
+        // DEL as a runtime that lost its cache sends it: no runtimeConfig, no prevResult, no
+        // netns.
+        let bare = json!({
+            "cniVersion": "1.0.0", "name": "testnet", "type": "natledger",
+            "stateDir": state_dir,
+        });
+        let out = cni(&node, "DEL", None, &bare);
+        assert_ok(&out, "DEL");
+        assert!(out.stdout.is_empty(), "DEL prints nothing");
+        assert!(!node.manifest_exists(&id));
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: DEL leaves the tables as they were"
+        );
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), T).is_err());
+        // A second DEL succeeds and changes nothing.
+        assert_ok(&cni(&node, "DEL", Some(&netns), &config), "second DEL");
+        assert_eq!(node.dump(), before);
+    });
+}
+
+#[test]
+fn refused_calls_write_no_rule_and_no_manifest() {
+    let mut node = Node::new(Backend::Nft);
+    let c = node.topo.add_container(2);
+    let netns = format!("/run/netns/{}", c.ns);
+    node.warm_up();
+    let before = node.dump();
+    let good = json!({
+        "cniVersion": "1.0.0", "name": "testnet", "type": "natledger",
+        "stateDir": node.state_dir(),
+        "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]},
+        "prevResult": prev_result(&c, &netns)
+    });
+    let with = |key: &str, value: Value| {
+        let mut config = good.clone();
+        config[key] = value;
+        config
+    };
+    let cases = [
+        ("unknown version", with("cniVersion", json!("0.3.1")), 1),
+        ("malformed version", with("cniVersion", json!("one")), 6),
+        (
+            "bad port",
+            with(
+                "runtimeConfig",
+                json!({"portMappings": [{"hostPort": 0, "containerPort": 80}]}),
+            ),
+            7,
+        ),
+        ("no prevResult", with("prevResult", Value::Null), 7),
+        (
+            "portmap conditions",
+            with("conditionsV4", json!(["-s", "10.0.0.0/8"])),
+            2,
+        ),
+    ];
+    for (what, config, code) in cases {
+        let out = cni(&node, "ADD", Some(&netns), &config);
+        assert_eq!(error_code(&out), code, "{what}");
+    }
+    let out = node.natledger(
+        &[],
+        "{",
+        &[
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_CONTAINERID", CID),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_NETNS", &netns),
+        ],
+    );
+    assert_eq!(error_code(&out), 6, "not JSON");
+    let out = node.natledger(
+        &[],
+        &good.to_string(),
+        &[
+            ("CNI_COMMAND", "ADD"),
+            ("CNI_IFNAME", "eth0"),
+            ("CNI_NETNS", &netns),
+        ],
+    );
+    assert_eq!(error_code(&out), 4, "no CNI_CONTAINERID");
+    assert!(node.manifests().is_empty(), "no manifest");
+    assert_eq!(node.dump(), before, "no rule");
+    // VERSION needs nothing else.
+    let out = node.natledger(
+        &[],
+        r#"{"cniVersion":"1.0.0"}"#,
+        &[("CNI_COMMAND", "VERSION")],
+    );
+    assert_ok(&out, "VERSION");
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        answer["supportedVersions"],
+        json!(["0.4.0", "1.0.0", "1.1.0"])
+    );
+}
