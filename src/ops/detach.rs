@@ -3,6 +3,7 @@
 
 use crate::forwards;
 use crate::layout::tag;
+use crate::ledger::LedgerError;
 use crate::oci::ContainerId;
 
 use super::remove::{Removed, remove_container, settle};
@@ -16,7 +17,11 @@ pub fn remove_recorded(ctx: &Context, id: &ContainerId) -> Result<Removed, Error
         return Ok(Removed::Skipped);
     }
     let locked = ctx.ledger.lock()?;
+    // A manifest under another name (copied or edited) is not this attachment's: it stays for
+    // the operator and sweep, and only the rules tagged with `id` go (as poststop does).
+    let mut foreign_file = false;
     let manifest = ctx.ledger.load(id).unwrap_or_else(|e| {
+        foreign_file = matches!(e, LedgerError::Mismatch { .. });
         eprintln!(
             "natledger: {e}; removing the rules tagged {} instead",
             tag(id)
@@ -27,7 +32,13 @@ pub fn remove_recorded(ctx: &Context, id: &ContainerId) -> Result<Removed, Error
     let generation = forwards::before_writes(&ctx.netfilter, &cache);
     let removal = remove_container(ctx, &locked, id, manifest.as_ref());
     let stale_flows = removal.flows.clone();
-    let result = settle(&locked, id, manifest, removal);
+    let result = if foreign_file && removal.failures.is_empty() {
+        Ok(Removed::Done {
+            rules: removal.removed,
+        })
+    } else {
+        settle(&locked, id, manifest, removal)
+    };
     flows::forget(ctx, &stale_flows);
     forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
