@@ -34,9 +34,20 @@ fn prev_result(c: &Container, netns: &str) -> Value {
 /// One plugin call in the node namespace: `CNI_*` variables (those given as `None` unset)
 /// and `config` on stdin.
 fn cni(node: &Node, command: &str, netns: Option<&str>, config: &Value) -> Output {
+    cni_for(node, command, CID, netns, config)
+}
+
+/// [`cni`] for another container id.
+fn cni_for(
+    node: &Node,
+    command: &str,
+    container_id: &str,
+    netns: Option<&str>,
+    config: &Value,
+) -> Output {
     let mut env = vec![
         ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", CID),
+        ("CNI_CONTAINERID", container_id),
         ("CNI_IFNAME", "eth0"),
         ("CNI_PATH", "/opt/cni/bin"),
     ];
@@ -207,4 +218,165 @@ fn refused_calls_write_no_rule_and_no_manifest() {
         answer["supportedVersions"],
         json!(["0.4.0", "1.0.0", "1.1.0"])
     );
+}
+
+/// A config for `network` forwarding `host_port` to port 80 of `c`.
+fn config_for(node: &Node, network: &str, c: &Container, host_port: u16) -> Value {
+    let netns = format!("/run/netns/{}", c.ns);
+    json!({
+        "cniVersion": "1.1.0", "name": network, "type": "natledger",
+        "backend": node.backend.name(), "stateDir": node.state_dir(),
+        "runtimeConfig": {"portMappings": [{"hostPort": host_port, "containerPort": 80}]},
+        "prevResult": prev_result(c, &netns)
+    })
+}
+
+/// GC removes exactly the attachments of its network missing from the valid list: not the
+/// valid one, not another network's, not a hook container's; then DEL and poststop restore
+/// the tables.
+#[test]
+fn gc_removes_only_this_networks_stale_attachments() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        let c3 = node.topo.add_container(3);
+        let _servers = [
+            serve_tcp(&c2.ns, c2.sock_v4(80), "c2"),
+            serve_tcp(&c3.ns, c3.sock_v4(80), "c3"),
+        ];
+        node.warm_up();
+        let before = node.dump();
+        let ns2 = format!("/run/netns/{}", c2.ns);
+        let ns3 = format!("/run/netns/{}", c3.ns);
+        let (a, b, c) = ("aaaa1", "bbbb2", "cccc3");
+        assert_ok(
+            &cni_for(
+                &node,
+                "ADD",
+                a,
+                Some(&ns2),
+                &config_for(&node, "testnet", &c2, 8080),
+            ),
+            "ADD a",
+        );
+        assert_ok(
+            &cni_for(
+                &node,
+                "ADD",
+                b,
+                Some(&ns3),
+                &config_for(&node, "testnet", &c3, 8081),
+            ),
+            "ADD b",
+        );
+        assert_ok(
+            &cni_for(
+                &node,
+                "ADD",
+                c,
+                Some(&ns3),
+                &config_for(&node, "othernet", &c3, 8082),
+            ),
+            "ADD c",
+        );
+        node.create(
+            "hookc",
+            None,
+            &[
+                ("io.natledger.ports", "8083:80"),
+                ("io.natledger.ip", "10.77.0.3"),
+            ],
+        );
+        let ext = node.topo.ext().to_string();
+        for port in [8080, 8081, 8082, 8083] {
+            assert!(
+                tcp_request(&ext, sock(NODE_V4, port), T).is_ok(),
+                "{backend:?} {port} before GC"
+            );
+        }
+
+        let mut gc = config_for(&node, "testnet", &c2, 8080);
+        let gc = gc.as_object_mut().unwrap();
+        gc.remove("runtimeConfig");
+        gc.remove("prevResult");
+        let without_list = Value::Object(gc.clone());
+        gc.insert(
+            "cni.dev/valid-attachments".into(),
+            json!([{"containerID": a, "ifname": "eth0"}]),
+        );
+        let gc = Value::Object(gc.clone());
+        let run_gc = |config: &Value| {
+            node.natledger(
+                &[],
+                &config.to_string(),
+                &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+            )
+        };
+        assert_eq!(error_code(&run_gc(&without_list)), 7, "GC without the list");
+        assert_eq!(node.manifests().len(), 4);
+        let out = run_gc(&gc);
+        assert_ok(&out, "GC");
+        assert!(out.stdout.is_empty());
+        assert!(!node.manifest_exists("bbbb2+eth0"));
+        for kept in ["aaaa1+eth0", "cccc3+eth0", "hookc"] {
+            assert!(node.manifest_exists(kept), "{kept} kept");
+        }
+        assert!(
+            tcp_request(&ext, sock(NODE_V4, 8081), T).is_err(),
+            "{backend:?} b's port gone"
+        );
+        for port in [8080, 8082, 8083] {
+            assert!(
+                tcp_request(&ext, sock(NODE_V4, port), T).is_ok(),
+                "{backend:?} {port} after GC"
+            );
+        }
+        // Again: nothing more to do.
+        assert_ok(&run_gc(&gc), "second GC");
+        assert_eq!(node.manifests().len(), 3);
+
+        assert_ok(
+            &cni_for(
+                &node,
+                "DEL",
+                a,
+                Some(&ns2),
+                &config_for(&node, "testnet", &c2, 8080),
+            ),
+            "DEL a",
+        );
+        assert_ok(
+            &cni_for(
+                &node,
+                "DEL",
+                c,
+                Some(&ns3),
+                &config_for(&node, "othernet", &c3, 8082),
+            ),
+            "DEL c",
+        );
+        assert_ok(&node.poststop("hookc"), "poststop");
+        assert_eq!(node.dump(), before, "{backend:?}: everything removed");
+    });
+}
+
+#[test]
+fn status_says_whether_natledger_can_write_here() {
+    let node = Node::new(Backend::Nft);
+    let status = |state_dir: &std::path::Path| {
+        let config = json!({"cniVersion": "1.1.0", "name": "testnet", "type": "natledger",
+            "stateDir": state_dir});
+        node.natledger(&[], &config.to_string(), &[("CNI_COMMAND", "STATUS")])
+    };
+    let out = status(&node.state_dir());
+    assert_ok(&out, "STATUS");
+    assert!(out.stdout.is_empty());
+    // A state directory under a regular file cannot be made.
+    let file = node.dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    assert_eq!(error_code(&status(&file.join("state"))), 50);
+    // 1.0.0 has no STATUS.
+    let config = json!({"cniVersion": "1.0.0", "name": "testnet", "type": "natledger"});
+    let out = node.natledger(&[], &config.to_string(), &[("CNI_COMMAND", "STATUS")]);
+    assert_eq!(error_code(&out), 1);
 }

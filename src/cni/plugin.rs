@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 
 use super::{CniError, Code, Plugin, Request};
-use crate::backend::BackendChoice;
+use crate::backend::{BackendChoice, tool};
 use crate::exec::SystemRunner;
-use crate::ledger::{CniAttachment, Ledger};
+use crate::family::Family;
+use crate::ledger::{CniAttachment, Ledger, LedgerError};
 use crate::oci::PORT_CONFLICT_ENV;
 use crate::ops::{self, Context, Creating};
 use crate::sharing::NetnsId;
@@ -52,6 +53,10 @@ fn netlink_allowed() -> bool {
 }
 
 fn failed(what: &'static str, e: ops::Error) -> CniError {
+    CniError::new(Code::Failed, what, e.to_string())
+}
+
+fn failed_ledger(what: &'static str, e: LedgerError) -> CniError {
     CniError::new(Code::Failed, what, e.to_string())
 }
 
@@ -132,10 +137,68 @@ impl Plugin for Natledger {
     fn check(&self, _request: &Request) -> Result<(), CniError> {
         Err(not_yet("CHECK"))
     }
-    fn gc(&self, _request: &Request) -> Result<(), CniError> {
-        Err(not_yet("GC"))
+    /// Every attachment of this network (by its manifest's `cni.network`) whose
+    /// `(containerID, ifname)` is not in `cni.dev/valid-attachments` is removed as by DEL;
+    /// other networks' and OCI hook containers' manifests (no `cni`) are never touched.
+    /// Keeps going past a failure and reports them all (SPEC.md §2 GC).
+    fn gc(&self, request: &Request) -> Result<(), CniError> {
+        // Without the list, every attachment of the network would look stale: refuse.
+        let Some(valid) = &request.conf.valid_attachments else {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "missing cni.dev/valid-attachments",
+                "GC needs the list of still valid attachments",
+            ));
+        };
+        let (ledger, backend) = settings(request);
+        let runner = SystemRunner::from_env();
+        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
+        ctx.netfilter = ctx
+            .netfilter
+            .with_native(netlink_allowed())
+            .with_conntrack(true);
+        let listed = ctx
+            .ledger
+            .list()
+            .map_err(|e| failed_ledger("could not read the ledger", e))?;
+        let mut errors = Vec::new();
+        for manifest in listed.into_iter().flatten() {
+            let Some(cni) = &manifest.cni else { continue };
+            let stale = cni.network == request.conf.name
+                && !valid
+                    .iter()
+                    .any(|v| v.container_id == cni.container_id && v.ifname == cni.ifname);
+            if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
+                errors.push(e.to_string());
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(CniError::new(
+                Code::Failed,
+                "could not remove every stale attachment",
+                errors.join("; "),
+            ))
+        }
     }
-    fn status(&self, _request: &Request) -> Result<(), CniError> {
-        Err(not_yet("STATUS"))
+
+    /// Ready when the ledger can be locked (its directory made and checked) and the
+    /// backend's restore tools exist for both families; otherwise 50 with the reason.
+    fn status(&self, request: &Request) -> Result<(), CniError> {
+        let (ledger, backend) = settings(request);
+        let unavailable = |details: String| {
+            CniError::new(
+                Code::Unavailable,
+                "natledger cannot write rules here",
+                details,
+            )
+        };
+        ledger.lock().map_err(|e| unavailable(e.to_string()))?;
+        let backend = backend.resolve();
+        for family in Family::ALL {
+            tool(backend, family, "restore").map_err(|e| unavailable(e.to_string()))?;
+        }
+        Ok(())
     }
 }
