@@ -380,3 +380,59 @@ fn status_says_whether_natledger_can_write_here() {
     let out = node.natledger(&[], &config.to_string(), &[("CNI_COMMAND", "STATUS")]);
     assert_eq!(error_code(&out), 1);
 }
+
+/// CHECK passes after ADD, names a recorded rule someone deleted, needs prevResult, and
+/// after DEL fails when mappings are asked for.
+#[test]
+fn check_finds_a_missing_rule() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let netns = format!("/run/netns/{}", c.ns);
+        node.warm_up();
+        let config = config_for(&node, "testnet", &c, 8080);
+        assert_ok(&cni(&node, "ADD", Some(&netns), &config), "ADD");
+        let out = cni(&node, "CHECK", Some(&netns), &config);
+        assert_ok(&out, "CHECK after ADD");
+        assert!(out.stdout.is_empty());
+
+        let mut no_prev = config.clone();
+        no_prev.as_object_mut().unwrap().remove("prevResult");
+        assert_eq!(error_code(&cni(&node, "CHECK", Some(&netns), &no_prev)), 7);
+
+        // Someone deletes the IPv4 DNAT.
+        let manifest = node.manifest(&format!("{CID}+eth0"));
+        let dnat = manifest["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
+            .expect("an ipv4 DNAT record");
+        let mut args = vec!["-t", "nat", "-D", "NATLEDGER-HOSTPORTS"];
+        args.extend(
+            dnat["rule"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap()),
+        );
+        let tool = iptables_tool(backend, Family::V4);
+        let deleted = run_in(node.topo.node(), tool, &args, None);
+        assert!(deleted.status.success(), "{}", stderr(&deleted));
+        let out = cni(&node, "CHECK", Some(&netns), &config);
+        assert_eq!(error_code(&out), 100);
+        let error: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let details = error["details"].as_str().unwrap();
+        assert!(details.contains("NATLEDGER-HOSTPORTS"), "{details}");
+        assert!(details.contains("1 of"), "{details}");
+
+        assert_ok(&cni(&node, "DEL", Some(&netns), &config), "DEL");
+        assert_eq!(error_code(&cni(&node, "CHECK", Some(&netns), &config)), 100);
+        let mut no_mappings = config.clone();
+        no_mappings.as_object_mut().unwrap().remove("runtimeConfig");
+        assert_ok(
+            &cni(&node, "CHECK", Some(&netns), &no_mappings),
+            "CHECK, nothing asked",
+        );
+    });
+}

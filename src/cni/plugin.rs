@@ -7,7 +7,7 @@ use super::{CniError, Code, Plugin, Request};
 use crate::backend::{BackendChoice, tool};
 use crate::exec::SystemRunner;
 use crate::family::Family;
-use crate::ledger::{CniAttachment, Ledger, LedgerError};
+use crate::ledger::{CniAttachment, Ledger, LedgerError, Phase};
 use crate::oci::PORT_CONFLICT_ENV;
 use crate::ops::{self, Context, Creating};
 use crate::sharing::NetnsId;
@@ -16,17 +16,8 @@ use crate::sharing::NetnsId;
 /// one: the hooks' default, so one ledger holds both.
 const STATE_DIR: &str = "/run/natledger";
 
-/// natledger's commands. Those not built yet answer a plugin-specific error, so a runtime
-/// never takes silence for success.
+/// natledger's commands.
 pub struct Natledger;
-
-fn not_yet(command: &str) -> CniError {
-    CniError::new(
-        Code::Failed,
-        "not implemented",
-        format!("natledger does not implement CNI {command} yet"),
-    )
-}
 
 /// Where and how: the config's keys first, then the environment the hooks read, then the
 /// defaults.
@@ -134,8 +125,63 @@ impl Plugin for Natledger {
             .map_err(|e| failed("could not remove the port mappings", e))
     }
 
-    fn check(&self, _request: &Request) -> Result<(), CniError> {
-        Err(not_yet("CHECK"))
+    /// Every rule recorded for the attachment is where it was written (backend, family,
+    /// table, chain, arguments); an error names the first missing ones. Mappings asked for
+    /// but nothing recorded, or a manifest not fully installed, are errors too.
+    fn check(&self, request: &Request) -> Result<(), CniError> {
+        // The spec requires it; portmap refuses without it too.
+        if request.conf.prev_result.is_none() {
+            return Err(CniError::new(
+                Code::InvalidConfig,
+                "required prevResult missing",
+                "CHECK needs the result of the attachment's ADD",
+            ));
+        }
+        let attachment = request.attachment().expect("CHECK has an attachment");
+        let id = attachment.ledger_id()?;
+        let (ledger, backend) = settings(request);
+        let runner = SystemRunner::from_env();
+        let ctx = Context::new(ledger, backend.resolve(), &runner);
+        let manifest = ctx
+            .ledger
+            .load(&id)
+            .map_err(|e| failed_ledger("could not read the attachment's manifest", e))?;
+        let Some(manifest) = manifest else {
+            if request.conf.mappings.is_empty() {
+                return Ok(());
+            }
+            return Err(CniError::new(
+                Code::Failed,
+                "port mappings not installed",
+                format!("natledger has no record of attachment {id}"),
+            ));
+        };
+        if manifest.phase != Phase::Installed {
+            return Err(CniError::new(
+                Code::Failed,
+                "port mappings not installed",
+                format!("attachment {id} is {:?}, not installed", manifest.phase),
+            ));
+        }
+        let missing = ops::missing_rules(&ctx, &manifest)
+            .map_err(|e| failed("could not read the rules", e))?;
+        let Some(first) = missing.first() else {
+            return Ok(());
+        };
+        Err(CniError::new(
+            Code::Failed,
+            "port mapping rules missing",
+            format!(
+                "{} of {} rule(s) of attachment {id} missing, first in {} {} {}: -A {} {}",
+                missing.len(),
+                manifest.rules.len(),
+                first.backend,
+                first.family,
+                first.table,
+                first.chain,
+                first.rule.join(" ")
+            ),
+        ))
     }
     /// Every attachment of this network (by its manifest's `cni.network`) whose
     /// `(containerID, ifname)` is not in `cni.dev/valid-attachments` is removed as by DEL;

@@ -9,12 +9,14 @@ mod remove;
 pub mod sweep;
 #[cfg(test)]
 mod testing;
+mod verify;
 
 pub use create::{Created, Creating, create, create_runtime};
 pub use detach::remove_recorded;
 pub use list::{ListEntry, list, render_table};
 pub use remove::{Removal, Removed, poststop, remove_container};
 pub use sweep::{SweepOptions, SweepReport, sweep};
+pub use verify::missing_rules;
 
 use std::net::IpAddr;
 

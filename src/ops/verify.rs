@@ -1,0 +1,43 @@
+//! Whether a container's recorded rules are in place (a CNI CHECK): each record looked for,
+//! argument for argument, in its chain of the backend, family and table it was written to.
+
+use crate::layout::TABLES;
+use crate::ledger::{Manifest, RuleRecord};
+
+use super::{Context, Error};
+
+/// The records of `manifest` not found where they were written; each (backend, family,
+/// table) is read once.
+pub fn missing_rules(ctx: &Context, manifest: &Manifest) -> Result<Vec<RuleRecord>, Error> {
+    let mut missing = Vec::new();
+    let mut places: Vec<(crate::backend::Backend, crate::family::Family, &'static str)> =
+        Vec::new();
+    for record in &manifest.rules {
+        match TABLES.iter().find(|t| **t == record.table) {
+            Some(table) if !places.contains(&(record.backend, record.family, *table)) => {
+                places.push((record.backend, record.family, *table));
+            }
+            Some(_) => {}
+            // A table natledger never writes cannot hold the record.
+            None => missing.push(record.clone()),
+        }
+    }
+    for (backend, family, table) in places {
+        let dump = ctx.netfilter.read(backend, family, table)?;
+        for record in manifest
+            .rules
+            .iter()
+            .filter(|r| r.backend == backend && r.family == family && r.table == table)
+        {
+            let present = dump.as_ref().is_some_and(|t| {
+                t.rules
+                    .iter()
+                    .any(|r| r.chain == record.chain && r.args == record.rule)
+            });
+            if !present {
+                missing.push(record.clone());
+            }
+        }
+    }
+    Ok(missing)
+}
