@@ -2,12 +2,20 @@
 //! same start time (a pid number can be reused by an unrelated process), in the same boot
 //! (a state directory that survives a reboot must not match a new process by chance), as seen
 //! from the same pid namespace (a pid recorded in another one says nothing here).
+//!
+//! A CNI attachment has no process: it is alive while the network namespace its runtime
+//! named (`CNI_NETNS`, a bind mount such as `/run/netns/NAME`) is still the one ADD saw at
+//! that path ([`netns_alive`]).
 
+use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
+
+use crate::sharing::NetnsId;
 
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -31,6 +39,9 @@ pub struct Recorded<'a> {
     pub boot_id: Option<&'a str>,
     /// The pid namespace `pid` was seen in.
     pub pid_namespace: Option<u64>,
+    /// For a container without a pid (a CNI attachment): the network namespace path it was
+    /// given and the namespace that path named then.
+    pub netns: Option<(&'a Path, NetnsId)>,
 }
 
 /// Start time of `pid` in clock ticks after boot (field 22 of `/proc/PID/stat`).
@@ -63,19 +74,28 @@ pub fn check_readable() -> std::io::Result<()> {
 }
 
 /// Whether the recorded process still runs: same boot, pid present and not a zombie, same
-/// start time. Only positive evidence makes a container dead (another boot; `kill(pid, 0)`
-/// says no such process; its stat shows a zombie or another start time). Where nothing can be
-/// known it counts as alive, so that nothing is torn down: no recorded pid, a pid recorded in
-/// another pid namespace, or a process whose stat this process may not read (`hidepid`).
+/// start time; for a record without a pid but with a network namespace path (a CNI
+/// attachment), same boot and [`netns_alive`]. Only positive evidence makes a container dead
+/// (another boot; `kill(pid, 0)` says no such process; its stat shows a zombie or another
+/// start time; its namespace path gone or naming another namespace). Where nothing can be
+/// known it counts as alive, so that nothing is torn down: neither a pid nor a namespace path
+/// recorded, a pid recorded in another pid namespace, or a process whose stat this process may
+/// not read (`hidepid`).
 pub fn is_alive(recorded: Recorded) -> bool {
-    let Some(pid) = recorded.pid.filter(|p| *p > 0) else {
+    let pid = recorded.pid.filter(|p| *p > 0);
+    if pid.is_none() && recorded.netns.is_none() {
         return true;
-    };
+    }
     if let Some(then) = recorded.boot_id
         && boot_id().is_some_and(|now| now != then)
     {
         return false;
     }
+    let Some(pid) = pid else {
+        return recorded
+            .netns
+            .is_none_or(|(path, then)| netns_alive(path, then));
+    };
     if let Some(then) = recorded.pid_namespace
         && pid_namespace().is_some_and(|now| now != then)
     {
@@ -87,6 +107,19 @@ pub fn is_alive(recorded: Recorded) -> bool {
     match stat(pid) {
         None => true,
         Some((state, now)) => state != "Z" && recorded.start_time.is_none_or(|then| then == now),
+    }
+}
+
+/// Whether `path` still names the network namespace `then`. Dead only on positive evidence:
+/// the path is gone (`ENOENT`, or `ENOTDIR`: a directory on it is now something else), or it
+/// is a namespace file again (nsfs: `then`'s device) of another namespace (another inode: the
+/// name was reused). Anything else counts as alive: the same namespace; a path this process
+/// may not read (`EACCES`, ...); a path that exists but is no namespace file from here (a
+/// mount namespace that does not see the runtime's bind mount shows the empty file under it).
+pub fn netns_alive(path: &Path, then: NetnsId) -> bool {
+    match std::fs::metadata(path) {
+        Err(e) => !matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory),
+        Ok(now) => now.dev() != then.dev || now.ino() == then.ino,
     }
 }
 
@@ -111,6 +144,7 @@ mod tests {
             start_time,
             boot_id,
             pid_namespace: pid_namespace(),
+            netns: None,
         };
         assert!(is_alive(rec(Some(me), Some(start), Some(&boot))));
         assert!(is_alive(rec(Some(me), Some(start), None)));
@@ -132,5 +166,47 @@ mod tests {
             "another boot is dead, whatever the namespace"
         );
         assert!(check_readable().is_ok());
+    }
+
+    #[test]
+    fn a_netns_path_is_dead_only_when_gone_or_naming_another_namespace() {
+        let net = Path::new("/proc/self/ns/net");
+        let mine = NetnsId::of_path(net).unwrap();
+        // Another namespace file of the same nsfs: what a reused name looks like.
+        let uts = NetnsId::of_path(Path::new("/proc/self/ns/uts")).unwrap();
+        assert_eq!(uts.dev, mine.dev, "namespace files share nsfs's device");
+        assert!(netns_alive(net, mine));
+        assert!(!netns_alive(net, uts), "the path names another namespace");
+        let dir = std::env::temp_dir().join(format!("natledger-netns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert!(!netns_alive(&dir.join("gone"), mine), "ENOENT");
+        let file = dir.join("file");
+        std::fs::write(&file, "").unwrap();
+        assert!(!netns_alive(&file.join("below"), mine), "ENOTDIR");
+        // No namespace file from here (an unmounted or unseen bind mount): cannot judge.
+        assert!(netns_alive(&file, mine));
+        // Unreadable for another reason (here ELOOP): cannot judge.
+        let looped = dir.join("loop");
+        std::os::unix::fs::symlink(&looped, &looped).unwrap();
+        assert!(netns_alive(&looped, mine));
+        std::fs::remove_dir_all(&dir).unwrap();
+
+        let boot = boot_id().unwrap();
+        let rec = |netns, boot_id| Recorded {
+            pid: None,
+            start_time: None,
+            boot_id,
+            pid_namespace: None,
+            netns,
+        };
+        assert!(is_alive(rec(Some((net, mine)), Some(&boot))));
+        assert!(is_alive(rec(Some((net, mine)), None)));
+        assert!(!is_alive(rec(Some((net, uts)), Some(&boot))));
+        assert!(!is_alive(rec(Some((Path::new("/nonexistent/ns"), mine)), None)));
+        assert!(
+            !is_alive(rec(Some((net, mine)), Some("another-boot"))),
+            "a namespace seen in another boot says nothing now"
+        );
+        assert!(is_alive(rec(None, Some("another-boot"))), "nothing to judge");
     }
 }

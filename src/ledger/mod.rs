@@ -105,8 +105,9 @@ pub struct Manifest {
     /// Start time of `pid` (clock ticks after boot, /proc/PID/stat field 22): a live pid with
     /// another start time is a reused pid, so the container is dead.
     pub pid_start_time: Option<u64>,
-    /// The boot `pid` belongs to (`/proc/sys/kernel/random/boot_id`), for state directories
-    /// that survive a reboot. Absent in manifests written before it was recorded.
+    /// The boot `pid` (or a CNI attachment's `netns`) was recorded in
+    /// (`/proc/sys/kernel/random/boot_id`), for state directories that survive a reboot.
+    /// Absent in manifests written before it was recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub boot_id: Option<String>,
     /// The pid namespace `pid` is a pid of (inode of `/proc/self/ns/pid` of the hook): a
@@ -183,13 +184,20 @@ pub struct Locked<'a> {
 }
 
 impl Manifest {
-    /// Whether the container's process still runs (see [`procfs::is_alive`]).
+    /// Whether the container's process still runs, or for a CNI attachment its network
+    /// namespace is still the one at its recorded path (see [`procfs::is_alive`]): the one
+    /// judgement sweep, create's claims, `list` and doctor use.
     pub fn alive(&self) -> bool {
         procfs::is_alive(procfs::Recorded {
             pid: self.pid,
             start_time: self.pid_start_time,
             boot_id: self.boot_id.as_deref(),
             pid_namespace: self.pid_namespace,
+            netns: self
+                .cni
+                .as_ref()
+                .and_then(|c| c.netns_path.as_deref())
+                .zip(self.netns),
         })
     }
 }

@@ -115,7 +115,9 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         bundle: input.bundle.clone(),
         pid: input.pid,
         pid_start_time,
-        boot_id: input.pid.and_then(|_| procfs::boot_id()),
+        boot_id: (input.pid.is_some() || input.netns.is_some())
+            .then(procfs::boot_id)
+            .flatten(),
         pid_namespace: input.pid.and_then(|_| procfs::pid_namespace()),
         phase: Phase::Installing,
         mappings,
