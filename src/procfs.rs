@@ -202,11 +202,17 @@ mod tests {
         assert!(is_alive(rec(Some((net, mine)), Some(&boot))));
         assert!(is_alive(rec(Some((net, mine)), None)));
         assert!(!is_alive(rec(Some((net, uts)), Some(&boot))));
-        assert!(!is_alive(rec(Some((Path::new("/nonexistent/ns"), mine)), None)));
+        assert!(!is_alive(rec(
+            Some((Path::new("/nonexistent/ns"), mine)),
+            None
+        )));
         assert!(
             !is_alive(rec(Some((net, mine)), Some("another-boot"))),
             "a namespace seen in another boot says nothing now"
         );
-        assert!(is_alive(rec(None, Some("another-boot"))), "nothing to judge");
+        assert!(
+            is_alive(rec(None, Some("another-boot"))),
+            "nothing to judge"
+        );
     }
 }

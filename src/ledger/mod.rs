@@ -155,6 +155,32 @@ pub struct CniAttachment {
     pub netns_path: Option<PathBuf>,
 }
 
+impl std::fmt::Display for CniAttachment {
+    /// As `list`, `sweep` and doctor show it: `cni net=podman ifname=eth0 container=ID`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cni net={} ifname={} container={}",
+            word(&self.network),
+            word(&self.ifname),
+            word(&self.container_id)
+        )
+    }
+}
+
+/// A recorded value as one word: as it is when plain (what ADD validated it to be), quoted
+/// and cut ([`crate::echo::Echo`]) otherwise.
+fn word(value: &str) -> String {
+    let plain = !value.is_empty()
+        && value.len() <= crate::echo::SHOWN
+        && value.bytes().all(|b| b.is_ascii_graphic() && b != b'"');
+    if plain {
+        value.to_string()
+    } else {
+        crate::echo::Echo::from(value).to_string()
+    }
+}
+
 /// Mappings a container uses through `holder`'s rules, which are tagged with `holder`'s id.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shared {
@@ -199,6 +225,18 @@ impl Manifest {
                 .and_then(|c| c.netns_path.as_deref())
                 .zip(self.netns),
         })
+    }
+}
+
+impl Manifest {
+    /// What started the container, for people: `pid 1234` (`pid -` when none was recorded),
+    /// or a CNI attachment's network, interface and container id ([`CniAttachment`]).
+    pub fn origin(&self) -> String {
+        match (&self.cni, self.pid) {
+            (Some(cni), _) => cni.to_string(),
+            (None, Some(pid)) => format!("pid {pid}"),
+            (None, None) => "pid -".to_string(),
+        }
     }
 }
 
@@ -463,4 +501,4 @@ fn read_manifest(path: &Path) -> Result<Option<Manifest>, LedgerError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

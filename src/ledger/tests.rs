@@ -56,7 +56,7 @@ const MANIFEST_V1: &str = r#"{
 }
 "#;
 
-fn sample() -> Manifest {
+pub(crate) fn sample() -> Manifest {
     Manifest {
         schema: SCHEMA,
         container_id: "c0ffee".parse().unwrap(),
@@ -352,4 +352,54 @@ fn a_state_directory_from_an_older_release_is_tightened_to_0700() {
         let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o700, "{}", d.display());
     }
+}
+
+/// A CNI attachment's manifest (ledger id `cid+eth0`, no pid) whose namespace was `netns` at
+/// `netns_path`.
+pub(crate) fn cni_sample(cid: &str, netns_path: &Path, netns: Option<NetnsId>) -> Manifest {
+    Manifest {
+        container_id: format!("{cid}+eth0").parse().unwrap(),
+        bundle: None,
+        pid: None,
+        pid_start_time: None,
+        pid_namespace: None,
+        boot_id: procfs::boot_id(),
+        netns,
+        cni: Some(CniAttachment {
+            container_id: cid.to_string(),
+            ifname: "eth0".to_string(),
+            network: "podman".to_string(),
+            netns_path: Some(netns_path.to_path_buf()),
+        }),
+        ..sample()
+    }
+}
+
+#[test]
+fn an_attachment_is_shown_by_network_ifname_and_container() {
+    let net = Path::new("/proc/self/ns/net");
+    let m = cni_sample("abc", net, NetnsId::of_path(net));
+    assert_eq!(m.origin(), "cni net=podman ifname=eth0 container=abc");
+    assert_eq!(sample().origin(), "pid 4242");
+    let odd = CniAttachment {
+        ifname: "e th0".to_string(),
+        ..m.cni.clone().unwrap()
+    };
+    assert_eq!(
+        odd.to_string(),
+        r#"cni net=podman ifname="e th0" container=abc"#,
+        "a value that is not one plain word is quoted"
+    );
+    // Its liveness is its namespace's: alive while the path names the recorded one, dead
+    // once it is gone or names another; no identity recorded: cannot judge.
+    assert!(m.alive());
+    let uts = NetnsId::of_path(Path::new("/proc/self/ns/uts"));
+    assert!(!cni_sample("abc", net, uts).alive());
+    assert!(!cni_sample("abc", Path::new("/run/netns/natledger-gone"), m.netns).alive());
+    assert!(cni_sample("abc", Path::new("/run/netns/natledger-gone"), None).alive());
+    let earlier_boot = Manifest {
+        boot_id: Some("another-boot".into()),
+        ..m.clone()
+    };
+    assert!(!earlier_boot.alive(), "a namespace seen in another boot");
 }

@@ -1,4 +1,5 @@
-//! `natledger list`: every manifest, with whether its container is alive.
+//! `natledger list`: every manifest, with whether its container is alive (a CNI attachment:
+//! its network namespace, see `crate::procfs`), and for an attachment its network and ifname.
 
 use std::fmt::Write as _;
 
@@ -75,9 +76,9 @@ pub fn render_table(entries: &[ListEntry]) -> String {
         };
         let _ = writeln!(
             out,
-            "{}  pid {}  {state}  {:?}  {}  {}",
+            "{}  {}  {state}  {:?}  {}  {}",
             m.container_id,
-            m.pid.map_or("-".into(), |p| p.to_string()),
+            m.origin(),
             m.phase,
             backend,
             mappings.join(","),
@@ -104,4 +105,60 @@ pub fn render_table(entries: &[ListEntry]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::ledger::tests::{cni_sample, sample};
+    use crate::sharing::NetnsId;
+
+    #[test]
+    fn attachments_are_judged_by_their_netns_and_shown_with_network_and_ifname() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let net = Path::new("/proc/self/ns/net");
+        let live = cni_sample("live", net, NetnsId::of_path(net));
+        let gone = cni_sample("gone", Path::new("/run/netns/natledger-gone"), live.netns);
+        {
+            let locked = ledger.lock().unwrap();
+            locked.store(&live).unwrap();
+            locked.store(&gone).unwrap();
+        }
+        let entries: Vec<ListEntry> = list(&ledger)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let alive: Vec<(&str, bool)> = entries
+            .iter()
+            .map(|e| (e.manifest.container_id.as_str(), e.alive))
+            .collect();
+        assert_eq!(alive, [("gone+eth0", false), ("live+eth0", true)]);
+        let text = render_table(&entries);
+        assert!(
+            text.contains("gone+eth0  cni net=podman ifname=eth0 container=gone  dead"),
+            "{text}"
+        );
+        assert!(
+            text.contains("live+eth0  cni net=podman ifname=eth0 container=live  alive"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&entries).unwrap();
+        assert_eq!(json[0]["cni"]["network"], "podman");
+        assert_eq!(json[0]["cni"]["ifname"], "eth0");
+        assert_eq!(json[0]["cni"]["container_id"], "gone");
+        assert_eq!(json[0]["alive"], false);
+        // A hook container still shows its pid.
+        assert!(
+            render_table(&[ListEntry {
+                alive: true,
+                kept_for: Vec::new(),
+                manifest: sample(),
+            }])
+            .contains("c0ffee  pid 4242  alive")
+        );
+    }
 }

@@ -77,11 +77,12 @@ pub enum Error {
         family: Family,
         have: Vec<IpAddr>,
     },
-    #[error("host port {mapping} is held by live container {holder} (pid {pid}){membership}")]
+    #[error("host port {mapping} is held by live container {holder} ({origin}){membership}")]
     PortClaimed {
         mapping: PortMapping,
         holder: ContainerId,
-        pid: String,
+        /// `pid N`, or a CNI attachment's network and ifname (`Manifest::origin`).
+        origin: String,
         membership: Membership,
     },
     #[error(

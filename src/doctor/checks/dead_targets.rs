@@ -80,7 +80,7 @@ fn judge_target(host: &Host, step: &Step, comments: &[&str], addr: IpAddr) -> Op
             Some(m) if m.alive() => None,
             Some(m) => Some(vec![format!(
                 "natledger manifest: container {id}{} is dead",
-                m.pid.map_or(String::new(), |p| format!(" (pid {p})"))
+                super::natledger_state::origin(m)
             )]),
             None => Some(vec![format!("natledger: no manifest for container {id}")]),
         };

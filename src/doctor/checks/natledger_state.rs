@@ -24,7 +24,7 @@ impl Checks<'_> {
             let summary = format!(
                 "Container {}{} is dead, but its manifest and {} rule(s) remain.",
                 m.container_id,
-                m.pid.map_or(String::new(), |p| format!(" (pid {p})")),
+                origin(m),
                 m.rules.len()
             );
             let finding = manifest_finding(m, Severity::Warning, summary, Vec::new());
@@ -122,7 +122,7 @@ impl Checks<'_> {
             }
             let (whose, restart) = if needs.sharers(&m.container_id).is_empty() {
                 (
-                    format!("Live container {}", m.container_id),
+                    format!("Live container {}{}", m.container_id, origin(m)),
                     format!(
                         "restart container {} (its createRuntime hook writes the rules again)",
                         m.container_id
@@ -160,6 +160,16 @@ impl Checks<'_> {
                 ..finding
             });
         }
+    }
+}
+
+/// How a summary names what started a container: ` (pid 1234)`, ` (cni net=podman ifname=eth0
+/// container=ID)`, or nothing when neither was recorded.
+pub(super) fn origin(m: &Manifest) -> String {
+    if m.cni.is_none() && m.pid.is_none() {
+        String::new()
+    } else {
+        format!(" ({})", m.origin())
     }
 }
 

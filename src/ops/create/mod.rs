@@ -473,7 +473,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
                             me.mappings.first().expect("create has mappings").clone()
                         }),
                         holder: keeper.container_id.clone(),
-                        pid: pid_text(keeper.pid),
+                        origin: keeper.origin(),
                         membership,
                     });
                 }
@@ -511,7 +511,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             return Err(Error::PortClaimed {
                 mapping: (*first).clone(),
                 holder: keeper.container_id.clone(),
-                pid: pid_text(keeper.pid),
+                origin: keeper.origin(),
                 membership,
             });
         }

@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::family::Family;
-use crate::ledger::Manifest;
+use crate::ledger::{CniAttachment, Manifest};
 
 use super::{Reason, Removed, SweepOptions, TablePlan};
 
@@ -51,6 +51,9 @@ pub struct ContainerReport {
     /// `None` for a manifest whose file name is not a container id.
     pub id: Option<String>,
     pub pid: Option<i32>,
+    /// A CNI attachment's network, ifname, container id and netns path (it has no pid).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cni: Option<CniAttachment>,
     pub state: Liveness,
     pub manifest: Fate,
     pub rules_removed: usize,
@@ -58,6 +61,9 @@ pub struct ContainerReport {
     /// share them (`crate::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<String>,
+    /// [`Manifest::origin`], for the text report.
+    #[serde(skip)]
+    origin: String,
     /// The manifest file.
     #[serde(skip)]
     path: PathBuf,
@@ -100,6 +106,8 @@ impl ContainerReport {
         ContainerReport {
             id: Some(manifest.container_id.to_string()),
             pid: manifest.pid,
+            cni: manifest.cni.clone(),
+            origin: manifest.origin(),
             state: if alive {
                 Liveness::Alive
             } else {
@@ -116,6 +124,8 @@ impl ContainerReport {
         ContainerReport {
             id,
             pid: None,
+            cni: None,
+            origin: "pid -".to_string(),
             state: Liveness::Unreadable,
             manifest: Fate::Kept,
             rules_removed: 0,
@@ -232,7 +242,7 @@ impl SweepReport {
         };
         for c in &self.containers {
             let id = c.id.as_deref().unwrap_or("?");
-            let pid = c.pid.map_or("-".to_string(), |p| p.to_string());
+            let origin = &c.origin;
             let state = match c.state {
                 Liveness::Alive if !self.all => continue,
                 Liveness::Alive => "live",
@@ -248,7 +258,7 @@ impl SweepReport {
             if !c.kept_for.is_empty() && !self.all {
                 let _ = writeln!(
                     out,
-                    "{state} container {id} (pid {pid}): rules kept, shared with live \
+                    "{state} container {id} ({origin}): rules kept, shared with live \
                      container(s) {} in its network namespace",
                     c.kept_for.join(", ")
                 );
@@ -256,7 +266,7 @@ impl SweepReport {
             }
             let _ = writeln!(
                 out,
-                "{state} container {id} (pid {pid}): {verb} {} rule(s), {fate}",
+                "{state} container {id} ({origin}): {verb} {} rule(s), {fate}",
                 c.rules_removed
             );
         }
@@ -308,5 +318,41 @@ fn reason_text(reason: Reason) -> &'static str {
         Reason::DuplicateJump => "duplicate jump",
         Reason::StaleChain => "stale chain",
         Reason::Uninstall => "uninstall",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::ledger::tests::cni_sample;
+
+    #[test]
+    fn an_attachment_is_reported_with_its_network_and_ifname() {
+        let m = cni_sample("abc", Path::new("/run/netns/x"), None);
+        let mut report = SweepReport::new(&SweepOptions::default());
+        report.containers.push(ContainerReport::judged(
+            &m,
+            false,
+            Vec::new(),
+            Path::new("/s/abc"),
+        ));
+        report.set_fates(&HashMap::from([(PathBuf::from("/s/abc"), Fate::Removed)]));
+        let text = report.render();
+        assert!(
+            text.contains(
+                "dead container abc+eth0 (cni net=podman ifname=eth0 container=abc): \
+                 removed 0 rule(s), manifest removed"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        let c = &json["containers"][0];
+        assert_eq!(c["cni"]["network"], "podman");
+        assert_eq!(c["cni"]["ifname"], "eth0");
+        assert_eq!(c["cni"]["container_id"], "abc");
+        assert_eq!(c["pid"], serde_json::Value::Null);
+        assert_eq!(c["state"], "dead");
     }
 }
