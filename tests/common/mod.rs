@@ -22,6 +22,7 @@
 // different subset of it.
 #![allow(dead_code)]
 
+mod cni;
 mod conntrack;
 mod containerd;
 mod daemons;
@@ -40,7 +41,7 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
+    cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
     netns::*, node::*, ociimage::*, rootfs::*, runc::*, topology::*, traffic::*,
 };
 

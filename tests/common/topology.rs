@@ -349,6 +349,39 @@ impl Topology {
         })
     }
 
+    /// Delete a container's namespace now (`ip netns del`: its `/run/netns` bind mount
+    /// unmounted and removed), as a runtime that dies half-way leaves it: no CNI DEL ran.
+    pub fn delete_ns_now(&mut self, ns: &str) {
+        let i = self
+            .namespaces
+            .iter()
+            .position(|x| x == ns)
+            .unwrap_or_else(|| panic!("delete_ns_now({ns}): not a namespace of this topology"));
+        self.namespaces.remove(i);
+        delete_ns(ns);
+        assert!(
+            !std::path::Path::new(&format!("/run/netns/{ns}")).exists(),
+            "delete_ns_now({ns}): /run/netns/{ns} still there"
+        );
+    }
+
+    /// Bind `other`'s namespace at `/run/netns/NS` (NS deleted before): the name now names
+    /// another namespace, as a reused name does. Deleted with the topology.
+    pub fn bind_ns_at(&mut self, ns: &str, other: &str) {
+        let path = format!("/run/netns/{ns}");
+        std::fs::File::create(&path).unwrap_or_else(|e| panic!("create {path}: {e}"));
+        self.namespaces.push(ns.to_string());
+        let out = Command::new("mount")
+            .args(["--bind", &format!("/run/netns/{other}"), &path])
+            .output()
+            .unwrap_or_else(|e| panic!("mount: {e}"));
+        assert!(
+            out.status.success(),
+            "mount --bind {other} at {path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// Spawns `ip netns exec NS sleep 600` and returns its pid once it is the
     /// `sleep` process (i.e. inside the namespace). Killed when the topology drops.
     pub fn spawn_sleeper(&mut self, ns: &str) -> u32 {
