@@ -478,11 +478,17 @@ fn portmap_scenario() {
     let rules = port_dnats(&dump);
     eprintln!("{what}: DNATs of {PORT} after the kill and the second run: {rules:#?}");
     // No DEL ran: the dead container's CNI-DN chain and DNAT stay beside the new one's, and
-    // the older comes first.
+    // its jump from CNI-HOSTPORT-DNAT comes first.
     assert_eq!(rules.len(), 2, "{what}: {rules:#?}\n{dump}");
     assert!(
-        rules[0].contains(&dead_ip) && rules[1].contains(&live_ip),
+        rules.iter().any(|r| r.contains(&format!("{dead_ip}:80")))
+            && rules.iter().any(|r| r.contains(&format!("{live_ip}:80"))),
         "{what}: {rules:#?}"
+    );
+    let jumps: Vec<&str> = lines_with(&dump, "-A CNI-HOSTPORT-DNAT ");
+    assert!(
+        jumps.len() == 2 && jumps[0].contains(&dead) && jumps[1].contains(&live),
+        "{what}: the dead container's jump first: {jumps:#?}"
     );
     let ext_answers = answers(node.topo.ext(), sock(NODE_V4, PORT));
     eprintln!("{what}: external client answered with a stale DNAT first: {ext_answers}");
