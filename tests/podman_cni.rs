@@ -490,6 +490,15 @@ fn portmap_scenario() {
         jumps.len() == 2 && jumps[0].contains(&dead) && jumps[1].contains(&live),
         "{what}: the dead container's jump first: {jumps:#?}"
     );
+    // natledger doctor names the stale chain and prints the fix (the README's migration).
+    let stale_chain = jumps[0].rsplit(' ').next().unwrap();
+    let out = node.natledger(&["doctor", "--port", &PORT.to_string()], "", &[]);
+    let report = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{what}: natledger doctor ({}):\n{report}", out.status);
+    assert!(
+        report.contains(stale_chain) && report.contains(&format!("-X {stale_chain}")),
+        "{what}: doctor does not name or remove {stale_chain}:\n{report}"
+    );
     let ext_answers = answers(node.topo.ext(), sock(NODE_V4, PORT));
     eprintln!("{what}: external client answered with a stale DNAT first: {ext_answers}");
     assert!(
