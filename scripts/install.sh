@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up natledger on a Debian 12 host: dependencies, release build, binary (and the
-# natledger-runtime wrapper link), hooks.d file, systemd units, then `natledger selftest`. PREFIX (default /usr/local) says where the binary goes.
+# natledger-runtime wrapper link), the CNI plugin link (scripts/cni-link.sh), hooks.d file, systemd units, then `natledger selftest`. PREFIX (default /usr/local) says where the binary goes.
 # scripts/uninstall.sh undoes it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +28,9 @@ at_prefix() {
     -e "s|/usr/local/share/doc/natledger|$PREFIX/share/doc/natledger|" "$1" > "$2"
   chmod 0644 "$2"
 }
+# CNI runtimes (podman's CNI backend, containerd's CRI, nerdctl) find a plugin by its type in
+# their plugin directory: link natledger there (README, "As a CNI plugin").
+scripts/cni-link.sh install "$PREFIX/bin/natledger"
 # podman and CRI-O read hooks.d; the hook path must be absolute (poststop has no PATH).
 install -d /usr/share/containers/oci/hooks.d
 at_prefix hooks/natledger.json /usr/share/containers/oci/hooks.d/natledger.json
@@ -55,4 +58,5 @@ install -d -m 0700 /run/natledger
 # Prove it works on this host, in private namespaces (the host's own rules are not touched).
 "$PREFIX/bin/natledger" selftest
 echo "natledger installed: $PREFIX/bin/natledger, /usr/share/containers/oci/hooks.d/natledger.json," \
-  "/etc/systemd/system/natledger-*"
+  "/etc/systemd/system/natledger-*," \
+  "natledger in the CNI plugin directories that exist (/usr/lib/cni, /opt/cni/bin)"

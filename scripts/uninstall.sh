@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Undo scripts/install.sh: remove the hooks.d file and the systemd units, remove every rule
-# natledger owns (`natledger sweep --all`: live containers' rules too, since no hook will
-# remove them later), then the binary, its README and its state. PREFIX as for install.sh.
+# Undo scripts/install.sh: remove the hooks.d file, the CNI plugin link and the systemd
+# units, remove every rule natledger owns (`natledger sweep --all`: live containers' rules
+# too, since no hook will remove them later), then the binary, its README and its state.
+# PREFIX as for install.sh.
 set -euo pipefail
 PREFIX=${PREFIX:-/usr/local}
 UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
@@ -9,6 +10,15 @@ UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.ser
 
 # First, no new rules: podman and CRI-O stop calling the hook for new containers.
 rm -f /usr/share/containers/oci/hooks.d/natledger.json
+# A conflist still naming natledger fails every ADD and DEL once the plugin is gone: say so
+# (switch it back to portmap first, README "As a CNI plugin").
+for conf in /etc/cni/net.d/* /etc/containers/networks/*; do
+  if [ -f "$conf" ] && grep -q '"type": *"natledger"' "$conf"; then
+    echo "scripts/uninstall.sh: warning: $conf names the natledger CNI plugin" >&2
+  fi
+done
+scripts_dir=$(dirname "$0")
+"$scripts_dir/cni-link.sh" remove "$PREFIX/bin/natledger"
 # The units whose file is still there (natledger-runtime@X.service: the template's), so that
 # running this again after a failure does not stop at an already removed unit.
 present=()
