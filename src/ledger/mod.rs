@@ -152,6 +152,11 @@ pub struct CniAttachment {
     pub network: String,
     /// `CNI_NETNS`; the namespace's identity is the manifest's `netns`.
     pub netns_path: Option<PathBuf>,
+    /// DEL ran, and the manifest stays only because live containers of the attachment's
+    /// network namespace share its rules (`crate::sharing`): the attachment is gone, and the
+    /// last of them to stop removes the rules.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 /// Mappings a container uses through `holder`'s rules, which are tagged with `holder`'s id.
@@ -183,8 +188,12 @@ pub struct Locked<'a> {
 }
 
 impl Manifest {
-    /// Whether the container's process still runs (see [`procfs::is_alive`]).
+    /// Whether the container's process still runs (see [`procfs::is_alive`]); a CNI
+    /// attachment (no process) is gone once its DEL ran.
     pub fn alive(&self) -> bool {
+        if self.cni.as_ref().is_some_and(|c| c.deleted) {
+            return false;
+        }
         procfs::is_alive(procfs::Recorded {
             pid: self.pid,
             start_time: self.pid_start_time,

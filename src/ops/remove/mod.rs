@@ -50,23 +50,35 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
             Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
         }
     }
+    stop(ctx, &id)
+}
+
+/// A container or CNI attachment stops, whoever says so (poststop, a CNI DEL or GC): delete
+/// exactly the rules natledger wrote for it, wherever they are now, then its manifest; unless
+/// live containers of its network namespace share them (`crate::sharing`), in which case they
+/// stay (a CNI attachment's manifest then records its DEL, [`CniAttachment::deleted`], for
+/// the attachment has no process whose end says it is gone). Either way, the holders whose
+/// rules were kept only for it go. Idempotent; keeps going past a failure.
+///
+/// [`CniAttachment::deleted`]: crate::ledger::CniAttachment::deleted
+pub(super) fn stop(ctx: &Context, id: &ContainerId) -> Result<Removed, Error> {
     let locked = ctx.ledger.lock()?;
     // A manifest under another container's name (copied or edited) is not this container's:
     // it stays for the operator and sweep (which keeps the rules of both), and only the rules
     // tagged for this container go.
     let mut foreign_file = false;
-    let manifest = ctx.ledger.load(&id).unwrap_or_else(|e| {
+    let manifest = ctx.ledger.load(id).unwrap_or_else(|e| {
         foreign_file = matches!(e, LedgerError::Mismatch { .. });
         eprintln!(
             "natledger: {e}; removing the rules tagged {} instead",
-            tag(&id)
+            tag(id)
         );
         None
     });
     fault::point(fault::POSTSTOP_LOCKED);
     let sharers = manifest
         .as_ref()
-        .map_or_else(Vec::new, |m| live_sharers(ctx, m, &id));
+        .map_or_else(Vec::new, |m| live_sharers(ctx, m, id));
     let holders: Vec<ContainerId> = manifest
         .iter()
         .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
@@ -83,13 +95,14 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
                 m.rules.len(),
                 names.join(", ")
             );
-            Ok(Removed::Kept {
+            let kept = Removed::Kept {
                 rules: m.rules.len(),
                 sharers,
-            })
+            };
+            mark_deleted(&locked, m).map(|()| kept)
         }
         manifest => {
-            let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
+            let removal = remove_container(ctx, &locked, id, manifest.as_ref());
             fault::point(fault::POSTSTOP_DELETED);
             stale_flows.extend(removal.flows.iter().copied());
             if foreign_file && removal.failures.is_empty() {
@@ -97,15 +110,28 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
                     rules: removal.removed,
                 })
             } else {
-                settle(&locked, &id, manifest, removal)
+                settle(&locked, id, manifest, removal)
             }
         }
     };
-    release_holders(ctx, &locked, &id, holders, &mut stale_flows);
+    release_holders(ctx, &locked, id, holders, &mut stale_flows);
     flows::forget(ctx, &stale_flows);
     forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
     result
+}
+
+/// Record a CNI attachment's DEL in its kept manifest, so that it counts as gone
+/// ([`Manifest::alive`]); a container's manifest needs nothing (its process is gone).
+fn mark_deleted(locked: &Locked, mut manifest: Manifest) -> Result<(), Error> {
+    match &mut manifest.cni {
+        Some(cni) if !cni.deleted => {
+            cni.deleted = true;
+            locked.store(&manifest)?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Record the result of a removal: drop the manifest when nothing can remain, otherwise keep
