@@ -175,6 +175,20 @@ mod tests {
             remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
             Removed::Kept { .. }
         ));
+        // ADD again (the runtime retries the attachment): in the namespace whose live member
+        // shares the rules, it takes them over where they are, and lives again.
+        assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
+        assert!(
+            script.calls.borrow().is_empty(),
+            "nothing deleted or written"
+        );
+        let again = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
+        assert!(!again.cni.as_ref().unwrap().deleted && again.alive());
+        assert_eq!(again.rules, attachment.rules);
+        assert!(matches!(
+            remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
+            Removed::Kept { .. }
+        ));
 
         let script = Script::new(vec![ok(""), ok("")]);
         let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
