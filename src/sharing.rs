@@ -21,12 +21,19 @@
 //! poststop a scan of every manifest (a name in it whose manifest is gone, dead or no longer
 //! shares means nothing).
 //!
-//! Membership is decided only on positive evidence, at the sharer's create-runtime: its
-//! network namespace (the device and inode of `/proc/<pid>/ns/net`) is the one a *live*
-//! member's process is in right now (a recorded inode alone could be a reused one), and the
+//! Membership is decided only on positive evidence, at the sharer's create (a hook's
+//! create-runtime or a CNI ADD): its network namespace (the device and inode of
+//! `/proc/<pid>/ns/net`, or of a CNI attachment's `CNI_NETNS`) is the one a *live* member is
+//! in right now: its process's, or for a CNI attachment (no process) the one its recorded
+//! path still names (a recorded inode alone could be a reused one), and the
 //! pod ids the CRI annotations give (containerd's `io.kubernetes.cri.sandbox-id`, CRI-O's
 //! `io.kubernetes.cri-o.SandboxID`) do not differ. A container in another namespace asking
 //! for a held port is refused, as before.
+//!
+//! A CNI attachment is a member like a container (podman with CNI and the hook, a pod whose
+//! sandbox attachment holds a hostPort a container's hook also asks for): its DEL goes the
+//! way of a poststop (`ops::remove`), and once DEL ran it counts as stopped
+//! (`CniAttachment::deleted`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -175,10 +182,17 @@ pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -
     }
 }
 
-/// The network namespace a member's process is in now: only for a pid recorded in this pid
-/// namespace (another one's pid numbers name other processes here), and only if the process
-/// still has its recorded start time after the read (the pid was not reused meanwhile).
+/// The network namespace a member is in now. A CNI attachment has no process: its
+/// namespace is the one its recorded path (`CNI_NETNS`) names now, when that is still the one
+/// ADD recorded ([`attachment_netns`]). A container: the namespace its process is in, only for
+/// a pid recorded in this pid namespace (another one's pid numbers name other processes
+/// here), and only if the process still has its recorded start time after the read (the pid
+/// was not reused meanwhile).
 fn current_netns(member: &Manifest) -> Option<NetnsId> {
+    if let Some(cni) = &member.cni {
+        let now = cni.netns_path.as_deref().and_then(NetnsId::of_path);
+        return attachment_netns(member.netns, now);
+    }
     let pid = member.pid?;
     if member.pid_namespace != procfs::pid_namespace() {
         return None;
@@ -186,6 +200,13 @@ fn current_netns(member: &Manifest) -> Option<NetnsId> {
     let netns = NetnsId::of_pid(pid)?;
     let start = member.pid_start_time?;
     (procfs::start_time(pid) == Some(start)).then_some(netns)
+}
+
+/// An attachment's namespace, judged from what ADD recorded and what its path names now:
+/// the same namespace, else none (the path is gone, unreadable, or names another namespace
+/// now: the attachment's is gone, and its identity may since name another one).
+pub fn attachment_netns(recorded: Option<NetnsId>, now: Option<NetnsId>) -> Option<NetnsId> {
+    now.filter(|now| recorded == Some(*now))
 }
 
 #[cfg(test)]
@@ -203,5 +224,90 @@ mod tests {
         assert_eq!(pod_of(&map(CRIO_SANDBOX_ID, "s2")).as_deref(), Some("s2"));
         assert_eq!(pod_of(&map(CRI_SANDBOX_ID, "")), None);
         assert_eq!(pod_of(&HashMap::new()), None);
+    }
+
+    fn attachment(netns_path: &str, netns: Option<NetnsId>) -> Manifest {
+        Manifest {
+            schema: crate::ledger::SCHEMA,
+            container_id: "cid+eth0".parse().unwrap(),
+            bundle: None,
+            pid: None,
+            pid_start_time: None,
+            boot_id: None,
+            pid_namespace: None,
+            phase: crate::ledger::Phase::Installed,
+            mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
+            addresses: vec!["10.77.0.2".parse().unwrap()],
+            rules: Vec::new(),
+            netns,
+            pod: None,
+            shares: Vec::new(),
+            shared_by: Vec::new(),
+            cni: Some(crate::ledger::CniAttachment {
+                container_id: "cid".into(),
+                ifname: "eth0".into(),
+                network: "net".into(),
+                netns_path: Some(netns_path.into()),
+                deleted: false,
+            }),
+        }
+    }
+
+    #[test]
+    fn an_attachment_is_in_the_namespace_its_path_still_names() {
+        let a = NetnsId { dev: 4, ino: 100 };
+        let b = NetnsId { dev: 4, ino: 200 };
+        assert_eq!(attachment_netns(Some(a), Some(a)), Some(a));
+        // The path names another namespace now, or none: no evidence of where it is.
+        assert_eq!(attachment_netns(Some(a), Some(b)), None);
+        assert_eq!(attachment_netns(Some(a), None), None);
+        // ADD could not read the namespace: nothing to compare with.
+        assert_eq!(attachment_netns(None, Some(a)), None);
+    }
+
+    /// A container joining the namespace a CNI attachment's path names (here this process's
+    /// own) is a member of its group; an attachment whose path is gone or names another
+    /// namespace than ADD recorded gives no evidence.
+    #[test]
+    fn membership_of_an_attachment_comes_from_its_recorded_path() {
+        let mine = NetnsId::of_pid(std::process::id() as i32).unwrap();
+        let joiner = {
+            let mut m = attachment("/unused", Some(mine));
+            m.cni = None;
+            m.pid = Some(std::process::id() as i32);
+            m
+        };
+        let holder = attachment("/proc/self/ns/net", Some(mine));
+        assert_eq!(current_netns(&holder), Some(mine));
+        assert_eq!(membership(&joiner, &holder, &[&holder]), Membership::Same);
+        // A joiner in another namespace.
+        let mut elsewhere = joiner.clone();
+        elsewhere.netns = Some(NetnsId {
+            dev: mine.dev,
+            ino: mine.ino + 1,
+        });
+        assert_eq!(
+            membership(&elsewhere, &holder, &[&holder]),
+            Membership::OtherNamespace
+        );
+        let gone = attachment("/run/netns/natledger-no-such-namespace", Some(mine));
+        assert_eq!(membership(&joiner, &gone, &[&gone]), Membership::Unknown);
+        let moved = attachment(
+            "/proc/self/ns/net",
+            Some(NetnsId {
+                dev: mine.dev,
+                ino: mine.ino + 1,
+            }),
+        );
+        assert_eq!(membership(&joiner, &moved, &[&moved]), Membership::Unknown);
+    }
+
+    /// An attachment has no process: it lives until its DEL is recorded.
+    #[test]
+    fn an_attachment_is_alive_until_its_del() {
+        let mut m = attachment("/proc/self/ns/net", None);
+        assert!(m.alive());
+        m.cni.as_mut().unwrap().deleted = true;
+        assert!(!m.alive());
     }
 }

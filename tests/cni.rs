@@ -360,6 +360,57 @@ fn gc_removes_only_this_networks_stale_attachments() {
     });
 }
 
+/// A CNI attachment and a hook container in one network namespace (podman with CNI and the
+/// hook; a pod's sandbox attachment holding a hostPort a container's hook also asks for) are
+/// one group, as containers sharing a namespace are: the hook container shares the
+/// attachment's 8080 (no new rule); the attachment's DEL keeps the rules while the container
+/// lives; the container's poststop, the last member's, removes them.
+#[test]
+fn a_hook_container_in_an_attachments_namespace_shares_its_port() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let netns = format!("/run/netns/{}", c.ns);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+        node.warm_up();
+        let before = node.dump();
+        let config = config_for(&node, "testnet", &c, 8080);
+        assert_ok(&cni(&node, "ADD", Some(&netns), &config), "ADD");
+        let id = format!("{CID}+eth0");
+        let added = node.dump();
+        assert!(added.contains(&format!("natledger:{id}")));
+        let ext = node.topo.ext().to_string();
+        let reachable = || tcp_request(&ext, sock(NODE_V4, 8080), T).ok();
+
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        node.create("app", Some(pid), &[("io.natledger.ports", "8080:80")]);
+        assert_eq!(node.dump(), added, "{backend:?}: shared, no new rule");
+        assert_eq!(node.manifest("app")["shares"][0]["holder"], id.as_str());
+        assert_eq!(reachable().as_deref(), Some("c2"), "{backend:?} shared");
+
+        // The attachment goes (DEL as a runtime sends it, without prevResult): the hook
+        // container still lives in its namespace, so the rules stay.
+        let mut del = config.clone();
+        del.as_object_mut().unwrap().remove("prevResult");
+        assert_ok(&cni(&node, "DEL", Some(&netns), &del), "DEL");
+        assert_eq!(node.dump(), added, "{backend:?}: kept for the container");
+        assert_eq!(node.manifest(&id)["cni"]["deleted"], true);
+        assert_eq!(reachable().as_deref(), Some("c2"), "{backend:?} after DEL");
+        assert_ok(&cni(&node, "DEL", Some(&netns), &del), "second DEL");
+        assert_eq!(node.dump(), added);
+
+        kill_pid(pid);
+        assert_ok(&node.poststop("app"), "poststop");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: the last member removed them"
+        );
+        assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+        assert_eq!(reachable(), None, "{backend:?} gone");
+    });
+}
+
 #[test]
 fn status_says_whether_natledger_can_write_here() {
     let node = Node::new(Backend::Nft);

@@ -98,6 +98,7 @@ impl Plugin for Natledger {
                 ifname: attachment.ifname.clone(),
                 network: request.conf.name.clone(),
                 netns_path,
+                deleted: false,
             }),
         };
         ops::create(&ctx, &creating)

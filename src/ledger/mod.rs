@@ -153,6 +153,11 @@ pub struct CniAttachment {
     pub network: String,
     /// `CNI_NETNS`; the namespace's identity is the manifest's `netns`.
     pub netns_path: Option<PathBuf>,
+    /// DEL ran, and the manifest stays only because live containers of the attachment's
+    /// network namespace share its rules (`crate::sharing`): the attachment is gone, and the
+    /// last of them to stop removes the rules.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
 }
 
 impl std::fmt::Display for CniAttachment {
@@ -211,9 +216,13 @@ pub struct Locked<'a> {
 
 impl Manifest {
     /// Whether the container's process still runs, or for a CNI attachment its network
-    /// namespace is still the one at its recorded path (see [`procfs::is_alive`]): the one
-    /// judgement sweep, create's claims, `list` and doctor use.
+    /// namespace is still the one at its recorded path (see [`procfs::is_alive`]); an
+    /// attachment whose DEL ran is gone. The one judgement sweep, create's claims, `list` and
+    /// doctor use.
     pub fn alive(&self) -> bool {
+        if self.cni.as_ref().is_some_and(|c| c.deleted) {
+            return false;
+        }
         procfs::is_alive(procfs::Recorded {
             pid: self.pid,
             start_time: self.pid_start_time,

@@ -370,6 +370,7 @@ pub(crate) fn cni_sample(cid: &str, netns_path: &Path, netns: Option<NetnsId>) -
             ifname: "eth0".to_string(),
             network: "podman".to_string(),
             netns_path: Some(netns_path.to_path_buf()),
+            deleted: false,
         }),
         ..sample()
     }

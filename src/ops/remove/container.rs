@@ -1,37 +1,20 @@
-//! Removal: poststop, and the routine that deletes one container's rules, shared with
-//! create-runtime (dead holders of a port) and sweep.
+//! Deleting one container's rules: the recorded ones where they were written, else what a
+//! read of each table shows tagged for it, per backend, family and table.
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, BackendError, Native, NativeError};
+use crate::backend::{Backend, BackendError, Native};
 use crate::conntrack::Flows;
 use crate::echo::{MESSAGE, limit};
 use crate::family::Family;
-use crate::fault;
-use crate::forwards;
 use crate::layout::{FILTER, NAT, Owner, TABLES, is_owned_chain, owner, tag};
-use crate::ledger::{LedgerError, Locked, Manifest, Phase, RuleRecord};
-use crate::oci::{ContainerId, HookInput, State};
+use crate::ledger::{Locked, Manifest, RuleRecord};
+use crate::oci::ContainerId;
 use crate::rule::{Rule, is_user_chain_name};
 use crate::save::{Batch, Op};
 
-use super::{Context, Error, flows};
-
-/// What poststop did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Removed {
-    /// No manifest and no `io.natledger.ports`: nothing was run.
-    Skipped,
-    Done {
-        rules: usize,
-    },
-    /// Its rules stay: live containers in its network namespace share them
-    /// (`crate::sharing`); the last of them to go removes them.
-    Kept {
-        rules: usize,
-        sharers: Vec<ContainerId>,
-    },
-}
+use super::super::{Context, flows};
+use super::native::delete_native;
 
 /// What [`remove_container`] did.
 #[derive(Debug, Default)]
@@ -43,165 +26,6 @@ pub struct Removal {
     /// The UDP and SCTP flows of the DNAT rules deleted, whose conntrack entries the caller
     /// forgets once every rule change of the operation is done ([`flows::forget`]).
     pub flows: Vec<Flows>,
-}
-
-/// The poststop hook: delete exactly the rules natledger wrote for this container, wherever
-/// they are now, then its manifest. Idempotent; keeps going past a failure.
-pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
-    let id: ContainerId = state.id.parse()?;
-    if !ctx.ledger.has_manifest(&id) {
-        // Without a manifest, only the annotation says whether natledger ever ran for it.
-        match HookInput::from_state(state.clone()) {
-            Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
-            Ok(_) => {}
-            Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
-        }
-    }
-    let locked = ctx.ledger.lock()?;
-    // A manifest under another container's name (copied or edited) is not this container's:
-    // it stays for the operator and sweep (which keeps the rules of both), and only the rules
-    // tagged for this container go.
-    let mut foreign_file = false;
-    let manifest = ctx.ledger.load(&id).unwrap_or_else(|e| {
-        foreign_file = matches!(e, LedgerError::Mismatch { .. });
-        eprintln!(
-            "natledger: {e}; removing the rules tagged {} instead",
-            tag(&id)
-        );
-        None
-    });
-    fault::point(fault::POSTSTOP_LOCKED);
-    let sharers = manifest
-        .as_ref()
-        .map_or_else(Vec::new, |m| live_sharers(ctx, m, &id));
-    let holders: Vec<ContainerId> = manifest
-        .iter()
-        .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
-        .collect();
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let generation = forwards::before_writes(&ctx.netfilter, &cache);
-    let mut stale_flows = Vec::new();
-    let result = match manifest {
-        Some(m) if !sharers.is_empty() => {
-            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
-            eprintln!(
-                "natledger: kept {} rule(s) of container {id}: live container(s) {} in its \
-                 network namespace share them",
-                m.rules.len(),
-                names.join(", ")
-            );
-            Ok(Removed::Kept {
-                rules: m.rules.len(),
-                sharers,
-            })
-        }
-        manifest => {
-            let removal = remove_container(ctx, &locked, &id, manifest.as_ref());
-            fault::point(fault::POSTSTOP_DELETED);
-            stale_flows.extend(removal.flows.iter().copied());
-            if foreign_file && removal.failures.is_empty() {
-                Ok(Removed::Done {
-                    rules: removal.removed,
-                })
-            } else {
-                settle(&locked, &id, manifest, removal)
-            }
-        }
-    };
-    release_holders(ctx, &locked, &id, holders, &mut stale_flows);
-    flows::forget(ctx, &stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, generation);
-    ctx.netfilter.release_native();
-    result
-}
-
-/// The rules this stopped container shared: each holder that is dead and has no other live
-/// sharer was kept for it, and goes now; so, in turn, do the holders such a holder shared.
-fn release_holders(
-    ctx: &Context,
-    locked: &Locked,
-    stopped: &ContainerId,
-    mut queue: Vec<ContainerId>,
-    stale_flows: &mut Vec<Flows>,
-) {
-    let mut seen = std::collections::HashSet::new();
-    while let Some(holder_id) = queue.pop() {
-        if !seen.insert(holder_id.clone()) {
-            continue;
-        }
-        let holder = match ctx.ledger.load(&holder_id) {
-            Ok(Some(holder)) => holder,
-            Ok(None) => continue,
-            Err(e) => {
-                eprintln!("natledger: warning: {e}; sweep will judge it");
-                continue;
-            }
-        };
-        if holder.alive() || !live_sharers(ctx, &holder, stopped).is_empty() {
-            continue;
-        }
-        let removal = remove_container(ctx, locked, &holder_id, Some(&holder));
-        stale_flows.extend(removal.flows.iter().copied());
-        if removal.removed > 0 {
-            eprintln!(
-                "natledger: removed {} rule(s) of container {holder_id} (kept for {stopped}, \
-                 its last live sharer)",
-                removal.removed
-            );
-        }
-        queue.extend(holder.shares.iter().map(|s| s.holder.clone()));
-        if let Err(e) = settle(locked, &holder_id, Some(holder), removal) {
-            eprintln!("natledger: warning: {e}");
-        }
-    }
-}
-
-/// The containers other than `except` that may share `holder`'s rules and live: those its
-/// `shared_by` names whose manifest still says so and whose process lives, and, since
-/// nothing can be judged of them, those whose manifest cannot be read.
-fn live_sharers(ctx: &Context, holder: &Manifest, except: &ContainerId) -> Vec<ContainerId> {
-    holder
-        .shared_by
-        .iter()
-        .filter(|id| *id != except)
-        .filter(|id| match ctx.ledger.load(id) {
-            Ok(Some(m)) => m.alive() && m.shares.iter().any(|s| s.holder == holder.container_id),
-            Ok(None) => false,
-            Err(_) => true,
-        })
-        .cloned()
-        .collect()
-}
-
-/// Record the result of a removal: drop the manifest when nothing can remain, otherwise keep
-/// the rules that may remain so that a later poststop or sweep retries them.
-pub(super) fn settle(
-    locked: &Locked,
-    id: &ContainerId,
-    manifest: Option<Manifest>,
-    removal: Removal,
-) -> Result<Removed, Error> {
-    // The first failure travels in the returned error; print only the others here.
-    for failure in removal.failures.iter().skip(1) {
-        eprintln!("natledger: {failure}");
-    }
-    let Some(first) = removal.failures.first() else {
-        locked.remove(id)?;
-        return Ok(Removed::Done {
-            rules: removal.removed,
-        });
-    };
-    let first_error = first.to_string();
-    if let Some(mut manifest) = manifest {
-        manifest.phase = Phase::Removing;
-        manifest.rules = removal.remaining.clone();
-        locked.store(&manifest)?;
-    }
-    Err(Error::Incomplete {
-        id: id.clone(),
-        remaining: removal.remaining.len().max(1),
-        first_error,
-    })
 }
 
 /// Delete every rule natledger wrote for `id`: the manifest's rules, and any rule in a
@@ -314,55 +138,6 @@ fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
         );
     }
     ok
-}
-
-/// Delete the recorded rules without a process, on nft every rule of the recorded chains
-/// tagged for `id`, when they are as many as recorded, in one transaction across tables
-/// ([`crate::nftables`]); on legacy exactly the recorded rules of one table, when all are
-/// present ([`crate::iptc`]).
-fn delete_native(
-    ctx: &Context,
-    backend: Backend,
-    family: Family,
-    id: &ContainerId,
-    recorded: &[&RuleRecord],
-) -> Result<Native, NativeError> {
-    match backend {
-        Backend::Nft => {
-            let mut expected: Vec<(&str, &str, usize)> = Vec::new();
-            for r in recorded {
-                match expected
-                    .iter_mut()
-                    .find(|(t, c, _)| *t == r.table && *c == r.chain)
-                {
-                    Some((_, _, n)) => *n += 1,
-                    None => expected.push((r.table.as_str(), r.chain.as_str(), 1)),
-                }
-            }
-            Ok(ctx
-                .netfilter
-                .delete_tagged_nft(family, &tag(id), &expected)?)
-        }
-        Backend::Legacy => {
-            let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
-                return Ok(Native::Declined);
-            };
-            let Ok(parsed) = recorded
-                .iter()
-                .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
-                .collect::<Result<Vec<_>, crate::rule::RuleParseError>>()
-            else {
-                return Ok(Native::Declined);
-            };
-            let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
-            Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
-        }
-    }
-}
-
-/// The `'static` name of a table natledger writes.
-fn table_name(table: &str) -> Option<&'static str> {
-    TABLES.into_iter().find(|t| *t == table)
 }
 
 /// What [`remove_in`] found in one backend and family.

@@ -1,0 +1,235 @@
+//! Sharing's side of a stop (`crate::sharing`): a holder's rules stay while a container
+//! sharing them lives, and the last one to stop releases the holders kept only for it.
+
+use std::collections::HashSet;
+
+use crate::conntrack::Flows;
+use crate::ledger::{Locked, Manifest};
+use crate::oci::ContainerId;
+
+use super::super::Context;
+use super::{remove_container, settle};
+
+/// The rules this stopped container shared: each holder that is dead and has no other live
+/// sharer was kept for it, and goes now; so, in turn, do the holders such a holder shared.
+pub(super) fn release_holders(
+    ctx: &Context,
+    locked: &Locked,
+    stopped: &ContainerId,
+    mut queue: Vec<ContainerId>,
+    stale_flows: &mut Vec<Flows>,
+) {
+    let mut seen = HashSet::new();
+    while let Some(holder_id) = queue.pop() {
+        if !seen.insert(holder_id.clone()) {
+            continue;
+        }
+        let holder = match ctx.ledger.load(&holder_id) {
+            Ok(Some(holder)) => holder,
+            Ok(None) => continue,
+            Err(e) => {
+                eprintln!("natledger: warning: {e}; sweep will judge it");
+                continue;
+            }
+        };
+        if holder.alive() || !live_sharers(ctx, &holder, stopped).is_empty() {
+            continue;
+        }
+        let removal = remove_container(ctx, locked, &holder_id, Some(&holder));
+        stale_flows.extend(removal.flows.iter().copied());
+        if removal.removed > 0 {
+            eprintln!(
+                "natledger: removed {} rule(s) of container {holder_id} (kept for {stopped}, \
+                 its last live sharer)",
+                removal.removed
+            );
+        }
+        queue.extend(holder.shares.iter().map(|s| s.holder.clone()));
+        if let Err(e) = settle(locked, &holder_id, Some(holder), removal) {
+            eprintln!("natledger: warning: {e}");
+        }
+    }
+}
+
+/// The containers other than `except` that may share `holder`'s rules and live: those its
+/// `shared_by` names whose manifest still says so and whose process lives, and, since
+/// nothing can be judged of them, those whose manifest cannot be read.
+pub(super) fn live_sharers(
+    ctx: &Context,
+    holder: &Manifest,
+    except: &ContainerId,
+) -> Vec<ContainerId> {
+    holder
+        .shared_by
+        .iter()
+        .filter(|id| *id != except)
+        .filter(|id| match ctx.ledger.load(id) {
+            Ok(Some(m)) => m.alive() && m.shares.iter().any(|s| s.holder == holder.container_id),
+            Ok(None) => false,
+            Err(_) => true,
+        })
+        .cloned()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::backend::Backend;
+    use crate::ledger::{CniAttachment, Ledger};
+    use crate::ops::testing::*;
+    use crate::ops::{Context, Created, Creating, Removed, create, create_runtime};
+    use crate::ops::{poststop, remove_recorded};
+    use crate::portspec::parse_mappings;
+    use crate::sharing::NetnsId;
+
+    use super::*;
+
+    fn id(s: &str) -> ContainerId {
+        s.parse().unwrap()
+    }
+
+    /// A CNI attachment of this process's network namespace holding 8080:80, as ADD makes it.
+    fn add_attachment(ctx: &Context) -> Created {
+        let addresses = || Ok(vec!["10.77.0.2".parse().unwrap()]);
+        let path = std::path::PathBuf::from("/proc/self/ns/net");
+        create(
+            ctx,
+            &Creating {
+                id: id("cid+eth0"),
+                pid: None,
+                bundle: None,
+                mappings: parse_mappings("8080:80").unwrap(),
+                addresses: &addresses,
+                refuse_conflicts: false,
+                pod: None,
+                netns: NetnsId::of_path(&path),
+                cni: Some(CniAttachment {
+                    container_id: "cid".into(),
+                    ifname: "eth0".into(),
+                    network: "net".into(),
+                    netns_path: Some(path),
+                    deleted: false,
+                }),
+            },
+        )
+        .unwrap()
+    }
+
+    /// A hook container in the same namespace (this process) asking for the same mapping.
+    fn hook_container(dir: &std::path::Path) -> crate::oci::HookInput {
+        let mut input = input(dir);
+        input.id = id("app");
+        input.pid = Some(std::process::id() as i32);
+        input
+    }
+
+    fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
+        crate::oci::State {
+            id: id.into(),
+            status: "stopped".into(),
+            pid: None,
+            bundle: Some(dir.into()),
+            annotations: None,
+        }
+    }
+
+    fn stdin_of(calls: &Script) -> Vec<String> {
+        calls
+            .calls
+            .borrow()
+            .iter()
+            .map(|c| String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default()).into())
+            .collect()
+    }
+
+    /// A hook container in an attachment's namespace shares its port; the attachment's DEL
+    /// keeps the rules while it lives (and records the DEL); its poststop then removes them.
+    #[test]
+    fn an_attachments_del_keeps_its_rules_for_a_hook_container_of_its_namespace() {
+        let dir = tempfile::tempdir().unwrap();
+        let nft = Backend::Nft;
+        let script = Script::new(vec![ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
+
+        let script = Script::new(Vec::new());
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let shared = create_runtime(&ctx, &hook_container(dir.path())).unwrap();
+        assert_eq!(shared, Created::Installed { rules: 0 });
+        let app = ctx.ledger.load(&id("app")).unwrap().unwrap();
+        assert_eq!(app.shares[0].holder, id("cid+eth0"));
+
+        let kept = remove_recorded(&ctx, &id("cid+eth0")).unwrap();
+        assert_eq!(
+            kept,
+            Removed::Kept {
+                rules: 4,
+                sharers: vec![id("app")]
+            }
+        );
+        assert!(script.calls.borrow().is_empty(), "nothing deleted");
+        let attachment = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
+        assert!(attachment.cni.as_ref().unwrap().deleted && !attachment.alive());
+        // A second DEL keeps them too.
+        assert!(matches!(
+            remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
+            Removed::Kept { .. }
+        ));
+        // ADD again (the runtime retries the attachment): in the namespace whose live member
+        // shares the rules, it takes them over where they are, and lives again.
+        assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
+        assert!(
+            script.calls.borrow().is_empty(),
+            "nothing deleted or written"
+        );
+        let again = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
+        assert!(!again.cni.as_ref().unwrap().deleted && again.alive());
+        assert_eq!(again.rules, attachment.rules);
+        assert!(matches!(
+            remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
+            Removed::Kept { .. }
+        ));
+
+        let script = Script::new(vec![ok(""), ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        poststop(&ctx, &stopped(dir.path(), "app")).unwrap();
+        let deleted = stdin_of(&script);
+        assert!(
+            !deleted.is_empty()
+                && deleted
+                    .iter()
+                    .all(|d| d.contains("natledger:cid+eth0") && d.contains("-D ")),
+            "{deleted:#?}"
+        );
+        assert!(ctx.ledger.list().unwrap().is_empty(), "no manifest left");
+    }
+
+    /// The other order: the hook container stops first, while the attachment lives (no DEL
+    /// yet): the rules stay; the attachment's DEL removes them.
+    #[test]
+    fn a_hook_containers_stop_keeps_a_live_attachments_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let nft = Backend::Nft;
+        let script = Script::new(vec![ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        add_attachment(&ctx);
+        create_runtime(&ctx, &hook_container(dir.path())).unwrap();
+
+        let script = Script::new(Vec::new());
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        assert_eq!(
+            poststop(&ctx, &stopped(dir.path(), "app")).unwrap(),
+            Removed::Done { rules: 0 }
+        );
+        assert!(script.calls.borrow().is_empty(), "nothing deleted");
+
+        let script = Script::new(vec![ok(""), ok("")]);
+        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        assert!(matches!(
+            remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
+            Removed::Done { .. }
+        ));
+        assert!(stdin_of(&script).iter().all(|d| d.contains("-D ")));
+        assert!(ctx.ledger.list().unwrap().is_empty(), "no manifest left");
+    }
+}

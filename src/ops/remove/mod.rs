@@ -1,0 +1,166 @@
+//! Removal: poststop's flow, and what it shares with create-runtime (dead holders of a
+//! port), sweep and a CNI DEL.
+//!
+//! - [`container`]: delete one container's recorded (or tagged) rules, per backend, family
+//!   and table ([`remove_container`]).
+//! - [`native`]: the process-less paths that route tries first (netlink on nft, libiptc on
+//!   legacy).
+//! - [`holders`]: sharing's side of a stop: holders kept only for the stopped container go.
+
+mod container;
+mod holders;
+mod native;
+
+pub use container::{Removal, remove_container};
+
+use crate::fault;
+use crate::forwards;
+use crate::layout::tag;
+use crate::ledger::{LedgerError, Locked, Manifest, Phase};
+use crate::oci::{ContainerId, HookInput, State};
+
+use super::{Context, Error, flows};
+use holders::{live_sharers, release_holders};
+
+/// What poststop did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Removed {
+    /// No manifest and no `io.natledger.ports`: nothing was run.
+    Skipped,
+    Done {
+        rules: usize,
+    },
+    /// Its rules stay: live containers in its network namespace share them
+    /// (`crate::sharing`); the last of them to go removes them.
+    Kept {
+        rules: usize,
+        sharers: Vec<ContainerId>,
+    },
+}
+
+/// The poststop hook: delete exactly the rules natledger wrote for this container, wherever
+/// they are now, then its manifest. Idempotent; keeps going past a failure.
+pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
+    let id: ContainerId = state.id.parse()?;
+    if !ctx.ledger.has_manifest(&id) {
+        // Without a manifest, only the annotation says whether natledger ever ran for it.
+        match HookInput::from_state(state.clone()) {
+            Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
+            Ok(_) => {}
+            Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
+        }
+    }
+    stop(ctx, &id)
+}
+
+/// A container or CNI attachment stops, whoever says so (poststop, a CNI DEL or GC): delete
+/// exactly the rules natledger wrote for it, wherever they are now, then its manifest; unless
+/// live containers of its network namespace share them (`crate::sharing`), in which case they
+/// stay (a CNI attachment's manifest then records its DEL, [`CniAttachment::deleted`], for
+/// the attachment has no process whose end says it is gone). Either way, the holders whose
+/// rules were kept only for it go. Idempotent; keeps going past a failure.
+///
+/// [`CniAttachment::deleted`]: crate::ledger::CniAttachment::deleted
+pub(super) fn stop(ctx: &Context, id: &ContainerId) -> Result<Removed, Error> {
+    let locked = ctx.ledger.lock()?;
+    // A manifest under another container's name (copied or edited) is not this container's:
+    // it stays for the operator and sweep (which keeps the rules of both), and only the rules
+    // tagged for this container go.
+    let mut foreign_file = false;
+    let manifest = ctx.ledger.load(id).unwrap_or_else(|e| {
+        foreign_file = matches!(e, LedgerError::Mismatch { .. });
+        eprintln!(
+            "natledger: {e}; removing the rules tagged {} instead",
+            tag(id)
+        );
+        None
+    });
+    fault::point(fault::POSTSTOP_LOCKED);
+    let sharers = manifest
+        .as_ref()
+        .map_or_else(Vec::new, |m| live_sharers(ctx, m, id));
+    let holders: Vec<ContainerId> = manifest
+        .iter()
+        .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
+        .collect();
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let generation = forwards::before_writes(&ctx.netfilter, &cache);
+    let mut stale_flows = Vec::new();
+    let result = match manifest {
+        Some(m) if !sharers.is_empty() => {
+            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
+            eprintln!(
+                "natledger: kept {} rule(s) of container {id}: live container(s) {} in its \
+                 network namespace share them",
+                m.rules.len(),
+                names.join(", ")
+            );
+            let kept = Removed::Kept {
+                rules: m.rules.len(),
+                sharers,
+            };
+            mark_deleted(&locked, m).map(|()| kept)
+        }
+        manifest => {
+            let removal = remove_container(ctx, &locked, id, manifest.as_ref());
+            fault::point(fault::POSTSTOP_DELETED);
+            stale_flows.extend(removal.flows.iter().copied());
+            if foreign_file && removal.failures.is_empty() {
+                Ok(Removed::Done {
+                    rules: removal.removed,
+                })
+            } else {
+                settle(&locked, id, manifest, removal)
+            }
+        }
+    };
+    release_holders(ctx, &locked, id, holders, &mut stale_flows);
+    flows::forget(ctx, &stale_flows);
+    forwards::carry(&ctx.netfilter, &cache, generation);
+    ctx.netfilter.release_native();
+    result
+}
+
+/// Record a CNI attachment's DEL in its kept manifest, so that it counts as gone
+/// ([`Manifest::alive`]); a container's manifest needs nothing (its process is gone).
+fn mark_deleted(locked: &Locked, mut manifest: Manifest) -> Result<(), Error> {
+    match &mut manifest.cni {
+        Some(cni) if !cni.deleted => {
+            cni.deleted = true;
+            locked.store(&manifest)?;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Record the result of a removal: drop the manifest when nothing can remain, otherwise keep
+/// the rules that may remain so that a later poststop or sweep retries them.
+pub(super) fn settle(
+    locked: &Locked,
+    id: &ContainerId,
+    manifest: Option<Manifest>,
+    removal: Removal,
+) -> Result<Removed, Error> {
+    // The first failure travels in the returned error; print only the others here.
+    for failure in removal.failures.iter().skip(1) {
+        eprintln!("natledger: {failure}");
+    }
+    let Some(first) = removal.failures.first() else {
+        locked.remove(id)?;
+        return Ok(Removed::Done {
+            rules: removal.removed,
+        });
+    };
+    let first_error = first.to_string();
+    if let Some(mut manifest) = manifest {
+        manifest.phase = Phase::Removing;
+        manifest.rules = removal.remaining.clone();
+        locked.store(&manifest)?;
+    }
+    Err(Error::Incomplete {
+        id: id.clone(),
+        remaining: removal.remaining.len().max(1),
+        first_error,
+    })
+}

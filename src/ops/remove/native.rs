@@ -1,0 +1,59 @@
+//! The process-less deletes tried first: netlink on iptables-nft, libiptc on legacy.
+
+use crate::backend::{Backend, Native, NativeError};
+use crate::family::Family;
+use crate::layout::{TABLES, tag};
+use crate::ledger::RuleRecord;
+use crate::oci::ContainerId;
+use crate::rule::Rule;
+
+use super::super::Context;
+
+/// Delete the recorded rules without a process, on nft every rule of the recorded chains
+/// tagged for `id`, when they are as many as recorded, in one transaction across tables
+/// ([`crate::nftables`]); on legacy exactly the recorded rules of one table, when all are
+/// present ([`crate::iptc`]).
+pub(super) fn delete_native(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    id: &ContainerId,
+    recorded: &[&RuleRecord],
+) -> Result<Native, NativeError> {
+    match backend {
+        Backend::Nft => {
+            let mut expected: Vec<(&str, &str, usize)> = Vec::new();
+            for r in recorded {
+                match expected
+                    .iter_mut()
+                    .find(|(t, c, _)| *t == r.table && *c == r.chain)
+                {
+                    Some((_, _, n)) => *n += 1,
+                    None => expected.push((r.table.as_str(), r.chain.as_str(), 1)),
+                }
+            }
+            Ok(ctx
+                .netfilter
+                .delete_tagged_nft(family, &tag(id), &expected)?)
+        }
+        Backend::Legacy => {
+            let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
+                return Ok(Native::Declined);
+            };
+            let Ok(parsed) = recorded
+                .iter()
+                .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
+                .collect::<Result<Vec<_>, crate::rule::RuleParseError>>()
+            else {
+                return Ok(Native::Declined);
+            };
+            let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
+            Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
+        }
+    }
+}
+
+/// The `'static` name of a table natledger writes.
+fn table_name(table: &str) -> Option<&'static str> {
+    TABLES.into_iter().find(|t| *t == table)
+}
