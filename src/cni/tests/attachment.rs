@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use serde_json::{Value, json};
 
 use super::super::*;
-use super::{ID, prev_result};
+use super::{ID, config_0_3_1, prev_result};
 
 fn addresses(prev: Value, ifname: &str) -> Vec<IpAddr> {
     result::container_addresses(&prev, ifname).unwrap()
@@ -46,6 +46,11 @@ fn container_addresses_follow_the_interface_index() {
         "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
         "ips": [{"version": "4", "address": "10.3.0.2/16", "interface": 0}]});
     assert_eq!(addresses(prev, "eth0"), ips(&["10.3.0.2"]));
+    // 0.3.1's (flannel's bridge): the container's entries by index, both families.
+    assert_eq!(
+        addresses(config_0_3_1()["prevResult"].clone(), "eth0"),
+        ips(&["10.244.0.5", "fd44::5"])
+    );
     assert_eq!(addresses(json!({}), "eth0"), ips(&[]));
 }
 

@@ -229,7 +229,9 @@ fn version_answers_with_the_input_version_and_needs_nothing_else() {
             answer,
             VersionResult {
                 cni_version: version.into(),
-                supported_versions: vec!["0.4.0".into(), "1.0.0".into(), "1.1.0".into()],
+                supported_versions: ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+                    .map(String::from)
+                    .to_vec(),
             }
         );
     }
@@ -240,7 +242,9 @@ fn version_answers_with_the_input_version_and_needs_nothing_else() {
 fn versions_unknown_are_code_1_malformed_code_6() {
     let plugin = Recorder::default();
     for (version, code) in [
-        (json!("0.3.1"), 1),
+        (json!("0.2.0"), 1),
+        (json!("0.1.0"), 1),
+        (json!("0.3.2"), 1),
         (json!("2.0.0"), 1),
         (json!(null), 1), // missing is 0.1.0
         (json!(""), 1),
@@ -261,6 +265,9 @@ fn versions_unknown_are_code_1_malformed_code_6() {
 fn gc_and_status_need_1_1_0_check_runs_from_0_4_0() {
     let plugin = Recorder::default();
     for (command, version, code) in [
+        ("CHECK", "0.3.0", Some(1)),
+        ("CHECK", "0.3.1", Some(1)),
+        ("GC", "0.3.1", Some(1)),
         ("GC", "1.0.0", Some(1)),
         ("STATUS", "0.4.0", Some(1)),
         ("GC", "1.1.0", None),
@@ -273,6 +280,65 @@ fn gc_and_status_need_1_1_0_check_runs_from_0_4_0() {
         assert_eq!(error.map(|e| e.code), code, "{command} {version}");
     }
     assert_eq!(plugin.calls.borrow().len(), 3);
+}
+
+/// A 0.3.1 conflist as flannel's and older Kubernetes ones are written, with the result a
+/// 0.3.1 bridge plugin hands on (`ips[].version`, `interface` indices).
+fn config_0_3_1() -> Value {
+    json!({
+        "cniVersion": "0.3.1",
+        "name": "cbr0",
+        "type": "natledger",
+        "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 6667, "containerPort": 80, "protocol": "tcp"}
+        ]},
+        "prevResult": {
+            "cniVersion": "0.3.1",
+            "interfaces": [
+                {"name": "cni0", "mac": "0a:58:0a:f4:00:01"},
+                {"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/run/netns/cni-1234"}
+            ],
+            "ips": [
+                {"version": "4", "interface": 1, "address": "10.244.0.5/24",
+                 "gateway": "10.244.0.1"},
+                {"version": "6", "interface": 1, "address": "fd44::5/64", "gateway": "fd44::1"}
+            ],
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dns": {}
+        }
+    })
+}
+
+#[test]
+fn a_0_3_x_config_is_served_add_passes_its_result_through_del_needs_none() {
+    for version in ["0.3.0", "0.3.1"] {
+        let plugin = Recorder::default();
+        let mut conf = config_0_3_1();
+        conf["cniVersion"] = json!(version);
+        conf["prevResult"]["cniVersion"] = json!(version);
+        let (out, error) = call(&env("ADD"), &conf, &plugin);
+        assert_eq!(error, None, "{version}");
+        let printed: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(printed, conf["prevResult"], "{version}");
+        // DEL as a 0.3.x runtime sends it: no prevResult (it came with 0.4.0).
+        let mut del = conf.clone();
+        del.as_object_mut().unwrap().remove("prevResult");
+        let (out, error) = call(&env("DEL"), &del, &plugin);
+        assert_eq!((error, out.stdout.as_str()), (None, ""), "{version}");
+        let calls = plugin.calls.borrow();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].0, Command::Add);
+        assert_eq!(
+            calls[0].2,
+            vec![mapping(None, 6667, 80, Protocol::Tcp)],
+            "{version}"
+        );
+        assert_eq!(calls[1].0, Command::Del);
+        // Errors answer in the config's version.
+        let (_, error) = call(&env("CHECK"), &conf, &plugin);
+        assert_eq!(error.unwrap().cni_version, version);
+    }
 }
 
 #[test]
