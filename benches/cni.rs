@@ -160,7 +160,9 @@ fn case_main(spec: &str) {
         let mut cmd = natledger.cmd(verb);
         cmd.env("NATLEDGER_TRACE", "1");
         let out = run_cmd(cmd, natledger.config.as_bytes());
-        1 + String::from_utf8_lossy(&out.stderr).matches("exec ").count()
+        1 + String::from_utf8_lossy(&out.stderr)
+            .matches("exec ")
+            .count()
     };
     procs.insert("natledger", (traced("ADD"), traced("DEL")));
     let (_, portmap) = &plugins[1];

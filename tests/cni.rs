@@ -191,7 +191,11 @@ fn a_0_3_1_config_is_served_like_portmap_serves_it() {
         config.as_object_mut().unwrap().remove("prevResult");
         assert_ok(&cni(&node, "DEL", Some(&netns), &config), "0.3.1 DEL");
         assert!(node.manifests().is_empty(), "no manifest after DEL");
-        assert_eq!(node.dump(), before, "{backend:?}: 0.3.1 DEL restores the tables");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: 0.3.1 DEL restores the tables"
+        );
         assert!(tcp_request(&ext, sock(NODE_V4, 8080), T).is_err());
     });
 }
