@@ -26,18 +26,11 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use common::cni::{Attachment, Chained, PORTMAP};
+use common::path::PathDirs;
 use common::*;
 
-const PORTMAP: &str = "/usr/lib/cni/portmap";
 const NETAVARK_CANDIDATES: [&str; 2] = ["/usr/lib/podman/netavark", "/usr/libexec/podman/netavark"];
-const IPT_TOOLS: [&str; 6] = [
-    "iptables",
-    "iptables-save",
-    "iptables-restore",
-    "ip6tables",
-    "ip6tables-save",
-    "ip6tables-restore",
-];
 const TOOLS: [&str; 6] = [
     "natledger",
     "natledger-b2b",
@@ -46,13 +39,6 @@ const TOOLS: [&str; 6] = [
     "portmap",
     "netavark",
 ];
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn netavark_bin() -> Option<&'static str> {
     NETAVARK_CANDIDATES
@@ -263,115 +249,6 @@ fn main() {
     );
 }
 
-/// PATH directories selecting a backend for the peers: `plain` holds symlinks to the backend's
-/// binaries, `counting` holds wrappers that log each call to `log` and exec the real binary.
-struct PathDirs {
-    _dir: tempfile::TempDir,
-    plain: String,
-    counting: String,
-    log: PathBuf,
-}
-
-fn path_dirs(backend: &str) -> PathDirs {
-    let dir = tempfile::tempdir().unwrap();
-    let plain = dir.path().join("plain");
-    let counting = dir.path().join("counting");
-    let log = dir.path().join("calls.log");
-    std::fs::create_dir(&plain).unwrap();
-    std::fs::create_dir(&counting).unwrap();
-    for tool in IPT_TOOLS {
-        // iptables-save -> /usr/sbin/iptables-legacy-save, ip6tables -> ip6tables-legacy...
-        let real = match tool.split_once('-') {
-            Some((base, rest)) => format!("/usr/sbin/{base}-{backend}-{rest}"),
-            None => format!("/usr/sbin/{tool}-{backend}"),
-        };
-        assert!(Path::new(&real).exists(), "{real} missing");
-        std::os::unix::fs::symlink(&real, plain.join(tool)).unwrap();
-        let wrapper = counting.join(tool);
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\necho \"{tool} $*\" >> '{}'\nexec '{real}' \"$@\"\n",
-                log.display()
-            ),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
-    }
-    let tail = ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    PathDirs {
-        plain: format!("{}{tail}", plain.display()),
-        counting: format!("{}{tail}", counting.display()),
-        log,
-        _dir: dir,
-    }
-}
-
-impl PathDirs {
-    /// Runs `cmd` with the counting PATH; returns 1 (the tool) + the iptables* calls it made.
-    fn count(&self, mut cmd: Command, stdin: &[u8]) -> usize {
-        let _ = std::fs::remove_file(&self.log);
-        cmd.env("PATH", &self.counting);
-        run_cmd(cmd, stdin);
-        1 + std::fs::read_to_string(&self.log)
-            .map(|s| s.lines().count())
-            .unwrap_or(0)
-    }
-}
-
-fn timed(mut cmd: Command, path: &str, stdin: &[u8]) -> Duration {
-    cmd.env("PATH", path);
-    let start = Instant::now();
-    run_cmd(cmd, stdin);
-    start.elapsed()
-}
-
-/// CNI portmap against a container netns wired to the node by a veth (10.77.0.1 <-> .2).
-struct Portmap {
-    netns: String,
-    config: String,
-}
-
-impl Portmap {
-    fn new(ctr: &Netns) -> Portmap {
-        run(
-            "ip",
-            &[
-                "link", "add", "nlb-pm0", "type", "veth", "peer", "name", "eth0", "netns", &ctr.0,
-            ],
-            None,
-        );
-        run(
-            "ip",
-            &["addr", "add", "10.77.0.1/24", "dev", "nlb-pm0"],
-            None,
-        );
-        run("ip", &["link", "set", "nlb-pm0", "up"], None);
-        run(
-            "ip",
-            &["-n", &ctr.0, "addr", "add", "10.77.0.2/24", "dev", "eth0"],
-            None,
-        );
-        run("ip", &["-n", &ctr.0, "link", "set", "eth0", "up"], None);
-        let netns = format!("/var/run/netns/{}", ctr.0);
-        let config = format!(
-            r#"{{"cniVersion":"1.0.0","name":"bench","type":"portmap","capabilities":{{"portMappings":true}},"runtimeConfig":{{"portMappings":[{{"hostPort":8080,"containerPort":80,"protocol":"tcp"}}]}},"prevResult":{{"cniVersion":"1.0.0","interfaces":[{{"name":"eth0","sandbox":"{netns}"}}],"ips":[{{"address":"10.77.0.2/24","interface":0}}]}}}}"#
-        );
-        Portmap { netns, config }
-    }
-
-    fn cmd(&self, verb: &str) -> Command {
-        let mut cmd = Command::new(PORTMAP);
-        cmd.env("CNI_COMMAND", verb)
-            .env("CNI_CONTAINERID", "benchcontainer")
-            .env("CNI_NETNS", &self.netns)
-            .env("CNI_IFNAME", "eth0")
-            .env("CNI_PATH", "/usr/lib/cni");
-        cmd
-    }
-}
-
 /// netavark setup/teardown of a bridge network `bench` (10.88.0.0/24 on nlb-br0).
 struct Netavark {
     bin: &'static str,
@@ -401,31 +278,6 @@ impl Netavark {
     }
 }
 
-/// Durations of one operation pair over the runs.
-#[derive(Default)]
-struct Samples {
-    create: Vec<Duration>,
-    remove: Vec<Duration>,
-    total: Vec<Duration>,
-}
-
-impl Samples {
-    fn push(&mut self, c: Duration, d: Duration) {
-        self.create.push(c);
-        self.remove.push(d);
-        self.total.push(c + d);
-    }
-}
-
-fn nat_dump(backend: &str) -> String {
-    let out = run(
-        &format!("/usr/sbin/iptables-{backend}-save"),
-        &["-t", "nat"],
-        None,
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// The per-case child: BENCH_CASE=backend:foreign:runs:tool,tool:bundle.
 fn case_main(spec: &str) {
     let mut parts = spec.splitn(5, ':');
@@ -438,7 +290,7 @@ fn case_main(spec: &str) {
     let node = Netns::new(format!("nlpeers-{tag}"));
     enter(&node.0);
     load_foreign(backend, foreign);
-    let dirs = path_dirs(backend);
+    let dirs = PathDirs::new(backend);
     let has = |t: &str| tools.contains(&t);
 
     // The state dir lives on tmpfs, as /run/natledger does in production.
@@ -454,16 +306,17 @@ fn case_main(spec: &str) {
     case.hook_counted("poststop", false);
 
     let pm_ns = has("portmap").then(|| Netns::new(format!("nlpeers-pm-{tag}")));
-    let pm = pm_ns.as_ref().map(Portmap::new);
+    let pm_at = pm_ns.as_ref().map(|ns| Attachment::wire(ns, "nlb-pm0"));
+    let pm = pm_at.as_ref().map(Chained::portmap);
     if let Some(pm) = &pm {
-        timed(pm.cmd("ADD"), &dirs.plain, pm.config.as_bytes());
-        timed(pm.cmd("DEL"), &dirs.plain, pm.config.as_bytes());
+        dirs.timed(pm.cmd("ADD"), pm.config.as_bytes());
+        dirs.timed(pm.cmd("DEL"), pm.config.as_bytes());
     }
     let nv_ns = has("netavark").then(|| Netns::new(format!("nlpeers-nv-{tag}")));
     let nv = nv_ns.as_ref().map(Netavark::new);
     if let Some(nv) = &nv {
-        timed(nv.cmd("setup"), &dirs.plain, nv.options.as_bytes());
-        timed(nv.cmd("teardown"), &dirs.plain, nv.options.as_bytes());
+        dirs.timed(nv.cmd("setup"), nv.options.as_bytes());
+        dirs.timed(nv.cmd("teardown"), nv.options.as_bytes());
     }
 
     // Every timed operation starts on a settled kernel (see `settle`); the back-to-back
@@ -492,13 +345,13 @@ fn case_main(spec: &str) {
         let d = settled(&mut || case.restore(&del));
         samples.entry("floor").or_default().push(c, d);
         if let Some(pm) = &pm {
-            let c = settled(&mut || timed(pm.cmd("ADD"), &dirs.plain, pm.config.as_bytes()));
-            let d = settled(&mut || timed(pm.cmd("DEL"), &dirs.plain, pm.config.as_bytes()));
+            let c = settled(&mut || dirs.timed(pm.cmd("ADD"), pm.config.as_bytes()));
+            let d = settled(&mut || dirs.timed(pm.cmd("DEL"), pm.config.as_bytes()));
             samples.entry("portmap").or_default().push(c, d);
         }
         if let Some(nv) = &nv {
-            let c = settled(&mut || timed(nv.cmd("setup"), &dirs.plain, nv.options.as_bytes()));
-            let d = settled(&mut || timed(nv.cmd("teardown"), &dirs.plain, nv.options.as_bytes()));
+            let c = settled(&mut || dirs.timed(nv.cmd("setup"), nv.options.as_bytes()));
+            let d = settled(&mut || dirs.timed(nv.cmd("teardown"), nv.options.as_bytes()));
             samples.entry("netavark").or_default().push(c, d);
         }
     }
@@ -565,5 +418,6 @@ fn case_main(spec: &str) {
     drop(nv);
     drop(nv_ns);
     drop(pm);
+    drop(pm_at);
     drop(pm_ns);
 }

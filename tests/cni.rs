@@ -143,6 +143,63 @@ fn add_forwards_tcp_udp_and_ipv6_del_restores_the_tables() {
     });
 }
 
+/// A 0.3.1 conflist (flannel's, older Kubernetes ones) as portmap serves it: ADD with a
+/// 0.3.1 result (`ips[].version`), real TCP through it; no CHECK before 0.4.0; DEL as a 0.3.1
+/// runtime sends it (no prevResult) restores the tables.
+#[test]
+fn a_0_3_1_config_is_served_like_portmap_serves_it() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let netns = format!("/run/netns/{}", c.ns);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2 tcp");
+        node.warm_up();
+        let before = node.dump();
+        let mut config = json!({
+            "cniVersion": "0.3.1",
+            "name": "cbr0",
+            "type": "natledger",
+            "capabilities": {"portMappings": true},
+            "backend": backend.name(),
+            "stateDir": node.state_dir(),
+            "runtimeConfig": {"portMappings": [
+                {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"}
+            ]},
+            "prevResult": {
+                "cniVersion": "0.3.1",
+                "interfaces": [
+                    {"name": "cni0", "mac": "0a:58:0a:4d:00:01"},
+                    {"name": "eth0", "mac": "0a:58:0a:4d:00:02", "sandbox": netns}
+                ],
+                "ips": [{"version": "4", "interface": 1,
+                         "address": format!("{}/24", c.v4), "gateway": "10.77.0.1"}],
+                "routes": [{"dst": "0.0.0.0/0"}],
+                "dns": {}
+            }
+        });
+        let out = cni(&node, "ADD", Some(&netns), &config);
+        assert_ok(&out, "0.3.1 ADD");
+        let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(printed, config["prevResult"], "prevResult passed through");
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("c2 tcp"),
+            "{backend:?} external tcp through a 0.3.1 ADD"
+        );
+        assert_eq!(error_code(&cni(&node, "CHECK", Some(&netns), &config)), 1);
+        config.as_object_mut().unwrap().remove("prevResult");
+        assert_ok(&cni(&node, "DEL", Some(&netns), &config), "0.3.1 DEL");
+        assert!(node.manifests().is_empty(), "no manifest after DEL");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: 0.3.1 DEL restores the tables"
+        );
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), T).is_err());
+    });
+}
+
 #[test]
 fn refused_calls_write_no_rule_and_no_manifest() {
     let mut node = Node::new(Backend::Nft);
@@ -162,7 +219,7 @@ fn refused_calls_write_no_rule_and_no_manifest() {
         config
     };
     let cases = [
-        ("unknown version", with("cniVersion", json!("0.3.1")), 1),
+        ("unknown version", with("cniVersion", json!("0.2.0")), 1),
         ("malformed version", with("cniVersion", json!("one")), 6),
         (
             "bad port",
@@ -216,7 +273,7 @@ fn refused_calls_write_no_rule_and_no_manifest() {
     let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
         answer["supportedVersions"],
-        json!(["0.4.0", "1.0.0", "1.1.0"])
+        json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
     );
 }
 

@@ -2,6 +2,9 @@
 
 #![allow(dead_code)] // each bench uses a subset
 
+pub mod cni;
+pub mod path;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -41,6 +44,14 @@ pub fn run_case(spec: &str) -> String {
 /// An environment setting, or its default.
 pub fn env_or(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_string())
+}
+
+/// A numeric environment setting, or its default.
+pub fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 pub fn run(program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::Output {
@@ -115,6 +126,32 @@ pub fn run_cmd(mut cmd: Command, stdin: &[u8]) -> std::process::Output {
 pub fn median(mut v: Vec<Duration>) -> f64 {
     v.sort();
     v[v.len() / 2].as_secs_f64() * 1000.0
+}
+
+/// Durations of one operation pair (create, remove) over the runs.
+#[derive(Default)]
+pub struct Samples {
+    pub create: Vec<Duration>,
+    pub remove: Vec<Duration>,
+    pub total: Vec<Duration>,
+}
+
+impl Samples {
+    pub fn push(&mut self, c: Duration, d: Duration) {
+        self.create.push(c);
+        self.remove.push(d);
+        self.total.push(c + d);
+    }
+}
+
+/// The nat table of IPv4 on `backend`, as `iptables-<backend>-save -t nat` prints it.
+pub fn nat_dump(backend: &str) -> String {
+    let out = run(
+        &format!("/usr/sbin/iptables-{backend}-save"),
+        &["-t", "nat"],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// One container's natledger hooks (state dir, bundle, backend), and the floor for the same

@@ -17,12 +17,24 @@ use crate::backend::BackendChoice;
 use crate::echo::{Echo, MESSAGE, limit};
 use crate::portspec::{PortMapping, PortRange, Protocol};
 
-/// The spec versions natledger implements, oldest first (the VERSION answer).
-pub const SUPPORTED: [Version; 3] = [Version::V0_4_0, Version::V1_0_0, Version::V1_1_0];
+/// The spec versions natledger implements, oldest first (the VERSION answer). 0.3.x is
+/// there because many conflists still say it (flannel's, older Kubernetes ones) and portmap
+/// accepts it: its `prevResult` is the same `ips`/`interfaces` shape (each `ips` entry also
+/// carries `version`), it has no CHECK (refused below 0.4.0) and DEL gets no `prevResult`
+/// (natledger's DEL never needs one).
+pub const SUPPORTED: [Version; 5] = [
+    Version::V0_3_0,
+    Version::V0_3_1,
+    Version::V0_4_0,
+    Version::V1_0_0,
+    Version::V1_1_0,
+];
 
-/// A CNI spec version natledger implements.
+/// A CNI spec version natledger implements (ordered: older is less).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {
+    V0_3_0,
+    V0_3_1,
     V0_4_0,
     V1_0_0,
     V1_1_0,
@@ -34,6 +46,8 @@ impl Version {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Version::V0_3_0 => "0.3.0",
+            Version::V0_3_1 => "0.3.1",
             Version::V0_4_0 => "0.4.0",
             Version::V1_0_0 => "1.0.0",
             Version::V1_1_0 => "1.1.0",

@@ -1,9 +1,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::net::IpAddr;
 
 use serde_json::{Value, json};
+
+mod attachment;
 
 use super::spec::{ErrorResult, VersionResult};
 use super::*;
@@ -228,7 +229,9 @@ fn version_answers_with_the_input_version_and_needs_nothing_else() {
             answer,
             VersionResult {
                 cni_version: version.into(),
-                supported_versions: vec!["0.4.0".into(), "1.0.0".into(), "1.1.0".into()],
+                supported_versions: ["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]
+                    .map(String::from)
+                    .to_vec(),
             }
         );
     }
@@ -239,7 +242,9 @@ fn version_answers_with_the_input_version_and_needs_nothing_else() {
 fn versions_unknown_are_code_1_malformed_code_6() {
     let plugin = Recorder::default();
     for (version, code) in [
-        (json!("0.3.1"), 1),
+        (json!("0.2.0"), 1),
+        (json!("0.1.0"), 1),
+        (json!("0.3.2"), 1),
         (json!("2.0.0"), 1),
         (json!(null), 1), // missing is 0.1.0
         (json!(""), 1),
@@ -260,6 +265,9 @@ fn versions_unknown_are_code_1_malformed_code_6() {
 fn gc_and_status_need_1_1_0_check_runs_from_0_4_0() {
     let plugin = Recorder::default();
     for (command, version, code) in [
+        ("CHECK", "0.3.0", Some(1)),
+        ("CHECK", "0.3.1", Some(1)),
+        ("GC", "0.3.1", Some(1)),
         ("GC", "1.0.0", Some(1)),
         ("STATUS", "0.4.0", Some(1)),
         ("GC", "1.1.0", None),
@@ -272,6 +280,65 @@ fn gc_and_status_need_1_1_0_check_runs_from_0_4_0() {
         assert_eq!(error.map(|e| e.code), code, "{command} {version}");
     }
     assert_eq!(plugin.calls.borrow().len(), 3);
+}
+
+/// A 0.3.1 conflist as flannel's and older Kubernetes ones are written, with the result a
+/// 0.3.1 bridge plugin hands on (`ips[].version`, `interface` indices).
+fn config_0_3_1() -> Value {
+    json!({
+        "cniVersion": "0.3.1",
+        "name": "cbr0",
+        "type": "natledger",
+        "capabilities": {"portMappings": true},
+        "runtimeConfig": {"portMappings": [
+            {"hostPort": 6667, "containerPort": 80, "protocol": "tcp"}
+        ]},
+        "prevResult": {
+            "cniVersion": "0.3.1",
+            "interfaces": [
+                {"name": "cni0", "mac": "0a:58:0a:f4:00:01"},
+                {"name": "eth0", "mac": "0a:58:0a:f4:00:05", "sandbox": "/run/netns/cni-1234"}
+            ],
+            "ips": [
+                {"version": "4", "interface": 1, "address": "10.244.0.5/24",
+                 "gateway": "10.244.0.1"},
+                {"version": "6", "interface": 1, "address": "fd44::5/64", "gateway": "fd44::1"}
+            ],
+            "routes": [{"dst": "0.0.0.0/0"}],
+            "dns": {}
+        }
+    })
+}
+
+#[test]
+fn a_0_3_x_config_is_served_add_passes_its_result_through_del_needs_none() {
+    for version in ["0.3.0", "0.3.1"] {
+        let plugin = Recorder::default();
+        let mut conf = config_0_3_1();
+        conf["cniVersion"] = json!(version);
+        conf["prevResult"]["cniVersion"] = json!(version);
+        let (out, error) = call(&env("ADD"), &conf, &plugin);
+        assert_eq!(error, None, "{version}");
+        let printed: Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(printed, conf["prevResult"], "{version}");
+        // DEL as a 0.3.x runtime sends it: no prevResult (it came with 0.4.0).
+        let mut del = conf.clone();
+        del.as_object_mut().unwrap().remove("prevResult");
+        let (out, error) = call(&env("DEL"), &del, &plugin);
+        assert_eq!((error, out.stdout.as_str()), (None, ""), "{version}");
+        let calls = plugin.calls.borrow();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].0, Command::Add);
+        assert_eq!(
+            calls[0].2,
+            vec![mapping(None, 6667, 80, Protocol::Tcp)],
+            "{version}"
+        );
+        assert_eq!(calls[1].0, Command::Del);
+        // Errors answer in the config's version.
+        let (_, error) = call(&env("CHECK"), &conf, &plugin);
+        assert_eq!(error.unwrap().cni_version, version);
+    }
 }
 
 #[test]
@@ -476,121 +543,6 @@ fn portmap_configs_as_users_write_them_are_accepted() {
         let mut conf = config();
         conf["backend"] = json!(name);
         assert_eq!(NetConf::from_value(conf).unwrap().backend, Some(choice));
-    }
-}
-
-fn addresses(prev: Value, ifname: &str) -> Vec<IpAddr> {
-    result::container_addresses(&prev, ifname).unwrap()
-}
-
-fn ips(list: &[&str]) -> Vec<IpAddr> {
-    list.iter().map(|a| a.parse().unwrap()).collect()
-}
-
-#[test]
-fn container_addresses_follow_the_interface_index() {
-    // The host side (cni0, index 0) is skipped; both families of eth0 are taken.
-    assert_eq!(
-        addresses(prev_result(), "eth0"),
-        ips(&["10.88.0.7", "fd00::7"])
-    );
-    // Another attachment's interface name: only entries naming it count.
-    assert_eq!(addresses(prev_result(), "net1"), ips(&[]));
-    // Without an index, or an index past the list: taken (as portmap).
-    let prev = json!({"ips": [
-        {"address": "fd00::9/64"},
-        {"address": "10.1.0.5/24", "interface": 7},
-        {"address": "10.1.0.6/24"}
-    ]});
-    assert_eq!(addresses(prev, "eth0"), ips(&["10.1.0.5", "fd00::9"]));
-    // The right name without a sandbox is a host interface.
-    let prev = json!({
-        "interfaces": [{"name": "eth0"}, {"name": "eth0", "sandbox": "/proc/1/ns/net"}],
-        "ips": [
-            {"address": "192.168.1.2/24", "interface": 0},
-            {"address": "10.2.0.2/24", "interface": 1}
-        ]
-    });
-    assert_eq!(addresses(prev, "eth0"), ips(&["10.2.0.2"]));
-    // 0.4.0's result (ips carry "version") reads the same.
-    let prev = json!({"cniVersion": "0.4.0",
-        "interfaces": [{"name": "eth0", "sandbox": "/run/netns/x"}],
-        "ips": [{"version": "4", "address": "10.3.0.2/16", "interface": 0}]});
-    assert_eq!(addresses(prev, "eth0"), ips(&["10.3.0.2"]));
-    assert_eq!(addresses(json!({}), "eth0"), ips(&[]));
-}
-
-#[test]
-fn malformed_addresses_are_refused() {
-    for bad in [
-        "10.0.0.1",
-        "10.0.0.1/33",
-        "fd00::1/129",
-        "10.0.0.1/+8",
-        "x/8",
-        "10.0.0.1/",
-    ] {
-        let prev = json!({"ips": [{"address": bad}]});
-        let e = result::container_addresses(&prev, "eth0").unwrap_err();
-        assert_eq!(e.code, Code::Decode, "{bad}");
-    }
-}
-
-#[test]
-fn ledger_ids_are_safe_unique_and_reversible() {
-    let cases = [
-        (ID, "eth0", format!("{ID}+eth0")),
-        ("abc", "net1", "abc+net1".to_string()),
-        ("a.b_c-d", "eth0.100", "a.b_c-d+eth0.100".to_string()),
-        ("abc", "e+th", "abc+e+2Bth".to_string()),
-        ("abc", "é@", "abc++C3+A9+40".to_string()),
-    ];
-    for (container_id, ifname, expected) in cases {
-        let att = Attachment {
-            container_id: container_id.into(),
-            ifname: ifname.into(),
-        };
-        let id = att.ledger_id().unwrap();
-        assert_eq!(id.as_str(), expected);
-        assert_eq!(Attachment::from_ledger_id(&id), Some(att));
-    }
-    // Two attachments that a plain join would confuse stay apart.
-    let a = Attachment {
-        container_id: "a".into(),
-        ifname: "b+c".into(),
-    };
-    let b = Attachment {
-        container_id: "a".into(),
-        ifname: "b+2Bc".into(),
-    };
-    assert_ne!(a.ledger_id().unwrap(), b.ledger_id().unwrap());
-    // Too long for a manifest name: refused, code 4.
-    let long = Attachment {
-        container_id: "a".repeat(120),
-        ifname: "eth0123456".into(),
-    };
-    assert_eq!(long.ledger_id().unwrap_err().code, Code::InvalidEnv);
-    // Not an attachment's id.
-    assert_eq!(Attachment::from_ledger_id(&"plain".parse().unwrap()), None);
-    assert_eq!(Attachment::from_ledger_id(&"a+b+4".parse().unwrap()), None);
-}
-
-#[test]
-fn every_ifname_the_environment_accepts_has_a_ledger_id() {
-    // Any byte Linux allows in a name (not '/', ':' or whitespace), at the longest.
-    for b in 0x21u8..0x7f {
-        let c = char::from(b);
-        if c == '/' || c == ':' {
-            continue;
-        }
-        let ifname: String = std::iter::repeat_n(c, 15).collect();
-        assert_eq!(env::ifname_problem(&ifname), None);
-        let att = Attachment {
-            container_id: ID.into(),
-            ifname,
-        };
-        let id = att.ledger_id().unwrap();
-        assert_eq!(Attachment::from_ledger_id(&id), Some(att));
     }
 }
 
