@@ -207,3 +207,57 @@ fn an_add_on_the_port_of_a_deleted_attachment_wins() {
         assert_eq!(node.dump(), before, "{backend:?}: everything removed");
     });
 }
+
+/// A live attachment missing a recorded rule: doctor's fix is a new CNI ADD by its runtime
+/// (podman restart, a recreated pod) and a CHECK, not a restart of a hook container, and
+/// every sentence of it parses (`live` checks the prose).
+#[test]
+fn doctor_tells_a_live_attachment_missing_rules_to_add_again() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        node.warm_up();
+        assert_ok(&cni_add(&node, "testnet", "gone", &c2, 8080), "ADD");
+        let manifest = node.manifest("gone+eth0");
+        let dnat = manifest["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
+            .expect("an ipv4 DNAT record");
+        let mut args = vec!["-t", "nat", "-D", "NATLEDGER-HOSTPORTS"];
+        args.extend(
+            dnat["rule"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| a.as_str().unwrap()),
+        );
+        let deleted = run_in(
+            node.topo.node(),
+            iptables_tool(backend, Family::V4),
+            &args,
+            None,
+        );
+        assert!(deleted.status.success(), "{}", stderr(&deleted));
+
+        let d = live(&node, &[]);
+        let state = d.of_kind("natledger-state");
+        let missing = state
+            .iter()
+            .find(|f| text(f, "summary").contains("is missing 1 of"))
+            .unwrap_or_else(|| panic!("{backend:?}: no missing-rules finding\n{}", d.show()));
+        let fix = text(missing, "fix");
+        for want in [
+            "CNI ADD of attachment gone+eth0",
+            "podman restart gone",
+            "CNI_COMMAND=CHECK",
+        ] {
+            assert!(fix.contains(want), "{backend:?}: {want:?} in {fix}");
+        }
+        assert!(!fix.contains("restart container"), "{fix}");
+        let netns = format!("/run/netns/{}", c2.ns);
+        let del = cni_config(&node, "testnet", &c2, 8080);
+        assert_ok(&cni_call(&node, "DEL", "gone", Some(&netns), &del), "DEL");
+    });
+}

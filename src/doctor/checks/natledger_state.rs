@@ -83,10 +83,7 @@ impl Checks<'_> {
                 );
                 let finding = manifest_finding(m, Severity::Error, summary, Vec::new());
                 self.findings.push(Finding {
-                    fix: Some(format!(
-                        "restart container {} (its createRuntime hook writes the rules again)",
-                        m.container_id
-                    )),
+                    fix: Some(rewrite_advice(m)),
                     ..finding
                 });
             }
@@ -123,10 +120,7 @@ impl Checks<'_> {
             let (whose, restart) = if needs.sharers(&m.container_id).is_empty() {
                 (
                     format!("Live container {}{}", m.container_id, origin(m)),
-                    format!(
-                        "restart container {} (its createRuntime hook writes the rules again)",
-                        m.container_id
-                    ),
+                    rewrite_advice(m),
                 )
             } else {
                 let sharers: Vec<&str> = needs
@@ -163,6 +157,25 @@ impl Checks<'_> {
     }
 }
 
+/// How a live container's or attachment's rules get written again. A hook container's
+/// createRuntime hook runs at every start; an attachment's rules are written only by a CNI
+/// ADD, which its runtime runs when it recreates the container's or pod's network.
+fn rewrite_advice(m: &Manifest) -> String {
+    match &m.cni {
+        None => format!(
+            "restart container {} (its createRuntime hook writes the rules again)",
+            m.container_id
+        ),
+        Some(cni) => format!(
+            "have the runtime run the CNI ADD of attachment {} again: podman runs it at \
+             `podman restart {}`, Kubernetes when the pod is deleted and created again; then \
+             a CNI CHECK (CNI_COMMAND=CHECK with the network's configuration) confirms that \
+             the rules are back",
+            m.container_id, cni.container_id
+        ),
+    }
+}
+
 /// How a summary names what started a container: ` (pid 1234)`, ` (cni net=podman ifname=eth0
 /// container=ID)`, or nothing when neither was recorded.
 pub(super) fn origin(m: &Manifest) -> String {
@@ -189,5 +202,45 @@ fn manifest_finding(
         rules,
         evidence: vec!["natledger manifest".into()],
         fix: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::CniAttachment;
+
+    fn manifest(cni: Option<CniAttachment>) -> Manifest {
+        Manifest {
+            container_id: "abc+eth0".parse().unwrap(),
+            pid: None,
+            cni,
+            ..crate::ledger::tests::sample()
+        }
+    }
+
+    /// A hook container is restarted; an attachment has no hook: its runtime's ADD writes
+    /// its rules, so the advice names the ADD, how runtimes run it, and CHECK.
+    #[test]
+    fn an_attachment_is_told_to_add_again_a_hook_container_to_restart() {
+        let hook = rewrite_advice(&manifest(None));
+        assert!(hook.starts_with("restart container abc+eth0"), "{hook}");
+        let attachment = rewrite_advice(&manifest(Some(CniAttachment {
+            container_id: "abc".into(),
+            ifname: "eth0".into(),
+            network: "podman".into(),
+            netns_path: None,
+            deleted: false,
+        })));
+        for want in [
+            "CNI ADD of attachment abc+eth0",
+            "`podman restart abc`",
+            "Kubernetes",
+            "CNI_COMMAND=CHECK",
+        ] {
+            assert!(attachment.contains(want), "{want}: {attachment}");
+        }
+        assert!(!attachment.contains("restart container"), "{attachment}");
+        assert!(!attachment.contains("createRuntime"), "{attachment}");
     }
 }
