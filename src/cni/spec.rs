@@ -275,6 +275,53 @@ struct WireMapping {
     host_ip: Option<String>,
 }
 
+/// The keys natledger reads in `runtimeConfig` and in each `portMappings` entry.
+const RUNTIME_KEYS: [&str; 1] = ["portMappings"];
+const MAPPING_KEYS: [&str; 4] = ["hostPort", "containerPort", "protocol", "hostIP"];
+
+/// Runtimes write `runtimeConfig` from their own structs, and Go plugins (portmap) read it
+/// with `encoding/json`, which matches keys case-insensitively: containerd (go-cni's
+/// `PortMapping` has no JSON tags) sends `{"HostPort": 8087, "ContainerPort": 80, "Protocol":
+/// "tcp", "HostIP": ""}`. So a key of `runtimeConfig` or of a `portMappings` entry that
+/// equals one natledger reads but for ASCII case is renamed to natledger's spelling (unless
+/// that spelling is there too: the exact match wins, as in Go).
+fn fold_runtime_keys(config: &mut Value) {
+    let Some(runtime) = config
+        .get_mut("runtimeConfig")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    fold_keys(runtime, &RUNTIME_KEYS);
+    if let Some(entries) = runtime
+        .get_mut("portMappings")
+        .and_then(Value::as_array_mut)
+    {
+        for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+            fold_keys(entry, &MAPPING_KEYS);
+        }
+    }
+}
+
+/// Renames each key of `object` that equals one of `canonical` ignoring ASCII case, when the
+/// canonical spelling itself is absent.
+fn fold_keys(object: &mut serde_json::Map<String, Value>, canonical: &[&str]) {
+    for want in canonical {
+        if object.contains_key(*want) {
+            continue;
+        }
+        let found = object
+            .keys()
+            .find(|k| k.eq_ignore_ascii_case(want))
+            .cloned();
+        if let Some(key) = found
+            && let Some(value) = object.remove(&key)
+        {
+            object.insert(want.to_string(), value);
+        }
+    }
+}
+
 /// The `cniVersion` of a configuration: a missing one is `0.1.0` (libcni's rule), so it is
 /// refused as incompatible.
 pub fn version_of(config: &Value) -> Result<Version, CniError> {
@@ -313,6 +360,8 @@ impl NetConf {
     /// Decode and validate a configuration already known to be a JSON object.
     pub fn from_value(config: Value) -> Result<NetConf, CniError> {
         let version = version_of(&config)?;
+        let mut config = config;
+        fold_runtime_keys(&mut config);
         let wire: Wire = serde_json::from_value(config).map_err(|e| {
             CniError::new(Code::Decode, "error decoding network config", e.to_string())
         })?;

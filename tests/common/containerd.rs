@@ -7,7 +7,10 @@
 //! DIR/config.toml         version 2: root, state, sockets, CNI and the sandbox image here;
 //!                         then the README's snippet, its BinaryName pointed at DIR's wrapper
 //! DIR/natledger-runtime   the wrapper, with the test's state directory and backend
-//! DIR/cni/                a bridge (cri0, POD_SUBNET) + host-local conflist, IPAM data in DIR
+//! DIR/cni/                a bridge (cri0, POD_SUBNET) + host-local conflist, IPAM data in DIR;
+//!                         with [`CniChain::Natledger`], natledger chained after bridge
+//! DIR/cni-bin/            ([`CniChain::Natledger`]) /usr/lib/cni's plugins linked, and
+//!                         `natledger` a link to the binary under test
 //! DIR/containerd.sock     the CRI (and containerd's own API, for `ctr images import`)
 //! ```
 //!
@@ -74,6 +77,27 @@ pub enum Annotations {
     Container,
 }
 
+/// What containerd's CNI conflist chains after the bridge plugin.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CniChain {
+    /// bridge + host-local only (the CRI's port mappings reach no plugin).
+    Bridge,
+    /// bridge + host-local + `natledger` with `capabilities: {portMappings: true}` and its
+    /// `stateDir` and `backend` the node's: RunPodSandbox's `port_mappings` reach natledger
+    /// as `runtimeConfig.portMappings` (kubelet's hostPort path).
+    Natledger,
+}
+
+/// How [`Containerd::start_with`] configures containerd.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub annotations: Annotations,
+    pub cni: CniChain,
+}
+
+/// The network name of the fixture's conflist (`name`, what natledger records).
+pub const CNI_NETWORK: &str = "natledger-cri";
+
 /// Serialises this process's containerd fixtures: they share runc's root and the shims'
 /// socket directory under /run/containerd, which the last one removes when it made them.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -96,14 +120,25 @@ impl Containerd {
     /// `node.state_dir()` and `node.backend`, waits until the CRI answers, and imports
     /// [`PAUSE_IMAGE`] and [`BUSYBOX_IMAGE`].
     pub fn start(node: &Node, annotations: Annotations) -> Containerd {
+        Containerd::start_with(
+            node,
+            Config {
+                annotations,
+                cni: CniChain::Bridge,
+            },
+        )
+    }
+
+    /// [`Containerd::start`] with the CNI chain chosen too.
+    pub fn start_with(node: &Node, config: Config) -> Containerd {
         let one_at_a_time = lock(&ONE_AT_A_TIME);
         let own = Owned::new(node.dir.path(), "containerd");
         let had_run_containerd = Path::new("/run/containerd").exists();
         write_wrapper(node, &own.dir);
-        write_cni(&own.dir);
+        let bin_dir = write_cni(node, &own.dir, config.cni);
         std::fs::write(
             own.dir.join("config.toml"),
-            config_toml(&own.dir, annotations),
+            config_toml(&own.dir, &bin_dir, config.annotations),
         )
         .unwrap();
         let log = File::create(own.dir.join("containerd.log")).unwrap();
@@ -390,19 +425,31 @@ fn write_wrapper(node: &Node, dir: &Path) {
 
 /// DIR/cni/10-natledger-cri.conflist: Debian's bridge (gateway cri0, no masquerade: CNI then
 /// writes no firewall rule, so natledger's are the only ones) and host-local IPAM, with its
-/// allocations in DIR.
-fn write_cni(dir: &Path) {
+/// allocations in DIR; for [`CniChain::Natledger`], natledger after bridge, found in
+/// DIR/cni-bin. Returns the plugin directory containerd is to use.
+fn write_cni(node: &Node, dir: &Path, chain: CniChain) -> PathBuf {
+    let mut plugins = vec![serde_json::json!(
+        {"type": "bridge", "bridge": "cri0", "isGateway": true, "ipMasq": false,
+         "hairpinMode": true,
+         "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
+                  "routes": [{"dst": "0.0.0.0/0"}],
+                  "dataDir": dir.join("cni-ipam")}}
+    )];
+    let bin_dir = match chain {
+        CniChain::Bridge => PathBuf::from("/usr/lib/cni"),
+        CniChain::Natledger => {
+            plugins.push(serde_json::json!({
+                "type": "natledger", "capabilities": {"portMappings": true},
+                "stateDir": node.state_dir(), "backend": node.backend.name(),
+            }));
+            link_plugins(&dir.join("cni-bin"))
+        }
+    };
+    plugins.push(serde_json::json!({"type": "loopback"}));
     let conflist = serde_json::json!({
         "cniVersion": "0.4.0",
-        "name": "natledger-cri",
-        "plugins": [
-            {"type": "bridge", "bridge": "cri0", "isGateway": true, "ipMasq": false,
-             "hairpinMode": true,
-             "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_SUBNET}]],
-                      "routes": [{"dst": "0.0.0.0/0"}],
-                      "dataDir": dir.join("cni-ipam")}},
-            {"type": "loopback"},
-        ],
+        "name": CNI_NETWORK,
+        "plugins": plugins,
     });
     let conf_dir = dir.join("cni");
     std::fs::create_dir_all(&conf_dir).unwrap();
@@ -411,11 +458,26 @@ fn write_cni(dir: &Path) {
         serde_json::to_string_pretty(&conflist).unwrap(),
     )
     .unwrap();
+    bin_dir
+}
+
+/// `bin`: Debian's plugins linked from /usr/lib/cni, and `natledger` a link to the binary
+/// under test (what the install script makes).
+fn link_plugins(bin: &Path) -> PathBuf {
+    std::fs::create_dir_all(bin).unwrap();
+    for entry in
+        std::fs::read_dir("/usr/lib/cni").expect("/usr/lib/cni (containernetworking-plugins)")
+    {
+        let entry = entry.unwrap();
+        std::os::unix::fs::symlink(entry.path(), bin.join(entry.file_name())).unwrap();
+    }
+    std::os::unix::fs::symlink(BIN, bin.join("natledger")).unwrap();
+    bin.to_path_buf()
 }
 
 /// config.toml: everything in DIR, then README.md's snippet with [`README_BINARY`] replaced
 /// by DIR/natledger-runtime (the only change made to it for [`Annotations::Pod`]).
-fn config_toml(dir: &Path, annotations: Annotations) -> String {
+fn config_toml(dir: &Path, bin_dir: &Path, annotations: Annotations) -> String {
     let mut snippet = readme_containerd_snippet();
     if annotations == Annotations::Container {
         assert_eq!(snippet.matches("pod_annotations =").count(), 1, "{snippet}");
@@ -428,6 +490,7 @@ fn config_toml(dir: &Path, annotations: Annotations) -> String {
     );
     let wrapper = dir.join("natledger-runtime").display().to_string();
     let d = dir.display();
+    let bin_dir = bin_dir.display();
     format!(
         r#"version = 2
 root = "{d}/root"
@@ -449,7 +512,7 @@ plugin_dir = "{d}/plugins"
   restrict_oom_score_adj = true
 
 [plugins."io.containerd.grpc.v1.cri".cni]
-  bin_dir = "/usr/lib/cni"
+  bin_dir = "{bin_dir}"
   conf_dir = "{d}/cni"
 
 [plugins."io.containerd.grpc.v1.cri".containerd]

@@ -554,3 +554,34 @@ fn errors_quote_input_cut_to_a_readable_length() {
     assert_eq!(error.unwrap().code, 7);
     assert!(out.stdout.len() < 1024, "{}", out.stdout.len());
 }
+
+/// containerd's CRI passes go-cni's `PortMapping` (no JSON tags: Go field names), which Go
+/// plugins read case-insensitively; so does natledger, every key it reads there.
+#[test]
+fn port_mappings_keys_are_read_case_insensitively_as_go_plugins_do() {
+    let mut conf = config();
+    conf["RuntimeConfig"] = conf["runtimeConfig"].take();
+    conf.as_object_mut().unwrap().remove("runtimeConfig");
+    conf["RuntimeConfig"] = json!({"PortMappings": [
+        {"HostPort": 8087, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
+        {"hostport": 5353, "CONTAINERPORT": 53, "protocol": "UDP", "hostIp": "::1"},
+        // The exact spelling wins over a folded one (Go's rule).
+        {"hostPort": 9000, "HostPort": 1, "containerPort": 90}
+    ]});
+    // `runtimeConfig` itself is libcni's exact key; only its contents are folded.
+    assert!(
+        NetConf::from_value(conf.clone())
+            .unwrap()
+            .mappings
+            .is_empty()
+    );
+    conf["runtimeConfig"] = conf["RuntimeConfig"].take();
+    assert_eq!(
+        NetConf::from_value(conf).unwrap().mappings,
+        vec![
+            mapping(None, 8087, 80, Protocol::Tcp),
+            mapping(Some("::1"), 5353, 53, Protocol::Udp),
+            mapping(None, 9000, 90, Protocol::Tcp),
+        ]
+    );
+}
