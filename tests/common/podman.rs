@@ -16,6 +16,14 @@ use super::{
 /// The busybox image the suites import into podman's storage.
 pub const PODMAN_IMAGE: &str = "localhost/natledger-busybox:latest";
 const T: Duration = Duration::from_secs(10);
+/// Every container's limits: podman's default nofile (1048576) is above this machine's hard
+/// limit.
+const ULIMITS: [&str; 4] = [
+    "--ulimit",
+    "nofile=10000:10000",
+    "--ulimit",
+    "nproc=1000:1000",
+];
 
 /// Where podman finds its CNI plugins.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -236,13 +244,12 @@ tmp_dir = "{tmp}"
             self.config.network,
             "--cgroup-parent",
             &self.own.cgroup_parent,
-            "--ulimit",
-            "nofile=10000:10000",
-            "--ulimit",
-            "nproc=1000:1000",
         ];
         let id = container_id(
-            self.ok(&httpd_run_args(&[&fixed, options].concat(), PODMAN_IMAGE)),
+            self.ok(&httpd_run_args(
+                &[&fixed[..], &ULIMITS, options].concat(),
+                PODMAN_IMAGE,
+            )),
             "podman",
         );
         self.own.ids.push(id.clone());
@@ -287,12 +294,9 @@ tmp_dir = "{tmp}"
             pod,
             "--annotation",
             &annotation,
-            "--ulimit",
-            "nofile=10000:10000",
-            "--ulimit",
-            "nproc=1000:1000",
-            PODMAN_IMAGE,
         ];
+        args.extend_from_slice(&ULIMITS);
+        args.push(PODMAN_IMAGE);
         args.extend_from_slice(command);
         let id = container_id(self.ok(&args), "podman");
         self.own.ids.push(id.clone());
