@@ -7,7 +7,6 @@
 //! named (`CNI_NETNS`, a bind mount such as `/run/netns/NAME`) is still the one ADD saw at
 //! that path ([`netns_alive`]).
 
-use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
@@ -15,7 +14,7 @@ use nix::errno::Errno;
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
-use crate::sharing::NetnsId;
+use crate::sharing::{NetnsAtPath, NetnsId};
 
 const BOOT_ID: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -110,17 +109,11 @@ pub fn is_alive(recorded: Recorded) -> bool {
     }
 }
 
-/// Whether `path` still names the network namespace `then`. Dead only on positive evidence:
-/// the path is gone (`ENOENT`, or `ENOTDIR`: a directory on it is now something else), or it
-/// is a namespace file again (nsfs: `then`'s device) of another namespace (another inode: the
-/// name was reused). Anything else counts as alive: the same namespace; a path this process
-/// may not read (`EACCES`, ...); a path that exists but is no namespace file from here (a
-/// mount namespace that does not see the runtime's bind mount shows the empty file under it).
+/// Whether `path` still names the network namespace `then`, as [`NetnsId::still_at`] judges
+/// it. Dead only on positive evidence ([`NetnsAtPath::Gone`]: the path is gone, or is a
+/// namespace file of another namespace); what cannot be judged counts as alive.
 pub fn netns_alive(path: &Path, then: NetnsId) -> bool {
-    match std::fs::metadata(path) {
-        Err(e) => !matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory),
-        Ok(now) => now.dev() != then.dev || now.ino() == then.ino,
-    }
+    then.still_at(path) != NetnsAtPath::Gone
 }
 
 #[cfg(test)]

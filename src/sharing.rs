@@ -37,7 +37,9 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
@@ -56,18 +58,60 @@ pub struct NetnsId {
 impl NetnsId {
     /// The network namespace `pid` is in now (`None` when it cannot be read).
     pub fn of_pid(pid: i32) -> Option<NetnsId> {
-        NetnsId::of_path(std::path::Path::new(&format!("/proc/{pid}/ns/net")))
+        NetnsId::of_path(Path::new(&format!("/proc/{pid}/ns/net")))
     }
 
     /// The network namespace a path names: `/proc/PID/ns/net`, or a bind mount of one
     /// (`/run/netns/NAME`, a CNI runtime's `CNI_NETNS`). `None` when it cannot be read.
-    pub fn of_path(path: &std::path::Path) -> Option<NetnsId> {
+    pub fn of_path(path: &Path) -> Option<NetnsId> {
         let meta = std::fs::metadata(path).ok()?;
         Some(NetnsId {
             dev: meta.dev(),
             ino: meta.ino(),
         })
     }
+
+    /// Whether `path` (a CNI attachment's recorded `CNI_NETNS`) still names this namespace,
+    /// the one it named when recorded. The one judgement of a recorded namespace path: both
+    /// liveness ([`crate::procfs::netns_alive`]) and membership ([`attachment_netns`]) read
+    /// it.
+    pub fn still_at(self, path: &Path) -> NetnsAtPath {
+        self.compare(std::fs::metadata(path).map(|m| NetnsId {
+            dev: m.dev(),
+            ino: m.ino(),
+        }))
+    }
+
+    /// [`NetnsId::still_at`] on what reading the path gave.
+    fn compare(self, now: std::io::Result<NetnsId>) -> NetnsAtPath {
+        match now {
+            Ok(now) if now == self => NetnsAtPath::Same,
+            // A namespace file again (nsfs: this one's device) of another inode: the name was
+            // reused.
+            Ok(now) if now.dev == self.dev => NetnsAtPath::Gone,
+            // Not a namespace file from here: a mount namespace that does not see the
+            // runtime's bind mount shows the empty file under it.
+            Ok(_) => NetnsAtPath::Unknown,
+            // ENOTDIR: a directory on the path is now something else.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                NetnsAtPath::Gone
+            }
+            Err(_) => NetnsAtPath::Unknown,
+        }
+    }
+}
+
+/// What a recorded network namespace path names now ([`NetnsId::still_at`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NetnsAtPath {
+    /// The recorded namespace.
+    Same,
+    /// Positive evidence that the recorded namespace is not there: the path is gone
+    /// (`ENOENT`, `ENOTDIR`) or is a namespace file (the recorded device) of another inode.
+    Gone,
+    /// Cannot judge: unreadable for another reason (`EACCES`, `ELOOP`, ...), or a file that
+    /// is no namespace file from here (another device).
+    Unknown,
 }
 
 /// The pod a container belongs to, as containerd's or CRI-O's annotations name it (the
@@ -190,8 +234,7 @@ pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -
 /// was not reused meanwhile).
 fn current_netns(member: &Manifest) -> Option<NetnsId> {
     if let Some(cni) = &member.cni {
-        let now = cni.netns_path.as_deref().and_then(NetnsId::of_path);
-        return attachment_netns(member.netns, now);
+        return attachment_netns(cni.netns_path.as_deref(), member.netns);
     }
     let pid = member.pid?;
     if member.pid_namespace != procfs::pid_namespace() {
@@ -202,11 +245,13 @@ fn current_netns(member: &Manifest) -> Option<NetnsId> {
     (procfs::start_time(pid) == Some(start)).then_some(netns)
 }
 
-/// An attachment's namespace, judged from what ADD recorded and what its path names now:
-/// the same namespace, else none (the path is gone, unreadable, or names another namespace
-/// now: the attachment's is gone, and its identity may since name another one).
-pub fn attachment_netns(recorded: Option<NetnsId>, now: Option<NetnsId>) -> Option<NetnsId> {
-    now.filter(|now| recorded == Some(*now))
+/// An attachment's namespace, judged from what ADD recorded (its path and the namespace that
+/// path named then) by [`NetnsId::still_at`]: the recorded namespace while its path still
+/// names it, else none (the path is gone, unreadable, or names another namespace now: the
+/// attachment's is gone, and its identity may since name another one; or nothing recorded).
+pub fn attachment_netns(path: Option<&Path>, recorded: Option<NetnsId>) -> Option<NetnsId> {
+    let (path, recorded) = path.zip(recorded)?;
+    (recorded.still_at(path) == NetnsAtPath::Same).then_some(recorded)
 }
 
 #[cfg(test)]
@@ -254,14 +299,34 @@ mod tests {
     }
 
     #[test]
-    fn an_attachment_is_in_the_namespace_its_path_still_names() {
+    fn a_recorded_path_is_judged_same_gone_or_unknown() {
         let a = NetnsId { dev: 4, ino: 100 };
         let b = NetnsId { dev: 4, ino: 200 };
-        assert_eq!(attachment_netns(Some(a), Some(a)), Some(a));
+        let plain = NetnsId { dev: 9, ino: 100 };
+        let err = |kind| Err(std::io::Error::from(kind));
+        assert_eq!(a.compare(Ok(a)), NetnsAtPath::Same);
+        assert_eq!(a.compare(Ok(b)), NetnsAtPath::Gone, "another namespace");
+        assert_eq!(a.compare(Ok(plain)), NetnsAtPath::Unknown, "no nsfs file");
+        assert_eq!(a.compare(err(ErrorKind::NotFound)), NetnsAtPath::Gone);
+        assert_eq!(a.compare(err(ErrorKind::NotADirectory)), NetnsAtPath::Gone);
+        assert_eq!(
+            a.compare(err(ErrorKind::PermissionDenied)),
+            NetnsAtPath::Unknown
+        );
+    }
+
+    #[test]
+    fn an_attachment_is_in_the_namespace_its_path_still_names() {
+        let net = Path::new("/proc/self/ns/net");
+        let a = NetnsId::of_path(net).unwrap();
+        let b = NetnsId::of_path(Path::new("/proc/self/ns/uts")).unwrap();
+        assert_eq!(attachment_netns(Some(net), Some(a)), Some(a));
         // The path names another namespace now, or none: no evidence of where it is.
-        assert_eq!(attachment_netns(Some(a), Some(b)), None);
-        assert_eq!(attachment_netns(Some(a), None), None);
-        // ADD could not read the namespace: nothing to compare with.
+        assert_eq!(attachment_netns(Some(net), Some(b)), None);
+        let gone = Path::new("/run/netns/natledger-no-such-namespace");
+        assert_eq!(attachment_netns(Some(gone), Some(a)), None);
+        // ADD could not read the namespace, or had no path: nothing to compare with.
+        assert_eq!(attachment_netns(Some(net), None), None);
         assert_eq!(attachment_netns(None, Some(a)), None);
     }
 

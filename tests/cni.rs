@@ -14,47 +14,9 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(3);
 const CID: &str = "5e1f0c3a9b8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f";
 
-fn prev_result(c: &Container, netns: &str) -> Value {
-    json!({
-        "cniVersion": "1.0.0",
-        "interfaces": [
-            {"name": "br0", "mac": "0a:58:0a:4d:00:01"},
-            {"name": "eth0", "mac": "0a:58:0a:4d:00:02", "sandbox": netns}
-        ],
-        "ips": [
-            {"address": "10.77.0.1/24", "interface": 0},
-            {"address": format!("{}/24", c.v4), "gateway": "10.77.0.1", "interface": 1},
-            {"address": format!("{}/64", c.v6), "gateway": "fd77::1", "interface": 1}
-        ],
-        "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}],
-        "dns": {}
-    })
-}
-
-/// One plugin call in the node namespace: `CNI_*` variables (those given as `None` unset)
-/// and `config` on stdin.
+/// [`cni_call`] for this file's attachment `(CID, eth0)`.
 fn cni(node: &Node, command: &str, netns: Option<&str>, config: &Value) -> Output {
-    cni_for(node, command, CID, netns, config)
-}
-
-/// [`cni`] for another container id.
-fn cni_for(
-    node: &Node,
-    command: &str,
-    container_id: &str,
-    netns: Option<&str>,
-    config: &Value,
-) -> Output {
-    let mut env = vec![
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", container_id),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/opt/cni/bin"),
-    ];
-    if let Some(netns) = netns {
-        env.push(("CNI_NETNS", netns));
-    }
-    node.natledger(&[], &config.to_string(), &env)
+    cni_call(node, command, CID, netns, config)
 }
 
 fn error_code(out: &Output) -> u64 {
@@ -87,7 +49,7 @@ fn add_forwards_tcp_udp_and_ipv6_del_restores_the_tables() {
                 {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
                 {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}
             ]},
-            "prevResult": prev_result(&c, &netns)
+            "prevResult": cni_prev_result(&c, &netns)
         });
 
         let out = cni(&node, "ADD", Some(&netns), &config);
@@ -211,7 +173,7 @@ fn refused_calls_write_no_rule_and_no_manifest() {
         "cniVersion": "1.0.0", "name": "testnet", "type": "natledger",
         "stateDir": node.state_dir(),
         "runtimeConfig": {"portMappings": [{"hostPort": 8080, "containerPort": 80}]},
-        "prevResult": prev_result(&c, &netns)
+        "prevResult": cni_prev_result(&c, &netns)
     });
     let with = |key: &str, value: Value| {
         let mut config = good.clone();
@@ -277,17 +239,6 @@ fn refused_calls_write_no_rule_and_no_manifest() {
     );
 }
 
-/// A config for `network` forwarding `host_port` to port 80 of `c`.
-fn config_for(node: &Node, network: &str, c: &Container, host_port: u16) -> Value {
-    let netns = format!("/run/netns/{}", c.ns);
-    json!({
-        "cniVersion": "1.1.0", "name": network, "type": "natledger",
-        "backend": node.backend.name(), "stateDir": node.state_dir(),
-        "runtimeConfig": {"portMappings": [{"hostPort": host_port, "containerPort": 80}]},
-        "prevResult": prev_result(c, &netns)
-    })
-}
-
 /// GC removes exactly the attachments of its network missing from the valid list: not the
 /// valid one, not another network's, not a hook container's; then DEL and poststop restore
 /// the tables.
@@ -306,36 +257,9 @@ fn gc_removes_only_this_networks_stale_attachments() {
         let ns2 = format!("/run/netns/{}", c2.ns);
         let ns3 = format!("/run/netns/{}", c3.ns);
         let (a, b, c) = ("aaaa1", "bbbb2", "cccc3");
-        assert_ok(
-            &cni_for(
-                &node,
-                "ADD",
-                a,
-                Some(&ns2),
-                &config_for(&node, "testnet", &c2, 8080),
-            ),
-            "ADD a",
-        );
-        assert_ok(
-            &cni_for(
-                &node,
-                "ADD",
-                b,
-                Some(&ns3),
-                &config_for(&node, "testnet", &c3, 8081),
-            ),
-            "ADD b",
-        );
-        assert_ok(
-            &cni_for(
-                &node,
-                "ADD",
-                c,
-                Some(&ns3),
-                &config_for(&node, "othernet", &c3, 8082),
-            ),
-            "ADD c",
-        );
+        assert_ok(&cni_add(&node, "testnet", a, &c2, 8080), "ADD a");
+        assert_ok(&cni_add(&node, "testnet", b, &c3, 8081), "ADD b");
+        assert_ok(&cni_add(&node, "othernet", c, &c3, 8082), "ADD c");
         node.create(
             "hookc",
             None,
@@ -352,7 +276,7 @@ fn gc_removes_only_this_networks_stale_attachments() {
             );
         }
 
-        let mut gc = config_for(&node, "testnet", &c2, 8080);
+        let mut gc = cni_config(&node, "testnet", &c2, 8080);
         let gc = gc.as_object_mut().unwrap();
         gc.remove("runtimeConfig");
         gc.remove("prevResult");
@@ -393,22 +317,22 @@ fn gc_removes_only_this_networks_stale_attachments() {
         assert_eq!(node.manifests().len(), 3);
 
         assert_ok(
-            &cni_for(
+            &cni_call(
                 &node,
                 "DEL",
                 a,
                 Some(&ns2),
-                &config_for(&node, "testnet", &c2, 8080),
+                &cni_config(&node, "testnet", &c2, 8080),
             ),
             "DEL a",
         );
         assert_ok(
-            &cni_for(
+            &cni_call(
                 &node,
                 "DEL",
                 c,
                 Some(&ns3),
-                &config_for(&node, "othernet", &c3, 8082),
+                &cni_config(&node, "othernet", &c3, 8082),
             ),
             "DEL c",
         );
@@ -431,7 +355,7 @@ fn a_hook_container_in_an_attachments_namespace_shares_its_port() {
         let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
         node.warm_up();
         let before = node.dump();
-        let config = config_for(&node, "testnet", &c, 8080);
+        let config = cni_config(&node, "testnet", &c, 8080);
         assert_ok(&cni(&node, "ADD", Some(&netns), &config), "ADD");
         let id = format!("{CID}+eth0");
         let added = node.dump();
@@ -498,7 +422,7 @@ fn check_finds_a_missing_rule() {
         let c = node.topo.add_container(2);
         let netns = format!("/run/netns/{}", c.ns);
         node.warm_up();
-        let config = config_for(&node, "testnet", &c, 8080);
+        let config = cni_config(&node, "testnet", &c, 8080);
         assert_ok(&cni(&node, "ADD", Some(&netns), &config), "ADD");
         let out = cni(&node, "CHECK", Some(&netns), &config);
         assert_ok(&out, "CHECK after ADD");

@@ -12,16 +12,11 @@
 mod common;
 
 use std::net::Ipv4Addr;
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
 
-const IMAGE: &str = "localhost/natledger-busybox:latest";
 const NETWORK: &str = "natledger-cni";
-const BRIDGE_NAME: &str = "nlt-cni0";
-const SUBNET: &str = "10.90.0.0/24";
-const GATEWAY: &str = "10.90.0.1";
 const PORT: u16 = 6667;
 const T: Duration = Duration::from_secs(10);
 
@@ -32,196 +27,39 @@ enum Mapper {
     Portmap,
 }
 
-/// podman with every piece of state under `own.dir` and its own CNI plugin directory, run in
-/// network namespace `ns`.
-struct Podman {
-    ns: String,
-    own: Owned,
+/// podman whose conflist is bridge (no ipMasq) + `mapper`, plugins from a test-private
+/// directory holding the `natledger` link; no hook.
+fn chained_podman(node: &Node, mapper: Mapper) -> Podman {
+    // The README's migration: portmap's entry with `type` changed, capabilities kept;
+    // natledger's own keys name the test's state directory and backend.
+    let mapper_conf = match mapper {
+        Mapper::Portmap => {
+            serde_json::json!({"type": "portmap", "capabilities": {"portMappings": true}})
+        }
+        Mapper::Natledger => serde_json::json!({
+            "type": "natledger", "capabilities": {"portMappings": true},
+            "stateDir": node.state_dir(), "backend": node.backend.name(),
+        }),
+    };
+    Podman::new(
+        node,
+        PodmanConfig {
+            network: NETWORK,
+            bridge: "nlt-cni0",
+            subnet: "10.90.0.0/24",
+            gateway: "10.90.0.1",
+            cni_version: "1.0.0",
+            ip_masq: false,
+            chain: vec![mapper_conf],
+            plugin_dir: PluginDir::Private,
+            hook: false,
+        },
+    )
 }
 
-impl Podman {
-    fn new(node: &Node, mapper: Mapper) -> Podman {
-        let own = Owned::new(node.dir.path(), "podman");
-        for sub in ["net", "ipam", "tmp", "copy-tmp", "cni-bin"] {
-            std::fs::create_dir_all(own.dir.join(sub)).unwrap();
-        }
-        let podman = Podman {
-            ns: node.topo.node().to_string(),
-            own,
-        };
-        podman.install_plugins();
-        podman.write_config(node, mapper);
-        podman
-    }
-
-    /// The test's CNI plugin directory: Debian's plugins linked from /usr/lib/cni, and
-    /// `natledger` a link to the binary under test (what the install script makes).
-    fn install_plugins(&self) {
-        let bin = self.own.dir.join("cni-bin");
-        for entry in
-            std::fs::read_dir("/usr/lib/cni").expect("/usr/lib/cni (containernetworking-plugins)")
-        {
-            let entry = entry.unwrap();
-            std::os::unix::fs::symlink(entry.path(), bin.join(entry.file_name())).unwrap();
-        }
-        std::os::unix::fs::symlink(BIN, bin.join("natledger")).unwrap();
-    }
-
-    fn write_config(&self, node: &Node, mapper: Mapper) {
-        let containers_conf = format!(
-            r#"[containers]
-default_ulimits = ["nofile=10000:10000", "nproc=1000:1000"]
-
-[network]
-network_backend = "cni"
-network_config_dir = "{net}"
-cni_plugin_dirs = ["{cni_bin}"]
-default_network = "{NETWORK}"
-default_subnet = "{SUBNET}"
-
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-image_copy_tmp_dir = "{copy_tmp}"
-lock_type = "file"
-num_locks = 64
-runtime = "runc"
-tmp_dir = "{tmp}"
-"#,
-            net = self.own.path("net"),
-            cni_bin = self.own.path("cni-bin"),
-            copy_tmp = self.own.path("copy-tmp"),
-            tmp = self.own.path("tmp"),
-        );
-        std::fs::write(self.own.dir.join("containers.conf"), containers_conf).unwrap();
-        let storage_conf = format!(
-            "[storage]\ndriver = \"vfs\"\ngraphroot = \"{}\"\nrunroot = \"{}\"\n",
-            self.own.path("root"),
-            self.own.path("runroot")
-        );
-        std::fs::write(self.own.dir.join("storage.conf"), storage_conf).unwrap();
-        // The README's migration: portmap's entry with `type` changed, capabilities kept;
-        // natledger's own keys name the test's state directory and backend.
-        let mapper_conf = match mapper {
-            Mapper::Portmap => {
-                serde_json::json!({"type": "portmap", "capabilities": {"portMappings": true}})
-            }
-            Mapper::Natledger => serde_json::json!({
-                "type": "natledger", "capabilities": {"portMappings": true},
-                "stateDir": node.state_dir(), "backend": node.backend.name(),
-            }),
-        };
-        let conflist = serde_json::json!({
-            "cniVersion": "1.0.0",
-            "name": NETWORK,
-            "plugins": [
-                {
-                    "type": "bridge", "bridge": BRIDGE_NAME, "isGateway": true, "ipMasq": false,
-                    "hairpinMode": true,
-                    "ipam": {
-                        "type": "host-local", "dataDir": self.own.path("ipam"),
-                        "routes": [{"dst": "0.0.0.0/0"}],
-                        "ranges": [[{"subnet": SUBNET, "gateway": GATEWAY}]],
-                    },
-                },
-                mapper_conf,
-            ],
-        });
-        std::fs::write(
-            self.own.dir.join("net").join(format!("{NETWORK}.conflist")),
-            serde_json::to_string_pretty(&conflist).unwrap(),
-        )
-        .unwrap();
-    }
-
-    /// `podman ARGS` in the node namespace, with this instance's configuration.
-    fn run(&self, args: &[&str]) -> Output {
-        let mut cmd = nsenter_net(&self.ns, "podman");
-        cmd.args(["--root", &self.own.path("root")])
-            .args(["--runroot", &self.own.path("runroot")])
-            .args(["--tmpdir", &self.own.path("tmp")])
-            .args(["--storage-driver", "vfs"])
-            .args(["--runtime", "runc"])
-            .args(["--cgroup-manager", "cgroupfs"])
-            .args(args)
-            .env("CONTAINERS_CONF", self.own.dir.join("containers.conf"))
-            .env("CONTAINERS_STORAGE_CONF", self.own.dir.join("storage.conf"))
-            .env("TMPDIR", self.own.dir.join("copy-tmp"));
-        output(&mut cmd)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        stdout_of(&self.run(args), &format!("podman {}", args.join(" ")), "")
-    }
-
-    /// `podman run -d -p PORT:80` of busybox httpd; returns the container id.
-    fn start(&mut self, name: &str) -> String {
-        let publish = format!("{PORT}:80");
-        let options = [
-            "--name",
-            name,
-            "--network",
-            NETWORK,
-            "--cgroup-parent",
-            &self.own.cgroup_parent,
-            "--ulimit",
-            "nofile=10000:10000",
-            "--ulimit",
-            "nproc=1000:1000",
-            "-p",
-            &publish,
-        ];
-        let id = container_id(self.ok(&httpd_run_args(&options, IMAGE)), "podman");
-        self.own.ids.push(id.clone());
-        id
-    }
-
-    fn ip(&self, id: &str) -> String {
-        self.ok(&[
-            "inspect",
-            "--format",
-            "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
-            id,
-        ])
-    }
-
-    /// SIGKILLs conmon first (so that it cannot start `podman container cleanup`, which would
-    /// run DEL), then the container's process: the container dies and no DEL runs.
-    fn kill_with_conmon(&self, id: &str) {
-        let pids = self.ok(&[
-            "inspect",
-            "--format",
-            "{{.State.ConmonPid}} {{.State.Pid}}",
-            id,
-        ]);
-        let pids: Vec<u32> = pids
-            .split_whitespace()
-            .map(|p| p.parse().unwrap())
-            .collect();
-        assert_eq!(pids.len(), 2, "conmon and container pids of {id}: {pids:?}");
-        for pid in pids {
-            kill_pid(pid);
-        }
-        let dead = poll(T, || processes_naming(id).is_empty());
-        assert!(dead, "{id}: processes left: {:?}", processes_naming(id));
-    }
-
-    fn rm(&self, id: &str) {
-        self.ok(&["rm", "--force", "--time", "0", id]);
-    }
-}
-
-impl Drop for Podman {
-    fn drop(&mut self) {
-        let out = self.run(&["rm", "--all", "--force", "--time", "0"]);
-        if !out.status.success() {
-            eprintln!("warning: podman rm --all failed: {}", show(&out));
-        }
-        let left = self.own.reap(T);
-        if !left.is_empty() {
-            eprintln!("warning: podman left behind (now cleaned up): {left:#?}");
-        }
-    }
+/// `podman run -d -p PORT:80` of busybox httpd; returns the container id.
+fn start(podman: &mut Podman, name: &str) -> String {
+    podman.start(name, &["-p", &format!("{PORT}:80")])
 }
 
 /// The three client paths: the node's 127.0.0.1, the node's address, the external client.
@@ -297,13 +135,12 @@ fn natledger_scenario(backend: Backend) {
     let what = format!("podman + natledger CNI, {backend:?}");
     let node = Node::new(backend);
     node.warm_up();
-    let mut podman = Podman::new(&node, Mapper::Natledger);
-    let tarball = image_tarball(node.dir.path());
-    podman.ok(&["import", &tarball.display().to_string(), IMAGE]);
+    let mut podman = chained_podman(&node, Mapper::Natledger);
+    podman.import_image(&node);
     let before = node.dump();
 
     let t = Instant::now();
-    let web = podman.start("web");
+    let web = start(&mut podman, "web");
     let run_time = t.elapsed();
     let ledger_id = format!("{web}+eth0");
     let ip = podman.ip(&web);
@@ -349,7 +186,7 @@ fn natledger_scenario(backend: Backend) {
 
     // Killed with its conmon: no DEL runs, the manifest and rules stay while its network
     // namespace does (podman's bind mount pins it: alive, for all natledger can tell).
-    let dead = podman.start("dead");
+    let dead = start(&mut podman, "dead");
     let dead_id = format!("{dead}+eth0");
     let dead_ip = podman.ip(&dead);
     assert_answers(&node, &format!("{what}, first container"));
@@ -370,7 +207,7 @@ fn natledger_scenario(backend: Backend) {
 
     // The next container on the same host port wins: the dead holder's rules and manifest go,
     // its DNAT alone, all paths answer.
-    let live = podman.start("live");
+    let live = start(&mut podman, "live");
     let live_id = format!("{live}+eth0");
     let live_ip = podman.ip(&live);
     let dump = node.dump();
@@ -437,16 +274,15 @@ fn portmap_scenario() {
     let started = Instant::now();
     let what = "podman + portmap CNI (control)";
     let node = Node::new(Backend::Nft);
-    let mut podman = Podman::new(&node, Mapper::Portmap);
-    let tarball = image_tarball(node.dir.path());
-    podman.ok(&["import", &tarball.display().to_string(), IMAGE]);
+    let mut podman = chained_podman(&node, Mapper::Portmap);
+    podman.import_image(&node);
     // portmap's shared chains come with the first mapping and stay.
-    let warm = podman.start("warm");
+    let warm = start(&mut podman, "warm");
     podman.rm(&warm);
     let before = node.dump();
 
     let t = Instant::now();
-    let web = podman.start("web");
+    let web = start(&mut podman, "web");
     let run_time = t.elapsed();
     let mut reached = Vec::new();
     for (path, ns, dst) in paths(&node) {
@@ -469,10 +305,10 @@ fn portmap_scenario() {
         "{what}: DEL with podman's runtimeConfig"
     );
 
-    let dead = podman.start("dead");
+    let dead = start(&mut podman, "dead");
     let dead_ip = podman.ip(&dead);
     podman.kill_with_conmon(&dead);
-    let live = podman.start("live");
+    let live = start(&mut podman, "live");
     let live_ip = podman.ip(&live);
     let dump = node.dump();
     let rules = port_dnats(&dump);

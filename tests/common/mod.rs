@@ -33,6 +33,7 @@ mod localnet;
 mod netns;
 mod node;
 mod ociimage;
+mod podman;
 mod rootfs;
 mod runc;
 mod topology;
@@ -42,7 +43,7 @@ mod traffic;
 #[allow(unused_imports)]
 pub use {
     cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
-    netns::*, node::*, ociimage::*, rootfs::*, runc::*, topology::*, traffic::*,
+    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;
