@@ -256,7 +256,10 @@ impl Case<'_> {
 /// made, a chain deleted): what moves the nf_tables generation on a busy host.
 pub fn someone_else_writes(backend: &str) {
     let tool = format!("/usr/sbin/iptables-{backend}-restore");
-    for batch in ["*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n", "*nat\n-X BENCH-OTHER\nCOMMIT\n"] {
+    for batch in [
+        "*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n",
+        "*nat\n-X BENCH-OTHER\nCOMMIT\n",
+    ] {
         run(&tool, &["--noflush"], Some(batch.as_bytes()));
     }
 }
