@@ -238,8 +238,7 @@ impl Case<'_> {
     /// Two transactions of someone else that change nothing in the end (a chain made, a chain
     /// deleted): what moves the nf_tables generation on a busy host.
     pub fn someone_else_writes(&self) {
-        self.restore("*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n");
-        self.restore("*nat\n-X BENCH-OTHER\nCOMMIT\n");
+        someone_else_writes(self.backend);
     }
 
     /// One bare `iptables-<backend>-restore --noflush` of `batch`.
@@ -250,6 +249,18 @@ impl Case<'_> {
         let start = std::time::Instant::now();
         run_cmd(cmd, batch.as_bytes());
         start.elapsed()
+    }
+}
+
+/// Two transactions of someone else on `backend` that change nothing in the end (a chain
+/// made, a chain deleted): what moves the nf_tables generation on a busy host.
+pub fn someone_else_writes(backend: &str) {
+    let tool = format!("/usr/sbin/iptables-{backend}-restore");
+    for batch in [
+        "*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n",
+        "*nat\n-X BENCH-OTHER\nCOMMIT\n",
+    ] {
+        run(&tool, &["--noflush"], Some(batch.as_bytes()));
     }
 }
 
