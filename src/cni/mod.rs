@@ -110,7 +110,11 @@ pub fn run(stdin: &[u8], lookup: &dyn Fn(&str) -> Option<OsString>, plugin: &dyn
     if env.command == Command::Version {
         return success(json(&spec::VersionResult::answer(stdin)));
     }
-    let request = match spec::decode_object(stdin).and_then(NetConf::from_value) {
+    let conf = match env.command {
+        Command::Del => NetConf::for_del,
+        _ => NetConf::from_value,
+    };
+    let request = match spec::decode_object(stdin).and_then(conf) {
         Ok(conf) => Request { env, conf },
         Err(e) => return failure(&e, stdin),
     };

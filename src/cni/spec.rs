@@ -194,6 +194,16 @@ impl VersionResult {
     }
 }
 
+/// `cni.dev/valid-attachments` present: a list, `null` being the empty one (only called
+/// when the key is there; absent stays `None` through `#[serde(default)]`).
+fn null_is_empty<'de, D>(d: D) -> Result<Option<Vec<ValidAttachment>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let list: Option<Vec<ValidAttachment>> = Deserialize::deserialize(d)?;
+    Ok(Some(list.unwrap_or_default()))
+}
+
 /// One entry of `cni.dev/valid-attachments` (GC, spec 1.1).
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct ValidAttachment {
@@ -242,7 +252,13 @@ struct Wire {
     backend: Option<String>,
     #[serde(default)]
     port_conflict: Option<String>,
-    #[serde(default, rename = "cni.dev/valid-attachments")]
+    /// Absent: `None`; JSON `null` (libcni marshals a nil Go slice, no live attachment, so)
+    /// is the empty list: nothing is valid.
+    #[serde(
+        default,
+        rename = "cni.dev/valid-attachments",
+        deserialize_with = "null_is_empty"
+    )]
     valid_attachments: Option<Vec<ValidAttachment>>,
     // portmap's options: honoured when they ask for what natledger does anyway.
     #[serde(default)]
@@ -358,6 +374,30 @@ pub fn decode_object(stdin: &[u8]) -> Result<Value, CniError> {
 
 impl NetConf {
     /// Decode and validate a configuration already known to be a JSON object.
+    /// DEL's view: only what DEL uses (the version, and `stateDir`/`backend` when they are
+    /// valid), so a configuration ADD refused (a portmap option natledger cannot honour, a
+    /// bad port, a config edited since) never fails the DEL. DEL is best-effort (SPEC.md:
+    /// "a delete must still be executed even if the add fails"), and libcni stops a
+    /// conflist's DEL at the first plugin that fails: the bridge's and IPAM's DEL would
+    /// never run, leaking the interface and the address.
+    pub fn for_del(config: Value) -> Result<NetConf, CniError> {
+        let version = version_of(&config)?;
+        let text = |key: &str| config.get(key).and_then(Value::as_str);
+        Ok(NetConf {
+            version,
+            name: text("name").unwrap_or_default().to_string(),
+            plugin_type: text("type").unwrap_or_default().to_string(),
+            mappings: Vec::new(),
+            prev_result: None,
+            state_dir: text("stateDir")
+                .filter(|dir| dir.starts_with('/'))
+                .map(PathBuf::from),
+            backend: text("backend").and_then(|b| backend_choice(b).ok()),
+            refuse_conflicts: None,
+            valid_attachments: None,
+        })
+    }
+
     pub fn from_value(config: Value) -> Result<NetConf, CniError> {
         let version = version_of(&config)?;
         let mut config = config;

@@ -585,3 +585,61 @@ fn port_mappings_keys_are_read_case_insensitively_as_go_plugins_do() {
         ]
     );
 }
+
+/// DEL is best-effort: whatever made ADD refuse the configuration (a portmap option, a bad
+/// mapping, a bad natledger key, prevResult of the wrong kind) never fails the DEL, which
+/// libcni would otherwise stop at, leaving the bridge's and IPAM's DEL unrun. `stateDir` and
+/// `backend` are used when valid.
+#[test]
+fn del_never_fails_on_what_add_refuses() {
+    let plugin = Recorder::default();
+    let cases: Vec<(&str, Value)> = vec![
+        ("snat", json!(false)),
+        ("masqAll", json!(true)),
+        ("conditionsV4", json!(["-s", "1.2.3.4"])),
+        ("backend", json!("nftables")),
+        ("stateDir", json!("run/natledger")),
+        ("portConflict", json!("maybe")),
+        ("prevResult", json!("not an object")),
+        (
+            "runtimeConfig",
+            json!({"portMappings": [{"hostPort": "x"}]}),
+        ),
+        ("name", json!("")),
+    ];
+    for (key, value) in cases {
+        let mut conf = config();
+        conf[key] = value.clone();
+        let (out, error) = call(&env("DEL"), &conf, &plugin);
+        assert_eq!((out.code, error), (0, None), "{key}: {value}");
+    }
+    assert_eq!(plugin.calls.borrow().len(), 9);
+    let mut conf = config();
+    conf["stateDir"] = json!("/run/natledger-test");
+    conf["backend"] = json!("legacy");
+    let text = serde_json::to_vec(&conf).unwrap();
+    let del = NetConf::for_del(spec::decode_object(&text).unwrap()).unwrap();
+    assert_eq!(
+        del.state_dir.as_deref(),
+        Some(std::path::Path::new("/run/natledger-test"))
+    );
+    assert_eq!(del.backend, Some(crate::backend::BackendChoice::Legacy));
+}
+
+/// `"cni.dev/valid-attachments": null` (libcni's nil slice: no live attachment) is the empty
+/// list, so GC collects every attachment of the network; only an absent key is refused.
+#[test]
+fn gc_reads_a_null_list_as_empty() {
+    let mut conf = config();
+    conf["cniVersion"] = json!("1.1.0");
+    conf["cni.dev/valid-attachments"] = Value::Null;
+    let text = serde_json::to_vec(&conf).unwrap();
+    let parsed = NetConf::from_value(spec::decode_object(&text).unwrap()).unwrap();
+    assert_eq!(parsed.valid_attachments, Some(Vec::new()));
+    conf.as_object_mut()
+        .unwrap()
+        .remove("cni.dev/valid-attachments");
+    let text = serde_json::to_vec(&conf).unwrap();
+    let parsed = NetConf::from_value(spec::decode_object(&text).unwrap()).unwrap();
+    assert_eq!(parsed.valid_attachments, None);
+}
