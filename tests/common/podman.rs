@@ -59,6 +59,10 @@ pub struct Podman {
     pub ns: String,
     pub own: Owned,
     config: PodmanConfig,
+    /// The named network namespaces (`/run/netns/cni-…`) of the containers `start` ran:
+    /// podman removes one when it cleans its container up, which a container killed with its
+    /// conmon, or a test failing before `rm`, never gets. Drop deletes those left.
+    netns: Vec<std::path::PathBuf>,
 }
 
 impl Podman {
@@ -74,6 +78,7 @@ impl Podman {
             ns: node.topo.node().to_string(),
             own,
             config,
+            netns: Vec::new(),
         };
         if podman.config.plugin_dir == PluginDir::Private {
             podman.install_plugins();
@@ -253,6 +258,15 @@ tmp_dir = "{tmp}"
             "podman",
         );
         self.own.ids.push(id.clone());
+        let key = self.ok(&[
+            "inspect",
+            "--format",
+            "{{.NetworkSettings.SandboxKey}}",
+            &id,
+        ]);
+        if key.starts_with("/run/netns/") {
+            self.netns.push(key.into());
+        }
         id
     }
 
@@ -358,7 +372,17 @@ impl Drop for Podman {
         if !out.status.success() {
             eprintln!("warning: podman rm --all failed: {}", show(&out));
         }
-        let left = self.own.reap(T);
+        let mut left = self.own.reap(T);
+        for path in self.netns.iter().filter(|p| p.exists()) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            left.push(format!("network namespace {name}"));
+            let out = std::process::Command::new("ip")
+                .args(["netns", "del", name.as_ref()])
+                .output();
+            if !out.is_ok_and(|o| o.status.success()) {
+                eprintln!("warning: cannot delete network namespace {name}");
+            }
+        }
         if !left.is_empty() {
             eprintln!("warning: podman left behind (now cleaned up): {left:#?}");
         }
