@@ -198,24 +198,13 @@ fn key_value(s: &str) -> Result<String, String> {
     }
 }
 
-/// The hooks' native paths (nf_tables netlink, iptables-legacy socket options) are the
-/// default; `NATLEDGER_NO_NETLINK=1` makes every change go through `*-restore`.
-fn netlink_allowed() -> bool {
-    std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
-}
-
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let ledger = Ledger::new(cli.state_dir);
     match cli.command {
         Command::Hook { stage } => {
             let state = State::read(std::io::stdin().lock())?;
             let runner = SystemRunner::from_env();
-            let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
-            ctx.netfilter = ctx
-                .netfilter
-                .with_native(netlink_allowed())
-                .with_conntrack(true)
-                .with_forwards(true);
+            let ctx = Context::for_hooks(ledger, cli.backend.resolve(), &runner);
             ops::run_hook(&ctx, stage, state)?;
         }
         Command::Sweep {

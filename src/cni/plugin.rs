@@ -38,11 +38,6 @@ fn settings(request: &Request) -> (Ledger, BackendChoice) {
     (Ledger::new(dir), backend)
 }
 
-/// As the hooks: the native paths unless `NATLEDGER_NO_NETLINK` is set.
-fn netlink_allowed() -> bool {
-    std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
-}
-
 fn failed(what: &'static str, e: ops::Error) -> CniError {
     CniError::new(Code::Failed, what, e.to_string())
 }
@@ -73,12 +68,7 @@ impl Plugin for Natledger {
         }
         let (ledger, backend) = settings(request);
         let runner = SystemRunner::from_env();
-        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
-        ctx.netfilter = ctx
-            .netfilter
-            .with_native(netlink_allowed())
-            .with_conntrack(true)
-            .with_forwards(true);
+        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
         let netns_path = request.env.netns.clone();
         let lookup = || Ok(addresses.clone());
         let creating = Creating {
@@ -116,11 +106,7 @@ impl Plugin for Natledger {
         };
         let (ledger, backend) = settings(request);
         let runner = SystemRunner::from_env();
-        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
-        ctx.netfilter = ctx
-            .netfilter
-            .with_native(netlink_allowed())
-            .with_conntrack(true);
+        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
         ops::remove_recorded(&ctx, &id)
             .map(|_| ())
             .map_err(|e| failed("could not remove the port mappings", e))
@@ -199,11 +185,7 @@ impl Plugin for Natledger {
         };
         let (ledger, backend) = settings(request);
         let runner = SystemRunner::from_env();
-        let mut ctx = Context::new(ledger, backend.resolve(), &runner);
-        ctx.netfilter = ctx
-            .netfilter
-            .with_native(netlink_allowed())
-            .with_conntrack(true);
+        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
         let listed = ctx
             .ledger
             .list()

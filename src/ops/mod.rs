@@ -47,6 +47,22 @@ impl<'r> Context<'r> {
             netfilter: Netfilter::new(runner),
         }
     }
+
+    /// The context of a container's hooks and of the CNI plugin's commands: the native paths
+    /// (nf_tables netlink, iptables-legacy socket options) unless `NATLEDGER_NO_NETLINK` is
+    /// set (then every change goes through `*-restore`), conntrack flows forgotten, and
+    /// create's check of other owners' forwards.
+    pub fn for_hooks(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
+        let native =
+            std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0");
+        let mut ctx = Context::new(ledger, backend, runner);
+        ctx.netfilter = ctx
+            .netfilter
+            .with_native(native)
+            .with_conntrack(true)
+            .with_forwards(true);
+        ctx
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
