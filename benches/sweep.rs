@@ -131,10 +131,10 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
     let locked = ledger.lock().unwrap();
     let mut batches: Vec<Batch> = TABLES.iter().map(|t| Batch::new(t)).collect();
     for batch in batches.iter_mut().filter(|_| first) {
-        for chain in owned_chains(batch.table, Family::Ipv4) {
+        for chain in owned_chains(backend, batch.table, Family::Ipv4) {
             batch.ops.push(Op::DeclareChain(chain.to_string()));
         }
-        for (chain, jump) in shared_rules(batch.table, Family::Ipv4) {
+        for (chain, jump) in shared_rules(backend, batch.table, Family::Ipv4) {
             batch
                 .ops
                 .push(Op::InsertFirst(chain.to_string(), jump.to_args()));
@@ -148,7 +148,7 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
         let mappings = parse_mappings(&spec).unwrap();
         let rules: Vec<RuleRecord> = mappings
             .iter()
-            .flat_map(|m| mapping_rules(&id, m, addr))
+            .flat_map(|m| mapping_rules(backend, &id, m, addr))
             .map(|p| RuleRecord {
                 backend,
                 family: Family::Ipv4,

@@ -32,18 +32,32 @@ const XTABLES_WAIT_SECS: &str = "5";
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
+    /// iptables-legacy (`ip_tables`, written with `iptables-legacy-restore` or in-process).
     Legacy,
+    /// iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes).
     Nft,
+    /// natledger's own nf_tables tables, written in-process ([`crate::nftables::own`]).
+    Nftables,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
+    /// Every backend a container's rules may be in: sweep and poststop look in each.
+    pub const ALL: [Backend; 3] = [Backend::Legacy, Backend::Nft, Backend::Nftables];
+    /// The two iptables backends: the ones with `*-save` tools and other owners' rules.
+    pub const IPTABLES: [Backend; 2] = [Backend::Legacy, Backend::Nft];
 
+    /// The name in tool names (`iptables-legacy`, `iptables-nft`) and on the command line.
     pub fn suffix(self) -> &'static str {
         match self {
             Backend::Legacy => "legacy",
             Backend::Nft => "nft",
+            Backend::Nftables => "nftables",
         }
+    }
+
+    /// Whether this is one of the iptables backends (written with `*-restore`).
+    pub fn is_iptables(self) -> bool {
+        self != Backend::Nftables
     }
 }
 
@@ -81,6 +95,10 @@ pub enum BackendError {
     },
     #[error("{command} cannot show the table (written by another iptables version?): {line}")]
     Incompatible { command: String, line: String },
+    #[error(transparent)]
+    Nftables(#[from] NftError),
+    #[error("the nftables backend has no {verb} tool: it works over netlink, in-process")]
+    NoTool { verb: String },
     #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
     Procfs {
         table: String,
@@ -351,6 +369,9 @@ impl<'r> Netfilter<'r> {
         family: Family,
         table: &'static str,
     ) -> Result<Option<Table>, BackendError> {
+        if backend == Backend::Nftables {
+            return self.read_own(family, table);
+        }
         if backend == Backend::Legacy && !legacy_table_exists(family, table)? {
             return Ok(None);
         }
@@ -375,6 +396,9 @@ impl<'r> Netfilter<'r> {
         family: Family,
         table: &'static str,
     ) -> Result<Option<Table>, BackendError> {
+        if backend == Backend::Nftables {
+            return self.read_own(family, table);
+        }
         if backend == Backend::Legacy && !legacy_table_exists(family, table)? {
             return Ok(None);
         }
@@ -384,7 +408,28 @@ impl<'r> Netfilter<'r> {
 
     /// Every table of one backend and family (`*-save` without `-t`, which creates none).
     pub fn read_all(&self, backend: Backend, family: Family) -> Result<Vec<Table>, BackendError> {
+        if backend == Backend::Nftables {
+            let own = self.with_nft(|s| s.own_table(family))?;
+            return Ok(own
+                .map(|t| layout::TABLES.iter().map(|name| t.logical(name)).collect())
+                .unwrap_or_default());
+        }
         self.save(backend, family, &[], |_| true)
+    }
+
+    /// natledger's own nf_tables table of `family` as the logical `table` (nat, filter), or
+    /// `None` when the table does not exist.
+    fn read_own(&self, family: Family, table: &str) -> Result<Option<Table>, BackendError> {
+        let own = self.with_nft(|s| s.own_table(family))?;
+        Ok(own.map(|t| t.logical(table)))
+    }
+
+    /// natledger's own nf_tables table of `family` ([`nftables::own`]), whole.
+    pub fn read_own_table(
+        &self,
+        family: Family,
+    ) -> Result<Option<nftables::own::OwnTable>, BackendError> {
+        Ok(self.with_nft(|s| s.own_table(family))?)
     }
 
     fn save(
@@ -437,6 +482,9 @@ impl<'r> Netfilter<'r> {
         family: Family,
         batches: &[Batch],
     ) -> Result<(), BackendError> {
+        if backend == Backend::Nftables {
+            return self.apply_own(family, batches);
+        }
         let mut args = vec!["--noflush".to_string()];
         if backend == Backend::Legacy {
             args.extend(["--wait".to_string(), XTABLES_WAIT_SECS.to_string()]);
@@ -448,6 +496,26 @@ impl<'r> Netfilter<'r> {
             self.nft_commits.set(self.nft_commits.get() + tables);
         }
         result
+    }
+
+    /// The batches as one nf_tables transaction on natledger's own table: all or nothing.
+    fn apply_own(&self, family: Family, batches: &[Batch]) -> Result<(), BackendError> {
+        let start = std::time::Instant::now();
+        let applied = self.with_nft(|s| s.apply_own(family, batches))?;
+        if applied.messages > 0 {
+            self.nft_commits.set(self.nft_commits.get() + 1);
+        }
+        if applied.deleted {
+            self.nft_deleted.set(true);
+        }
+        if self.trace {
+            let ms = start.elapsed().as_secs_f64() * 1000.0;
+            eprintln!(
+                "natledger: nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
+                applied.messages
+            );
+        }
+        Ok(())
     }
 
     fn run_restore(
@@ -512,6 +580,9 @@ pub fn legacy_table_exists(family: Family, table: &str) -> Result<bool, BackendE
 
 /// Absolute path of `ip[6]tables-{legacy,nft}-{save,restore}`.
 pub fn tool(backend: Backend, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
+    if !backend.is_iptables() {
+        return Err(BackendError::NoTool { verb: verb.into() });
+    }
     let name = format!("{}-{}-{verb}", family.tool_stem(), backend.suffix());
     TOOL_DIRS
         .iter()

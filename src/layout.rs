@@ -40,6 +40,7 @@
 
 use std::net::IpAddr;
 
+use crate::backend::Backend;
 use crate::family::Family;
 use crate::matchset::{Target as MatchTarget, parse_rule};
 use crate::oci::ContainerId;
@@ -63,14 +64,26 @@ pub const SHARED_COMMENT: &str = "natledger";
 pub const LOOPBACK_INTERFACE: &str = "lo";
 
 /// natledger's chains in `table` of `family` (none in a table it does not write); the
-/// localhost guard's only where [`Family::routable_loopback`] has a network.
-pub fn owned_chains(table: &str, family: Family) -> Vec<&'static str> {
-    match table {
+/// localhost guard's only where [`Family::routable_loopback`] has a network; the forward
+/// accept's only in the iptables backends ([`writes_forward`]).
+pub fn owned_chains(backend: Backend, table: &str, family: Family) -> Vec<&'static str> {
+    let mut chains = match table {
         NAT => vec![DNAT_CHAIN, MASQ_CHAIN],
-        FILTER if family.routable_loopback().is_some() => vec![FORWARD_CHAIN, INPUT_CHAIN],
-        FILTER => vec![FORWARD_CHAIN],
+        FILTER => vec![FORWARD_CHAIN, INPUT_CHAIN],
         _ => Vec::new(),
-    }
+    };
+    chains.retain(|c| {
+        (*c != FORWARD_CHAIN || writes_forward(backend))
+            && (*c != INPUT_CHAIN || family.routable_loopback().is_some())
+    });
+    chains
+}
+
+/// Whether `backend` gets the forward accept (`NATLEDGER-FORWARD` and its rules). Not the
+/// nftables backend: there an accept ends only natledger's own base chain, and another
+/// table's forward drop still drops (`crate::nftables::own`), so it would do nothing.
+pub fn writes_forward(backend: Backend) -> bool {
+    backend.is_iptables()
 }
 
 /// A rule, its table and the chain it lives in.
@@ -185,7 +198,7 @@ pub fn guard(loopback: IpNet) -> Rule {
 /// chains into natledger's chains, and the localhost guard in its own chain. Created with
 /// the chains, checked on every create, removed only by `sweep --all`; a jump goes where
 /// [`jump_op`] says, the guard at the top of its chain.
-pub fn shared_rules(table: &str, family: Family) -> Vec<(&'static str, Rule)> {
+pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'static str, Rule)> {
     let jump = |to: &str, dst_local: bool| Rule {
         source: None,
         destination: None,
@@ -205,7 +218,10 @@ pub fn shared_rules(table: &str, family: Family) -> Vec<(&'static str, Rule)> {
             ("POSTROUTING", jump(MASQ_CHAIN, false)),
         ],
         FILTER => {
-            let mut rules = vec![("FORWARD", jump(FORWARD_CHAIN, false))];
+            let mut rules = Vec::new();
+            if writes_forward(backend) {
+                rules.push(("FORWARD", jump(FORWARD_CHAIN, false)));
+            }
             if let Some(loopback) = family.routable_loopback() {
                 rules.push(("INPUT", jump(INPUT_CHAIN, false)));
                 rules.push((INPUT_CHAIN, guard(loopback)));
@@ -248,7 +264,12 @@ pub fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
 /// - where the family has a routable loopback (IPv4), when the mapping is reachable on
 ///   127.0.0.1: masquerade for loopback sources;
 /// - in filter, the accept of the forwarded packets of the connections that DNAT made.
-pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr) -> Vec<Placed> {
+pub fn mapping_rules(
+    backend: Backend,
+    id: &ContainerId,
+    mapping: &PortMapping,
+    container: IpAddr,
+) -> Vec<Placed> {
     let family = Family::of(container);
     let comment = Some(tag(id));
     let container_net = IpNet::host(container);
@@ -303,19 +324,22 @@ pub fn mapping_rules(id: &ContainerId, mapping: &PortMapping, container: IpAddr)
         comment: comment.clone(),
         target: Target::Accept,
     };
-    let mut rules = vec![
-        Placed {
+    let mut rules = Vec::with_capacity(4);
+    if writes_forward(backend) {
+        rules.push(Placed {
             table: FILTER,
             chain: FORWARD_CHAIN,
             rule: accept,
-        },
+        });
+    }
+    rules.extend([
         Placed {
             table: NAT,
             chain: DNAT_CHAIN,
             rule: dnat,
         },
         masquerade_from(container_net),
-    ];
+    ]);
     if let (Some(loopback), true) = (
         family.routable_loopback(),
         mapping.reachable_from_loopback(),
@@ -374,7 +398,7 @@ mod tests {
     #[test]
     fn the_localhost_guard_is_shared_ipv4_only_and_recognised() {
         let text = |table: &str, family: Family| -> Vec<String> {
-            shared_rules(table, family)
+            shared_rules(Backend::Nft, table, family)
                 .iter()
                 .map(|(chain, rule)| format!("{chain} {}", rule.to_args().join(" ")))
                 .collect()
@@ -393,15 +417,18 @@ mod tests {
             ["FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"]
         );
         assert_eq!(
-            owned_chains(FILTER, Family::Ipv4),
+            owned_chains(Backend::Nft, FILTER, Family::Ipv4),
             [FORWARD_CHAIN, INPUT_CHAIN]
         );
-        assert_eq!(owned_chains(FILTER, Family::Ipv6), [FORWARD_CHAIN]);
+        assert_eq!(
+            owned_chains(Backend::Nft, FILTER, Family::Ipv6),
+            [FORWARD_CHAIN]
+        );
         assert_eq!(text(NAT, Family::Ipv4), text(NAT, Family::Ipv6));
         // Every shared rule is recognised as natledger's: a jump, or shared in its chain.
         for family in Family::ALL {
             for table in TABLES {
-                for (chain, rule) in shared_rules(table, family) {
+                for (chain, rule) in shared_rules(Backend::Nft, table, family) {
                     let args = rule.to_args();
                     let owner = owner(chain, Box::leak(args.into_boxed_slice()));
                     match rule.target {
@@ -429,6 +456,7 @@ mod tests {
     fn ipv4_mapping_gets_dnat_hairpin_and_localhost_masquerade() {
         let id: ContainerId = "c1".parse().unwrap();
         let rules = mapping_rules(
+            Backend::Nft,
             &id,
             &parse_entry("8080:80").unwrap(),
             "10.77.0.2".parse().unwrap(),
@@ -454,7 +482,7 @@ mod tests {
     fn ranges_use_the_base_port_and_host_ips_restrict() {
         let id: ContainerId = "c1".parse().unwrap();
         let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
-        let rules = mapping_rules(&id, &m, "fd77::2".parse().unwrap());
+        let rules = mapping_rules(Backend::Nft, &id, &m, "fd77::2".parse().unwrap());
         assert_eq!(rules.len(), 3, "no loopback masquerade for IPv6");
         assert_eq!(
             args(&rules[0]),
@@ -468,7 +496,7 @@ mod tests {
              --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80-82/9000"
         );
         let m = parse_entry("10.78.0.1:8080:80").unwrap();
-        let rules = mapping_rules(&id, &m, "10.77.0.2".parse().unwrap());
+        let rules = mapping_rules(Backend::Nft, &id, &m, "10.77.0.2".parse().unwrap());
         assert_eq!(rules.len(), 3, "not reachable on 127.0.0.1");
         assert_eq!(rules.iter().filter(|p| p.table == FILTER).count(), 1);
     }

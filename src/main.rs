@@ -33,8 +33,9 @@ struct Cli {
         default_value = "/run/natledger"
     )]
     state_dir: PathBuf,
-    /// Backend for new rules (removal always looks in both). auto follows the host's
-    /// `iptables` symlink.
+    /// Backend for new rules (removal and sweep look in all three). auto: the backend the
+    /// host's `iptables` symlink names, or nftables (natledger's own tables, no tool needed)
+    /// where no iptables tool is installed.
     #[arg(
         long,
         global = true,
@@ -285,7 +286,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(report.exit_code()));
         }
         Command::Selftest => {
-            let ok = selftest::run(&mut |check| match &check.result {
+            let ok = selftest::run(&cli.backend.explained(), &mut |check| match &check.result {
                 Ok(seen) => out(&format!("ok    {}: {seen}\n", check.name)),
                 Err(why) => out(&format!("FAIL  {}: {why}\n", check.name)),
             });
@@ -305,7 +306,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
                 out(&format!("{text}\n"));
             } else {
-                out(&ops::render_table(&entries));
+                let chosen = cli.backend.explained();
+                out(&format!(
+                    "backend for new rules: {} ({})\n{}",
+                    chosen.backend,
+                    chosen.how,
+                    ops::render_table(&entries)
+                ));
             }
         }
     }

@@ -98,7 +98,8 @@ fn seed001_usual_leftovers_only_in_the_unused_backend() {
 fn live_leftovers_in_the_unused_backend_drop_and_the_fix_works() {
     let active = match natledger::backend::detect() {
         natledger::backend::Backend::Legacy => Backend::Legacy,
-        natledger::backend::Backend::Nft => Backend::Nft,
+        // `detect` names the host's iptables backend, never natledger's own tables.
+        _ => Backend::Nft,
     };
     let unused = match active {
         Backend::Legacy => Backend::Nft,

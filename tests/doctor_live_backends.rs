@@ -12,7 +12,8 @@ use common::*;
 fn live_split_backends() {
     let (active, unused) = match natledger::backend::detect() {
         natledger::backend::Backend::Legacy => (Backend::Legacy, Backend::Nft),
-        natledger::backend::Backend::Nft => (Backend::Nft, Backend::Legacy),
+        // `detect` names the host's iptables backend, never natledger's own tables.
+        _ => (Backend::Nft, Backend::Legacy),
     };
     let node = Node::new(active);
     let kube = "*filter\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n\

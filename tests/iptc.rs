@@ -49,7 +49,7 @@ fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, 
         .iter()
         .map(|s| parse_entry(s).unwrap())
         .filter(|m| m.family().is_none_or(|f| f == family))
-        .flat_map(|m| mapping_rules(&id, &m, container))
+        .flat_map(|m| mapping_rules(natledger::backend::Backend::Legacy, &id, &m, container))
         .filter(|p| p.table == table)
         .map(|p| (p.chain, p.rule))
         .collect()
@@ -58,10 +58,10 @@ fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, 
 /// natledger's chains and jumps in `table`, through iptables-legacy-restore.
 fn chains_and_jumps(ns: &str, family: Family, table: &'static str) {
     let mut batch = Batch::new(table);
-    for chain in owned_chains(table, family) {
+    for chain in owned_chains(natledger::backend::Backend::Legacy, table, family) {
         batch.ops.push(Op::DeclareChain(chain.to_string()));
     }
-    for (chain, jump) in shared_rules(table, family) {
+    for (chain, jump) in shared_rules(natledger::backend::Backend::Legacy, table, family) {
         batch
             .ops
             .push(Op::Append(chain.to_string(), jump.to_args()));
@@ -125,13 +125,19 @@ fn the_encoding_is_what_iptables_legacy_writes() {
             test_family(family),
             &batch.render(),
         );
-        let mut written: Vec<(&str, Rule)> = shared_rules(table, family);
+        let mut written: Vec<(&str, Rule)> =
+            shared_rules(natledger::backend::Backend::Legacy, table, family);
         written.extend(ours);
-        let mut chains: Vec<&str> = shared_rules(table, family)
-            .into_iter()
-            .map(|(c, _)| c)
-            .chain(owned_chains(table, family))
-            .collect();
+        let mut chains: Vec<&str> =
+            shared_rules(natledger::backend::Backend::Legacy, table, family)
+                .into_iter()
+                .map(|(c, _)| c)
+                .chain(owned_chains(
+                    natledger::backend::Backend::Legacy,
+                    table,
+                    family,
+                ))
+                .collect();
         chains.sort();
         chains.dedup();
 
@@ -204,10 +210,10 @@ fn foreign(family: Family, table: &'static str) -> String {
              [9:700] -A FORWARD -o docker0 -j DOCKER\n",
         ),
     };
-    for chain in owned_chains(table, family) {
+    for chain in owned_chains(natledger::backend::Backend::Legacy, table, family) {
         text += &format!(":{chain} - [0:0]\n");
     }
-    for (chain, jump) in shared_rules(table, family) {
+    for (chain, jump) in shared_rules(natledger::backend::Backend::Legacy, table, family) {
         text += &format!("[1:60] -A {chain} {}\n", quoted(&jump));
     }
     for (chain, rule) in other.iter().take(2) {
@@ -277,7 +283,7 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
         restore_exactly(&ns, family, &raw_base);
         assert_eq!(save_c(&ns, family, table), base);
 
-        let required = shared_rules(table, family);
+        let required = shared_rules(natledger::backend::Backend::Legacy, table, family);
         let inserted = in_netns(&ns, || {
             iptc::insert(family, table, &placed, &required).unwrap()
         });
@@ -361,14 +367,23 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
     for i in 0..LARGE {
         let proto = if i % 3 == 0 { "/udp" } else { "" };
         let m = parse_entry(&format!("{}:80{proto}", 20000 + i)).unwrap();
-        let mut placed: Vec<(bool, natledger::layout::Placed)> =
-            mapping_rules(&big, &m, "10.77.0.2".parse().unwrap())
-                .into_iter()
-                .map(|p| (true, p))
-                .collect();
+        let mut placed: Vec<(bool, natledger::layout::Placed)> = mapping_rules(
+            natledger::backend::Backend::Legacy,
+            &big,
+            &m,
+            "10.77.0.2".parse().unwrap(),
+        )
+        .into_iter()
+        .map(|p| (true, p))
+        .collect();
         if i % 7 == 0 {
             let m = parse_entry(&format!("{}:81{proto}", 40000 + i)).unwrap();
-            let kept = mapping_rules(&keep, &m, "10.77.0.3".parse().unwrap());
+            let kept = mapping_rules(
+                natledger::backend::Backend::Legacy,
+                &keep,
+                &m,
+                "10.77.0.3".parse().unwrap(),
+            );
             placed.extend(kept.into_iter().map(|p| (false, p)));
         }
         for (gone, p) in placed.into_iter().filter(|(_, p)| p.table == table) {

@@ -1,6 +1,7 @@
-//! The rule model against the real tools: a rule rendered by natledger, applied with
-//! `*-restore`, read back with `*-save` and parsed, equals the rule written, on both backends
-//! and both families.
+//! The rule model against the real backends: a rule rendered by natledger, applied with
+//! `*-restore` (or, on nftables, encoded into natledger's own table), read back with
+//! `*-save` (or decoded from a netlink dump) and parsed, equals the rule written, on every
+//! backend and both families.
 
 mod common;
 
@@ -31,7 +32,7 @@ fn rendered_rules_read_back_equal() {
                 Family::Ipv6 => "fd77::2".parse().unwrap(),
             };
             for table in TABLES {
-                let mut written: Vec<(String, Rule)> = shared_rules(table, family)
+                let mut written: Vec<(String, Rule)> = shared_rules(backend, table, family)
                     .into_iter()
                     .map(|(c, r)| (c.to_string(), r))
                     .collect();
@@ -40,15 +41,20 @@ fn rendered_rules_read_back_equal() {
                     if m.family().is_some_and(|f| f != family) {
                         continue;
                     }
+                    // nf_tables cannot map a host port range to another container range.
+                    let shifted = m.host_ports != m.container_ports && !m.host_ports.is_single();
+                    if backend == Backend::Nftables && shifted {
+                        continue;
+                    }
                     written.extend(
-                        mapping_rules(&id, &m, container)
+                        mapping_rules(backend, &id, &m, container)
                             .into_iter()
                             .filter(|p| p.table == table)
                             .map(|p| (p.chain.to_string(), p.rule)),
                     );
                 }
                 let mut batch = Batch::new(table);
-                for chain in owned_chains(table, family) {
+                for chain in owned_chains(backend, table, family) {
                     batch.ops.push(Op::DeclareChain(chain.to_string()));
                 }
                 batch.ops.extend(
@@ -71,7 +77,16 @@ fn rendered_rules_read_back_equal() {
                 read.sort_by(|a, b| a.0.cmp(&b.0));
                 written.sort_by(|a, b| a.0.cmp(&b.0));
                 assert_eq!(read, written, "{backend} {family} {table}");
-                let at_least = if table == "nat" { 5 } else { 2 };
+                let at_least = match (table, backend, family) {
+                    ("nat", _, _) => 5,
+                    // The localhost guard and its jump only.
+                    (_, Backend::Nftables, Family::Ipv4) => 1,
+                    (_, Backend::Nftables, Family::Ipv6) => {
+                        assert!(written.is_empty());
+                        continue;
+                    }
+                    _ => 2,
+                };
                 assert!(
                     written.len() > at_least,
                     "{backend} {family} {table}: rules were generated"

@@ -1,4 +1,5 @@
-//! Which backend the host uses: what `--backend auto` resolves to.
+//! Which backend the host uses, and what `--backend auto` resolves to: the host's iptables
+//! backend where iptables is installed, natledger's own nftables tables where it is not.
 
 use std::path::{Path, PathBuf};
 
@@ -10,19 +11,69 @@ pub enum BackendChoice {
     Auto,
     Legacy,
     Nft,
+    Nftables,
 }
 
 impl BackendChoice {
     pub fn resolve(self) -> Backend {
+        self.explained().backend
+    }
+
+    /// The backend, and why: named on the command line, or what `auto` found.
+    pub fn explained(self) -> Detected {
+        let named = |backend: Backend| Detected {
+            backend,
+            how: "named with --backend or NATLEDGER_BACKEND".into(),
+        };
         match self {
-            BackendChoice::Auto => detect(),
-            BackendChoice::Legacy => Backend::Legacy,
-            BackendChoice::Nft => Backend::Nft,
+            BackendChoice::Auto => choose(),
+            BackendChoice::Legacy => named(Backend::Legacy),
+            BackendChoice::Nft => named(Backend::Nft),
+            BackendChoice::Nftables => named(Backend::Nftables),
         }
     }
 }
 
-/// The backend the host's own `iptables` command uses: follow the `iptables` symlink chain
+/// The iptables tools whose presence means iptables is in use on this host: any of them
+/// keeps natledger on the iptables backend [`detect`] names, so that its rules stay where
+/// Docker, kube-proxy and an operator's `iptables -t nat -L` see and reach them.
+const IPTABLES_TOOLS: [&str; 5] = [
+    "iptables",
+    "iptables-legacy-restore",
+    "iptables-nft-restore",
+    "ip6tables-legacy-restore",
+    "ip6tables-nft-restore",
+];
+
+/// What `--backend auto` resolves to: where any iptables tool is installed, the backend the
+/// host's `iptables` uses ([`detect_explained`]); where none is, natledger's own nftables
+/// tables (`crate::nftables::own`), which need no tool at all.
+pub fn choose() -> Detected {
+    choose_in(&TOOL_DIRS)
+}
+
+fn choose_in(dirs: &[&str]) -> Detected {
+    let installed = dirs.iter().find_map(|dir| {
+        IPTABLES_TOOLS
+            .iter()
+            .map(|tool| Path::new(dir).join(tool))
+            .find(|path| path.exists())
+    });
+    match installed {
+        Some(_) => detect_explained(),
+        None => Detected {
+            backend: Backend::Nftables,
+            how: format!(
+                "no iptables tool is installed (none of {} in {}), so natledger's own \
+                 nftables tables",
+                IPTABLES_TOOLS.join(", "),
+                dirs.join(", ")
+            ),
+        },
+    }
+}
+
+/// The iptables backend the host's own `iptables` command uses: follow the `iptables` symlink chain
 /// (Debian's alternatives: `/usr/sbin/iptables -> /etc/alternatives/iptables ->
 /// /usr/sbin/iptables-nft`) and look for `legacy` or `nft` in each name. This is what Docker,
 /// kube-proxy's wrappers and an operator typing `iptables` get. Starts no process. Without an
@@ -77,4 +128,24 @@ fn backend_of_link(start: &Path) -> Option<(Backend, PathBuf)> {
         };
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_is_nftables_only_where_no_iptables_tool_is_installed() {
+        let empty = tempfile::tempdir().unwrap();
+        let dir = empty.path().to_str().unwrap();
+        let chosen = choose_in(&[dir]);
+        assert_eq!(chosen.backend, Backend::Nftables);
+        assert!(chosen.how.contains("no iptables tool"), "{}", chosen.how);
+        // One restore tool is enough to keep the host's iptables backend.
+        let with_tool = tempfile::tempdir().unwrap();
+        std::fs::write(with_tool.path().join("iptables-nft-restore"), "").unwrap();
+        let chosen = choose_in(&[with_tool.path().to_str().unwrap()]);
+        assert!(chosen.backend.is_iptables(), "{chosen:?}");
+        assert_eq!(chosen, detect_explained());
+    }
 }

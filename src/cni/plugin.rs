@@ -32,6 +32,7 @@ fn settings(request: &Request) -> (Ledger, BackendChoice) {
         match std::env::var("NATLEDGER_BACKEND").as_deref() {
             Ok("legacy") => BackendChoice::Legacy,
             Ok("nft") => BackendChoice::Nft,
+            Ok("nftables") => BackendChoice::Nftables,
             _ => BackendChoice::Auto,
         }
     });
@@ -213,7 +214,8 @@ impl Plugin for Natledger {
     }
 
     /// Ready when the ledger can be locked (its directory made and checked) and the
-    /// backend's restore tools exist for both families; otherwise 50 with the reason.
+    /// backend's restore tools exist for both families (nftables: a netfilter netlink socket
+    /// opens); otherwise 50 with the reason.
     fn status(&self, request: &Request) -> Result<(), CniError> {
         let (ledger, backend) = settings(request);
         let unavailable = |details: String| {
@@ -225,6 +227,11 @@ impl Plugin for Natledger {
         };
         ledger.lock().map_err(|e| unavailable(e.to_string()))?;
         let backend = backend.resolve();
+        if !backend.is_iptables() {
+            return crate::netlink::Socket::netfilter()
+                .map(drop)
+                .map_err(|e| unavailable(format!("cannot open a netfilter netlink socket: {e}")));
+        }
         for family in Family::ALL {
             tool(backend, family, "restore").map_err(|e| unavailable(e.to_string()))?;
         }

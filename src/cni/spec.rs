@@ -530,25 +530,20 @@ fn refuse_portmap_only(wire: &Wire) -> Result<(), CniError> {
     Ok(())
 }
 
-/// `backend`: natledger's names, and portmap's `iptables` (the host's iptables, which is what
-/// `auto` follows). portmap's `nftables` (its own nf_tables table) is not something natledger
-/// writes.
+/// `backend`: natledger's names, and portmap's: `iptables` (the host's iptables, which is
+/// what `auto` follows where iptables is installed) and `nftables` (its own nf_tables table:
+/// natledger's `nftables` backend is the same idea, `crate::nftables::own`).
 fn backend_choice(name: &str) -> Result<BackendChoice, CniError> {
     match name {
         "auto" | "iptables" => Ok(BackendChoice::Auto),
         "legacy" => Ok(BackendChoice::Legacy),
         "nft" => Ok(BackendChoice::Nft),
-        "nftables" => Err(CniError::new(
-            Code::UnsupportedField,
-            "unsupported field in network configuration",
-            "backend: nftables: natledger writes iptables rules, through iptables-legacy or \
-             iptables-nft (backend legacy, nft or auto)",
-        )),
+        "nftables" => Ok(BackendChoice::Nftables),
         other => Err(CniError::new(
             Code::InvalidConfig,
             "invalid backend",
             format!(
-                "backend {} is not auto, legacy, nft or iptables",
+                "backend {} is not auto, legacy, nft, nftables or iptables",
                 Echo::from(other)
             ),
         )),

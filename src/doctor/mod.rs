@@ -278,7 +278,7 @@ fn run_checks(
 
 fn read_live(opts: &DoctorOptions) -> Result<Vec<Ruleset>, DoctorError> {
     let mut out = Vec::new();
-    for backend in Backend::ALL {
+    for backend in Backend::IPTABLES {
         for family in Family::ALL {
             if backend == Backend::Legacy && !any_legacy_table(family)? {
                 continue;

@@ -444,7 +444,7 @@ pub fn find(
             .iter()
             .map(|m| probe(Some(m), family, &locals))
             .collect();
-        for backend in Backend::ALL {
+        for backend in Backend::IPTABLES {
             let start = std::time::Instant::now();
             let read = candidates(nf, cache, backend, family, &locals, &packets);
             if trace {
@@ -503,6 +503,7 @@ fn candidates(
 ) -> Result<(Vec<Vec<Candidate>>, String), String> {
     let none = || vec![Vec::new(); packets.len()];
     match (backend, nf.native()) {
+        (Backend::Nftables, _) => Ok((none(), "natledger's own table".into())),
         (Backend::Legacy, true) => {
             if !legacy_table_exists(family, NAT).map_err(|e| e.to_string())? {
                 return Ok((none(), "no table".into()));

@@ -27,6 +27,7 @@
 
 use std::io;
 
+pub mod own;
 pub mod read;
 
 use crate::family::Family;
@@ -85,6 +86,27 @@ pub enum NftError {
         family: Family,
         count: usize,
         source: io::Error,
+    },
+    #[error(
+        "the nf_tables transaction of {count} message(s) on {family} table natledger failed: {source}"
+    )]
+    Write {
+        family: Family,
+        count: usize,
+        source: io::Error,
+    },
+    #[error("{family} table natledger, chain {chain}: {reason}; nothing was changed")]
+    Refused {
+        family: Family,
+        chain: String,
+        reason: String,
+    },
+    #[error("{family} table natledger, chain {chain}: cannot encode {rule}: {source}")]
+    Encode {
+        family: Family,
+        chain: String,
+        rule: String,
+        source: own::expr::EncodeError,
     },
 }
 

@@ -462,7 +462,6 @@ fn invalid_configs_are_code_7_unsupported_portmap_options_code_2() {
         ("type", json!("../natledger"), 7, "type"),
         ("stateDir", json!("run/natledger"), 7, "stateDir"),
         ("backend", json!("ebpf"), 7, "backend"),
-        ("backend", json!("nftables"), 2, "backend: nftables"),
         ("portConflict", json!("maybe"), 7, "portConflict"),
         ("snat", json!(false), 2, "snat: false"),
         ("masqAll", json!(true), 2, "masqAll: true"),
@@ -538,6 +537,7 @@ fn portmap_configs_as_users_write_them_are_accepted() {
     for (name, choice) in [
         ("legacy", BackendChoice::Legacy),
         ("nft", BackendChoice::Nft),
+        ("nftables", BackendChoice::Nftables),
         ("auto", BackendChoice::Auto),
     ] {
         let mut conf = config();
@@ -597,7 +597,7 @@ fn del_never_fails_on_what_add_refuses() {
         ("snat", json!(false)),
         ("masqAll", json!(true)),
         ("conditionsV4", json!(["-s", "1.2.3.4"])),
-        ("backend", json!("nftables")),
+        ("backend", json!("ebpf")),
         ("stateDir", json!("run/natledger")),
         ("portConflict", json!("maybe")),
         ("prevResult", json!("not an object")),

@@ -43,6 +43,10 @@ pub struct Host {
     /// Where route_localnet is on.
     route_localnet: evidence::RouteLocalnet,
     roots: Roots,
+    /// natledger's own nftables tables (`crate::nftables::own`), per family: read for the
+    /// natledger-state check only (no other owner writes there, and the other checks walk
+    /// iptables dumps).
+    own: Vec<Ruleset>,
 }
 
 impl Host {
@@ -61,8 +65,26 @@ impl Host {
             manifests,
             route_localnet: evidence::route_localnet(&opts.roots),
             roots: opts.roots.clone(),
+            own: own_tables(opts),
         }
     }
+}
+
+/// natledger's own nftables tables that exist (an unreadable one is left out: the other checks
+/// still run, and the missing-rule check then names its rules as missing).
+fn own_tables(opts: &DoctorOptions) -> Vec<Ruleset> {
+    Family::ALL
+        .into_iter()
+        .filter_map(|family| {
+            let tables = opts.netfilter.read_all(Backend::Nftables, family).ok()?;
+            (!tables.is_empty()).then(|| Ruleset {
+                backend: Backend::Nftables,
+                family,
+                source: "live".into(),
+                tables,
+            })
+        })
+        .collect()
 }
 
 /// The walks of every ruleset, and the findings so far.

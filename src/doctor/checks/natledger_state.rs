@@ -36,6 +36,7 @@ impl Checks<'_> {
         for (set, name) in self
             .rulesets
             .iter()
+            .chain(&host.own)
             .flat_map(|set| TABLES.map(|name| (set, name)))
         {
             let Some(table) = set.table(name) else {
@@ -92,6 +93,7 @@ impl Checks<'_> {
             let present = |r: &RuleRecord| {
                 self.rulesets
                     .iter()
+                    .chain(&host.own)
                     .find(|s| s.backend == r.backend && s.family == r.family)
                     .and_then(|s| s.table(&r.table))
                     .is_some_and(|t| {

@@ -413,6 +413,8 @@ fn other(backend: Backend) -> Backend {
     match backend {
         Backend::Legacy => Backend::Nft,
         Backend::Nft => Backend::Legacy,
+        // Not an iptables backend: doctor's rulesets are iptables dumps only.
+        Backend::Nftables => Backend::Nftables,
     }
 }
 

@@ -27,6 +27,14 @@ pub(super) fn install(
     family: Family,
     rules: &[&RuleRecord],
 ) -> Result<Vec<&'static str>, InstallError> {
+    if ctx.backend == Backend::Nftables {
+        return install_own(ctx, family, rules)
+            .map(|()| Vec::new())
+            .map_err(|error| InstallError {
+                error,
+                partial: false,
+            });
+    }
     let mut partial = false;
     let mut pending: Vec<(&'static str, Vec<Placement>)> = Vec::new();
     for table in TABLES {
@@ -52,7 +60,7 @@ pub(super) fn install(
         .iter()
         .map(|(table, placed)| {
             let mut batch = Batch::new(table);
-            for (chain, jump) in shared_rules(table, family) {
+            for (chain, jump) in shared_rules(ctx.backend, table, family) {
                 batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
             }
             push_rules(&mut batch, placed);
@@ -85,6 +93,53 @@ pub(super) fn install(
     Ok(skipped)
 }
 
+/// On the nftables backend: one read of natledger's table and one nf_tables transaction for
+/// every table (`crate::nftables::own`): the table, its chains and the shared rules (the
+/// jumps, the localhost guard) where missing, then the rules. All or nothing, so a failure
+/// leaves nothing of this family written. The IPv4 guard is ensured by every IPv4 create, so
+/// route_localnet is never on without it.
+fn install_own(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), BackendError> {
+    let own = ctx.netfilter.read_own_table(family)?;
+    let mut batches = Vec::with_capacity(TABLES.len());
+    for table in TABLES {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
+        let placed = placements(&here);
+        let dump = own.as_ref().map(|t| t.logical(table)).unwrap_or_default();
+        batches.push(missing(ctx, family, table, &dump, &placed));
+    }
+    ctx.netfilter.apply_all(ctx.backend, family, &batches)
+}
+
+/// The batch that makes `table` (as `dump` shows it) hold natledger's chains and shared
+/// rules and `placed`: empty when it holds them all already.
+fn missing(
+    ctx: &Context,
+    family: Family,
+    table: &'static str,
+    dump: &crate::save::Table,
+    placed: &[Placement],
+) -> Batch {
+    let mut full = Batch::new(table);
+    for chain in owned_chains(ctx.backend, table, family) {
+        if !dump.has_chain(chain) {
+            full.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+    }
+    for (chain, shared) in shared_rules(ctx.backend, table, family) {
+        let present = dump
+            .rules_in(chain)
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
+        if !present {
+            full.ops.push(jump_op(dump, chain, shared.to_args()));
+        }
+    }
+    if full.ops.is_empty() && all_present(dump, placed) {
+        return full;
+    }
+    push_rules(&mut full, placed);
+    full
+}
+
 /// Read `table` and write what is missing of `placed`, its chains and shared rules included;
 /// whether anything was written (a table showing every rule already was committed before).
 pub(super) fn write_table(
@@ -97,24 +152,10 @@ pub(super) fn write_table(
         .netfilter
         .read(ctx.backend, family, table)?
         .unwrap_or_default();
-    let mut full = Batch::new(table);
-    for chain in owned_chains(table, family) {
-        if !dump.has_chain(chain) {
-            full.ops.push(Op::DeclareChain(chain.to_string()));
-        }
-    }
-    for (chain, shared) in shared_rules(table, family) {
-        let present = dump
-            .rules_in(chain)
-            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
-        if !present {
-            full.ops.push(jump_op(&dump, chain, shared.to_args()));
-        }
-    }
-    if full.ops.is_empty() && all_present(&dump, placed) {
+    let full = missing(ctx, family, table, &dump, placed);
+    if full.is_empty() {
         return Ok(false);
     }
-    push_rules(&mut full, placed);
     ctx.netfilter.apply(ctx.backend, family, &full)?;
     Ok(true)
 }
@@ -133,10 +174,12 @@ pub(super) fn insert_native(
     let Some(parsed) = parsed else {
         return false;
     };
-    match ctx
-        .netfilter
-        .insert_legacy(family, table, &parsed, &shared_rules(table, family))
-    {
+    match ctx.netfilter.insert_legacy(
+        family,
+        table,
+        &parsed,
+        &shared_rules(ctx.backend, table, family),
+    ) {
         Ok(Native::Done(_)) => true,
         Ok(Native::Declined | Native::Off) => false,
         // Nothing was written; the restore reports what is really wrong.

@@ -139,7 +139,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
-    allow_loopback_sources(&manifest);
+    allow_loopback_sources(ctx.backend, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
         eprintln!(
@@ -345,7 +345,7 @@ fn plan(
         for family in families {
             let container = address_of(family).expect("filtered above");
             placed.extend(
-                mapping_rules(&input.id, mapping, container)
+                mapping_rules(ctx.backend, &input.id, mapping, container)
                     .into_iter()
                     .map(|p| RuleRecord {
                         backend: ctx.backend,
@@ -364,8 +364,9 @@ fn plan(
 /// only when this create wrote the IPv4 filter table: the localhost guard is then in place
 /// (created or checked with the shared rules), so the switch opens the node's 127.0.0.0/8
 /// to nothing but the node's own connections. A failure only costs the localhost path, so
-/// it is a warning.
-fn allow_loopback_sources(manifest: &Manifest) {
+/// it is a warning. On the nftables backend every IPv4 create writes or checks the guard in
+/// the same transaction as its rules.
+fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
     let wanted = manifest
         .mappings
         .iter()
@@ -376,7 +377,8 @@ fn allow_loopback_sources(manifest: &Manifest) {
         .filter(|r| r.family == Family::Ipv4)
         .collect();
     // None: the rules are shared with a holder, whose create did this.
-    let guarded = own.iter().any(|r| r.table == FILTER);
+    let guarded =
+        own.iter().any(|r| r.table == FILTER) || (backend == Backend::Nftables && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
         eprintln!(
             "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \

@@ -36,6 +36,8 @@ pub(super) fn delete_native(
                 .netfilter
                 .delete_tagged_nft(family, &tag(id), &expected)?)
         }
+        // Written in-process anyway: the generic path (one read, one transaction) is it.
+        Backend::Nftables => Ok(Native::Off),
         Backend::Legacy => {
             let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
                 return Ok(Native::Declined);

@@ -238,7 +238,7 @@ fn sweep_table(
             }
             Err(e) => return report.failed(e.to_string()),
         };
-        let plan = plan(&table, family, claims);
+        let plan = plan(backend, &table, family, claims);
         report.blocked = plan.blocked.clone();
         if plan.batch.is_empty() || dry_run {
             return report.planned(plan);

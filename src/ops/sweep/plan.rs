@@ -5,6 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
+use crate::backend::Backend;
 use crate::family::Family;
 use crate::layout::{Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner};
 use crate::save::{Batch, Op, SavedRule, Table};
@@ -63,7 +64,7 @@ pub struct TablePlan {
 pub const REWRITE_AT: usize = 64;
 
 /// Plan the removals in one table (nat or filter) of one family.
-pub fn plan(table: &Table, family: Family, claims: &Claims) -> TablePlan {
+pub fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) -> TablePlan {
     let name = crate::layout::TABLES
         .into_iter()
         .find(|t| *t == table.name)
@@ -129,7 +130,7 @@ pub fn plan(table: &Table, family: Family, claims: &Claims) -> TablePlan {
     // Chains that go: all of them with --all, else those of other versions; only when
     // nothing kept is in them and no one else's rule is in or jumps to them.
     // (A chain of this version in the other family, an IPv6 `NATLEDGER-INPUT`, is stale too.)
-    let current = owned_chains(name, family);
+    let current = owned_chains(backend, name, family);
     let wanted_gone = |chain: &str| claims.all || !current.contains(&chain);
     let mut removable: HashSet<&str> = HashSet::new();
     for chain in owned.iter().copied().filter(|c| wanted_gone(c)) {
@@ -305,6 +306,7 @@ mod tests {
         lines.extend([dnat("live", 8081), dnat("dead", 8080), dnat("lost", 8082)]);
         lines.extend(look_alikes());
         let plan = plan(
+            Backend::Nft,
             &table(&lines),
             Family::Ipv4,
             &claims(&["live"], &["dead"], false),
@@ -336,7 +338,12 @@ mod tests {
     #[test]
     fn nothing_to_do_is_an_empty_batch() {
         let lines = vec![JUMP_PRE.to_string(), JUMP_POST.to_string(), dnat("live", 1)];
-        let plan = plan(&table(&lines), Family::Ipv4, &claims(&["live"], &[], false));
+        let plan = plan(
+            Backend::Nft,
+            &table(&lines),
+            Family::Ipv4,
+            &claims(&["live"], &[], false),
+        );
         assert!(plan.batch.is_empty());
     }
 
@@ -344,7 +351,12 @@ mod tests {
     fn all_removes_rules_jumps_and_chains_but_no_look_alike() {
         let mut lines = vec![JUMP_PRE.to_string(), JUMP_POST.to_string(), dnat("live", 1)];
         lines.extend(look_alikes());
-        let plan = plan(&table(&lines), Family::Ipv4, &claims(&["live"], &[], true));
+        let plan = plan(
+            Backend::Nft,
+            &table(&lines),
+            Family::Ipv4,
+            &claims(&["live"], &[], true),
+        );
         assert_eq!(
             rendered(&plan),
             [
@@ -371,12 +383,12 @@ mod tests {
                     -A NATLEDGER-INPUT -d ::1/128 ! -i lo -m conntrack ! --ctstate DNAT -m \
                     comment --comment natledger -j DROP\nCOMMIT\n";
         let t = parse_dump(text).unwrap().remove(0);
-        let v6 = plan(&t, Family::Ipv6, &claims(&[], &[], false));
+        let v6 = plan(Backend::Nft, &t, Family::Ipv6, &claims(&[], &[], false));
         assert_eq!(v6.chains, ["NATLEDGER-INPUT"]);
         let text = rendered(&v6).join("\n");
         assert!(text.contains("-D INPUT -m comment --comment natledger -j NATLEDGER-INPUT"));
         assert!(text.contains("-X NATLEDGER-INPUT"), "{text}");
-        let v4 = plan(&t, Family::Ipv4, &claims(&[], &[], false));
+        let v4 = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
         assert!(v4.batch.is_empty() && v4.chains.is_empty());
     }
 
@@ -392,7 +404,12 @@ mod tests {
                     10.77.0.2 --ctorigdstport 80 --ctreplsrcport 80 -m comment --comment \
                     natledger:dead -j ACCEPT\nCOMMIT\n";
         let t = parse_dump(text).unwrap().remove(0);
-        let kept = plan(&t, Family::Ipv4, &claims(&[], &["dead"], false));
+        let kept = plan(
+            Backend::Nft,
+            &t,
+            Family::Ipv4,
+            &claims(&[], &["dead"], false),
+        );
         assert_eq!(
             rendered(&kept)[1..rendered(&kept).len() - 1],
             [
@@ -401,7 +418,7 @@ mod tests {
             ]
         );
         assert!(kept.chains.is_empty() && kept.blocked.is_empty());
-        let all = plan(&t, Family::Ipv4, &claims(&[], &[], true));
+        let all = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], true));
         let text = rendered(&all).join("\n");
         assert!(text.contains("-D INPUT -m comment --comment natledger -j NATLEDGER-INPUT"));
         assert!(text.contains("-F NATLEDGER-INPUT") && text.contains("-X NATLEDGER-INPUT"));
@@ -416,7 +433,12 @@ mod tests {
             "-A NATLEDGER-MASQ -s 10.0.0.0/8 -j MASQUERADE".into(),
             "-A DOCKER -j NATLEDGER-HOSTPORTS".into(),
         ];
-        let plan = plan(&table(&lines), Family::Ipv4, &claims(&[], &[], true));
+        let plan = plan(
+            Backend::Nft,
+            &table(&lines),
+            Family::Ipv4,
+            &claims(&[], &[], true),
+        );
         assert!(plan.chains.is_empty(), "{:?}", plan.chains);
         assert_eq!(plan.blocked.len(), 2, "{:?}", plan.blocked);
         assert!(plan.blocked[0].contains("-A DOCKER -j NATLEDGER-HOSTPORTS"));
@@ -440,7 +462,7 @@ mod tests {
             "-A NATLEDGER-OLD -p udp -m comment --comment natledger:gone -j DNAT --to-destination 10.1.1.1".into(),
         ]);
         t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
-        let plan = plan(&t, Family::Ipv4, &claims(&[], &[], false));
+        let plan = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
         let reasons: Vec<Reason> = plan.rules.iter().map(|r| r.reason).collect();
         assert_eq!(
             reasons,
@@ -464,7 +486,7 @@ mod tests {
             dnat("gone", 1),
         ]);
         t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
-        let plan = plan(&t, Family::Ipv4, &claims(&[], &[], false));
+        let plan = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
         assert!(plan.chains.is_empty(), "{:?}", plan.chains);
         assert_eq!(
             rendered(&plan),
@@ -482,7 +504,12 @@ mod tests {
             .map(|p| dnat("dead", 1000 + p))
             .collect();
         lines.push("-A NATLEDGER-HOSTPORTS -d 10.0.0.0/8 -p tcp -j RETURN".into());
-        let plan = plan(&table(&lines), Family::Ipv4, &claims(&[], &["dead"], false));
+        let plan = plan(
+            Backend::Nft,
+            &table(&lines),
+            Family::Ipv4,
+            &claims(&[], &["dead"], false),
+        );
         let text = rendered(&plan);
         assert!(!text.iter().any(|l| l.starts_with("-F")), "{text:?}");
         assert_eq!(text.len(), REWRITE_AT + 2);
@@ -495,7 +522,12 @@ mod tests {
             "-A NATLEDGER-OLD -p udp -m comment --comment natledger:old -j DNAT --to-destination 10.1.1.1".into(),
         ]);
         t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
-        let plan = plan(&t, Family::Ipv4, &claims(&["old"], &[], false));
+        let plan = plan(
+            Backend::Nft,
+            &t,
+            Family::Ipv4,
+            &claims(&["old"], &[], false),
+        );
         assert!(plan.batch.is_empty());
     }
 
@@ -507,6 +539,7 @@ mod tests {
         lines.insert(10, dnat("live", 1));
         lines.push(dnat("live", 2));
         let plan = plan(
+            Backend::Nft,
             &table(&lines),
             Family::Ipv4,
             &claims(&["live"], &["dead"], false),

@@ -1,0 +1,518 @@
+//! Restore batches as one nf_tables transaction on natledger's table.
+//!
+//! natledger's operations speak in restore batches (`crate::save::Batch`: declare a chain,
+//! check, insert, append, delete a rule by its arguments, flush, delete a chain). For the
+//! `nftables` backend, [`apply`] reads the table once, plays the operations against that
+//! picture in the order `iptables-restore` would (declarations first, then the rest), and
+//! sends the messages they come to in one batch: a rule is deleted by the handle the read
+//! gave it, a check that fails or a rule to delete that is not there fails the whole batch
+//! before anything is sent, and the kernel commits everything or nothing. The table and its
+//! base chains are created by the first batch that writes into them; a batch that leaves
+//! the table with no rule, no chain of natledger's and nobody else's object in it deletes
+//! the table too (`sweep --all` leaves `nft list ruleset` as it was before natledger).
+
+use std::io;
+
+use super::super::{
+    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELRULE,
+    NFT_MSG_NEWRULE, NFTA_RULE_HANDLE, NFTA_RULE_USERDATA, NftError, Session, genmsg, rule_message,
+    subsys,
+};
+use super::{
+    BaseChain, NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnTable,
+    TABLE, base_chain, expr, put_base_chain,
+};
+use crate::family::Family;
+use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::rule::Rule;
+use crate::save::{Batch, Op};
+
+const NLM_F_CREATE: u16 = 0x400;
+const NLM_F_APPEND: u16 = 0x800;
+const NFTA_RULE_POSITION: u16 = 6;
+const NFTA_TABLE_NAME: u16 = 1;
+const NFTA_CHAIN_TABLE: u16 = 1;
+const NFTA_CHAIN_NAME: u16 = 3;
+const NF_ACCEPT: u32 = 1;
+const NF_DROP: u32 = 0;
+
+/// Where a new rule goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    Top,
+    Bottom,
+    Before(u64),
+}
+
+/// One message of the transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Message {
+    NewTable,
+    NewChain {
+        name: String,
+        base: Option<&'static BaseChain>,
+        policy: u32,
+    },
+    NewRule {
+        chain: String,
+        rule: Rule,
+        place: Place,
+    },
+    DelRule {
+        chain: String,
+        handle: u64,
+    },
+    /// A DELRULE naming only the chain: every rule of it.
+    Flush {
+        chain: String,
+    },
+    DelChain {
+        name: String,
+    },
+    DelTable,
+}
+
+/// A rule of the picture: its arguments, and its handle unless this batch adds it.
+struct Pictured {
+    args: Vec<String>,
+    handle: Option<u64>,
+}
+
+/// The table as it will be once the messages so far are committed.
+struct Picture {
+    family: Family,
+    exists: bool,
+    /// Chains in creation order, with their rules.
+    chains: Vec<(String, Vec<Pictured>)>,
+    /// Objects in the table that are not chains this picture knows (someone else's).
+    foreign_objects: u32,
+    messages: Vec<Message>,
+}
+
+impl Picture {
+    fn new(family: Family, table: Option<OwnTable>) -> Picture {
+        let Some(table) = table else {
+            return Picture {
+                family,
+                exists: false,
+                chains: Vec::new(),
+                foreign_objects: 0,
+                messages: Vec::new(),
+            };
+        };
+        let chains = table
+            .chains
+            .iter()
+            .map(|c| {
+                let rules = table
+                    .rules
+                    .iter()
+                    .filter(|r| r.chain == c.name)
+                    .map(|r| Pictured {
+                        args: r.args.clone(),
+                        handle: Some(r.handle),
+                    })
+                    .collect();
+                (c.name.clone(), rules)
+            })
+            .collect::<Vec<_>>();
+        Picture {
+            family,
+            exists: true,
+            foreign_objects: table.objects.saturating_sub(chains.len() as u32),
+            chains,
+            messages: Vec::new(),
+        }
+    }
+
+    fn chain(&mut self, name: &str) -> Option<&mut Vec<Pictured>> {
+        self.chains
+            .iter_mut()
+            .find(|(n, _)| n == name)
+            .map(|(_, rules)| rules)
+    }
+
+    fn make_table(&mut self) {
+        if !self.exists {
+            self.messages.push(Message::NewTable);
+            self.exists = true;
+        }
+    }
+
+    fn make_chain(&mut self, name: &str, policy: u32) {
+        self.make_table();
+        self.messages.push(Message::NewChain {
+            name: name.to_string(),
+            base: base_chain(name),
+            policy,
+        });
+        self.chains.push((name.to_string(), Vec::new()));
+    }
+
+    /// The rules of `name`; a base chain is made when missing (as iptables' built-in chains
+    /// always exist), any other missing chain is an error.
+    fn rules_of(&mut self, name: &str) -> Result<&mut Vec<Pictured>, NftError> {
+        if self.chain(name).is_none() {
+            if base_chain(name).is_none() {
+                return Err(self.refused(name, "no such chain".to_string()));
+            }
+            self.make_chain(name, NF_ACCEPT);
+        }
+        Ok(self.chain(name).expect("made above"))
+    }
+
+    fn refused(&self, chain: &str, reason: String) -> NftError {
+        NftError::Refused {
+            family: self.family,
+            chain: chain.to_string(),
+            reason,
+        }
+    }
+
+    fn play(&mut self, op: &Op) -> Result<(), NftError> {
+        let parse = |chain: &str, args: &[String]| {
+            Rule::parse_args(args).map_err(|e| NftError::Refused {
+                family: self.family,
+                chain: chain.to_string(),
+                reason: format!("not a rule natledger writes ({e}): {}", args.join(" ")),
+            })
+        };
+        match op {
+            Op::DeclareChain(name) => {
+                if self.chain(name).is_some() {
+                    // As `:CHAIN - [0:0]` with --noflush: an existing chain is flushed.
+                    self.flush(name)?;
+                } else {
+                    self.make_chain(name, NF_ACCEPT);
+                }
+            }
+            Op::Policy(name, policy) => {
+                let policy = match policy.as_str() {
+                    "ACCEPT" => NF_ACCEPT,
+                    "DROP" => NF_DROP,
+                    other => return Err(self.refused(name, format!("no policy {other}"))),
+                };
+                if base_chain(name).is_none() {
+                    return Err(self.refused(name, "a policy needs a base chain".into()));
+                }
+                if self.chain(name).is_none() {
+                    self.make_chain(name, policy);
+                } else {
+                    self.messages.push(Message::NewChain {
+                        name: name.clone(),
+                        base: base_chain(name),
+                        policy,
+                    });
+                }
+            }
+            Op::Check(chain, args) => {
+                let found = self
+                    .chain(chain)
+                    .is_some_and(|rules| rules.iter().any(|r| r.args == *args));
+                if !found {
+                    return Err(self.refused(chain, format!("no rule {}", args.join(" "))));
+                }
+            }
+            Op::InsertFirst(chain, args) => self.insert(chain, 1, parse(chain, args)?, args)?,
+            Op::InsertAt(chain, at, args) => self.insert(chain, *at, parse(chain, args)?, args)?,
+            Op::Append(chain, args) => {
+                let rule = parse(chain, args)?;
+                let rules = self.rules_of(chain)?;
+                rules.push(Pictured {
+                    args: args.clone(),
+                    handle: None,
+                });
+                self.messages.push(Message::NewRule {
+                    chain: chain.clone(),
+                    rule,
+                    place: Place::Bottom,
+                });
+            }
+            Op::Delete(chain, args) => {
+                let family = self.family;
+                let rules = self.chain(chain).ok_or_else(|| NftError::Refused {
+                    family,
+                    chain: chain.clone(),
+                    reason: "no such chain".into(),
+                })?;
+                let at = rules
+                    .iter()
+                    .position(|r| r.args == *args && r.handle.is_some())
+                    .ok_or_else(|| NftError::Refused {
+                        family,
+                        chain: chain.clone(),
+                        reason: format!("no rule {}", args.join(" ")),
+                    })?;
+                let handle = rules.remove(at).handle.expect("found with a handle");
+                self.messages.push(Message::DelRule {
+                    chain: chain.clone(),
+                    handle,
+                });
+            }
+            Op::Flush(chain) => self.flush(chain)?,
+            Op::DeleteChain(name) => {
+                let nonempty = self.chain(name).map(|rules| !rules.is_empty());
+                match nonempty {
+                    None => return Err(self.refused(name, "no such chain".into())),
+                    Some(true) => return Err(self.refused(name, "the chain is not empty".into())),
+                    Some(false) => {}
+                }
+                let referenced = self.chains.iter().any(|(_, rules)| {
+                    rules
+                        .iter()
+                        .any(|r| r.args.windows(2).any(|w| w[0] == "-j" && w[1] == *name))
+                });
+                if referenced {
+                    return Err(self.refused(name, "a rule jumps to the chain".into()));
+                }
+                self.chains.retain(|(n, _)| n != name);
+                self.messages.push(Message::DelChain { name: name.clone() });
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self, chain: &str) -> Result<(), NftError> {
+        let family = self.family;
+        let rules = self.chain(chain).ok_or_else(|| NftError::Refused {
+            family,
+            chain: chain.to_string(),
+            reason: "no such chain".into(),
+        })?;
+        if !rules.is_empty() {
+            rules.clear();
+            self.messages.push(Message::Flush {
+                chain: chain.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Insert at position `at` (from 1) as `-I CHAIN at`: before the rule there, or at the
+    /// bottom when `at` is one past the last.
+    fn insert(
+        &mut self,
+        chain: &str,
+        at: usize,
+        rule: Rule,
+        args: &[String],
+    ) -> Result<(), NftError> {
+        let family = self.family;
+        let rules = self.rules_of(chain)?;
+        let index = at.max(1) - 1;
+        let place = match rules.get(index) {
+            _ if index == 0 => Place::Top,
+            None if index == rules.len() => Place::Bottom,
+            None => {
+                return Err(NftError::Refused {
+                    family,
+                    chain: chain.to_string(),
+                    reason: format!("no position {at}"),
+                });
+            }
+            Some(Pictured {
+                handle: Some(handle),
+                ..
+            }) => Place::Before(*handle),
+            // Before a rule of this very batch: not something natledger asks for.
+            Some(_) => {
+                return Err(NftError::Refused {
+                    family,
+                    chain: chain.to_string(),
+                    reason: format!("position {at} is a rule of the same batch"),
+                });
+            }
+        };
+        rules.insert(
+            index.min(rules.len()),
+            Pictured {
+                args: args.to_vec(),
+                handle: None,
+            },
+        );
+        self.messages.push(Message::NewRule {
+            chain: chain.to_string(),
+            rule,
+            place,
+        });
+        Ok(())
+    }
+
+    /// After the last operation: a table left with no rule, no chain but base chains and no
+    /// one else's object goes too.
+    fn finish(&mut self) {
+        let empty = self.exists
+            && self.foreign_objects == 0
+            && self
+                .chains
+                .iter()
+                .all(|(name, rules)| rules.is_empty() && base_chain(name).is_some());
+        let changed = !self.messages.is_empty();
+        if empty && changed {
+            self.messages.push(Message::DelTable);
+            self.exists = false;
+        }
+    }
+}
+
+/// Play `batches` against natledger's table of `family` as it is now (`current`, read by
+/// the caller) and return the messages, in order; nothing is sent.
+fn plan(
+    family: Family,
+    current: Option<OwnTable>,
+    batches: &[Batch],
+) -> Result<Vec<Message>, NftError> {
+    let mut picture = Picture::new(family, current);
+    for batch in batches {
+        // As iptables-restore reads a block: the chain declarations first.
+        let (declarations, rest): (Vec<&Op>, Vec<&Op>) = batch
+            .ops
+            .iter()
+            .partition(|op| matches!(op, Op::DeclareChain(_) | Op::Policy(..)));
+        for op in declarations.into_iter().chain(rest) {
+            picture.play(op)?;
+        }
+    }
+    picture.finish();
+    Ok(picture.messages)
+}
+
+/// Encode the messages between BATCH_BEGIN (`first`) and BATCH_END; only the last asks for
+/// an acknowledgement (see `Session::delete`).
+fn encode(family: Family, first: u32, messages: &[Message]) -> Result<Vec<u8>, NftError> {
+    let mut m = Vec::with_capacity(256 * (messages.len() + 2));
+    let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
+        let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
+        genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
+        netlink::finish(m, start);
+    };
+    marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
+    let mut seq = first;
+    for (i, message) in messages.iter().enumerate() {
+        seq += 1;
+        let ack = if i + 1 == messages.len() {
+            NLM_F_ACK
+        } else {
+            0
+        };
+        let flags = NLM_F_REQUEST | ack;
+        let header = |m: &mut Vec<u8>, kind: u16, flags: u16| {
+            let start = netlink::begin(m, subsys(kind), flags, seq);
+            genmsg(m, family.af(), 0);
+            start
+        };
+        let start = match message {
+            Message::NewTable => {
+                let start = header(&mut m, NFT_MSG_NEWTABLE, flags | NLM_F_CREATE);
+                netlink::put_str(&mut m, NFTA_TABLE_NAME, TABLE);
+                start
+            }
+            Message::DelTable => {
+                let start = header(&mut m, NFT_MSG_DELTABLE, flags);
+                netlink::put_str(&mut m, NFTA_TABLE_NAME, TABLE);
+                start
+            }
+            Message::NewChain { name, base, policy } => {
+                let start = header(&mut m, NFT_MSG_NEWCHAIN, flags | NLM_F_CREATE);
+                netlink::put_str(&mut m, NFTA_CHAIN_TABLE, TABLE);
+                netlink::put_str(&mut m, NFTA_CHAIN_NAME, name);
+                if let Some(base) = base {
+                    put_base_chain(&mut m, base, *policy);
+                }
+                start
+            }
+            Message::DelChain { name } => {
+                let start = header(&mut m, NFT_MSG_DELCHAIN, flags);
+                netlink::put_str(&mut m, NFTA_CHAIN_TABLE, TABLE);
+                netlink::put_str(&mut m, NFTA_CHAIN_NAME, name);
+                start
+            }
+            Message::NewRule { chain, rule, place } => {
+                let flags = match place {
+                    Place::Bottom => flags | NLM_F_CREATE | NLM_F_APPEND,
+                    Place::Top | Place::Before(_) => flags | NLM_F_CREATE,
+                };
+                let start =
+                    rule_message(&mut m, (NFT_MSG_NEWRULE, flags, seq), family, TABLE, chain);
+                if let Place::Before(handle) = place {
+                    netlink::put_attr(&mut m, NFTA_RULE_POSITION, &handle.to_be_bytes());
+                }
+                expr::encode(&mut m, family, rule).map_err(|source| NftError::Encode {
+                    family,
+                    chain: chain.clone(),
+                    rule: rule.to_args().join(" "),
+                    source,
+                })?;
+                if let Some(comment) = &rule.comment {
+                    netlink::put_attr(&mut m, NFTA_RULE_USERDATA, &expr::comment_udata(comment));
+                }
+                start
+            }
+            Message::DelRule { chain, handle } => {
+                let start =
+                    rule_message(&mut m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain);
+                netlink::put_attr(&mut m, NFTA_RULE_HANDLE, &handle.to_be_bytes());
+                start
+            }
+            Message::Flush { chain } => {
+                rule_message(&mut m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain)
+            }
+        };
+        netlink::finish(&mut m, start);
+    }
+    marker(&mut m, NFNL_MSG_BATCH_END, seq + 1);
+    Ok(m)
+}
+
+/// What one [`apply`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Messages committed (0: nothing to do, nothing sent).
+    pub messages: usize,
+    /// Whether anything was deleted (rules, chains, the table): closing the socket then
+    /// waits a grace period (`crate::nftables`).
+    pub deleted: bool,
+}
+
+impl Session<'_> {
+    /// Apply `batches` to natledger's table of `family` in one nf_tables transaction.
+    pub fn apply_own(&mut self, family: Family, batches: &[Batch]) -> Result<Applied, NftError> {
+        let current = self.own_table(family)?;
+        let messages = plan(family, current, batches)?;
+        if messages.is_empty() {
+            return Ok(Applied::default());
+        }
+        let deleted = messages.iter().any(|m| {
+            matches!(
+                m,
+                Message::DelRule { .. }
+                    | Message::Flush { .. }
+                    | Message::DelChain { .. }
+                    | Message::DelTable
+            )
+        });
+        let err = |source: io::Error| NftError::Write {
+            family,
+            count: messages.len(),
+            source,
+        };
+        let first = self.sock.reserve(messages.len() as u32 + 2);
+        let bytes = encode(family, first, &messages)?;
+        self.sock.make_room_to_send(bytes.len()).map_err(err)?;
+        self.sock.send(&bytes).map_err(err)?;
+        let ours = first..=(first + messages.len() as u32 + 1);
+        self.sock
+            .acks(ours, 1, |_, code| match code {
+                0 => Ok(()),
+                errno => Err(io::Error::from_raw_os_error(errno)),
+            })
+            .map_err(err)?;
+        Ok(Applied {
+            messages: messages.len(),
+            deleted,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
