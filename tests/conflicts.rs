@@ -43,6 +43,8 @@ fn other(backend: Backend) -> Backend {
     match backend {
         Backend::Legacy => Backend::Nft,
         Backend::Nft => Backend::Legacy,
+        // natledger's own table: the other owner's forwards are in iptables-nft.
+        Backend::Nftables => Backend::Nft,
     }
 }
 

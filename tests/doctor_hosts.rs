@@ -103,7 +103,7 @@ fn live_leftovers_in_the_unused_backend_drop_and_the_fix_works() {
     };
     let unused = match active {
         Backend::Legacy => Backend::Nft,
-        Backend::Nft => Backend::Legacy,
+        _ => Backend::Legacy,
     };
     let mut node = Node::new(active);
     let host = node.topo.node().to_string();

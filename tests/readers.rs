@@ -281,6 +281,7 @@ fn read_native(ns: &str, backend: Backend, family: Family, table: &'static str) 
             }
             Native { chains, rules }
         }
+        Backend::Nftables => unreachable!("iptables backends only"),
         Backend::Nft => {
             let mut sock = Socket::netfilter().unwrap();
             let mut session = Session::new(&mut sock);
@@ -456,6 +457,7 @@ fn bench_decoding_a_10000_rule_chain() {
                             tokens += args.len();
                         }
                     }
+                    Backend::Nftables => unreachable!("iptables backends only"),
                     Backend::Nft => {
                         let mut sock = Socket::netfilter().unwrap();
                         let mut session = Session::new(&mut sock);
@@ -481,6 +483,7 @@ fn bench_decoding_a_10000_rule_chain() {
                     let what = match backend {
                         Backend::Legacy => "IPT_SO_GET_ENTRIES alone",
                         Backend::Nft => "the bare dump, undecoded",
+                        Backend::Nftables => unreachable!("iptables backends only"),
                     };
                     eprintln!(
                         "{} round {round}: {RULES} rules ({tokens} tokens) in {:.2} ms \

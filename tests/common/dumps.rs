@@ -1,5 +1,7 @@
-//! Firewall dumps: `*-save` of every (backend, family) pair, normalized so that
-//! before/after comparisons are exact, and loading foreign rules with `*-restore`.
+//! Firewall dumps: `*-save` of every (iptables backend, family) pair and `nft list ruleset`
+//! (the tables iptables-nft-save does not show: natledger's own and other native nftables
+//! tables), normalized so that before/after comparisons are exact, and loading foreign rules
+//! with `*-restore`.
 
 use super::run_in;
 
@@ -7,6 +9,8 @@ use super::run_in;
 pub enum Backend {
     Legacy,
     Nft,
+    /// natledger's own nf_tables tables (`ip natledger`, `ip6 natledger`).
+    Nftables,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -16,14 +20,21 @@ pub enum Family {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 2] = [Backend::Legacy, Backend::Nft];
+    pub const ALL: [Backend; 3] = [Backend::Legacy, Backend::Nft, Backend::Nftables];
+    /// The backends with iptables tools (and other owners' iptables rules).
+    pub const IPTABLES: [Backend; 2] = [Backend::Legacy, Backend::Nft];
 
-    /// "legacy" / "nft"
+    /// "legacy" / "nft" / "nftables": natledger's `--backend` names.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Legacy => "legacy",
             Backend::Nft => "nft",
+            Backend::Nftables => "nftables",
         }
+    }
+
+    pub fn is_iptables(self) -> bool {
+        self != Backend::Nftables
     }
 }
 
@@ -47,6 +58,7 @@ pub fn iptables_tool(backend: Backend, family: Family) -> &'static str {
         (Backend::Legacy, Family::V6) => "ip6tables-legacy",
         (Backend::Nft, Family::V4) => "iptables-nft",
         (Backend::Nft, Family::V6) => "ip6tables-nft",
+        (Backend::Nftables, _) => panic!("natledger's nftables backend has no iptables tool"),
     }
 }
 
@@ -141,14 +153,80 @@ pub fn normalized(dump: &str) -> String {
     out
 }
 
-/// Normalized dumps of all four (backend, family) pairs in `ns`, each headed
-/// by "## <legacy|nft> <ipv4|ipv6>".
+/// Normalized dumps of all four (iptables backend, family) pairs in `ns`, each headed
+/// by "## <legacy|nft> <ipv4|ipv6>", then "## nftables": `nft list ruleset` without the
+/// tables iptables-nft owns ([`native_ruleset`]).
 pub fn dump_all(ns: &str) -> String {
     let mut out = String::new();
-    for backend in Backend::ALL {
+    for backend in Backend::IPTABLES {
         for family in Family::ALL {
             out.push_str(&format!("## {} {}\n", backend.name(), family.name()));
             out.push_str(&normalized(&save(ns, backend, family)));
+        }
+    }
+    out.push_str("## nftables\n");
+    out.push_str(&native_ruleset(ns));
+    out
+}
+
+/// The tables iptables-nft writes (shown by the `*-save` sections already).
+const IPTABLES_NFT_TABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
+
+/// `nft list ruleset` in `ns` without the `ip`/`ip6` tables iptables-nft owns: natledger's
+/// own tables and any other owner's native nftables tables, exactly as nft prints them.
+pub fn native_ruleset(ns: &str) -> String {
+    let out = run_in(ns, "nft", &["list", "ruleset"], None);
+    assert!(
+        out.status.success(),
+        "nft list ruleset in {ns} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    let text = String::from_utf8(out.stdout).expect("nft prints UTF-8");
+    let mut kept = String::new();
+    let mut keep = true;
+    for line in text.lines() {
+        if let Some(head) = line.strip_prefix("table ") {
+            let mut words = head.split_whitespace();
+            let (family, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            keep = !(matches!(family, "ip" | "ip6") && IPTABLES_NFT_TABLES.contains(&name));
+        }
+        if keep && !line.trim().is_empty() {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// The rule lines (nft syntax, trimmed) of `chain` in natledger's own table of `family`, as
+/// a [`dump_all`] dump's nftables section shows them; empty when there is no such chain.
+pub fn nft_chain_rules<'d>(dump: &'d str, family: Family, chain: &str) -> Vec<&'d str> {
+    let table = match family {
+        Family::V4 => "table ip natledger {",
+        Family::V6 => "table ip6 natledger {",
+    };
+    let section = dump.split("## nftables\n").nth(1).unwrap_or("");
+    let mut lines = section.lines().skip_while(|l| l.trim() != table).skip(1);
+    let head = format!("chain {chain} {{");
+    let mut out = Vec::new();
+    let mut inside = false;
+    for line in lines.by_ref() {
+        let t = line.trim();
+        if line.starts_with('}') {
+            break;
+        }
+        if t == head {
+            inside = true;
+            continue;
+        }
+        if inside {
+            if t == "}" {
+                break;
+            }
+            if !t.starts_with("type ") {
+                out.push(t);
+            }
         }
     }
     out
@@ -161,6 +239,9 @@ pub fn chain_rules<'d>(
     family: Family,
     chain: &str,
 ) -> Vec<&'d str> {
+    if backend == Backend::Nftables {
+        return nft_chain_rules(dump, family, chain);
+    }
     let header = format!("{} {}\n", backend.name(), family.name());
     let prefix = format!("-A {chain} ");
     dump.split("## ")
