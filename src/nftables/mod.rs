@@ -27,6 +27,7 @@
 
 use std::io;
 
+pub mod own;
 pub mod read;
 
 use crate::family::Family;

@@ -1,0 +1,2 @@
+pub mod debug;
+pub mod expr;
