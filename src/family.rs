@@ -48,6 +48,15 @@ impl Family {
         }
     }
 
+    /// The offsets of the source and destination addresses in this family's IP header (what
+    /// nf_tables' `payload` expression loads for `ip saddr`/`ip daddr`, `ip6 saddr`/`ip6 daddr`).
+    pub fn header_addresses(self) -> (u32, u32) {
+        match self {
+            Family::Ipv4 => (12, 16),
+            Family::Ipv6 => (8, 24),
+        }
+    }
+
     /// The address family number netlink messages carry (`AF_INET`, `AF_INET6`).
     pub fn af(self) -> u8 {
         match self {

@@ -49,6 +49,7 @@
 use std::io;
 
 pub mod batch;
+pub mod debug;
 pub mod expr;
 
 use super::{
