@@ -61,8 +61,11 @@ impl Checks<'_> {
     pub fn localhost_exposed(&mut self) {
         let Some(host) = self.host else { return };
         let likely = |iface: &str| likely_setter(host, iface);
+        // natledger's own nftables table too: its guard is a drop, and a drop in any base
+        // chain of the hook is final (no other owner's accept can bypass it there).
+        let rulesets: Vec<&Ruleset> = self.rulesets.iter().chain(&host.own).collect();
         let found = exposures(
-            self.rulesets,
+            &rulesets,
             &host.route_localnet,
             self.host_backend.backend,
             &likely,
@@ -74,13 +77,14 @@ impl Checks<'_> {
 /// The findings for the interfaces `open` lists, given the rulesets read; `likely` names
 /// who probably turned route_localnet on for an interface (or `all`), if anyone can tell.
 pub(super) fn exposures(
-    rulesets: &[Ruleset],
+    rulesets: &[&Ruleset],
     open: &RouteLocalnet,
     host_backend: Backend,
     likely: &dyn Fn(&str) -> Option<String>,
 ) -> Vec<Finding> {
     let filters: Vec<Filter> = rulesets
         .iter()
+        .copied()
         .filter(|s| s.family == Family::Ipv4)
         .filter_map(|set| {
             let t = set.table("filter")?;
@@ -318,7 +322,11 @@ fn guard_fix(filters: &[Filter], host_backend: Backend) -> String {
         ..crate::layout::guard(loopback)
     };
     let args = rule.to_args();
-    let mut tools: Vec<String> = filters.iter().map(|(s, _, _)| tool(s)).collect();
+    let mut tools: Vec<String> = filters
+        .iter()
+        .filter(|(s, _, _)| s.backend.is_iptables())
+        .map(|(s, _, _)| tool(s))
+        .collect();
     if tools.is_empty() {
         tools.push(format!("iptables-{}", host_backend.suffix()));
     }

@@ -35,7 +35,8 @@ fn open(ifaces: &[&str]) -> RouteLocalnet {
 }
 
 fn check(sets: &[Ruleset], open: &RouteLocalnet) -> Vec<Finding> {
-    exposures(sets, open, Backend::Nft, &|i| {
+    let sets: Vec<&Ruleset> = sets.iter().collect();
+    exposures(&sets, open, Backend::Nft, &|i| {
         (i == "br0").then(|| "likely natledger".into())
     })
 }
@@ -94,6 +95,19 @@ fn natledgers_guard_closes_it_in_either_backend() {
     closed.tables[0].chains[0].1 = "DROP".into();
     assert_eq!(closed.tables[0].chains[0].0, "INPUT");
     assert!(check(&[closed], &open(&["br0"])).is_empty());
+}
+
+/// natledger's own nftables table, read as a ruleset of its own: its guard closes it, even
+/// with another owner's accept at the top of iptables-nft's INPUT (a drop in any base chain
+/// is final), and the fix never names a tool for it.
+#[test]
+fn natledgers_nftables_guard_closes_it() {
+    let accept = "-A INPUT -i br0 -j ACCEPT\n";
+    let sets = [set(Backend::Nft, accept), set(Backend::Nftables, GUARD)];
+    assert!(check(&sets, &open(&["br0"])).is_empty());
+    let found = check(&[set(Backend::Nft, ""), set(Backend::Nftables, "")], &open(&["br0"]));
+    let fix = found[0].fix.as_deref().unwrap_or_default();
+    assert!(!fix.contains("iptables-nftables"), "{fix}");
 }
 
 #[test]
