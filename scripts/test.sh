@@ -16,6 +16,8 @@ fi
 # and containerd (with ctr, and the CNI plugins its CRI test uses), and busybox-static for the
 # containers' root filesystem (and the CRI test's images). nsenter and unshare are util-linux.
 # conntrack (conntrack-tools) reads the conntrack table independently of natledger's ctnetlink.
+# nft (nftables) shows and writes native nf_tables tables independently of natledger's netlink
+# (the nftables backend's before/after dumps, encoding comparisons, other owners' tables).
 missing=()
 command -v iptables-legacy-save >/dev/null || missing+=(iptables)
 command -v iptables-nft-save >/dev/null || missing+=(iptables)
@@ -23,6 +25,7 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v sysctl >/dev/null || missing+=(procps)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v conntrack >/dev/null || missing+=(conntrack)
+command -v nft >/dev/null || missing+=(nftables)
 for pkg in runc crun busybox-static podman conmon containernetworking-plugins docker.io \
   containerd util-linux tar; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
