@@ -1,7 +1,8 @@
 """Plot create + remove cost against foreign nat rules, from bench/run's results.csv.
 
-One panel per backend: natledger and the floor (one bare iptables-restore batch) as curves
-over the foreign-rule counts measured, CNI portmap and netavark as points where measured.
+One panel per setup: natledger and the floor (one bare iptables-restore batch, or nft -f on
+nftables) as curves over the foreign-rule counts measured, CNI portmap and netavark as points
+where measured.
 """
 import csv
 import sys
@@ -17,6 +18,12 @@ STYLE = {
     "floor": dict(color="black", marker=".", linestyle="--"),
     "portmap": dict(color="tab:red", marker="s", linestyle=":"),
     "netavark": dict(color="tab:purple", marker="^", linestyle=":"),
+}
+
+# bench setups that are not an iptables backend (benches/common/setup.rs)
+TITLES = {
+    "nftables": "nftables (foreign rules in a native table)",
+    "nftables-iptnft": "nftables (foreign rules in iptables-nft)",
 }
 
 
@@ -43,7 +50,7 @@ def main(csv_path, png_path):
             ax.plot(xs, [points[x] for x in xs], label=tool, **style)
         ax.set_xscale("symlog", linthresh=1000)
         ax.set_yscale("log")
-        ax.set_title(f"iptables-{backend}")
+        ax.set_title(TITLES.get(backend, f"iptables-{backend}"))
         ax.set_xlabel("foreign nat rules")
         ax.set_ylabel("create + remove, median ms")
         ax.grid(True, which="both", alpha=0.3)

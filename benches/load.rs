@@ -1,8 +1,10 @@
 //! Benchmark: 64 containers created and then removed by concurrent hooks (wall time, and the
 //! natledger rules left afterwards: must be zero), and the peak memory of one hook run
 //! (create-runtime and poststop, the hook process's own maximum resident set size, as it
-//! reports it with NATLEDGER_TRACE), per backend, in a private
-//! network namespace with 10,000 foreign rules. Appends CSV rows to BENCH_CSV if set.
+//! reports it with NATLEDGER_TRACE), per setup (`common::setup::SETUPS`: each backend; on
+//! nftables the foreign rules in another owner's native table, and in iptables-nft's nat
+//! table), in a private network namespace with 10,000 foreign rules. Appends CSV rows to
+//! BENCH_CSV if set.
 //!
 //! Run as root: `cargo bench --bench load`.
 
@@ -13,6 +15,7 @@ use std::time::Instant;
 
 mod common;
 
+use common::setup::{Setup, selected};
 use common::*;
 
 const CONTAINERS: usize = 64;
@@ -29,11 +32,11 @@ fn main() {
         "natledger under load: {CONTAINERS} containers by concurrent hooks, {FOREIGN} foreign rules"
     );
     println!(
-        "{:<7} {:>12} {:>12} {:>10} {:>16} {:>16}",
+        "{:<15} {:>12} {:>12} {:>10} {:>16} {:>16}",
         "backend", "create ms", "remove ms", "rules left", "create peak KiB", "poststop peak KiB"
     );
-    for backend in ["legacy", "nft"] {
-        print!("{}", run_case(backend));
+    for setup in selected() {
+        print!("{}", run_case(setup.label));
     }
 }
 
@@ -65,14 +68,12 @@ fn run_hook(state: &Path, backend: &str, id: &str, stage: &str, bundle: &Path) -
         .expect("natledger reports its peak rss with NATLEDGER_TRACE")
 }
 
-fn case_main(backend: &str) {
-    let ns = Netns::new(format!("nlload-{}-{backend}", std::process::id()));
+fn case_main(label: &str) {
+    let setup = Setup::named(label);
+    let backend = setup.backend;
+    let ns = Netns::new(format!("nlload-{}-{label}", std::process::id()));
     enter(&ns.0);
-    run(
-        &format!("/usr/sbin/iptables-{backend}-restore"),
-        &["--noflush"],
-        Some(foreign_rules(FOREIGN).as_bytes()),
-    );
+    setup.load_foreign(FOREIGN);
     let work = TmpfsDir::new();
     let state = work.path().join("state");
     let bundles: Vec<_> = (0..CONTAINERS)
@@ -111,17 +112,13 @@ fn case_main(backend: &str) {
     };
     let create = timed("create-runtime");
     let remove = timed("poststop");
-    let dump = run(
-        &format!("/usr/sbin/iptables-{backend}-save"),
-        &["-t", "nat"],
-        None,
-    );
-    let left = String::from_utf8_lossy(&dump.stdout)
+    let left = setup
+        .nat_dump()
         .lines()
         .filter(|l| l.contains("natledger:"))
         .count();
     println!(
-        "{backend:<7} {create:>12.1} {remove:>12.1} {left:>10} {create_peak:>16} {poststop_peak:>16}"
+        "{label:<15} {create:>12.1} {remove:>12.1} {left:>10} {create_peak:>16} {poststop_peak:>16}"
     );
     if let Ok(csv) = std::env::var("BENCH_CSV") {
         let mut f = std::fs::OpenOptions::new()
@@ -131,19 +128,19 @@ fn case_main(backend: &str) {
             .unwrap();
         let _ = writeln!(
             f,
-            "natledger-64-concurrent,{backend},{FOREIGN},create,{create:.2},"
+            "natledger-64-concurrent,{label},{FOREIGN},create,{create:.2},"
         );
         let _ = writeln!(
             f,
-            "natledger-64-concurrent,{backend},{FOREIGN},remove,{remove:.2},"
+            "natledger-64-concurrent,{label},{FOREIGN},remove,{remove:.2},"
         );
         let _ = writeln!(
             f,
-            "natledger-peak-kib,{backend},{FOREIGN},create,{create_peak},"
+            "natledger-peak-kib,{label},{FOREIGN},create,{create_peak},"
         );
         let _ = writeln!(
             f,
-            "natledger-peak-kib,{backend},{FOREIGN},remove,{poststop_peak},"
+            "natledger-peak-kib,{label},{FOREIGN},remove,{poststop_peak},"
         );
     }
     assert_eq!(left, 0, "natledger rules left after 64 poststops");

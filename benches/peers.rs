@@ -1,12 +1,17 @@
 //! Benchmark: natledger beside the peers a user would otherwise pick, for one TCP host-port
-//! mapping 8080->80, on both iptables backends, with an empty nat table and with 10,000 foreign
-//! rules:
+//! mapping 8080->80, per setup (`common::setup::SETUPS`, or those named in BENCH_SETUPS: the iptables backends with an empty
+//! nat table and with 10,000 foreign rules; the nftables backend with 0 and 50,000 foreign rules
+//! in another owner's native table, and with 10,000 in iptables-nft's nat table; the peers on
+//! iptables-nft there):
 //! - natledger: create-runtime + poststop hooks;
 //! - CNI portmap (`/usr/lib/cni/portmap`): ADD + DEL;
 //! - netavark 1.4 (iptables firewall driver): setup + teardown of a bridge network (its times
 //!   include the bridge, veth and addresses it creates, not only the firewall);
 //! - the floor: one bare `iptables-<backend>-restore --noflush` inserting natledger's rules, one
-//!   deleting them.
+//!   deleting them (on nftables: one `nft -f` adding them, one deleting them by handle).
+//!
+//! - exec (on nftables): `natledger --version` twice, the cost of the two hook processes
+//!   before any work, through the same spawn as the hooks.
 //!
 //! Plus a curve of natledger and the floor against foreign rules (env BENCH_CURVE, default
 //! 0,1000,10000,50000). Medians over BENCH_RUNS runs (default 20; curve points with 50,000 or
@@ -28,13 +33,15 @@ mod common;
 
 use common::cni::{Attachment, Chained, PORTMAP};
 use common::path::PathDirs;
+use common::setup::{Setup, selected};
 use common::*;
 
 const NETAVARK_CANDIDATES: [&str; 2] = ["/usr/lib/podman/netavark", "/usr/libexec/podman/netavark"];
-const TOOLS: [&str; 6] = [
+const TOOLS: [&str; 7] = [
     "natledger",
     "natledger-b2b",
     "natledger-cold",
+    "exec",
     "floor",
     "portmap",
     "netavark",
@@ -73,10 +80,6 @@ fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let csv_path = std::env::var("BENCH_CSV").unwrap_or_else(|_| "target/bench-peers.csv".into());
-    let loads = [0usize, 10_000];
-    let mut all: Vec<usize> = loads.iter().chain(curve.iter()).copied().collect();
-    all.sort();
-    all.dedup();
 
     let mut peers: Vec<&str> = Vec::new();
     if Path::new(PORTMAP).exists() {
@@ -96,13 +99,17 @@ fn main() {
     let bundle = bench_bundle(work.path());
     let started = Instant::now();
     let mut rows: Vec<Row> = Vec::new();
-    for backend in ["legacy", "nft"] {
+    for setup in selected() {
+        let backend = setup.label;
+        let mut all: Vec<usize> = setup.loads.iter().chain(curve.iter()).copied().collect();
+        all.sort();
+        all.dedup();
         for &foreign in &all {
             let mut tools = vec!["natledger", "floor"];
-            if loads.contains(&foreign) {
+            if setup.loads.contains(&foreign) {
                 tools.extend(&peers);
             }
-            let n = if foreign >= 50_000 {
+            let n = if foreign >= 50_000 && setup.costly_foreign() {
                 runs.min(runs_large)
             } else {
                 runs
@@ -148,11 +155,12 @@ fn main() {
         "One tcp mapping 8080->80, IPv4: median ms over {runs} runs; processes = the tool + what it started (create/remove)"
     );
     println!(
-        "{:<7} {:>7} {:<13} {:>9} {:>9} {:>9} {:>11} {:>12}",
+        "{:<15} {:>7} {:<13} {:>9} {:>9} {:>9} {:>11} {:>12}",
         "backend", "foreign", "tool", "create", "remove", "total", "processes", "x natledger"
     );
-    for backend in ["legacy", "nft"] {
-        for &foreign in &loads {
+    for setup in selected() {
+        let backend = setup.label;
+        for &foreign in setup.loads {
             let ours = get("natledger", backend, foreign, "total").map(|r| r.median_ms);
             for tool in TOOLS {
                 let (Some(c), Some(d), Some(t)) = (
@@ -164,7 +172,7 @@ fn main() {
                 };
                 let ratio = ours.map_or(String::from("-"), |o| format!("{:.2}x", t.median_ms / o));
                 println!(
-                    "{backend:<7} {foreign:>7} {tool:<13} {:>9.2} {:>9.2} {:>9.2} {:>11} {ratio:>12}",
+                    "{backend:<15} {foreign:>7} {tool:<13} {:>9.2} {:>9.2} {:>9.2} {:>11} {ratio:>12}",
                     c.median_ms,
                     d.median_ms,
                     t.median_ms,
@@ -178,6 +186,11 @@ fn main() {
     }
     println!("netavark's times include creating/removing its bridge, veth and addresses.");
     println!(
+        "nftables: natledger's own tables, foreign rules in another owner's native table \
+         (table ip foreign); nftables-iptnft: the same, foreign rules in iptables-nft's ip nat; \
+         the peers use iptables-nft there."
+    );
+    println!(
         "Each timed operation starts once the kernel has finished freeing what the previous one \
          deleted; natledger-b2b runs create and poststop back to back, so on nft a create pays \
          the rest of the RCU grace period its predecessor's poststop left to a detached process."
@@ -189,10 +202,11 @@ fn main() {
          else's change"
     );
     println!(
-        "{:<7} {:>7} {:>5} {:>10} {:>9} {:>7} {:>9} {:>7}",
+        "{:<15} {:>7} {:>5} {:>10} {:>9} {:>7} {:>9} {:>7}",
         "backend", "foreign", "runs", "natledger", "floor", "ratio", "cold", "ratio"
     );
-    for backend in ["legacy", "nft"] {
+    for setup in selected() {
+        let backend = setup.label;
         for &foreign in &curve {
             let (Some(n), Some(f), Some(cold)) = (
                 get("natledger", backend, foreign, "total"),
@@ -202,7 +216,7 @@ fn main() {
                 continue;
             };
             println!(
-                "{backend:<7} {foreign:>7} {:>5} {:>10.2} {:>9.2} {:>6.2}x {:>9.2} {:>6.2}x",
+                "{backend:<15} {foreign:>7} {:>5} {:>10.2} {:>9.2} {:>6.2}x {:>9.2} {:>6.2}x",
                 n.runs,
                 n.median_ms,
                 f.median_ms,
@@ -214,7 +228,7 @@ fn main() {
     }
     if curve.iter().any(|&f| f >= 50_000) && runs_large < runs {
         println!(
-            "(points with 50,000+ foreign rules use {} runs, BENCH_RUNS_LARGE, to keep the run short)",
+            "(points with 50,000+ foreign rules in iptables use {} runs, BENCH_RUNS_LARGE, to keep the run short)",
             runs.min(runs_large)
         );
     }
@@ -249,6 +263,15 @@ fn main() {
     );
 }
 
+/// One `natledger --version`, spawned as the hooks are: a hook process's cost before any work.
+fn bare_exec() -> Duration {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--version");
+    let start = Instant::now();
+    run_cmd(cmd, b"");
+    start.elapsed()
+}
+
 /// netavark setup/teardown of a bridge network `bench` (10.88.0.0/24 on nlb-br0).
 struct Netavark {
     bin: &'static str,
@@ -278,10 +301,11 @@ impl Netavark {
     }
 }
 
-/// The per-case child: BENCH_CASE=backend:foreign:runs:tool,tool:bundle.
+/// The per-case child: BENCH_CASE=setup:foreign:runs:tool,tool:bundle.
 fn case_main(spec: &str) {
     let mut parts = spec.splitn(5, ':');
-    let backend = parts.next().unwrap();
+    let setup = Setup::named(parts.next().unwrap());
+    let backend = setup.label;
     let foreign: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
     let tools: Vec<&str> = parts.next().unwrap().split(',').collect();
@@ -289,20 +313,20 @@ fn case_main(spec: &str) {
     let tag = format!("{}-{backend}-{foreign}", std::process::id());
     let node = Netns::new(format!("nlpeers-{tag}"));
     enter(&node.0);
-    load_foreign(backend, foreign);
-    let dirs = PathDirs::new(backend);
+    setup.load_foreign(foreign);
+    let dirs = PathDirs::new(setup.iptables);
     let has = |t: &str| tools.contains(&t);
 
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = TmpfsDir::new();
     let case = Case {
-        backend,
+        backend: setup.backend,
         state: state.path(),
         bundle: &bundle,
     };
     // Warm up each tool once: first runs create shared chains and jumps, which stay.
     case.hook_counted("create-runtime", false);
-    let (add, del) = case.floor_batches();
+    let floor = case.floor();
     case.hook_counted("poststop", false);
 
     let pm_ns = has("portmap").then(|| Netns::new(format!("nlpeers-pm-{tag}")));
@@ -340,9 +364,16 @@ fn case_main(spec: &str) {
         let d = settled(&mut || case.hook_counted("poststop", false).0);
         samples.entry("natledger-cold").or_default().push(c, d);
     }
+    if setup.backend == "nftables" {
+        for _ in 0..runs {
+            let c = settled(&mut bare_exec);
+            let d = settled(&mut bare_exec);
+            samples.entry("exec").or_default().push(c, d);
+        }
+    }
     for _ in 0..runs {
-        let c = settled(&mut || case.restore(&add));
-        let d = settled(&mut || case.restore(&del));
+        let c = settled(&mut || floor.add());
+        let d = settled(&mut || floor.remove());
         samples.entry("floor").or_default().push(c, d);
         if let Some(pm) = &pm {
             let c = settled(&mut || dirs.timed(pm.cmd("ADD"), pm.config.as_bytes()));
@@ -363,7 +394,7 @@ fn case_main(spec: &str) {
     }
 
     // Each tool must have removed what it added (beyond its shared, permanent chains).
-    let dump = nat_dump(backend);
+    let dump = setup.nat_dump();
     for (what, needle) in [
         ("natledger", "10.77.0.2:80"),
         ("portmap", "CNI-DN-"),
@@ -382,10 +413,11 @@ fn case_main(spec: &str) {
     procs.insert("natledger-b2b", (1 + c, 1 + d));
     procs.insert("natledger-cold", (1 + c, 1 + d));
     procs.insert("floor", (1, 1));
+    procs.insert("exec", (1, 1));
     if let Some(pm) = &pm {
         let c = dirs.count(pm.cmd("ADD"), pm.config.as_bytes());
         assert!(
-            nat_dump(backend).contains("CNI-DN-"),
+            setup.nat_dump().contains("CNI-DN-"),
             "portmap ADD wrote no rules in {backend}"
         );
         let d = dirs.count(pm.cmd("DEL"), pm.config.as_bytes());
@@ -394,7 +426,7 @@ fn case_main(spec: &str) {
     if let Some(nv) = &nv {
         let c = dirs.count(nv.cmd("setup"), nv.options.as_bytes());
         assert!(
-            nat_dump(backend).contains("NETAVARK-DN-"),
+            setup.nat_dump().contains("NETAVARK-DN-"),
             "netavark setup wrote no rules in {backend}"
         );
         let d = dirs.count(nv.cmd("teardown"), nv.options.as_bytes());

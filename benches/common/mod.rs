@@ -3,7 +3,9 @@
 #![allow(dead_code)] // each bench uses a subset
 
 pub mod cni;
+pub mod nft;
 pub mod path;
+pub mod setup;
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -94,15 +96,18 @@ pub fn load_foreign(backend: &str, n: usize) {
 pub fn foreign_rules(n: usize) -> String {
     let mut s = String::from("*nat\n:KUBE-FAKE - [0:0]\n-A PREROUTING -j KUBE-FAKE\n");
     for i in 0..n {
+        let (addr, port) = foreign_service(i);
         s += &format!(
-            "-A KUBE-FAKE -d 10.{}.{}.{}/32 -p tcp -m tcp --dport {} -m comment --comment \"svc{i}\" -j DNAT --to-destination 10.200.0.1:80\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255,
-            1000 + i % 50000
+            "-A KUBE-FAKE -d {addr}/32 -p tcp -m tcp --dport {port} -m comment --comment \"svc{i}\" -j DNAT --to-destination 10.200.0.1:80\n"
         );
     }
     s + "COMMIT\n"
+}
+
+/// The address and TCP port the `i`th foreign rule matches (each rule its own service).
+pub fn foreign_service(i: usize) -> (String, usize) {
+    let addr = format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255);
+    (addr, 1000 + i % 50000)
 }
 
 pub fn run_cmd(mut cmd: Command, stdin: &[u8]) -> std::process::Output {
@@ -241,6 +246,18 @@ impl Case<'_> {
         someone_else_writes(self.backend);
     }
 
+    /// The floor for natledger's rules as they are now (call after a create): on the
+    /// iptables backends [`Case::floor_batches`] through bare restores, on nftables
+    /// [`nft::NftFloor`].
+    pub fn floor(&self) -> Floor<'_> {
+        if self.backend == "nftables" {
+            Floor::Nft(nft::NftFloor::new("bench"))
+        } else {
+            let (add, del) = self.floor_batches();
+            Floor::Restore(self, add, del)
+        }
+    }
+
     /// One bare `iptables-<backend>-restore --noflush` of `batch`.
     pub fn restore(&self, batch: &str) -> Duration {
         let tool = format!("/usr/sbin/iptables-{}-restore", self.backend);
@@ -252,9 +269,35 @@ impl Case<'_> {
     }
 }
 
+/// The floor: one bare operation adding natledger's rules, one deleting them.
+pub enum Floor<'a> {
+    /// `iptables-<backend>-restore --noflush` of the add and the delete batch.
+    Restore(&'a Case<'a>, String, String),
+    Nft(nft::NftFloor),
+}
+
+impl Floor<'_> {
+    pub fn add(&self) -> Duration {
+        match self {
+            Floor::Restore(case, add, _) => case.restore(add),
+            Floor::Nft(f) => f.add(),
+        }
+    }
+
+    pub fn remove(&self) -> Duration {
+        match self {
+            Floor::Restore(case, _, del) => case.restore(del),
+            Floor::Nft(f) => f.remove(),
+        }
+    }
+}
+
 /// Two transactions of someone else on `backend` that change nothing in the end (a chain
 /// made, a chain deleted): what moves the nf_tables generation on a busy host.
 pub fn someone_else_writes(backend: &str) {
+    if backend == "nftables" {
+        return nft::someone_else_writes();
+    }
     let tool = format!("/usr/sbin/iptables-{backend}-restore");
     for batch in [
         "*nat\n:BENCH-OTHER - [0:0]\nCOMMIT\n",
