@@ -500,8 +500,22 @@ impl<'r> Netfilter<'r> {
 
     /// The batches as one nf_tables transaction on natledger's own table: all or nothing.
     fn apply_own(&self, family: Family, batches: &[Batch]) -> Result<(), BackendError> {
+        self.apply_own_to(family, None, batches)
+    }
+
+    /// [`Netfilter::apply_own`] planned against `read`, the caller's read of the table under
+    /// the lock it still holds (`None`: read it now).
+    pub fn apply_own_to(
+        &self,
+        family: Family,
+        read: Option<Option<nftables::own::OwnTable>>,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
         let start = std::time::Instant::now();
-        let applied = self.with_nft(|s| s.apply_own(family, batches))?;
+        let applied = self.with_nft(|s| match read {
+            Some(current) => s.apply_own_to(family, current, batches),
+            None => s.apply_own(family, batches),
+        })?;
         if applied.messages > 0 {
             self.nft_commits.set(self.nft_commits.get() + 1);
         }

@@ -478,6 +478,18 @@ impl Session<'_> {
     /// Apply `batches` to natledger's table of `family` in one nf_tables transaction.
     pub fn apply_own(&mut self, family: Family, batches: &[Batch]) -> Result<Applied, NftError> {
         let current = self.own_table(family)?;
+        self.apply_own_to(family, current, batches)
+    }
+
+    /// [`Session::apply_own`] against `current`, a read of the table the caller made under
+    /// the ledger lock it still holds (so nothing of natledger's changed it since; anyone
+    /// else's change in between fails the transaction, which names what it missed).
+    pub fn apply_own_to(
+        &mut self,
+        family: Family,
+        current: Option<OwnTable>,
+        batches: &[Batch],
+    ) -> Result<Applied, NftError> {
         let messages = plan(family, current, batches)?;
         if messages.is_empty() {
             return Ok(Applied::default());

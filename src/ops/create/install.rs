@@ -107,7 +107,8 @@ fn install_own(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(
         let dump = own.as_ref().map(|t| t.logical(table)).unwrap_or_default();
         batches.push(missing(ctx, family, table, &dump, &placed));
     }
-    ctx.netfilter.apply_all(ctx.backend, family, &batches)
+    // Planned against that same read: the ledger lock is held throughout.
+    ctx.netfilter.apply_own_to(family, Some(own), &batches)
 }
 
 /// The batch that makes `table` (as `dump` shows it) hold natledger's chains and shared

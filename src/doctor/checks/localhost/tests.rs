@@ -105,7 +105,10 @@ fn natledgers_nftables_guard_closes_it() {
     let accept = "-A INPUT -i br0 -j ACCEPT\n";
     let sets = [set(Backend::Nft, accept), set(Backend::Nftables, GUARD)];
     assert!(check(&sets, &open(&["br0"])).is_empty());
-    let found = check(&[set(Backend::Nft, ""), set(Backend::Nftables, "")], &open(&["br0"]));
+    let found = check(
+        &[set(Backend::Nft, ""), set(Backend::Nftables, "")],
+        &open(&["br0"]),
+    );
     let fix = found[0].fix.as_deref().unwrap_or_default();
     assert!(!fix.contains("iptables-nftables"), "{fix}");
 }
