@@ -260,7 +260,7 @@ impl Picture {
                 let referenced = self.chains.iter().any(|(_, rules)| {
                     rules
                         .iter()
-                        .any(|r| r.args.windows(2).any(|w| w[0] == "-j" && w[1] == *name))
+                        .any(|r| crate::layout::comment_and_target(&r.args).1 == Some(name))
                 });
                 if referenced {
                     return Err(self.refused(name, "a rule jumps to the chain".into()));
