@@ -135,10 +135,11 @@ pub fn chain_verdict(expressions: &[u8]) -> Option<(bool, String)> {
     parse_list(expressions)?.into_iter().find_map(|e| match e {
         Expr::Immediate {
             dreg: REG_VERDICT,
-            data: Data::Verdict {
-                code,
-                chain: Some(chain),
-            },
+            data:
+                Data::Verdict {
+                    code,
+                    chain: Some(chain),
+                },
         } if code == NFT_JUMP || code == NFT_GOTO => Some((code == NFT_GOTO, chain)),
         _ => None,
     })
