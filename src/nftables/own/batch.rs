@@ -35,6 +35,10 @@ const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
 const NF_ACCEPT: u32 = 1;
 const NF_DROP: u32 = 0;
+/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
+const NFNL_BATCH_GENID: u16 = 1;
+/// How many times a batch is planned again after someone else committed in between.
+const ATTEMPTS: usize = 5;
 
 /// Where a new rule goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -260,7 +264,7 @@ impl Picture {
                 let referenced = self.chains.iter().any(|(_, rules)| {
                     rules
                         .iter()
-                        .any(|r| r.args.windows(2).any(|w| w[0] == "-j" && w[1] == *name))
+                        .any(|r| crate::layout::comment_and_target(&r.args).1 == Some(name))
                 });
                 if referenced {
                     return Err(self.refused(name, "a rule jumps to the chain".into()));
@@ -379,11 +383,23 @@ fn plan(
 
 /// Encode the messages between BATCH_BEGIN (`first`) and BATCH_END; only the last asks for
 /// an acknowledgement (see `Session::delete`).
-fn encode(family: Family, first: u32, messages: &[Message]) -> Result<Vec<u8>, NftError> {
+///
+/// BATCH_BEGIN carries the generation the plan was read at (`NFNL_BATCH_GENID`): the kernel
+/// refuses the whole batch with ERESTART when anyone committed anything since, so handles,
+/// chain deletions and the table deletion never act on a table that changed after the read.
+fn encode(
+    family: Family,
+    first: u32,
+    generation: u32,
+    messages: &[Message],
+) -> Result<Vec<u8>, NftError> {
     let mut m = Vec::with_capacity(256 * (messages.len() + 2));
     let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
         let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
         genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
+        if kind == NFNL_MSG_BATCH_BEGIN {
+            netlink::put_attr(m, NFNL_BATCH_GENID, &generation.to_be_bytes());
+        }
         netlink::finish(m, start);
     };
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
@@ -474,9 +490,36 @@ pub struct Applied {
     pub deleted: bool,
 }
 
+/// The messages of one transaction on natledger's table, planned from a read at one
+/// nf_tables generation; [`Session::commit_own`] sends them.
+#[derive(Debug)]
+pub struct Planned {
+    family: Family,
+    generation: u32,
+    messages: Vec<Message>,
+}
+
 impl Session<'_> {
-    /// Apply `batches` to natledger's table of `family` in one nf_tables transaction.
+    /// Apply `batches` to natledger's table of `family` in one nf_tables transaction, read
+    /// and planned again when someone else committed between the read and the commit.
     pub fn apply_own(&mut self, family: Family, batches: &[Batch]) -> Result<Applied, NftError> {
+        let mut attempt = 1;
+        loop {
+            let planned = self.plan_own(family, batches)?;
+            match self.commit_own(&planned) {
+                Err(NftError::Write { source, .. })
+                    if source.raw_os_error() == Some(libc::ERESTART) && attempt < ATTEMPTS =>
+                {
+                    attempt += 1;
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// Read natledger's table of `family` and plan `batches` against it; nothing is sent.
+    pub fn plan_own(&mut self, family: Family, batches: &[Batch]) -> Result<Planned, NftError> {
+        let generation = self.generation()?;
         let current = self.own_table(family)?;
         self.apply_own_to(family, current, batches)
     }
@@ -491,6 +534,17 @@ impl Session<'_> {
         batches: &[Batch],
     ) -> Result<Applied, NftError> {
         let messages = plan(family, current, batches)?;
+        Ok(Planned {
+            family,
+            generation,
+            messages,
+        })
+    }
+
+    /// Send a plan as one transaction; the kernel refuses it whole (ERESTART) when the
+    /// nf_tables generation moved on since the plan's read.
+    pub fn commit_own(&mut self, planned: &Planned) -> Result<Applied, NftError> {
+        let (family, messages) = (planned.family, &planned.messages);
         if messages.is_empty() {
             return Ok(Applied::default());
         }
@@ -509,7 +563,7 @@ impl Session<'_> {
             source,
         };
         let first = self.sock.reserve(messages.len() as u32 + 2);
-        let bytes = encode(family, first, &messages)?;
+        let bytes = encode(family, first, planned.generation, messages)?;
         self.sock.make_room_to_send(bytes.len()).map_err(err)?;
         self.sock.send(&bytes).map_err(err)?;
         let ours = first..=(first + messages.len() as u32 + 1);

@@ -52,6 +52,7 @@ const IPS_DST_NAT: u32 = 0x20;
 const NF_ACCEPT: i32 = 1;
 const NF_DROP: i32 = 0;
 const NFT_JUMP: i32 = -3;
+const NFT_GOTO: i32 = -4;
 const NAT_DNAT: u32 = 1;
 const NAT_MAP_IPS: u32 = 0x1;
 const NAT_PROTO_SPECIFIED: u32 = 0x2;
@@ -126,6 +127,22 @@ pub fn decode(family: Family, expressions: &[u8]) -> Option<Rule> {
     let rule = candidate(family, &parsed)?;
     let again: Vec<Expr> = exprs(family, &rule).ok()?.into_iter().map(normal).collect();
     (again == parsed).then_some(rule)
+}
+
+/// The chain an expression list jumps to (`false`) or goes to (`true`), whatever else it
+/// holds: what a rule natledger does not decode still references.
+pub fn chain_verdict(expressions: &[u8]) -> Option<(bool, String)> {
+    parse_list(expressions)?.into_iter().find_map(|e| match e {
+        Expr::Immediate {
+            dreg: REG_VERDICT,
+            data:
+                Data::Verdict {
+                    code,
+                    chain: Some(chain),
+                },
+        } if code == NFT_JUMP || code == NFT_GOTO => Some((code == NFT_GOTO, chain)),
+        _ => None,
+    })
 }
 
 /// NFTA_RULE_USERDATA for a comment, as nft stores it: TLV type 0

@@ -328,12 +328,16 @@ impl Session<'_> {
                 .and_then(|h| Some(u64::from_be_bytes(h.try_into().ok()?)))
                 .ok_or_else(malformed)?;
             let comment = netlink::attr(body, NFTA_RULE_USERDATA).and_then(comment_udata);
-            let decoded =
-                netlink::attr(body, NFTA_RULE_EXPRESSIONS).and_then(|e| expr::decode(family, e));
+            let exprs = netlink::attr(body, NFTA_RULE_EXPRESSIONS);
+            let decoded = exprs.and_then(|e| expr::decode(family, e));
+            let target = match decoded {
+                Some(_) => None,
+                None => exprs.and_then(expr::chain_verdict),
+            };
             rules.push(OwnRule {
                 chain: chain.to_string(),
                 handle,
-                args: shown(decoded, comment),
+                args: shown(decoded, comment, target),
             });
             Ok(())
         });
@@ -375,8 +379,14 @@ impl Session<'_> {
 }
 
 /// The arguments shown for a rule: the decoded rule's, with its comment, or opaque tokens
-/// that keep the comment.
-fn shown(decoded: Option<crate::rule::Rule>, comment: Option<String>) -> Vec<String> {
+/// that keep the comment and the chain the rule jumps or goes to (`-j`/`-g`), so that a
+/// rule natledger does not decode still holds the chain it references in place: sweep
+/// blocks that chain instead of planning a deletion the kernel refuses (EBUSY) every time.
+fn shown(
+    decoded: Option<crate::rule::Rule>,
+    comment: Option<String>,
+    target: Option<(bool, String)>,
+) -> Vec<String> {
     match decoded {
         Some(mut rule) => {
             rule.comment = comment;
@@ -386,6 +396,9 @@ fn shown(decoded: Option<crate::rule::Rule>, comment: Option<String>) -> Vec<Str
             let mut args = vec!["-m".to_string(), "nft".to_string(), OPAQUE.to_string()];
             if let Some(comment) = comment {
                 args.extend(["-m".into(), "comment".into(), "--comment".into(), comment]);
+            }
+            if let Some((goto, chain)) = target {
+                args.extend([if goto { "-g" } else { "-j" }.to_string(), chain]);
             }
             args
         }

@@ -50,10 +50,24 @@ fn logical_tables_split_the_chains_as_iptables_shows_them() {
 /// reads whose it claims to be, but no natledger rule equals it.
 #[test]
 fn an_undecodable_rule_is_opaque_but_keeps_its_comment() {
-    let shown = shown(None, Some("natledger:c1".into()));
+    let shown = shown(None, Some("natledger:c1".into()), None);
     assert!(crate::rule::Rule::parse_args(&shown).is_err());
     assert_eq!(
         layout::owner("NATLEDGER-HOSTPORTS", &shown),
         layout::Owner::Container("c1")
     );
+}
+
+/// An undecodable rule that jumps or goes to a chain still shows the chain: it holds the
+/// chain in place (sweep blocks it instead of planning a deletion the kernel refuses).
+#[test]
+fn an_undecodable_rule_shows_the_chain_it_references() {
+    let jump = shown(None, None, Some((false, "NATLEDGER-HOSTPORTS".into())));
+    assert!(crate::rule::Rule::parse_args(&jump).is_err());
+    assert_eq!(
+        layout::comment_and_target(&jump),
+        (None, Some("NATLEDGER-HOSTPORTS"))
+    );
+    let goto = shown(None, None, Some((true, "NATLEDGER-MASQ".into())));
+    assert_eq!(goto[goto.len() - 2..], ["-g", "NATLEDGER-MASQ"]);
 }
