@@ -424,12 +424,10 @@ impl<'r> Netfilter<'r> {
         Ok(own.map(|t| t.logical(table)))
     }
 
-    /// natledger's own nf_tables table of `family` ([`nftables::own`]), whole.
-    pub fn read_own_table(
-        &self,
-        family: Family,
-    ) -> Result<Option<nftables::own::OwnTable>, BackendError> {
-        Ok(self.with_nft(|s| s.own_table(family))?)
+    /// natledger's own nf_tables table of `family` ([`nftables::own`]), whole, with the
+    /// generation it was read at (for [`Netfilter::apply_own_to`]).
+    pub fn read_own_table(&self, family: Family) -> Result<nftables::own::OwnRead, BackendError> {
+        Ok(self.with_nft(|s| s.own_read(family))?)
     }
 
     fn save(
@@ -508,12 +506,12 @@ impl<'r> Netfilter<'r> {
     pub fn apply_own_to(
         &self,
         family: Family,
-        read: Option<Option<nftables::own::OwnTable>>,
+        read: Option<nftables::own::OwnRead>,
         batches: &[Batch],
     ) -> Result<(), BackendError> {
         let start = std::time::Instant::now();
         let applied = self.with_nft(|s| match read {
-            Some(current) => s.apply_own_to(family, current, batches),
+            Some(read) => s.apply_own_to(family, read, batches),
             None => s.apply_own(family, batches),
         })?;
         if applied.messages > 0 {

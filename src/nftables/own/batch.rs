@@ -19,8 +19,8 @@ use super::super::{
     subsys,
 };
 use super::{
-    BaseChain, NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnTable,
-    TABLE, base_chain, expr, put_base_chain,
+    BaseChain, NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnRead,
+    OwnTable, TABLE, base_chain, expr, put_base_chain,
 };
 use crate::family::Family;
 use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
@@ -381,6 +381,15 @@ fn plan(
     Ok(picture.messages)
 }
 
+/// The plan of `batches` against `read`, valid at its generation.
+fn plan_read(family: Family, read: OwnRead, batches: &[Batch]) -> Result<Planned, NftError> {
+    Ok(Planned {
+        family,
+        generation: read.generation,
+        messages: plan(family, read.table, batches)?,
+    })
+}
+
 /// Encode the messages between BATCH_BEGIN (`first`) and BATCH_END; only the last asks for
 /// an acknowledgement (see `Session::delete`).
 ///
@@ -519,26 +528,28 @@ impl Session<'_> {
 
     /// Read natledger's table of `family` and plan `batches` against it; nothing is sent.
     pub fn plan_own(&mut self, family: Family, batches: &[Batch]) -> Result<Planned, NftError> {
-        let generation = self.generation()?;
-        let current = self.own_table(family)?;
-        self.apply_own_to(family, current, batches)
+        let read = self.own_read(family)?;
+        plan_read(family, read, batches)
     }
 
-    /// [`Session::apply_own`] against `current`, a read of the table the caller made under
-    /// the ledger lock it still holds (so nothing of natledger's changed it since; anyone
-    /// else's change in between fails the transaction, which names what it missed).
+    /// [`Session::apply_own`] planned first against `read`, the caller's own read (under the
+    /// ledger lock it still holds): one read of the table per operation. When someone else
+    /// committed since, it is read and planned again as `apply_own` does.
     pub fn apply_own_to(
         &mut self,
         family: Family,
-        current: Option<OwnTable>,
+        read: OwnRead,
         batches: &[Batch],
     ) -> Result<Applied, NftError> {
-        let messages = plan(family, current, batches)?;
-        Ok(Planned {
-            family,
-            generation,
-            messages,
-        })
+        let planned = plan_read(family, read, batches)?;
+        match self.commit_own(&planned) {
+            Err(NftError::Write { source, .. })
+                if source.raw_os_error() == Some(libc::ERESTART) =>
+            {
+                self.apply_own(family, batches)
+            }
+            result => result,
+        }
     }
 
     /// Send a plan as one transaction; the kernel refuses it whole (ERESTART) when the

@@ -228,6 +228,14 @@ impl OwnTable {
     }
 }
 
+/// natledger's table as read at one nf_tables generation: a transaction planned from it is
+/// committed only if nobody committed since (`batch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnRead {
+    pub generation: u32,
+    pub table: Option<OwnTable>,
+}
+
 /// Everything a read gets wrong, as an `NftError` naming the table.
 fn read_error(family: Family, what: &str) -> impl Fn(io::Error) -> NftError + '_ {
     move |source| NftError::Read {
@@ -242,6 +250,13 @@ fn be32(d: &[u8]) -> Option<u32> {
 }
 
 impl Session<'_> {
+    /// The nf_tables generation, then natledger's table of `family`.
+    pub fn own_read(&mut self, family: Family) -> Result<OwnRead, NftError> {
+        let generation = self.generation()?;
+        let table = self.own_table(family)?;
+        Ok(OwnRead { generation, table })
+    }
+
     /// natledger's table of `family`, or `None` when it does not exist.
     pub fn own_table(&mut self, family: Family) -> Result<Option<OwnTable>, NftError> {
         let Some(objects) = self.own_table_use(family)? else {

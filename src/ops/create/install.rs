@@ -104,7 +104,11 @@ fn install_own(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(
     for table in TABLES {
         let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
         let placed = placements(&here);
-        let dump = own.as_ref().map(|t| t.logical(table)).unwrap_or_default();
+        let dump = own
+            .table
+            .as_ref()
+            .map(|t| t.logical(table))
+            .unwrap_or_default();
         batches.push(missing(ctx, family, table, &dump, &placed));
     }
     // Planned against that same read: the ledger lock is held throughout.
