@@ -275,7 +275,7 @@ fn runc_containers_in_one_network_namespace_share_the_port_until_the_last_goes()
         let web = host.start("web", &web_bundle);
         host.assert_answers(2);
         let rules = host.rule_lines();
-        let dnats: Vec<&String> = rules.iter().filter(|l| l.contains("-j DNAT")).collect();
+        let dnats: Vec<&String> = rules.iter().filter(|l| is_dnat(l)).collect();
         assert_eq!(
             dnats.len(),
             2,
