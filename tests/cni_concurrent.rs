@@ -3,7 +3,7 @@
 //! ADDs on distinct host ports all forward; two ADDs asking the same host port: one wins, the
 //! other gets a CNI error naming the holder and leaves nothing behind; DELs, a DEL twice at
 //! once and DELs racing a re-ADD of the same attachment end with full `*-save` dumps equal to
-//! those before and no manifest. Both backends.
+//! those before (`nft list ruleset` included) and no manifest. All three backends.
 
 mod common;
 

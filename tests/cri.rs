@@ -63,7 +63,7 @@ fn assert_one_dnat(dump: &str, backend: Backend, owner: &str, pod_ip: &str, what
         "{what}: DNAT rules for {HOST_PORT}:\n{dump}"
     );
     let nat = chain_rules(dump, backend, Family::V4, "NATLEDGER-HOSTPORTS");
-    let want = format!("--comment \"natledger:{owner}\" -j DNAT --to-destination {pod_ip}:80");
+    let want = dnat_rule(backend, owner, HOST_PORT, &format!("{pod_ip}:80"));
     assert!(
         nat.iter().any(|l| l.contains(&want)),
         "{what}: no `{want}` in {backend:?} IPv4:\n{dump}"

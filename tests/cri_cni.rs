@@ -82,7 +82,7 @@ fn hostport_scenario(backend: Backend) {
     let with_pod = node.dump();
     let rules = dnats(&with_pod, HOST_PORT);
     assert_eq!(rules.len(), 1, "{what}: DNATs for {HOST_PORT}:\n{with_pod}");
-    let want = format!("--comment \"natledger:{ledger_id}\" -j DNAT --to-destination {pod_ip}:80");
+    let want = dnat_rule(backend, &ledger_id, HOST_PORT, &format!("{pod_ip}:80"));
     let nat = chain_rules(&with_pod, backend, Family::V4, "NATLEDGER-HOSTPORTS");
     assert!(
         nat.iter().any(|l| l.contains(&want)),

@@ -68,7 +68,7 @@ fn assert_kept(c: &Running, running: &str, why: &str) {
 /// there before the process starts) → crun start → the container's httpd answers on the
 /// host port from the node (127.0.0.1, the node's IPv4 and IPv6 addresses) and from the
 /// external client; crun kill → the container is stopped but its rules stay, the whole dump
-/// unchanged, as does the manifest; crun delete (poststop) → every table in both backends
+/// unchanged, as does the manifest; crun delete (poststop) → every table in every backend
 /// and both families is exactly as before, no manifest, the port closed, nothing left.
 #[test]
 fn crun_container_is_forwarded_and_its_rules_go_at_delete_not_at_kill() {

@@ -4,6 +4,12 @@
 //! NATLEDGER_PORTS`) answers from outside beside one Docker publishes itself (`-p`), traffic
 //! natledger did not forward stays dropped, natledger's jump sits after Docker's rules, and a
 //! container asking for a port Docker already forwards is refused when it says so.
+//!
+//! On natledger's nftables backend (Docker's firewall then written with iptables-nft), by
+//! design natledger writes no forward accept (one in its own table could not override
+//! Docker's drop): its container answers on the node's own paths and from outside stays
+//! dropped, until the host's firewall accepts DNATed connections in DOCKER-USER; the refusal
+//! and the removal are the same.
 
 mod common;
 
@@ -62,8 +68,8 @@ fn natledger_beside_dockers_own_firewall() {
             dump.contains(":FORWARD DROP"),
             "{backend:?}: Docker's policy\n{dump}"
         );
-        let forward = chain_rules(&dump, backend, Family::V4, "FORWARD");
-        // Docker's rules first, natledger's jump after all of them.
+        let forward = chain_rules(&dump, firewall_backend(backend), Family::V4, "FORWARD");
+        // Docker's rules first, natledger's jump after all of them; none on nftables.
         assert_eq!(
             &forward[..2],
             [
@@ -72,20 +78,53 @@ fn natledger_beside_dockers_own_firewall() {
             ],
             "{backend:?}:\n{dump}"
         );
-        assert_eq!(
-            forward.last(),
-            Some(&"-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"),
-            "{backend:?}:\n{dump}"
-        );
+        let jump = "-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD";
+        if backend.is_iptables() {
+            assert_eq!(forward.last(), Some(&jump), "{backend:?}:\n{dump}");
+        } else {
+            assert!(!dump.contains("NATLEDGER-FORWARD"), "{backend:?}:\n{dump}");
+        }
 
-        // Both answer from outside, through the DROP policy.
-        assert_eq!(
-            get(&ext, sock(NODE_V4, 8080), T).as_deref(),
-            Some("natledger-published")
-        );
+        // Docker's answers from outside, through the DROP policy.
         assert_eq!(
             get(&ext, sock(NODE_V4, 8081), T).as_deref(),
             Some("docker-published")
+        );
+        // natledger's: from outside too on iptables; on nftables only once the host's
+        // firewall accepts DNATed connections (where Docker wants its users' rules).
+        if !backend.is_iptables() {
+            assert_eq!(
+                get(&ext, sock(NODE_V4, 8080), DROPPED),
+                None,
+                "{backend:?}: through Docker's DROP policy without an accept"
+            );
+            for (what, dst) in [
+                ("node localhost", sock(std::net::Ipv4Addr::LOCALHOST, 8080)),
+                ("node ip", sock(NODE_V4, 8080)),
+            ] {
+                assert_eq!(
+                    get(&host, dst, T).as_deref(),
+                    Some("natledger-published"),
+                    "{backend:?}: {what}, not forwarded"
+                );
+            }
+            let accept = [
+                "-I",
+                "DOCKER-USER",
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "DNAT",
+                "-j",
+                "ACCEPT",
+            ];
+            let tool = iptables_tool(firewall_backend(backend), Family::V4);
+            let out = run_in(&host, tool, &accept, None);
+            assert_ok(&out, "the host's DNAT accept in DOCKER-USER");
+        }
+        assert_eq!(
+            get(&ext, sock(NODE_V4, 8080), T).as_deref(),
+            Some("natledger-published")
         );
         // Straight to natledger's container, not through its forward: still dropped.
         let direct: SocketAddr = format!("{address}:80").parse().unwrap();
@@ -101,7 +140,7 @@ fn natledger_beside_dockers_own_firewall() {
             "{backend:?}: {direct} reached"
         );
 
-        // doctor finds nothing wrong with either forward.
+        // doctor finds nothing wrong with either forward (it reads the iptables tables).
         let d = node.natledger(&["doctor", "--json"], "", &[]);
         let report: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
         let dropped: Vec<&serde_json::Value> = report["findings"]
@@ -145,5 +184,6 @@ fn natledger_beside_dockers_own_firewall() {
         assert!(!dump.contains("natledger:"), "{dump}");
         assert!(dump.contains("--dport 8081 -j DNAT"), "{dump}");
         assert_eq!(get(&ext, sock(NODE_V4, 8080), DROPPED), None);
+        assert_eq!(get(&host, sock(NODE_V4, 8080), DROPPED), None);
     });
 }

@@ -15,7 +15,8 @@ const T: Duration = Duration::from_secs(3);
 /// counting and the second at 0: doctor reads the dump (exit 2, not 3) and says so.
 #[test]
 fn counted_dumps_are_read_and_their_counters_are_evidence() {
-    both(|backend| {
+    // `*-save -c` dumps of foreign iptables rules: the iptables backends only.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let host = node.topo.node().to_string();
         let ext = node.topo.ext().to_string();

@@ -184,7 +184,8 @@ fn live_leftovers_in_the_unused_backend_drop_and_the_fix_works() {
 /// live container answers on both ports and its chain is untouched.
 #[test]
 fn live_stale_portmap_container_fix_is_its_jump() {
-    both(|backend| {
+    // Foreign iptables rules and doctor's analysis of iptables dumps: iptables backends only.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let host = node.topo.node().to_string();
         let c = node.topo.add_container(2);

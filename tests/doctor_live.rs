@@ -55,11 +55,12 @@ fn live_clean_namespace_has_no_findings() {
     );
 }
 
-/// Seed 000 live, both backends: two DNATs for one port; the first (to a container that no
+/// Seed 000 live, both iptables backends: two DNATs for one port; the first (to a container that no
 /// longer serves) takes the packets meant for the second.
 #[test]
 fn live_shadowed_dnat() {
-    both(|backend| {
+    // Foreign iptables rules and doctor's analysis of iptables dumps: iptables backends only.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let _old = node.topo.add_container(2);
         let new = node.topo.add_container(3);

@@ -3,8 +3,10 @@
 //! sockets, `common::arm`) reaches the node's services bound to 127.0.0.1 exactly when doctor
 //! says so. Without any guard: reported and reached; with natledger's guard (written by a
 //! create): silent and dropped; with another owner's `-I INPUT -i br0 -j ACCEPT` above the
-//! guard's jump: reported, naming that rule, and reached again. Both backends. Every sysctl
-//! and rule is set inside the test's own namespaces.
+//! guard's jump: reported, naming that rule, and reached again (iptables backends; on
+//! nftables the guard is a drop in natledger's own table, which no other table's accept
+//! bypasses: still closed, doctor silent). All three backends. Every sysctl and rule is set
+//! inside the test's own namespaces.
 
 mod common;
 
@@ -86,61 +88,92 @@ fn doctor_reports_localhost_open_exactly_when_a_neighbour_reaches_it() {
             "{backend:?}: guarded"
         );
 
-        // Another owner's accept above the guard's jump: open again, and named.
-        iptables(
-            &host,
-            backend,
-            &["-t", "filter", "-I", "INPUT", "-i", "br0", "-j", "ACCEPT"],
-        );
-        let doc = live(&node, &[]);
-        let found = doc.of_kind("localhost-exposed");
-        assert_eq!(found.len(), 1, "{backend:?}: {}", doc.show());
-        let f = found[0];
-        assert_eq!(f["severity"], "error");
-        assert_eq!(places(f), [("INPUT".to_string(), 1)], "{}", doc.show());
-        assert_eq!(line_of(f, 0), "-A INPUT -i br0 -j ACCEPT");
-        assert!(
-            text(f, "summary").contains(&format!(
-                "natledger's guard is in place in {} but the rule `-A INPUT -i br0 -j ACCEPT` \
-                 accepts these packets before filter INPUT jumps to NATLEDGER-INPUT.",
-                backend.name()
-            )),
-            "{}",
-            doc.show()
-        );
-        assert!(
-            secrets.attack_udp(&attacker, "accepted above"),
-            "{backend:?}: doctor names the accept above the guard but the neighbour is dropped"
-        );
-
-        // Its own fix closes it: the accept moved below the jump.
-        iptables(
-            &host,
-            backend,
-            &["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"],
-        );
-        iptables(
-            &host,
-            backend,
-            &["-t", "filter", "-A", "INPUT", "-i", "br0", "-j", "ACCEPT"],
-        );
-        let doc = live(&node, &[]);
-        assert!(
-            doc.of_kind("localhost-exposed").is_empty(),
-            "{}",
-            doc.show()
-        );
-        assert!(
-            !secrets.attack_udp(&attacker, "moved"),
-            "{backend:?}: moved"
-        );
-
-        iptables(
-            &host,
-            backend,
-            &["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"],
-        );
+        if backend.is_iptables() {
+            another_owners_accept_above_the_guard(&node, &secrets, &attacker);
+        } else {
+            another_tables_accept_cannot_bypass_the_guard(&node, &secrets, &attacker);
+        }
         assert_ok(&node.poststop("c2"), "poststop c2");
         assert_ok(&node.sweep(&["--all"]), "sweep --all");
     });
+}
+
+/// iptables: another owner's accept above the guard's jump opens 127.0.0.1 again, and doctor
+/// names it; its own fix (the accept moved below the jump) closes it.
+fn another_owners_accept_above_the_guard(node: &Node, secrets: &Secrets, attacker: &str) {
+    let backend = node.backend;
+    let host = node.topo.node().to_string();
+    // Another owner's accept above the guard's jump: open again, and named.
+    iptables(
+        &host,
+        backend,
+        &["-t", "filter", "-I", "INPUT", "-i", "br0", "-j", "ACCEPT"],
+    );
+    let doc = live(node, &[]);
+    let found = doc.of_kind("localhost-exposed");
+    assert_eq!(found.len(), 1, "{backend:?}: {}", doc.show());
+    let f = found[0];
+    assert_eq!(f["severity"], "error");
+    assert_eq!(places(f), [("INPUT".to_string(), 1)], "{}", doc.show());
+    assert_eq!(line_of(f, 0), "-A INPUT -i br0 -j ACCEPT");
+    assert!(
+        text(f, "summary").contains(&format!(
+            "natledger's guard is in place in {} but the rule `-A INPUT -i br0 -j ACCEPT` \
+             accepts these packets before filter INPUT jumps to NATLEDGER-INPUT.",
+            backend.name()
+        )),
+        "{}",
+        doc.show()
+    );
+    assert!(
+        secrets.attack_udp(attacker, "accepted above"),
+        "{backend:?}: doctor names the accept above the guard but the neighbour is dropped"
+    );
+
+    // Its own fix closes it: the accept moved below the jump.
+    iptables(
+        &host,
+        backend,
+        &["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"],
+    );
+    iptables(
+        &host,
+        backend,
+        &["-t", "filter", "-A", "INPUT", "-i", "br0", "-j", "ACCEPT"],
+    );
+    let doc = live(node, &[]);
+    assert!(
+        doc.of_kind("localhost-exposed").is_empty(),
+        "{}",
+        doc.show()
+    );
+    assert!(!secrets.attack_udp(attacker, "moved"), "{backend:?}: moved");
+
+    iptables(
+        &host,
+        backend,
+        &["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"],
+    );
+}
+
+/// nftables: natledger's guard is a drop in its own base chain, final whatever another table
+/// accepts: another owner's `-I INPUT -i br0 -j ACCEPT` (iptables-nft's filter table, as
+/// firewalld or Docker write it) leaves 127.0.0.1 closed, and doctor silent.
+fn another_tables_accept_cannot_bypass_the_guard(node: &Node, secrets: &Secrets, attacker: &str) {
+    let host = node.topo.node();
+    let accept = ["-t", "filter", "-I", "INPUT", "-i", "br0", "-j", "ACCEPT"];
+    iptables(host, Backend::Nft, &accept);
+    let doc = live(node, &[]);
+    assert!(
+        doc.of_kind("localhost-exposed").is_empty(),
+        "nftables, an accept in iptables-nft: {}",
+        doc.show()
+    );
+    assert_eq!(
+        secrets.attack(attacker, "accepted in another table"),
+        (false, false),
+        "nftables: another table's accept bypassed natledger's guard"
+    );
+    let delete = ["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"];
+    iptables(host, Backend::Nft, &delete);
 }

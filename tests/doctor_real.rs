@@ -209,14 +209,15 @@ fn fixes_for_regenerated_rules_name_the_lasting_fix() {
     }
 }
 
-/// moby/moby#32048 with packets, both backends: its nat rules loaded into a namespace (the
+/// moby/moby#32048 with packets, both iptables backends: its nat rules loaded into a namespace (the
 /// bridge and addresses renamed to the test topology's: docker0 → br0, .17 → 10.77.0.2, .23 →
 /// 10.77.0.3), both containers serving. Every connection to 18968 from outside reaches the
 /// stale container, as doctor says (rule 2 never matches: its counter stays 0 after traffic);
 /// after the first line of doctor's fix, the live one answers and doctor finds nothing.
 #[test]
 fn live_moby32048_shadow_confirmed_with_packets() {
-    both(|backend| {
+    // Foreign iptables rules and doctor's analysis of iptables dumps: iptables backends only.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let old = node.topo.add_container(2);
         let new = node.topo.add_container(3);

@@ -1,8 +1,11 @@
 //! Hosts whose filter FORWARD policy is DROP (Docker sets it on every host it runs on, and
 //! hardened hosts do the same): natledger's accept lets through exactly the connections its
 //! DNAT made, after the rules already in FORWARD (Docker's `DOCKER-USER`, an operator's
-//! drops), and nothing else. Real TCP and UDP, IPv4 and IPv6,
-//! both backends, full dumps before and after.
+//! drops), and nothing else. Real TCP and UDP, IPv4 and IPv6, both iptables backends, full
+//! dumps before and after. natledger's nftables backend writes no forward accept (an accept in
+//! its own table cannot override another table's drop): there the host's FORWARD policy
+//! decides, the node's own paths answer, and the host's own `--ctstate DNAT` accept opens
+//! exactly natledger's forwards.
 
 mod common;
 
@@ -27,7 +30,8 @@ fn filter_rules(ns: &str, backend: Backend, family: Family, text: &str) {
 
 #[test]
 fn a_drop_policy_lets_natledgers_forwards_through_and_nothing_else() {
-    both(|backend| {
+    // natledger's forward accept exists only in the iptables backends.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let host = node.topo.node().to_string();
         let ext = node.topo.ext().to_string();
@@ -144,9 +148,138 @@ fn an_accept_policy_is_left_as_it_is() {
             tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
             Some("tcp")
         );
-        assert!(node.dump().contains(":FORWARD ACCEPT"));
+        let dump = node.dump();
+        if backend.is_iptables() {
+            assert!(dump.contains(":FORWARD ACCEPT"), "{backend:?}:\n{dump}");
+        } else {
+            // No forward chain of natledger's, no filter table touched, no filter record.
+            assert!(!dump.contains("FORWARD"), "{backend:?}:\n{dump}");
+            let rules = node.manifest("c2")["rules"].clone();
+            let tables: Vec<&str> = rules
+                .as_array()
+                .expect("rules")
+                .iter()
+                .map(|r| r["table"].as_str().unwrap_or("?"))
+                .collect();
+            assert!(
+                !tables.is_empty() && tables.iter().all(|t| *t == "nat"),
+                "{backend:?}: {rules}"
+            );
+        }
         assert_ok(&node.poststop("c2"), "poststop");
     });
+}
+
+/// natledger on nftables beside a FORWARD policy DROP (Docker's, written with either iptables
+/// tool): natledger adds no forward rule anywhere, so the forwarded paths (external, hairpin)
+/// stay dropped as the host's firewall says, while the node's own paths (127.0.0.1 and its
+/// addresses, which are not forwarded) answer. The accept the host's firewall needs, `-m
+/// conntrack --ctstate DNAT -j ACCEPT` in DOCKER-USER, opens natledger's forwards and nothing
+/// else. Its removal and the poststop leave every table, `nft list ruleset` included, as it was.
+#[test]
+fn on_nftables_a_drop_policy_decides_and_a_dnat_accept_opens_the_forwards() {
+    for firewall in Backend::IPTABLES {
+        let mut node = Node::new(Backend::Nftables);
+        let host = node.topo.node().to_string();
+        let ext = node.topo.ext().to_string();
+        for family in Family::ALL {
+            filter_rules(&host, firewall, family, DOCKER_FILTER);
+        }
+        let c = node.topo.add_container(2);
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "tcp"),
+            serve_udp(&c.ns, c.sock_v4(81), "udp"),
+            serve_tcp(&c.ns, c.sock_v6(80), "tcp6"),
+            serve_udp(&c.ns, c.sock_v6(81), "udp6"),
+        ];
+        node.warm_up();
+        let before = node.dump();
+        node.create(
+            "c2",
+            None,
+            &[
+                ("io.natledger.ports", "8080:80,8081:81/udp"),
+                ("io.natledger.ip", "10.77.0.2,fd77::2"),
+            ],
+        );
+        let dump = node.dump();
+        for family in Family::ALL {
+            assert_eq!(
+                chain_rules(&dump, firewall, family, "FORWARD"),
+                [
+                    "-A FORWARD -j DOCKER-USER",
+                    "-A FORWARD -j DOCKER-ISOLATION-STAGE-1",
+                ],
+                "{firewall:?} {family:?}: Docker's FORWARD as it was:\n{dump}"
+            );
+        }
+        let nft = dump.split("## nftables\n").nth(1).unwrap_or("");
+        assert!(!nft.contains("FORWARD"), "{firewall:?}:\n{dump}");
+
+        let request = |ns: &str, dst: SocketAddr, reply: &str, timeout| {
+            if reply.starts_with("udp") {
+                udp_request(ns, dst, timeout)
+            } else {
+                tcp_request(ns, dst, timeout)
+            }
+        };
+        let node_local: [(&str, SocketAddr, &str); 4] = [
+            (
+                "node localhost tcp",
+                sock(std::net::Ipv4Addr::LOCALHOST, 8080),
+                "tcp",
+            ),
+            ("node ip tcp", sock(NODE_V4, 8080), "tcp"),
+            ("node ip udp", sock(NODE_V4, 8081), "udp"),
+            ("node ip tcp6", sock(NODE_V6, 8080), "tcp6"),
+        ];
+        for (what, dst, reply) in node_local {
+            let got = request(&host, dst, reply, T);
+            assert_eq!(got.ok().as_deref(), Some(reply), "{firewall:?} {what}");
+        }
+        let forwarded: [(&str, &str, SocketAddr, &str); 6] = [
+            ("external tcp", &ext, sock(NODE_V4, 8080), "tcp"),
+            ("external udp", &ext, sock(NODE_V4, 8081), "udp"),
+            ("external tcp6", &ext, sock(NODE_V6, 8080), "tcp6"),
+            ("external udp6", &ext, sock(NODE_V6, 8081), "udp6"),
+            ("hairpin tcp", &c.ns, sock(NODE_V4, 8080), "tcp"),
+            ("hairpin tcp6", &c.ns, sock(NODE_V6, 8080), "tcp6"),
+        ];
+        for (what, ns, dst, reply) in &forwarded {
+            assert!(
+                request(ns, *dst, reply, DROPPED).is_err(),
+                "{firewall:?} {what}: through Docker's DROP policy without an accept"
+            );
+        }
+
+        // The host's own accept of DNATed connections, where Docker says to put it.
+        let open = "*filter\n-I DOCKER-USER 1 -m conntrack --ctstate DNAT -j ACCEPT\nCOMMIT\n";
+        let close = "*filter\n-D DOCKER-USER -m conntrack --ctstate DNAT -j ACCEPT\nCOMMIT\n";
+        for family in Family::ALL {
+            filter_rules(&host, firewall, family, open);
+        }
+        for (what, ns, dst, reply) in &forwarded {
+            let got = request(ns, *dst, reply, T);
+            assert_eq!(got.ok().as_deref(), Some(*reply), "{firewall:?} {what}");
+        }
+        for dst in [c.sock_v4(80), c.sock_v6(80)] {
+            assert!(
+                tcp_request(&ext, dst, DROPPED).is_err(),
+                "{firewall:?}: {dst} reached without a DNAT"
+            );
+        }
+        for family in Family::ALL {
+            filter_rules(&host, firewall, family, close);
+        }
+
+        assert_ok(&node.poststop("c2"), "poststop");
+        assert_eq!(
+            node.dump(),
+            before,
+            "{firewall:?}: poststop leaves every table as it was"
+        );
+        assert!(request(&host, sock(NODE_V4, 8080), "tcp", DROPPED).is_err());
+    }
 }
 
 /// The ICMP errors of a forwarded connection pass too (conntrack gives them the connection
@@ -156,7 +289,8 @@ fn an_accept_policy_is_left_as_it_is() {
 #[test]
 fn icmp_errors_about_a_forwarded_connection_pass() {
     use std::net::UdpSocket;
-    both(|backend| {
+    // Through natledger's forward accept, which exists only in the iptables backends.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let host = node.topo.node().to_string();
         let ext = node.topo.ext().to_string();
@@ -212,7 +346,8 @@ fn icmp_errors_about_a_forwarded_connection_pass() {
 /// final catch-all REJECT (RHEL's) stays below the jump, so the port answers.
 #[test]
 fn an_operators_forward_rules_keep_deciding() {
-    both(|backend| {
+    // Where natledger's forward accept sits among FORWARD's rules: iptables backends only.
+    iptables_both(|backend| {
         let mut node = Node::new(backend);
         let host = node.topo.node().to_string();
         let ext = node.topo.ext().to_string();

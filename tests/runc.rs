@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use common::*;
 
 /// runc run -d → the container's httpd answers on the host port on every path; runc kill +
-/// runc delete (poststop) → every table in both backends and both families is exactly as it
-/// was, the manifest is gone and the port is closed.
+/// runc delete (poststop) → every table (both iptables backends, both families, `nft list
+/// ruleset`) is exactly as it was, the manifest is gone and the port is closed. All three
+/// backends.
 #[test]
 fn runc_container_is_forwarded_and_delete_restores_the_tables() {
     both(|backend| {
@@ -275,7 +276,7 @@ fn runc_containers_in_one_network_namespace_share_the_port_until_the_last_goes()
         let web = host.start("web", &web_bundle);
         host.assert_answers(2);
         let rules = host.rule_lines();
-        let dnats: Vec<&String> = rules.iter().filter(|l| l.contains("-j DNAT")).collect();
+        let dnats: Vec<&String> = rules.iter().filter(|l| is_dnat(l)).collect();
         assert_eq!(
             dnats.len(),
             2,

@@ -110,27 +110,53 @@ pub fn container_id(stdout: String, engine: &str) -> String {
 
 /// The lines of a [`super::dump_all`] dump that belong to some container's rules (comment
 /// `natledger:<id>`; natledger's shared chains and jumps are not counted), each with the
-/// heading of its table set ("legacy ipv4", ...).
+/// heading of its table set ("legacy ipv4", ...; in the nftables section "nftables ipv4" /
+/// "nftables ipv6" for natledger's `ip` / `ip6` table, "nftables" for any other table).
 pub fn container_rules(dump: &str) -> Vec<(&str, &str)> {
     let mut heading = "";
     let mut found = Vec::new();
     for line in dump.lines() {
         if let Some(h) = line.strip_prefix("## ") {
             heading = h;
+        } else if heading.starts_with("nftables") && line.starts_with("table ") {
+            heading = match line {
+                "table ip natledger {" => "nftables ipv4",
+                "table ip6 natledger {" => "nftables ipv6",
+                _ => "nftables",
+            };
         } else if line.contains("natledger:") {
-            found.push((heading, line));
+            found.push((heading, line.trim()));
         }
     }
     found
 }
 
+/// Whether a [`super::dump_all`] line is a DNAT rule: `-j DNAT` in an iptables section,
+/// `dnat to` (natledger's form, `dnat ip to` in an `inet` table) in the nftables one.
+pub fn is_dnat(line: &str) -> bool {
+    line.contains("-j DNAT") || line.contains(" dnat to ") || line.contains(" dnat ip")
+}
+
 /// The DNAT rules of `host_port` in a [`super::dump_all`] dump, any owner, every backend and
-/// family.
+/// family (`--dport N ` in `*-save`, `dport N ` in `nft list ruleset`).
 pub fn dnats(dump: &str, host_port: u16) -> Vec<&str> {
-    let port = format!("--dport {host_port} ");
+    let port = format!("dport {host_port} ");
     dump.lines()
-        .filter(|l| l.contains(&port) && l.contains("-j DNAT"))
+        .filter(|l| l.contains(&port) && is_dnat(l))
         .collect()
+}
+
+/// natledger's tcp DNAT of `host_port` to `dest` for container `id` as `backend`'s dump shows
+/// it (a substring of the line).
+pub fn dnat_rule(backend: Backend, id: &str, host_port: u16, dest: &str) -> String {
+    if backend.is_iptables() {
+        format!(
+            "--dport {host_port} -m comment --comment \"natledger:{id}\" -j DNAT \
+             --to-destination {dest}"
+        )
+    } else {
+        format!("tcp dport {host_port} dnat to {dest} comment \"natledger:{id}\"")
+    }
 }
 
 /// Asserts that `dump` forwards `host_port` to `dest` for container `id`, in `backend`'s IPv4
@@ -138,9 +164,7 @@ pub fn dnats(dump: &str, host_port: u16) -> Vec<&str> {
 pub fn assert_forward(dump: &str, backend: Backend, id: &str, host_port: u16, dest: &str) {
     let rules = container_rules(dump);
     let heading = format!("{} ipv4", backend.name());
-    let dnat = format!(
-        "--dport {host_port} -m comment --comment \"natledger:{id}\" -j DNAT --to-destination {dest}"
-    );
+    let dnat = dnat_rule(backend, id, host_port, dest);
     assert!(
         rules
             .iter()

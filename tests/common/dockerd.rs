@@ -18,7 +18,8 @@ const T: Duration = Duration::from_secs(10);
 pub struct DockerdOptions {
     /// Docker's own firewall: its default bridge docker0, its nat and filter chains and the
     /// FORWARD policy DROP, written with the node's backend (a PATH directory of `iptables`
-    /// links). Off: `--iptables=false --bridge=none`.
+    /// links; beside natledger's nftables backend, iptables-nft: [`firewall_backend`]). Off:
+    /// `--iptables=false --bridge=none`.
     pub iptables: bool,
 }
 
@@ -28,6 +29,17 @@ pub fn docker_cli() -> &'static str {
         "/usr/bin/docker"
     } else {
         "docker"
+    }
+}
+
+/// The iptables backend Docker's own firewall writes with beside natledger on `backend`: the
+/// same one, and iptables-nft beside natledger's nftables tables (Docker 20.10 has only
+/// iptables; on an nftables host, as Debian 12's, that is iptables-nft).
+pub fn firewall_backend(backend: Backend) -> Backend {
+    if backend.is_iptables() {
+        backend
+    } else {
+        Backend::Nft
     }
 }
 
@@ -78,7 +90,7 @@ impl Dockerd {
             let tools = dir.join("iptables-bin");
             std::fs::create_dir_all(&tools).unwrap();
             for (name, family) in [("iptables", Family::V4), ("ip6tables", Family::V6)] {
-                let real = iptables_tool(node.backend, family);
+                let real = iptables_tool(firewall_backend(node.backend), family);
                 for suffix in ["", "-save", "-restore"] {
                     let link = tools.join(format!("{name}{suffix}"));
                     let target = format!("/usr/sbin/{real}{suffix}");

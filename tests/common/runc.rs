@@ -205,7 +205,7 @@ impl Host {
         }
     }
 
-    /// After container `id`'s delete: no manifest, and every table of both backends and both
+    /// After container `id`'s delete: no manifest, and every table of every backend and both
     /// families exactly as [`Host::before`].
     pub fn assert_restored(&self, id: &str, what: &str) {
         let backend = self.node.backend;
