@@ -340,6 +340,44 @@ fn sweep_finds_rules_in_either_backend() {
     }
 }
 
+/// Rules written by natledger's nftables tables while the host now defaults to an iptables
+/// backend, and the other way round: sweep removes a dead container's rules and poststop a
+/// stopped one's where they are, and nothing else.
+#[test]
+fn sweep_and_poststop_find_rules_between_nftables_and_iptables() {
+    for (written, default) in [
+        (Backend::Nftables, Backend::Nft),
+        (Backend::Nftables, Backend::Legacy),
+        (Backend::Nft, Backend::Nftables),
+        (Backend::Legacy, Backend::Nftables),
+    ] {
+        let mut w = World::new(written);
+        let with_live = w.node.dump();
+        let (pid, out) = w.doomed("old", "9200:200", &[]);
+        assert_ok(&out, "create old");
+        kill_pid(pid);
+        let (_, out) = w.doomed("stopped", "9201:201", &[]);
+        assert_ok(&out, "create stopped");
+        w.node.backend = default;
+        assert_ok(&w.node.poststop("stopped"), "poststop");
+        assert!(!w.node.manifest_exists("stopped"));
+        let report = w.sweep_ok(&[]);
+        let old = (
+            "old".into(),
+            "dead".into(),
+            "removed".into(),
+            rules_per_mapping(written),
+        );
+        assert!(verdicts(&report).contains(&old), "{report:#}");
+        assert_eq!(
+            w.node.dump(),
+            with_live,
+            "{written:?} rules, {default:?} default: exactly the rules of old and stopped go"
+        );
+        w.assert_live_answers();
+    }
+}
+
 /// After a reboot the manifests are gone (tmpfs) but a saved ruleset brought natledger's
 /// rules back: sweep removes every tagged rule, whichever backend they were restored into.
 #[test]
