@@ -640,3 +640,45 @@ fn legacy_hooks_write_the_table_in_process() {
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert_eq!(node.dump(), before);
 }
+
+/// natledger's nftables tables, the first time (no table yet) and in the steady state:
+/// create-runtime and poststop write them in-process, starting no process, in both
+/// families; the tables end exactly as before.
+#[test]
+fn nftables_hooks_start_no_process() {
+    let node = Node::new(Backend::Nftables);
+    let pristine = node.dump();
+    let annotations = [
+        ("io.natledger.ports", "8080:80,9000-9002:9000-9002/udp"),
+        ("io.natledger.ip", "10.77.0.2,fd77::2"),
+    ];
+    let trace = [("NATLEDGER_TRACE", "1")];
+    for round in ["first", "steady"] {
+        let before = node.dump();
+        let bundle = node.bundle("c1", &annotations);
+        for stage in ["create-runtime", "poststop"] {
+            let out = node.hook_env(stage, "c1", None, &bundle, &trace);
+            assert_ok(&out, &format!("{round} {stage}"));
+            let err = stderr(&out);
+            // With the trace on, natledger prints every process it starts.
+            assert!(err.contains("natledger: peak rss "), "{err}");
+            assert!(
+                !err.contains("exec "),
+                "{round} {stage}: a process was started: {err}"
+            );
+        }
+        if round == "first" {
+            // The shared chains and jumps stay by design; nothing of c1 does.
+            assert!(!node.dump().contains("natledger:c1"));
+        } else {
+            assert_eq!(node.dump(), before, "{round}: poststop restores the dump");
+        }
+    }
+    assert_ne!(node.dump(), pristine, "the shared chains stay");
+    assert_ok(&node.sweep(&["--all"]), "sweep --all");
+    assert_eq!(
+        node.dump(),
+        pristine,
+        "sweep --all removes natledger's tables"
+    );
+}
