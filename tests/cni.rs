@@ -440,17 +440,8 @@ fn check_finds_a_missing_rule() {
             .iter()
             .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
             .expect("an ipv4 DNAT record");
-        let mut args = vec!["-t", "nat", "-D", "NATLEDGER-HOSTPORTS"];
-        args.extend(
-            dnat["rule"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap()),
-        );
-        let tool = iptables_tool(backend, Family::V4);
-        let deleted = run_in(node.topo.node(), tool, &args, None);
-        assert!(deleted.status.success(), "{}", stderr(&deleted));
+        assert_eq!(dnat["backend"], backend.name());
+        delete_recorded_rule(node.topo.node(), backend, dnat);
         let out = cni(&node, "CHECK", Some(&netns), &config);
         assert_eq!(error_code(&out), 100);
         let error: Value = serde_json::from_slice(&out.stdout).unwrap();

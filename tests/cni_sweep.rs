@@ -225,21 +225,8 @@ fn doctor_tells_a_live_attachment_missing_rules_to_add_again() {
             .iter()
             .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
             .expect("an ipv4 DNAT record");
-        let mut args = vec!["-t", "nat", "-D", "NATLEDGER-HOSTPORTS"];
-        args.extend(
-            dnat["rule"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|a| a.as_str().unwrap()),
-        );
-        let deleted = run_in(
-            node.topo.node(),
-            iptables_tool(backend, Family::V4),
-            &args,
-            None,
-        );
-        assert!(deleted.status.success(), "{}", stderr(&deleted));
+        assert_eq!(dnat["backend"], backend.name());
+        delete_recorded_rule(node.topo.node(), backend, dnat);
 
         let d = live(&node, &[]);
         let state = d.of_kind("natledger-state");

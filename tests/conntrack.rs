@@ -344,6 +344,20 @@ fn a_long_lived_udp_client_follows_the_moved_port_once_forgotten() {
         ];
         let node = topo.node().to_string();
         let dnat_to = |to: Ipv4Addr| {
+            if !backend.is_iptables() {
+                // The same DNAT in a native nftables table, replaced in one transaction.
+                load_nft(
+                    &node,
+                    &format!(
+                        "table ip moved {{\n chain PREROUTING {{\n \
+                         type nat hook prerouting priority dstnat;\n }}\n}}\n\
+                         flush chain ip moved PREROUTING\n\
+                         add rule ip moved PREROUTING fib daddr type local udp dport 5300 \
+                         dnat to {to}:5300\n"
+                    ),
+                );
+                return;
+            }
             let rules = format!(
                 "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
                  :POSTROUTING ACCEPT [0:0]\n\

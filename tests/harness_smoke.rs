@@ -95,12 +95,20 @@ fn topology_traffic_and_dumps() {
     let empty = dump_all(&c3.ns);
     assert_eq!(
         empty,
-        "## legacy ipv4\n## legacy ipv6\n## nft ipv4\n## nft ipv6\n"
+        "## legacy ipv4\n## legacy ipv6\n## nft ipv4\n## nft ipv6\n## nftables\n"
     );
     let rules = "*nat\n:FOREIGN - [0:0]\n-A PREROUTING -p tcp --dport 9999 -j FOREIGN\nCOMMIT\n";
     load_rules(topo.node(), Backend::Legacy, Family::V4, rules);
     load_rules(topo.node(), Backend::Nft, Family::V4, rules);
     load_rules(topo.node(), Backend::Nft, Family::V6, rules);
+    // A native table named as natledger's: the nftables section shows it as nft prints it,
+    // without iptables-nft's tables (shown by the *-save sections).
+    let native = "table ip natledger {\n\
+        \tchain NATLEDGER-HOSTPORTS {\n\
+        \t\ttcp dport 9999 dnat to 10.77.0.2:80 comment \"natledger:x\"\n\
+        \t}\n\
+        }\n";
+    load_nft(topo.node(), native);
     let dump = dump_all(topo.node());
     let expected_nat = "*nat\n\
         :PREROUTING ACCEPT [0:0]\n\
@@ -113,10 +121,15 @@ fn topology_traffic_and_dumps() {
     assert_eq!(
         dump,
         format!(
-            "## legacy ipv4\n{expected_nat}## legacy ipv6\n## nft ipv4\n{expected_nat}## nft ipv6\n{expected_nat}"
+            "## legacy ipv4\n{expected_nat}## legacy ipv6\n## nft ipv4\n{expected_nat}## nft ipv6\n{expected_nat}## nftables\n{native}"
         ),
         "dump:\n{dump}"
     );
+    assert_eq!(
+        chain_rules(&dump, Backend::Nftables, Family::V4, "NATLEDGER-HOSTPORTS"),
+        ["tcp dport 9999 dnat to 10.77.0.2:80 comment \"natledger:x\""]
+    );
+    assert!(chain_rules(&dump, Backend::Nftables, Family::V6, "NATLEDGER-HOSTPORTS").is_empty());
     // Listing with the legacy tool instantiates an empty filter table: still "empty".
     let out = run_in(topo.node(), "iptables-legacy", &["-w", "-L", "-n"], None);
     assert!(out.status.success());

@@ -1,6 +1,7 @@
-//! The hooks end to end: the real `natledger` binary against real iptables-legacy and
-//! iptables-nft inside private network namespaces, proven with real TCP and UDP traffic and
-//! full `*-save` dumps compared before and after.
+//! The hooks end to end: the real `natledger` binary against real iptables-legacy,
+//! iptables-nft and its own nftables tables inside private network namespaces, proven with
+//! real TCP and UDP traffic and full dumps (`*-save` and `nft list ruleset`) compared before
+//! and after.
 
 mod common;
 
@@ -99,23 +100,37 @@ fn host_ip_restrictions_and_port_ranges() {
             .collect();
         let ext = node.topo.ext().to_string();
         let host = node.topo.node().to_string();
-        node.create(
-            "c2",
-            None,
-            &[
-                (
-                    "io.natledger.ports",
-                    "10.78.0.1:8081:80,9000-9002:80-82,[fd78::1]:8082:81/udp",
-                ),
-                ("io.natledger.ip", "10.77.0.2,fd77::2"),
-            ],
-        );
+        let ip = ("io.natledger.ip", "10.77.0.2,fd77::2");
+        let shifted = "10.78.0.1:8081:80,9000-9002:80-82,[fd78::1]:8082:81/udp";
+        // nf_tables' nat has no port offset: a shifted range is refused, cleanly, and an
+        // equal range is forwarded instead.
+        let (spec, range) = if backend.is_iptables() {
+            (shifted, [9000, 9001, 9002])
+        } else {
+            let before = node.dump();
+            let bundle = node.bundle("c2", &[("io.natledger.ports", shifted), ip]);
+            let refused = node.hook("create-runtime", "c2", None, &bundle);
+            let err = stderr(&refused);
+            assert!(!refused.status.success(), "a shifted range was accepted");
+            assert!(
+                err.contains("host ports 9000-9002 cannot be forwarded to container ports 80-82 with nftables"),
+                "{err}"
+            );
+            assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+            assert!(!node.manifest_exists("c2"));
+            assert_eq!(node.dump(), before, "a refused create changes nothing");
+            (
+                "10.78.0.1:8081:80,80-82:80-82,[fd78::1]:8082:81/udp",
+                [80, 81, 82],
+            )
+        };
+        node.create("c2", None, &[("io.natledger.ports", spec), ip]);
         assert_eq!(tcp_request(&ext, sock(NODE_V4, 8081), T).unwrap(), "80");
         assert!(
             tcp_request(&host, sock(LOCALHOST, 8081), T).is_err(),
             "{backend:?}: a mapping bound to 10.78.0.1 must not answer on 127.0.0.1"
         );
-        for (host_port, reply) in [(9000, "80"), (9001, "81"), (9002, "82")] {
+        for (host_port, reply) in range.into_iter().zip(["80", "81", "82"]) {
             assert_eq!(
                 tcp_request(&ext, sock(NODE_V4, host_port), T).unwrap(),
                 reply,
@@ -146,10 +161,14 @@ fn sctp_rules_are_installed_and_removed() {
             ],
         );
         let dump = node.dump();
-        assert!(
-            dump.contains(
-                "-A NATLEDGER-HOSTPORTS -p sctp -m sctp --dport 7000 -m comment --comment \"natledger:c2\" -j DNAT --to-destination 10.77.0.2:7001"
-            ),
+        let dnat = if backend.is_iptables() {
+            "-A NATLEDGER-HOSTPORTS -p sctp -m sctp --dport 7000 -m comment --comment \"natledger:c2\" -j DNAT --to-destination 10.77.0.2:7001"
+        } else {
+            "sctp dport 7000 dnat to 10.77.0.2:7001 comment \"natledger:c2\""
+        };
+        assert_eq!(
+            chain_rules(&dump, backend, Family::V4, "NATLEDGER-HOSTPORTS"),
+            [dnat],
             "{dump}"
         );
         assert_ok(&node.poststop("c2"), "poststop");
@@ -199,8 +218,11 @@ fn newest_container_wins_and_live_claims_are_refused() {
 
         kill_pid(pid2); // c2 dies without poststop
         let out = node.create("c3", Some(pid3), &[ports]);
+        // IPv4: DNAT, two masquerades (hairpin, 127.0.0.1) and, on iptables, the forward
+        // accept; IPv6 the same without the 127.0.0.1 masquerade.
+        let removed = if backend.is_iptables() { 7 } else { 5 };
         assert!(
-            stderr(&out).contains("removed 7 rule(s) of container c2"),
+            stderr(&out).contains(&format!("removed {removed} rule(s) of container c2")),
             "{}",
             stderr(&out)
         );
@@ -225,9 +247,10 @@ fn poststop_never_touches_look_alikes_and_works_without_a_manifest() {
             -A POSTROUTING -s 10.77.0.2/32 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -j MASQUERADE\n\
             -A NATLEDGERISH -p tcp -m tcp --dport 8080 -m multiport --dports 8080 -m comment --comment \"natledger:c2\" -j DNAT --to-destination 10.77.0.2:80\n\
             COMMIT\n";
-        for b in Backend::ALL {
+        for b in Backend::IPTABLES {
             load_rules(node.topo.node(), b, Family::V4, look_alikes);
         }
+        load_nft(node.topo.node(), NFT_LOOK_ALIKES);
         let before = node.dump();
         let annotations = [
             ("io.natledger.ports", "8080:80"),
@@ -274,8 +297,15 @@ fn poststop_copes_with_rules_already_gone() {
                 ("io.natledger.ip", "10.77.0.2"),
             ],
         );
-        let masq = "*nat\n-F NATLEDGER-MASQ\nCOMMIT\n";
-        load_rules(node.topo.node(), backend, Family::V4, masq);
+        if backend.is_iptables() {
+            let masq = "*nat\n-F NATLEDGER-MASQ\nCOMMIT\n";
+            load_rules(node.topo.node(), backend, Family::V4, masq);
+        } else {
+            load_nft(
+                node.topo.node(),
+                "flush chain ip natledger NATLEDGER-MASQ\n",
+            );
+        }
         let out = node.poststop("c2");
         assert_ok(&out, "poststop");
         assert_eq!(node.dump(), before);
@@ -324,10 +354,16 @@ fn parallel_hooks_lose_nothing() {
             }
         });
         let dump = node.dump();
+        // DNAT, two masquerades and, on iptables, the forward accept.
+        let (tagged, dport) = if backend.is_iptables() {
+            (4, "--dport")
+        } else {
+            (3, "tcp dport")
+        };
         for (i, id) in ids.iter().enumerate() {
             let tag = format!("\"natledger:{id}\"");
-            assert_eq!(dump.matches(&tag).count(), 4, "{backend:?} {id}");
-            assert!(dump.contains(&format!("--dport {} ", 10_000 + i)));
+            assert_eq!(dump.matches(&tag).count(), tagged, "{backend:?} {id}");
+            assert!(dump.contains(&format!("{dport} {} ", 10_000 + i)));
         }
         let listed = node.natledger(&["list", "--json"], "", &[]);
         let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
@@ -603,4 +639,46 @@ fn legacy_hooks_write_the_table_in_process() {
     assert!(err.contains("iptc: deleted 1 ipv6 filter rule(s)"), "{err}");
     assert!(!err.contains("exec "), "a process was started: {err}");
     assert_eq!(node.dump(), before);
+}
+
+/// natledger's nftables tables, the first time (no table yet) and in the steady state:
+/// create-runtime and poststop write them in-process, starting no process, in both
+/// families; the tables end exactly as before.
+#[test]
+fn nftables_hooks_start_no_process() {
+    let node = Node::new(Backend::Nftables);
+    let pristine = node.dump();
+    let annotations = [
+        ("io.natledger.ports", "8080:80,9000-9002:9000-9002/udp"),
+        ("io.natledger.ip", "10.77.0.2,fd77::2"),
+    ];
+    let trace = [("NATLEDGER_TRACE", "1")];
+    for round in ["first", "steady"] {
+        let before = node.dump();
+        let bundle = node.bundle("c1", &annotations);
+        for stage in ["create-runtime", "poststop"] {
+            let out = node.hook_env(stage, "c1", None, &bundle, &trace);
+            assert_ok(&out, &format!("{round} {stage}"));
+            let err = stderr(&out);
+            // With the trace on, natledger prints every process it starts.
+            assert!(err.contains("natledger: peak rss "), "{err}");
+            assert!(
+                !err.contains("exec "),
+                "{round} {stage}: a process was started: {err}"
+            );
+        }
+        if round == "first" {
+            // The shared chains and jumps stay by design; nothing of c1 does.
+            assert!(!node.dump().contains("natledger:c1"));
+        } else {
+            assert_eq!(node.dump(), before, "{round}: poststop restores the dump");
+        }
+    }
+    assert_ne!(node.dump(), pristine, "the shared chains stay");
+    assert_ok(&node.sweep(&["--all"]), "sweep --all");
+    assert_eq!(
+        node.dump(),
+        pristine,
+        "sweep --all removes natledger's tables"
+    );
 }

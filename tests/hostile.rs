@@ -1,5 +1,6 @@
-//! Hostile or broken state and bundles: the real binary in private network namespaces, both
-//! backends, full `*-save` dumps compared before and after, real TCP to the live container.
+//! Hostile or broken state and bundles: the real binary in private network namespaces, every
+//! backend, full dumps (`*-save`, `nft list ruleset`) compared before and after, real TCP to
+//! the live container.
 //!
 //! - a manifest edited to record another container's rule, an untagged rule in natledger's
 //!   chain, a rule or a shared jump in a built-in chain: poststop leaves them all;
@@ -78,11 +79,18 @@ fn poststop_deletes_only_its_own_tagged_rules() {
         node.warm_up();
         let ip = ("io.natledger.ip", "10.77.0.2");
         node.create("live", Some(pid), &[("io.natledger.ports", "8080:80"), ip]);
-        let foreign = "*nat\n\
-            -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 7777 -j DNAT --to-destination 10.77.0.2:80\n\
-            -A PREROUTING -p tcp -m tcp --dport 7778 -j DNAT --to-destination 10.77.0.2:80\n\
-            COMMIT\n";
-        load_rules(node.topo.node(), backend, Family::V4, foreign);
+        if backend.is_iptables() {
+            let foreign = "*nat\n\
+                -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 7777 -j DNAT --to-destination 10.77.0.2:80\n\
+                -A PREROUTING -p tcp -m tcp --dport 7778 -j DNAT --to-destination 10.77.0.2:80\n\
+                COMMIT\n";
+            load_rules(node.topo.node(), backend, Family::V4, foreign);
+        } else {
+            // The same two rules in natledger's own table (its PREROUTING is a base chain).
+            let foreign = "add rule ip natledger NATLEDGER-HOSTPORTS tcp dport 7777 dnat to 10.77.0.2:80\n\
+                add rule ip natledger PREROUTING tcp dport 7778 dnat to 10.77.0.2:80\n";
+            load_nft(node.topo.node(), foreign);
+        }
         let before = node.dump();
         let ext = node.topo.ext().to_string();
         let answers = |what: &str| {
@@ -104,13 +112,56 @@ fn poststop_deletes_only_its_own_tagged_rules() {
                 .unwrap_or_else(|| panic!("no {needle} in {chain}:\n{dump}"))
                 .to_string()
         };
-        let planted = [
-            ("nat", pick("NATLEDGER-HOSTPORTS", "natledger:live")),
-            ("filter", pick("NATLEDGER-FORWARD", "natledger:live")),
-            ("nat", pick("NATLEDGER-HOSTPORTS", "--dport 7777")),
-            ("nat", pick("PREROUTING", "--dport 7778")),
-            ("nat", pick("PREROUTING", "NATLEDGER-HOSTPORTS")),
-        ];
+        let planted = if backend.is_iptables() {
+            [
+                ("nat", pick("NATLEDGER-HOSTPORTS", "natledger:live")),
+                ("filter", pick("NATLEDGER-FORWARD", "natledger:live")),
+                ("nat", pick("NATLEDGER-HOSTPORTS", "--dport 7777")),
+                ("nat", pick("PREROUTING", "--dport 7778")),
+                ("nat", pick("PREROUTING", "NATLEDGER-HOSTPORTS")),
+            ]
+        } else {
+            // Manifests of the nftables backend record iptables-style arguments: the live
+            // container's own records (a DNAT, a masquerade: no forward accept here), and the
+            // foreign rules and the shared jump as natledger reads them back.
+            for needle in [
+                "dport 7777 dnat",
+                "dport 7778 dnat",
+                "jump NATLEDGER-HOSTPORTS",
+            ] {
+                pick(
+                    if needle.contains("7777") {
+                        "NATLEDGER-HOSTPORTS"
+                    } else {
+                        "PREROUTING"
+                    },
+                    needle,
+                );
+            }
+            let live = node.manifest("live");
+            let own = |chain: &str| -> String {
+                let r = live["rules"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|r| r["chain"] == chain && r["family"] == "ipv4")
+                    .unwrap_or_else(|| panic!("no {chain} record in {live:#}"));
+                let args: Vec<&str> = r["rule"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|a| a.as_str().unwrap())
+                    .collect();
+                format!("-A {chain} {}", args.join(" "))
+            };
+            [
+                ("nat", own("NATLEDGER-HOSTPORTS")),
+                ("nat", own("NATLEDGER-MASQ")),
+                ("nat", "-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 7777 -j DNAT --to-destination 10.77.0.2:80".to_string()),
+                ("nat", "-A PREROUTING -p tcp -m tcp --dport 7778 -j DNAT --to-destination 10.77.0.2:80".to_string()),
+                ("nat", "-A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS".to_string()),
+            ]
+        };
         let rules = manifest["rules"].as_array_mut().unwrap();
         for (table, line) in &planted {
             rules.push(record(backend, table, line));

@@ -9,7 +9,7 @@
 //! kernel sends and accepts loopback addresses there) and routes 127.0.0.0/8 via the node.
 //! Then a plain UDP send and TCP connect go to the node's localhost.
 //!
-//! Proven on both backends: before natledger the packets are martians; with natledger's
+//! Proven on every backend (iptables-legacy, iptables-nft, natledger's nftables tables): before natledger the packets are martians; with natledger's
 //! guard they are dropped; with the guard taken away (a host written by an older
 //! natledger, shared chains but no guard) they reach the node's UDP server and complete a
 //! TCP handshake, and doctor reports br0 open (localhost-exposed); the next create puts the
@@ -44,8 +44,16 @@ fn localhost_path_works(node: &str, backend: Backend, what: &str) {
 }
 
 /// Take the guard away as a host written before it existed looks: the INPUT jump and the
-/// guard's chain gone, every other shared chain and jump in place.
+/// guard's chain gone, every other shared chain and jump in place. On natledger's nftables
+/// table: its INPUT base chain (which holds only the jump) and the guard's chain.
 fn unguard(node: &str, backend: Backend) {
+    if !backend.is_iptables() {
+        load_nft(
+            node,
+            "delete chain ip natledger INPUT\ndelete chain ip natledger NATLEDGER-INPUT\n",
+        );
+        return;
+    }
     let tool = iptables_tool(backend, Family::V4);
     for args in [
         &[
@@ -192,11 +200,17 @@ fn localhost_is_closed_to_neighbours_and_open_to_the_node() {
         assert_ok(&node.poststop("c2"), "poststop c2");
         assert_ok(&node.poststop("c4"), "poststop c4");
         assert_ok(&node.sweep(&[]), "sweep");
+        let guard = if backend.is_iptables() {
+            "-A NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo"
+        } else {
+            "ip daddr 127.0.0.0/8 iifname != \"lo\" ct status ! dnat drop"
+        };
+        let dump = node.dump();
         assert!(
-            node.dump()
-                .contains("-A NATLEDGER-INPUT -d 127.0.0.0/8 ! -i lo"),
-            "{backend:?}: poststop or sweep removed the guard:\n{}",
-            node.dump()
+            chain_rules(&dump, backend, Family::V4, "NATLEDGER-INPUT")
+                .iter()
+                .any(|l| l.starts_with(guard)),
+            "{backend:?}: poststop or sweep removed the guard:\n{dump}"
         );
         assert_eq!(secrets.attack(&attacker, "stopped"), (false, false));
         assert_ok(&node.sweep(&["--all"]), "sweep --all");

@@ -66,8 +66,22 @@ fn rendered_rules_read_back_equal() {
                     let runner = SystemRunner::default();
                     let nf = Netfilter::new(&runner);
                     nf.apply(backend, family, &batch).unwrap();
-                    nf.read(backend, family, table).unwrap().unwrap()
+                    nf.read(backend, family, table).unwrap()
                 });
+                // natledger's nftables backend has nothing for IPv6 filter (no forward
+                // accept, the localhost guard is IPv4's): nothing is written there, and it
+                // reads as no table at all.
+                let nothing =
+                    (backend, family, table) == (Backend::Nftables, Family::Ipv6, "filter");
+                let Some(read) = read else {
+                    assert!(nothing, "{backend} {family} {table}: no table read back");
+                    assert!(
+                        written.is_empty(),
+                        "{backend} {family} {table}: {written:?}"
+                    );
+                    continue;
+                };
+                assert!(!nothing, "{backend} {family} {table}: a table read back");
                 let mut read: Vec<(String, Rule)> = read
                     .rules
                     .iter()
@@ -80,11 +94,7 @@ fn rendered_rules_read_back_equal() {
                 let at_least = match (table, backend, family) {
                     ("nat", _, _) => 5,
                     // The localhost guard and its jump only.
-                    (_, Backend::Nftables, Family::Ipv4) => 1,
-                    (_, Backend::Nftables, Family::Ipv6) => {
-                        assert!(written.is_empty());
-                        continue;
-                    }
+                    (_, Backend::Nftables, _) => 1,
                     _ => 2,
                 };
                 assert!(

@@ -1,6 +1,6 @@
-//! `natledger sweep` end to end: the real binary against real iptables-legacy and
-//! iptables-nft in private network namespaces. Every case ends with a full `*-save`
-//! comparison: the rules of dead containers are gone, live containers' rules and traffic are
+//! `natledger sweep` end to end: the real binary against real iptables-legacy, iptables-nft
+//! and its own nftables tables in private network namespaces. Every case ends with a full
+//! dump comparison (`*-save` and `nft list ruleset`): the rules of dead containers are gone, live containers' rules and traffic are
 //! intact, and every foreign rule is unchanged.
 
 mod common;
@@ -26,6 +26,26 @@ const LOOK_ALIKES: &str = "*nat\n:DOCKER - [0:0]\n:NATLEDGERISH - [0:0]\n\
     -A OUTPUT -m comment --comment natledger -j DOCKER\n\
     COMMIT\n";
 
+/// Loads the look-alikes where `backend`'s rules live (for natledger's nftables tables: into
+/// iptables-nft, whose tables are other owners' nf_tables tables), and the native nftables
+/// look-alikes for every backend.
+fn load_look_alikes(ns: &str, backend: Backend) {
+    let iptables = if backend.is_iptables() {
+        backend
+    } else {
+        Backend::Nft
+    };
+    load_rules(ns, iptables, Family::V4, LOOK_ALIKES);
+    load_nft(ns, NFT_LOOK_ALIKES);
+}
+
+/// The rules of one mapping forwarded to an IPv4 and an IPv6 address: per family a DNAT and
+/// the hairpin masquerade, IPv4 also the 127.0.0.1 masquerade, and on iptables a forward
+/// accept per family.
+fn rules_per_mapping(backend: Backend) -> u64 {
+    if backend.is_iptables() { 7 } else { 5 }
+}
+
 const PORTS: &str = "io.natledger.ports";
 const IP: &str = "io.natledger.ip";
 
@@ -49,7 +69,7 @@ impl World {
             serve_tcp(&c.ns, c.sock_v4(80), "live tcp"),
             serve_udp(&c.ns, c.sock_v4(80), "live udp"),
         ];
-        load_rules(node.topo.node(), backend, Family::V4, LOOK_ALIKES);
+        load_look_alikes(node.topo.node(), backend);
         node.warm_up();
         let live_pid = node.topo.spawn_sleeper(&c.ns);
         node.create("live", Some(live_pid), &[ports("8080:80,8080:80/udp")]);
@@ -136,7 +156,8 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
         );
         assert!(w.node.manifest_exists("dead"));
         assert_eq!(plan["dry_run"], true);
-        let dead = ("dead".into(), "dead".into(), "would-remove".into(), 14);
+        let removed = 2 * rules_per_mapping(backend);
+        let dead = ("dead".into(), "dead".into(), "would-remove".into(), removed);
         assert!(verdicts(&plan).contains(&dead), "{plan:#}");
 
         let report = w.sweep_ok(&[]);
@@ -147,7 +168,7 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
         );
         assert!(!w.node.manifest_exists("dead") && w.node.manifest_exists("live"));
         let v = verdicts(&report);
-        assert!(v.contains(&("dead".into(), "dead".into(), "removed".into(), 14)));
+        assert!(v.contains(&("dead".into(), "dead".into(), "removed".into(), removed)));
         assert!(v.contains(&("live".into(), "alive".into(), "kept".into(), 0)));
         assert_eq!(report["orphans"], 0);
         assert_eq!(report["errors"], serde_json::json!([]));
@@ -164,10 +185,16 @@ fn sweep_removes_what_dead_containers_left_and_nothing_else() {
                 )
             })
             .collect();
+        // nftables writes no forward accept: no filter rule of a container.
+        let tables = if backend.is_iptables() { 4 } else { 2 };
         assert_eq!(
             changed.len(),
-            4,
-            "IPv4 and IPv6, nat and filter, of one backend: {report:#}"
+            tables,
+            "IPv4 and IPv6, nat and (iptables) filter, of one backend: {report:#}"
+        );
+        assert!(
+            changed.iter().all(|(b, _, _)| b == backend.name()),
+            "{report:#}"
         );
         w.assert_live_answers();
 
@@ -208,7 +235,11 @@ fn many_dead_containers_rewrite_the_chains_around_the_live_one() {
             .iter()
             .map(|t| t["rules_removed"].as_array().unwrap().len())
             .sum();
-        assert_eq!(removed, 22 * 3 * 7, "{backend:?}");
+        assert_eq!(
+            removed as u64,
+            22 * 3 * rules_per_mapping(backend),
+            "{backend:?}"
+        );
         let expected: String = with_late
             .lines()
             .filter(|l| !l.contains("\"natledger:d"))
@@ -309,6 +340,44 @@ fn sweep_finds_rules_in_either_backend() {
     }
 }
 
+/// Rules written by natledger's nftables tables while the host now defaults to an iptables
+/// backend, and the other way round: sweep removes a dead container's rules and poststop a
+/// stopped one's where they are, and nothing else.
+#[test]
+fn sweep_and_poststop_find_rules_between_nftables_and_iptables() {
+    for (written, default) in [
+        (Backend::Nftables, Backend::Nft),
+        (Backend::Nftables, Backend::Legacy),
+        (Backend::Nft, Backend::Nftables),
+        (Backend::Legacy, Backend::Nftables),
+    ] {
+        let mut w = World::new(written);
+        let with_live = w.node.dump();
+        let (pid, out) = w.doomed("old", "9200:200", &[]);
+        assert_ok(&out, "create old");
+        kill_pid(pid);
+        let (_, out) = w.doomed("stopped", "9201:201", &[]);
+        assert_ok(&out, "create stopped");
+        w.node.backend = default;
+        assert_ok(&w.node.poststop("stopped"), "poststop");
+        assert!(!w.node.manifest_exists("stopped"));
+        let report = w.sweep_ok(&[]);
+        let old = (
+            "old".into(),
+            "dead".into(),
+            "removed".into(),
+            rules_per_mapping(written),
+        );
+        assert!(verdicts(&report).contains(&old), "{report:#}");
+        assert_eq!(
+            w.node.dump(),
+            with_live,
+            "{written:?} rules, {default:?} default: exactly the rules of old and stopped go"
+        );
+        w.assert_live_answers();
+    }
+}
+
 /// After a reboot the manifests are gone (tmpfs) but a saved ruleset brought natledger's
 /// rules back: sweep removes every tagged rule, whichever backend they were restored into.
 #[test]
@@ -316,18 +385,34 @@ fn rules_restored_after_a_reboot_are_orphans() {
     both(|backend| {
         let node = Node::new(backend);
         let ns = node.topo.node().to_string();
-        load_rules(&ns, backend, Family::V4, LOOK_ALIKES);
+        load_look_alikes(&ns, backend);
         node.warm_up();
         let clean = node.dump();
         node.create("a", None, &[ports("8080:80"), (IP, "10.77.0.2,fd77::2")]);
         node.create("b", None, &[ports("8081:81/udp"), (IP, "10.77.0.3")]);
         let saved: Vec<(Family, String)> = Family::ALL
             .iter()
-            .map(|f| (*f, save(&ns, backend, *f)))
+            .map(|f| {
+                let text = if backend.is_iptables() {
+                    save(&ns, backend, *f)
+                } else {
+                    nft_save_own(&ns, *f)
+                };
+                (*f, text)
+            })
             .collect();
         // Reboot: the kernel forgets everything, /run is empty, the saved rules come back.
         std::fs::remove_dir_all(node.state_dir()).unwrap();
         for (family, text) in &saved {
+            if !backend.is_iptables() {
+                // `nft -f` of `nft list table`'s text, in place of the table as it was.
+                let table = match family {
+                    Family::V4 => "ip",
+                    Family::V6 => "ip6",
+                };
+                load_nft(&ns, &format!("delete table {table} natledger\n{text}"));
+                continue;
+            }
             let prog = format!("{}-restore", iptables_tool(backend, *family));
             let out = run_in(&ns, &prog, &[], Some(text.as_bytes()));
             assert!(
@@ -340,7 +425,13 @@ fn rules_restored_after_a_reboot_are_orphans() {
         let out = node.sweep(&["--json"]);
         assert_ok(&out, "sweep");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        assert_eq!(report["orphans"], 4 + 3 + 4, "{report:#}");
+        // a: IPv4 and IPv6; b: IPv4 only, with the 127.0.0.1 masquerade.
+        let orphans = if backend.is_iptables() {
+            4 + 3 + 4
+        } else {
+            3 + 2 + 3
+        };
+        assert_eq!(report["orphans"], orphans, "{report:#}");
         assert_eq!(node.dump(), clean, "{backend:?}");
     });
 }
@@ -352,7 +443,7 @@ fn all_removes_everything_natledger_owns_and_nothing_else() {
     both(|backend| {
         let node = Node::new(backend);
         let ns = node.topo.node().to_string();
-        load_rules(&ns, backend, Family::V4, LOOK_ALIKES);
+        load_look_alikes(&ns, backend);
         let pristine = node.dump();
         node.warm_up();
         node.create("c2", None, &[ports("8080:80"), (IP, "10.77.0.2,fd77::2")]);
@@ -420,7 +511,9 @@ fn a_manifest_under_another_name_is_kept_and_reported() {
 /// A shared jump that appears twice, once below someone else's rule, ends up once, at the top.
 #[test]
 fn a_duplicated_jump_ends_up_once_at_the_top() {
-    both(|backend| {
+    // Someone else's rule in the shared iptables PREROUTING chain: nftables' PREROUTING is
+    // natledger's own base chain.
+    iptables_both(|backend| {
         let node = Node::new(backend);
         node.warm_up();
         let ns = node.topo.node().to_string();
@@ -520,7 +613,9 @@ fn sweeps_during_parallel_starts_and_stops() {
         for i in 0..32 {
             let tag = format!("\"natledger:p{i}\"");
             let count = dump.matches(&tag).count();
-            let expected = if i % 3 == 0 { 4 } else { 0 };
+            // DNAT, two masquerades and, on iptables, the forward accept.
+            let alive = if backend.is_iptables() { 4 } else { 3 };
+            let expected = if i % 3 == 0 { alive } else { 0 };
             assert_eq!(
                 count, expected,
                 "{backend:?} p{i} after {sweeps} sweeps:\n{dump}"

@@ -187,7 +187,12 @@ impl Doc {
                     rule_keys,
                     ["backend", "family", "table", "chain", "position", "line"]
                 );
-                assert!(["legacy", "nft"].contains(&rule["backend"].as_str().unwrap_or("")));
+                // natledger's own nftables tables: its natledger-state findings name them.
+                let backends = ["legacy", "nft", "nftables"];
+                assert!(
+                    backends.contains(&rule["backend"].as_str().unwrap_or("")),
+                    "{rule}"
+                );
                 assert!(["ipv4", "ipv6"].contains(&rule["family"].as_str().unwrap_or("")));
                 assert!(rule["position"].is_u64(), "{rule}");
                 let line = rule["line"].as_str().unwrap_or_default();

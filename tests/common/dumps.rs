@@ -270,3 +270,128 @@ pub fn load_rules(ns: &str, backend: Backend, family: Family, restore_text: &str
         String::from_utf8_lossy(&out.stderr).trim()
     );
 }
+
+/// Another owner's native nftables tables that resemble natledger's own: a table named
+/// `natledger` in the `inet` family, natledger's chain names and `natledger:<id>` comments in
+/// foreign `ip`/`ip6` tables, a base chain jumping with natledger's shared comment. Every
+/// backend must leave them as they are.
+pub const NFT_LOOK_ALIKES: &str = "table inet natledger {
+  chain NATLEDGER-HOSTPORTS {
+    tcp dport 8080 dnat ip to 10.77.0.2:80 comment \"natledger:c2\"
+  }
+}
+table ip lookalike {
+  chain PREROUTING {
+    type nat hook prerouting priority dstnat; policy accept;
+    tcp dport 8080 dnat to 10.77.0.2:80 comment \"natledger:c2\"
+    fib daddr type local jump NATLEDGER-HOSTPORTS comment \"natledger\"
+  }
+  chain NATLEDGER-HOSTPORTS {
+    tcp dport 8081 dnat to 10.77.0.3:80 comment \"natledger:c3\"
+  }
+  chain POSTROUTING {
+    type nat hook postrouting priority srcnat; policy accept;
+    ip saddr 10.77.0.2 ip daddr 10.77.0.2 tcp dport 80 masquerade comment \"natledger:c2\"
+  }
+}
+table ip6 natledgerish {
+  chain NATLEDGER-HOSTPORTS {
+    tcp dport 8080 dnat to [fd77::2]:80 comment \"natledger:c2\"
+  }
+}
+";
+
+/// Pipes `script` into `nft -f -` in `ns`. Panics with stderr on failure.
+pub fn load_nft(ns: &str, script: &str) {
+    let out = run_in(ns, "nft", &["-f", "-"], Some(script.as_bytes()));
+    assert!(
+        out.status.success(),
+        "nft -f in {ns} failed ({}): {}\ninput:\n{script}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+}
+
+/// natledger's own table of `family` as `nft list table` prints it (what `nft -f` reads
+/// back); empty when there is none.
+pub fn nft_save_own(ns: &str, family: Family) -> String {
+    let family = match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    };
+    let out = run_in(ns, "nft", &["list", "table", family, "natledger"], None);
+    String::from_utf8(out.stdout).expect("nft prints UTF-8")
+}
+
+/// Deletes, behind natledger's back, the rule a manifest's rule record (`{"backend",
+/// "family", "table", "chain", "rule"}`) names: with the iptables tool (`-D` with the
+/// recorded arguments), or in natledger's nftables table by the handle of the one rule of
+/// that chain with the record's tag (and `--dport`, if any).
+pub fn delete_recorded_rule(ns: &str, backend: Backend, record: &serde_json::Value) {
+    let family = match record["family"].as_str() {
+        Some("ipv4") => Family::V4,
+        Some("ipv6") => Family::V6,
+        other => panic!("record without a family: {other:?} in {record}"),
+    };
+    let table = record["table"].as_str().expect("a table");
+    let chain = record["chain"].as_str().expect("a chain");
+    let args: Vec<&str> = record["rule"]
+        .as_array()
+        .expect("the rule's arguments")
+        .iter()
+        .map(|a| a.as_str().expect("string arguments"))
+        .collect();
+    if backend.is_iptables() {
+        let mut argv = vec!["-w", "-t", table, "-D", chain];
+        argv.extend(&args);
+        let out = run_in(ns, iptables_tool(backend, family), &argv, None);
+        assert!(
+            out.status.success(),
+            "deleting {record}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let after = |flag: &str| {
+        let at = args.iter().position(|a| *a == flag)?;
+        args.get(at + 1).copied()
+    };
+    let tag = format!("comment \"{}\"", after("--comment").expect("a tagged rule"));
+    let dport = after("--dport").map(|p| format!("dport {p} "));
+    let fam = match family {
+        Family::V4 => "ip",
+        Family::V6 => "ip6",
+    };
+    let out = run_in(
+        ns,
+        "nft",
+        &["-a", "list", "chain", fam, "natledger", chain],
+        None,
+    );
+    let listing = String::from_utf8(out.stdout).expect("nft prints UTF-8");
+    let handles: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.contains(&tag) && dport.as_ref().is_none_or(|d| l.contains(d)))
+        .filter_map(|l| l.rsplit_once("# handle ").map(|(_, h)| h.trim()))
+        .collect();
+    assert_eq!(handles.len(), 1, "one rule for {record} in:\n{listing}");
+    let out = run_in(
+        ns,
+        "nft",
+        &[
+            "delete",
+            "rule",
+            fam,
+            "natledger",
+            chain,
+            "handle",
+            handles[0],
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "nft delete rule: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
