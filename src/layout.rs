@@ -188,9 +188,25 @@ pub fn guard(loopback: IpNet) -> Rule {
         dports: None,
         dst_local: false,
         not_dnatted: true,
+        untracked: false,
         dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Drop,
+    }
+}
+
+/// The nftables backend's second guard rule, after [`guard`] in its chain: `-d LOOPBACK ! -i
+/// lo -m conntrack --ctstate INVALID,UNTRACKED -j DROP` (`ct state invalid,untracked drop`).
+/// nf_tables' `ct status` has no value for a packet conntrack does not track, so [`guard`]'s
+/// `ct status ! dnat` does not match it there, where iptables' `! --ctstate DNAT` does (such
+/// a packet has no DNAT state): an invalid packet (an ICMP error about a flow conntrack has
+/// forgotten, say) or one a `notrack` rule exempted. This rule drops exactly those, so the
+/// two rules drop what the iptables guard drops.
+pub fn guard_untracked(loopback: IpNet) -> Rule {
+    Rule {
+        not_dnatted: false,
+        untracked: true,
+        ..guard(loopback)
     }
 }
 
@@ -207,6 +223,7 @@ pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'sta
         not_in_interface: None,
         dst_local,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
         target: Target::Jump(to.to_string()),
@@ -224,6 +241,11 @@ pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'sta
             }
             if let Some(loopback) = family.routable_loopback() {
                 rules.push(("INPUT", jump(INPUT_CHAIN, false)));
+                // Each goes in at the top of the chain: the second rule first, so the chain
+                // reads guard, then second rule.
+                if !backend.is_iptables() {
+                    rules.push((INPUT_CHAIN, guard_untracked(loopback)));
+                }
                 rules.push((INPUT_CHAIN, guard(loopback)));
             }
             rules
@@ -282,6 +304,7 @@ pub fn mapping_rules(
         not_in_interface: None,
         dst_local: false,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: comment.clone(),
         target: Target::Dnat(DnatTo {
@@ -301,6 +324,7 @@ pub fn mapping_rules(
             not_in_interface: None,
             dst_local: false,
             not_dnatted: false,
+            untracked: false,
             dnatted: None,
             comment: comment.clone(),
             target: Target::Masquerade,
@@ -314,6 +338,7 @@ pub fn mapping_rules(
         not_in_interface: None,
         dst_local: false,
         not_dnatted: false,
+        untracked: false,
         dnatted: Some(Dnatted {
             protocol: mapping.protocol,
             orig_dst: mapping.host_destination(),

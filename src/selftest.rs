@@ -241,14 +241,15 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
         .map_err(|e| e.to_string())?
         .ok_or("no ipv4 filter table")?;
     let shared = shared_rules(backend, FILTER, family);
-    let first_in = |chain: &str| {
-        table
-            .rules_in(chain)
-            .next()
-            .and_then(|r| Rule::parse_args(&r.args).ok())
-    };
+    // Each chain starts with its shared rules (the INPUT jump; the guard, which on nftables
+    // is two rules), in whatever order they went in.
     for (chain, rule) in shared.iter().filter(|(c, _)| *c != "FORWARD") {
-        if first_in(chain).as_ref() != Some(rule) {
+        let count = shared.iter().filter(|(c, _)| c == chain).count();
+        let found = table
+            .rules_in(chain)
+            .take(count)
+            .any(|r| Rule::parse_args(&r.args).ok().as_ref() == Some(rule));
+        if !found {
             return Err(format!(
                 "{chain} does not start with natledger's -A {chain} {}",
                 rule.to_args().join(" ")

@@ -149,7 +149,11 @@ fn table_text(c1: IpAddr, c3: IpAddr) -> String {
         s += &chain(
             "NATLEDGER-INPUT",
             "",
-            &shared("ip daddr 127.0.0.0/8 iifname != \"lo\" ct status ! dnat drop"),
+            &[
+                shared("ip daddr 127.0.0.0/8 iifname != \"lo\" ct status ! dnat drop"),
+                shared("ip daddr 127.0.0.0/8 iifname != \"lo\" ct state invalid,untracked drop"),
+            ]
+            .concat(),
         );
         s += &chain(
             "INPUT",

@@ -224,7 +224,10 @@ fn the_guard_drops_a_neighbours_packets_to_localhost_and_the_localhost_path_work
     let dump = node.dump();
     assert_eq!(
         nft_chain_rules(&dump, Family::V4, "NATLEDGER-INPUT"),
-        ["ip daddr 127.0.0.0/8 iifname != \"lo\" ct status ! dnat drop comment \"natledger\""],
+        [
+            "ip daddr 127.0.0.0/8 iifname != \"lo\" ct status ! dnat drop comment \"natledger\"",
+            "ip daddr 127.0.0.0/8 iifname != \"lo\" ct state invalid,untracked drop comment \"natledger\""
+        ],
         "{dump}"
     );
     assert_eq!(

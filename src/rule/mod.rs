@@ -35,6 +35,13 @@ pub enum Target {
 /// neighbour could forge a packet of the node's own loopback flows.
 pub const DNATTED_STATE: &str = "DNAT";
 
+/// The conntrack states `-m conntrack --ctstate` names in the nftables backend's second guard
+/// rule: a packet conntrack does not track (invalid: no entry could be found or made;
+/// untracked: a `notrack` rule). nf_tables' `ct status` has no value for such a packet, so
+/// the first rule (`! --ctstate DNAT`, `ct status ! dnat`) does not match it there, where
+/// iptables' conntrack match does (`crate::layout::guard_untracked`).
+pub const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
+
 /// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Rule {
@@ -54,6 +61,9 @@ pub struct Rule {
     /// an ICMP error about it, an invalid or untracked one). Never together with
     /// `dnatted`.
     pub not_dnatted: bool,
+    /// `-m conntrack --ctstate INVALID,UNTRACKED` ([`UNTRACKED_STATE`]). Never together
+    /// with `dnatted` or `not_dnatted`.
+    pub untracked: bool,
     pub comment: Option<String>,
     pub target: Target,
 }
@@ -130,6 +140,10 @@ impl Rule {
             args.push("!".into());
             push(&mut args, "--ctstate", DNATTED_STATE.into());
         }
+        if self.untracked {
+            push(&mut args, "-m", "conntrack".into());
+            push(&mut args, "--ctstate", UNTRACKED_STATE.into());
+        }
         if let Some(c) = &self.comment {
             push(&mut args, "-m", "comment".into());
             push(&mut args, "--comment", c.clone());
@@ -158,6 +172,7 @@ impl Rule {
             not_in_interface: None,
             dst_local: false,
             not_dnatted: false,
+            untracked: false,
             dnatted: None,
             comment: None,
             target: Target::Masquerade,
@@ -230,10 +245,11 @@ impl Rule {
                 }
                 "--ctstate" => {
                     let v = value()?;
-                    if v != "DNAT" {
-                        return Err(RuleParseError::Unsupported(format!("--ctstate {v}")));
+                    match v {
+                        DNATTED_STATE => ct.state = true,
+                        UNTRACKED_STATE if !rule.untracked => rule.untracked = true,
+                        _ => return Err(RuleParseError::Unsupported(format!("--ctstate {v}"))),
                     }
-                    ct.state = true;
                 }
                 "--ctproto" => {
                     let v = value()?;
@@ -279,7 +295,10 @@ impl Rule {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
         rule.dnatted = ct.finish()?;
-        if rule.not_dnatted && rule.dnatted.is_some() {
+        let conntrack_matches = usize::from(rule.not_dnatted)
+            + usize::from(rule.dnatted.is_some())
+            + usize::from(rule.untracked);
+        if conntrack_matches > 1 {
             return Err(RuleParseError::Unsupported(
                 "two conntrack matches natledger does not write together".into(),
             ));

@@ -12,6 +12,7 @@ fn dnat_rule() -> Rule {
         not_in_interface: None,
         dst_local: false,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: Some("natledger:abc".into()),
         target: Target::Dnat(DnatTo {
@@ -37,6 +38,7 @@ fn renders_in_save_order() {
         not_in_interface: None,
         dst_local: true,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: None,
         target: Target::Masquerade,
@@ -58,6 +60,7 @@ fn parse_is_the_inverse_of_render() {
         not_in_interface: None,
         dst_local: true,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: Some("natledger".into()),
         target: Target::Jump("NATLEDGER-HOSTPORTS".into()),
@@ -85,6 +88,7 @@ fn accept_rule() -> Rule {
         not_in_interface: None,
         dst_local: false,
         not_dnatted: false,
+        untracked: false,
         dnatted: Some(Dnatted {
             protocol: Protocol::Udp,
             orig_dst: Some("10.78.0.1".parse().unwrap()),
@@ -260,4 +264,24 @@ fn only_the_guards_negations_are_natledgers() {
     assert!(!is_interface_name("br-0123456789abc"));
     assert!(!is_interface_name("eth+"));
     assert!(!is_interface_name(""));
+}
+
+/// The nftables guard's second rule: rendered and parsed back; never with another conntrack
+/// match.
+#[test]
+fn the_untracked_guard_round_trips_and_stands_alone() {
+    let rule = crate::layout::guard_untracked("127.0.0.0/8".parse().unwrap());
+    let line = "-d 127.0.0.0/8 ! -i lo -m conntrack --ctstate INVALID,UNTRACKED \
+                -m comment --comment natledger -j DROP";
+    assert_eq!(rule.to_args().join(" "), line);
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(Rule::parse_args(&tokens).unwrap(), rule);
+    for both in [
+        "-m conntrack ! --ctstate DNAT -m conntrack --ctstate INVALID,UNTRACKED -j DROP",
+        "-m conntrack --ctstate INVALID,UNTRACKED --ctstate INVALID,UNTRACKED -j DROP",
+        "-m conntrack --ctstate INVALID -j DROP",
+    ] {
+        let tokens: Vec<&str> = both.split_whitespace().collect();
+        assert!(Rule::parse_args(&tokens).is_err(), "{both}");
+    }
 }

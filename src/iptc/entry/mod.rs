@@ -234,6 +234,10 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     if rule.not_dnatted {
         push_xt(&mut e, "conntrack", 3, &not_dnatted_info());
     }
+    // Only the nftables backend's second guard rule: never written here.
+    if rule.untracked {
+        return None;
+    }
     if let Some(c) = &rule.comment {
         if c.len() >= COMMENT_LEN {
             return None;
@@ -387,6 +391,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         not_in_interface,
         dst_local: false,
         not_dnatted: false,
+        untracked: false,
         dnatted: None,
         comment: None,
         target: Target::Masquerade,

@@ -10,6 +10,7 @@
 //! | `protocol`, `dports` | `meta l4proto tcp tcp dport 80`, `… dport 80-82` | `meta l4proto`, `cmp eq` 1 byte; `payload` transport header +2, 2 bytes; `cmp eq`, or `cmp gte` + `cmp lte` for a range |
 //! | `dst_local` | `fib daddr type local` | `fib` flags daddr, result type; `cmp eq` RTN_LOCAL (host order) |
 //! | `not_dnatted` | `ct status & dnat == 0` (printed `ct status ! dnat`) | `ct status`, `bitwise & 0x20 ^ 0` (with an explicit op), `cmp eq 0` |
+//! | `untracked` | `ct state invalid,untracked` | `ct state`, `bitwise & 0x41 ^ 0` (no op attribute), `cmp neq 0` |
 //! | `Jump`, `Accept`, `Drop` | `jump X`, `accept`, `drop` | `immediate` reg 0 verdict |
 //! | `Masquerade` | `masquerade` | `masq`, no attributes |
 //! | `Dnat` | `dnat to 10.1.0.2:80` | `immediate` reg 1 address, `immediate` reg 2 port (2 bytes), `nat dnat` family, addr_min 1, proto_min 2, flags 0x2 (PROTO_SPECIFIED) |
@@ -43,7 +44,10 @@ const REG_VERDICT: u32 = 0;
 const REG_1: u32 = 1;
 const REG_2: u32 = 2;
 /// `meta`/`ct` keys, `fib` flags and results, verdicts, `nat` types and flags.
+const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
+/// `ct state` bits: invalid (no conntrack entry) and untracked (`NF_CT_STATE_UNTRACKED_BIT`).
+const CT_STATE_INVALID_OR_UNTRACKED: u32 = 0x01 | 0x40;
 const FIB_F_DADDR: u32 = 2;
 const FIB_RESULT_ADDRTYPE: u32 = 3;
 const RTN_LOCAL: u32 = 2;
@@ -227,6 +231,20 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
             op: Some(0),
         });
         out.push(cmp(EQ, vec![0; 4]));
+    }
+    if rule.untracked {
+        out.push(Expr::Ct {
+            key: CT_STATE,
+            dreg: REG_1,
+        });
+        out.push(Expr::Bitwise {
+            sreg: REG_1,
+            dreg: REG_1,
+            mask: CT_STATE_INVALID_OR_UNTRACKED.to_ne_bytes().to_vec(),
+            xor: vec![0; 4],
+            op: None,
+        });
+        out.push(cmp(NEQ, vec![0; 4]));
     }
     match &rule.target {
         Target::Jump(chain) if is_user_chain_name(chain) => {
@@ -417,6 +435,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
         dst_local: false,
         dnatted: None,
         not_dnatted: false,
+        untracked: false,
         comment: None,
         target: Target::Accept,
     };
@@ -467,10 +486,14 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                 next_cmp(&mut it)?;
                 rule.dst_local = true;
             }
-            Expr::Ct { .. } => {
+            Expr::Ct { key, .. } => {
                 it.next();
                 next_cmp(&mut it)?;
-                rule.not_dnatted = true;
+                match *key {
+                    CT_STATUS => rule.not_dnatted = true,
+                    CT_STATE => rule.untracked = true,
+                    _ => return None,
+                }
             }
             Expr::Immediate {
                 data: Data::Verdict { code, chain },

@@ -396,6 +396,44 @@ fn the_shared_jumps_and_the_guard_encode_as_nft_does() {
     );
 }
 
+/// The nftables backend's second guard rule, from `nft --debug=netlink -f` (and
+/// `--debug=mnl`: this `bitwise` carries no op attribute, unlike `ct status`'s).
+#[test]
+fn the_untracked_guard_encodes_as_nft_does() {
+    let nftables = layout::shared_rules(crate::backend::Backend::Nftables, "filter", V4);
+    let untracked = layout::guard_untracked(V4.routable_loopback().unwrap());
+    assert!(
+        nftables
+            .iter()
+            .any(|(c, r)| *c == "NATLEDGER-INPUT" && *r == untracked)
+    );
+    assert!(
+        !layout::shared_rules(crate::backend::Backend::Nft, "filter", V4)
+            .iter()
+            .any(|(_, r)| *r == untracked),
+        "the iptables guard needs no second rule"
+    );
+    pin(
+        V4,
+        &untracked,
+        "ip daddr 127.0.0.0/8 iifname != \"lo\" ct state invalid,untracked drop",
+        "[ payload load 1b @ network header + 16 => reg 1 ]
+         [ cmp eq reg 1 0x0000007f ]
+         [ meta load iifname => reg 1 ]
+         [ cmp neq reg 1 0x00006f6c 0x00000000 0x00000000 0x00000000 ]
+         [ ct load state => reg 1 ]
+         [ bitwise reg 1 = ( reg 1 & 0x00000041 ) ^ 0x00000000 ]
+         [ cmp neq reg 1 0x00000000 ]
+         [ immediate reg 0 drop ]",
+    );
+    let list = encoded(V4, &untracked);
+    let elems: Vec<&[u8]> = netlink::attrs(&list).map(|(_, e)| e).collect();
+    let data = |i: usize| netlink::attr(elems[i], NFTA_EXPR_DATA).unwrap();
+    let kinds = |i: usize| netlink::attrs(data(i)).map(|(k, _)| k).collect::<Vec<_>>();
+    assert_eq!(kinds(4), [2, 1], "ct: key, dreg");
+    assert_eq!(kinds(5), [1, 2, 3, 4, 5], "bitwise without an op");
+}
+
 #[test]
 fn the_bytes_are_nfts_attribute_for_attribute() {
     // From `nft --debug=mnl`: the meta key before its register, fib flags, result,

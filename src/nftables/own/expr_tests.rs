@@ -390,6 +390,7 @@ fn random_rule(rng: &mut Rng, family: Family) -> Rule {
         }
         _ => Target::Masquerade,
     };
+    let ct = rng.below(3);
     Rule {
         source: rng.coin().then(|| random_net(rng, family)),
         destination: rng.coin().then(|| random_net(rng, family)),
@@ -400,7 +401,9 @@ fn random_rule(rng: &mut Rng, family: Family) -> Rule {
         dports,
         dst_local: rng.coin(),
         dnatted: None,
-        not_dnatted: rng.coin(),
+        // At most one of the two conntrack matches, as natledger writes them.
+        not_dnatted: ct == 1,
+        untracked: ct == 2,
         comment: None,
         target,
     }
