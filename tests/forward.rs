@@ -215,6 +215,20 @@ fn on_nftables_a_drop_policy_decides_and_a_dnat_accept_opens_the_forwards() {
         }
         let nft = dump.split("## nftables\n").nth(1).unwrap_or("");
         assert!(!nft.contains("FORWARD"), "{firewall:?}:\n{dump}");
+        // doctor names the drop of natledger's nftables DNAT and what to do about it.
+        let d = node.natledger(&["doctor", "--json"], "", &[]);
+        let report: serde_json::Value = serde_json::from_slice(&d.stdout).unwrap();
+        let fixes: Vec<&str> = report["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kind"] == "forward-dropped" && f["rules"][0]["backend"] == "nftables")
+            .filter_map(|f| f["fix"].as_str())
+            .collect();
+        assert!(
+            fixes.len() >= 2 && fixes.iter().all(|f| f.contains("writes no forward accept")),
+            "{firewall:?}: {report:#}"
+        );
 
         let request = |ns: &str, dst: SocketAddr, reply: &str, timeout| {
             if reply.starts_with("udp") {

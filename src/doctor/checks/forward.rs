@@ -24,10 +24,31 @@ impl Checks<'_> {
                 Some((set, t, paths::parse_table(t)))
             })
             .collect();
+        // natledger's own nftables tables too (live): their DNATs are forwarded through the
+        // same FORWARD, and that backend writes no accept of its own.
+        let own: Vec<Walked> = self
+            .host
+            .map_or(&[][..], |h| &h.own[..])
+            .iter()
+            .filter_map(|set| {
+                let t = set.table("nat")?;
+                let parsed = paths::parse_table(t);
+                let walk = paths::Walk::new(t, &parsed, "PREROUTING", |s| {
+                    shadowed::interesting("nat", s)
+                });
+                Some(Walked {
+                    set,
+                    table: "nat",
+                    hook: "PREROUTING",
+                    walk,
+                })
+            })
+            .collect();
         let mut found = Vec::new();
         for w in self
             .walks
             .iter()
+            .chain(&own)
             .filter(|w| w.table == "nat" && w.hook == "PREROUTING")
         {
             for (step, shadowed_by) in w.walk.reached() {
@@ -187,7 +208,28 @@ impl Checks<'_> {
         }
         let proto = protocol.clone().unwrap_or_else(|| "tcp".into());
         let tool = format!("{}-{}", set.family.tool_stem(), set.backend.suffix());
+        // Both directions: the connections this DNAT made, by their reply source.
+        let accept = {
+            let port = forwarded
+                .dports
+                .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
+                .unwrap_or_default();
+            format!(
+                "{tool} -I FORWARD -m conntrack --ctstate DNAT --ctproto {proto} --ctreplsrc \
+                 {addr}{port} -j ACCEPT"
+            )
+        };
         let fix = match owner(&step.rule.chain, &step.rule.args) {
+            // The nftables backend writes no accept: one in its own table could not override
+            // this drop (each table's forward chain decides for itself).
+            Owner::Container(id) if w.set.backend == Backend::Nftables => format!(
+                "natledger's nftables backend writes no forward accept (one in its own table \
+                 cannot override a drop in another): accept the connections its DNAT made \
+                 where they are dropped ({accept}; on a Docker host, in DOCKER-USER), or \
+                 write container {id}'s rules with the iptables backend this host uses \
+                 (--backend {})",
+                set.backend
+            ),
             // An explicit rule drops them before natledger's accept is reached (the accept's
             // jump goes after the rules FORWARD had): the operator's choice to revisit.
             Owner::Container(_) if by.is_some() => format!(
@@ -203,17 +245,7 @@ impl Checks<'_> {
                  {} FORWARD: keep the host on one iptables backend, or accept them there too",
                 w.set.backend, set.backend
             ),
-            // Both directions: the connections this DNAT made, by their reply source.
-            _ => {
-                let port = forwarded
-                    .dports
-                    .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
-                    .unwrap_or_default();
-                format!(
-                    "{tool} -I FORWARD -m conntrack --ctstate DNAT --ctproto {proto} --ctreplsrc \
-                     {addr}{port} -j ACCEPT"
-                )
-            }
+            _ => accept,
         };
         // From a dump alone, the target might be an address of that host (then nothing is
         // forwarded): a warning, not an error.
