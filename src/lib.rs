@@ -23,6 +23,7 @@ pub mod iptc;
 pub mod layout;
 pub mod ledger;
 pub mod matchset;
+pub mod metrics;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

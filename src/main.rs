@@ -17,7 +17,7 @@ use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
 use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
-use natledger::{cni, selftest, wrapper};
+use natledger::{cni, metrics, selftest, wrapper};
 
 #[derive(Parser)]
 #[command(
@@ -74,6 +74,11 @@ enum Command {
         /// exited for 3 s).
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
+        /// Also write the sweep's metrics (Prometheus text format) to FILE, atomically, for a
+        /// node_exporter textfile collector; nothing is written when FILE's directory does not
+        /// exist.
+        #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
+        metrics_file: Option<PathBuf>,
     },
     /// Add natledger's createRuntime and poststop hooks to BUNDLE/config.json (runc, crun),
     /// after any hooks already there. Idempotent; keeps every other field; refuses a
@@ -113,6 +118,10 @@ enum Command {
         /// legacy:iptables.txt nft/ipv6:ip6tables.txt.
         #[arg(long, num_args = 1.., value_name = "BACKEND[/FAMILY]:FILE")]
         from: Vec<DumpFile>,
+        /// Also write the findings per kind and severity (Prometheus text format) to FILE, as
+        /// sweep --metrics-file does.
+        #[arg(long, value_name = "FILE")]
+        metrics_file: Option<PathBuf>,
     },
     /// Prove natledger works on this host, in private network namespaces it creates and
     /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
@@ -213,6 +222,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
             all,
             wait,
+            metrics_file,
         } => {
             let runner = SystemRunner::from_env();
             let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
@@ -229,6 +239,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 out(&report.render());
             }
+            let now = std::time::SystemTime::now();
+            metrics::write_option(metrics_file.as_deref(), &metrics::sweep(&report, now))?;
             if !report.ok() {
                 anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
             }
@@ -260,7 +272,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
         }
         Command::Runtime { args } => return Err(anyhow::anyhow!(wrapper::run(args))),
-        Command::Doctor { json, port, from } => {
+        Command::Doctor {
+            json,
+            port,
+            from,
+            metrics_file,
+        } => {
             let runner = SystemRunner::from_env();
             let opts = DoctorOptions {
                 from,
@@ -282,6 +299,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 out(&format!("{text}\n"));
             } else {
                 out(&doctor::render(&report));
+            }
+            let now = std::time::SystemTime::now();
+            if let Err(e) =
+                metrics::write_option(metrics_file.as_deref(), &metrics::doctor(&report, now))
+            {
+                eprintln!("natledger: doctor: {e}");
+                return Ok(ExitCode::from(doctor::EXIT_FAILED));
             }
             return Ok(ExitCode::from(report.exit_code()));
         }

@@ -137,6 +137,10 @@ pub enum Severity {
     Error,
 }
 
+impl Severity {
+    pub const ALL: [Severity; 3] = [Severity::Info, Severity::Warning, Severity::Error];
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
@@ -157,6 +161,21 @@ pub enum Kind {
     /// An interface with route_localnet on whose packets to 127.0.0.1 filter INPUT lets in:
     /// neighbours reach this host's localhost services (CVE-2020-8558).
     LocalhostExposed,
+}
+
+impl Kind {
+    /// Every kind, for the series that report each one (`crate::metrics`): a new kind goes
+    /// here too.
+    pub const ALL: [Kind; 8] = [
+        Kind::Shadowed,
+        Kind::DeadTarget,
+        Kind::HijackedListener,
+        Kind::SplitBackends,
+        Kind::NatledgerState,
+        Kind::ForwardDropped,
+        Kind::UnlockedLegacyWriter,
+        Kind::LocalhostExposed,
+    ];
 }
 
 /// A rule as found: where it is and its line.
@@ -205,6 +224,8 @@ pub struct Report {
     /// False when a walk was cut short (see `paths::MAX_STEPS`).
     pub complete: bool,
     pub findings: Vec<Finding>,
+    /// How long doctor took.
+    pub duration_seconds: f64,
 }
 
 impl Report {
@@ -220,6 +241,7 @@ impl Report {
 
 /// Run every check.
 pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
+    let started = std::time::Instant::now();
     let live = opts.from.is_empty();
     let rulesets = if live {
         read_live(opts)?
@@ -245,6 +267,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         rules_read: rulesets.iter().map(Ruleset::rule_count).sum(),
         complete,
         findings,
+        duration_seconds: started.elapsed().as_secs_f64(),
     })
 }
 

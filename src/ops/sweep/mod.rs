@@ -56,6 +56,7 @@ const POLL: Duration = Duration::from_millis(100);
 /// Run one sweep. `Err` only when the ledger itself cannot be read or locked; everything
 /// else that fails is in the report's `errors`.
 pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
+    let started = Instant::now();
     if let (Some(limit), false) = (opts.wait, opts.all) {
         wait_for_exits(&ctx.ledger, limit);
     }
@@ -100,6 +101,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     }
     settle(&locked, opts, judged, &mut report);
     report.count_rules_per_container();
+    report.duration_seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 

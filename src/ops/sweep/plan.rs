@@ -37,6 +37,16 @@ pub enum Reason {
     Uninstall,
 }
 
+impl Reason {
+    pub const ALL: [Reason; 5] = [
+        Reason::DeadContainer,
+        Reason::Orphan,
+        Reason::DuplicateJump,
+        Reason::StaleChain,
+        Reason::Uninstall,
+    ];
+}
+
 /// A rule the plan removes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Removed {
@@ -56,6 +66,9 @@ pub struct TablePlan {
     /// natledger chains that must stay because a rule natledger did not write is in them or
     /// jumps to them (never removed: not ours).
     pub blocked: Vec<String>,
+    /// natledger's rules (containers', shared, jumps) left in the table once the batch is
+    /// applied.
+    pub owned_after: usize,
 }
 
 /// A chain with at least this many rules to delete, and no more to keep, is rewritten
@@ -74,6 +87,7 @@ pub fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) ->
         rules: Vec::new(),
         chains: Vec::new(),
         blocked: Vec::new(),
+        owned_after: 0,
     };
 
     // Container and shared rules in natledger chains, and what holds each chain in place.
@@ -242,6 +256,13 @@ pub fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) ->
         out.batch.ops.push(Op::DeleteChain(chain.to_string()));
         out.chains.push(chain.to_string());
     }
+    // Every rule removed is natledger's; a duplicated jump put back counts once.
+    let owned_before = table
+        .rules
+        .iter()
+        .filter(|r| !matches!(owner(&r.chain, &r.args), Owner::Foreign))
+        .count();
+    out.owned_after = owned_before.saturating_sub(out.rules.len());
     out
 }
 
@@ -333,6 +354,8 @@ mod tests {
             ]
         );
         assert!(plan.chains.is_empty() && plan.blocked.is_empty());
+        // The two jumps and the live DNAT stay; the look-alikes are not natledger's.
+        assert_eq!(plan.owned_after, 3);
     }
 
     #[test]
@@ -469,6 +492,8 @@ mod tests {
             [Reason::Orphan, Reason::StaleChain, Reason::DuplicateJump]
         );
         assert_eq!(plan.chains, ["NATLEDGER-OLD"]);
+        // One PREROUTING jump (put back) and the POSTROUTING jump.
+        assert_eq!(plan.owned_after, 2);
         let text = rendered(&plan);
         assert_eq!(text[1], "-F NATLEDGER-OLD");
         // Both copies go and one comes back at the top.

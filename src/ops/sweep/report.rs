@@ -24,6 +24,8 @@ pub struct SweepReport {
     pub stale_temp_files: usize,
     /// Everything that could not be done; empty means every rule due was removed.
     pub errors: Vec<String>,
+    /// How long the sweep took, `--wait` included.
+    pub duration_seconds: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -94,6 +96,9 @@ pub struct TableReport {
     pub blocked: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// natledger's rules in the table after the sweep (a dry run: those that would remain);
+    /// `null` when the table could not be read.
+    pub rules_owned_after: Option<usize>,
 }
 
 impl ContainerReport {
@@ -136,7 +141,7 @@ impl ContainerReport {
 }
 
 impl TableReport {
-    pub(super) fn new(backend: Backend, family: Family, table: &'static str) -> Self {
+    pub(crate) fn new(backend: Backend, family: Family, table: &'static str) -> Self {
         TableReport {
             backend,
             family,
@@ -146,6 +151,7 @@ impl TableReport {
             chains_removed: Vec::new(),
             blocked: Vec::new(),
             error: None,
+            rules_owned_after: None,
         }
     }
 
@@ -154,26 +160,30 @@ impl TableReport {
         format!("{}/{}/{}", self.backend, self.family, self.table)
     }
 
-    pub(super) fn with_state(mut self, state: TableState) -> Self {
+    pub(crate) fn with_state(mut self, state: TableState) -> Self {
         self.state = state;
+        // An absent table holds nothing; a backend not installed is not known.
+        self.rules_owned_after = (state == TableState::Absent).then_some(0);
         self
     }
 
-    pub(super) fn failed(mut self, error: String) -> Self {
+    pub(crate) fn failed(mut self, error: String) -> Self {
         self.state = TableState::Failed;
         self.error = Some(error);
+        self.rules_owned_after = None;
         self
     }
 
     pub(super) fn planned(mut self, plan: TablePlan) -> Self {
         self.rules_removed = plan.rules;
         self.chains_removed = plan.chains;
+        self.rules_owned_after = Some(plan.owned_after);
         self
     }
 }
 
 impl SweepReport {
-    pub(super) fn new(opts: &SweepOptions) -> Self {
+    pub(crate) fn new(opts: &SweepOptions) -> Self {
         SweepReport {
             dry_run: opts.dry_run,
             all: opts.all,
@@ -182,6 +192,7 @@ impl SweepReport {
             orphans: 0,
             stale_temp_files: 0,
             errors: Vec::new(),
+            duration_seconds: 0.0,
         }
     }
 
