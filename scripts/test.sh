@@ -43,11 +43,13 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(trap -p EXIT)" != "" ]; then rm -f "$policy"; trap - EXIT; fi
 fi
 # The CRI test's client (tests/cri/cri.py) speaks gRPC: grpcio, and grpcio-tools, which
-# generates its stubs from tests/cri/api.proto at test time. Pinned, and installed only when
-# these exact versions are not importable. Debian's own python3 refuses pip installs outside a
-# virtual environment (PEP 668) unless told; packages go to /usr/local, not apt's directories.
-grpc_pins=(grpcio==1.85.1 grpcio-tools==1.85.1)
-if ! python3 - "${grpc_pins[@]}" <<'EOF'
+# generates its stubs from tests/cri/api.proto at test time. tests/metrics.rs parses the
+# --metrics-file files with the Prometheus text-format parser of prometheus_client. Pinned, and
+# installed only when these exact versions are not importable. Debian's own python3 refuses pip
+# installs outside a virtual environment (PEP 668) unless told; packages go to /usr/local, not
+# apt's directories.
+python_pins=(grpcio==1.85.1 grpcio-tools==1.85.1 prometheus_client==0.26.0)
+if ! python3 - "${python_pins[@]}" <<'EOF'
 import sys
 from importlib.metadata import PackageNotFoundError, version
 try:
@@ -61,7 +63,7 @@ then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip
   fi
   python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
-    "${grpc_pins[@]}"
+    "${python_pins[@]}"
 fi
 command -v cargo >/dev/null || { echo "scripts/test.sh: needs cargo (rustup)" >&2; exit 1; }
 rustup component add rustfmt clippy >/dev/null 2>&1 || true

@@ -113,7 +113,13 @@ impl Doc {
         };
         assert_eq!(
             keys(r),
-            ["sources", "rules_read", "complete", "findings"],
+            [
+                "sources",
+                "rules_read",
+                "complete",
+                "findings",
+                "duration_seconds"
+            ],
             "{}",
             self.show()
         );
@@ -123,7 +129,9 @@ impl Doc {
                 .is_some_and(|s| s.iter().all(Value::is_string))
         );
         assert!(
-            r["rules_read"].is_u64() && r["complete"].is_boolean(),
+            r["rules_read"].is_u64()
+                && r["complete"].is_boolean()
+                && r["duration_seconds"].as_f64().is_some_and(|d| d >= 0.0),
             "{}",
             self.show()
         );
