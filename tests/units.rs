@@ -10,6 +10,8 @@ const UNITS: [&str; 4] = [
     "natledger-sweep.timer",
 ];
 const BIN: &str = "/usr/local/bin/natledger";
+/// Debian's prometheus-node-exporter textfile collector directory, and natledger's file in it.
+const METRICS: &str = "/var/lib/prometheus/node-exporter/natledger.prom";
 
 fn text(unit: &str) -> String {
     let path = format!("{}/packaging/systemd/{unit}", env!("CARGO_MANIFEST_DIR"));
@@ -76,7 +78,10 @@ fn boot_sweep_runs_after_the_firewall_restore_and_before_every_runtime() {
             "Before= lacks {runtime}"
         );
     }
-    assert_eq!(values(unit, "ExecStart"), [BIN, "sweep"]);
+    assert_eq!(
+        values(unit, "ExecStart"),
+        [BIN, "sweep", "--metrics-file", METRICS]
+    );
     assert_eq!(values(unit, "WantedBy"), ["multi-user.target"]);
 }
 
@@ -96,12 +101,22 @@ fn runtime_unit_sweeps_once_its_runtime_is_down() {
 fn timer_sweeps_periodically() {
     assert_eq!(
         values("natledger-sweep.service", "ExecStart"),
-        [BIN, "sweep"]
+        [BIN, "sweep", "--metrics-file", METRICS]
     );
     let timer = "natledger-sweep.timer";
     assert_eq!(values(timer, "OnBootSec"), ["10min"]);
     assert_eq!(values(timer, "OnUnitActiveSec"), ["15min"]);
     assert_eq!(values(timer, "WantedBy"), ["timers.target"]);
+}
+
+/// The sandbox leaves the metrics directory writable: `ProtectSystem=full` makes /usr, /boot,
+/// /efi and /etc read-only, not /var (`strict` would need a `ReadWritePaths=`).
+#[test]
+fn the_sweeps_can_write_their_metrics() {
+    for unit in ["natledger-boot.service", "natledger-sweep.service"] {
+        assert_eq!(values(unit, "ProtectSystem"), ["full"], "{unit}");
+        assert!(METRICS.starts_with("/var/"));
+    }
 }
 
 #[test]
