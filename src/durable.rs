@@ -1,6 +1,7 @@
-//! Durable file replacement, shared by the ledger (manifests) and bundle edits (config.json):
-//! write a temp file beside the target, fsync it, rename it over the target, fsync the
-//! directory. A crash leaves the old file or the new one, never a mix.
+//! Durable file replacement, shared by the ledger (manifests), bundle edits (config.json) and
+//! metrics files (`crate::metrics`): write a temp file beside the target, fsync it, rename it
+//! over the target, fsync the directory. A crash leaves the old file or the new one, never a
+//! mix.
 
 use std::fs::{self, File};
 use std::io::Write;
