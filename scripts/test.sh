@@ -26,6 +26,11 @@ command -v sysctl >/dev/null || missing+=(procps)
 command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v conntrack >/dev/null || missing+=(conntrack)
 command -v nft >/dev/null || missing+=(nftables)
+# man (man-db) renders the generated man pages; zsh and fish check their completion files'
+# syntax (tests/docs.rs; together about 2 MB to download).
+command -v man >/dev/null || missing+=(man-db)
+command -v zsh >/dev/null || missing+=(zsh)
+command -v fish >/dev/null || missing+=(fish)
 for pkg in runc crun busybox-static podman conmon containernetworking-plugins docker.io \
   containerd util-linux tar; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -9,6 +9,7 @@
 
 pub mod backend;
 pub mod bundle;
+pub mod cli;
 pub mod cni;
 pub mod conntrack;
 pub mod doctor;

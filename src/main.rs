@@ -1,138 +1,23 @@
 //! The `natledger` command: argument parsing and error printing; the work is in the library.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::Parser as _;
 use nix::sys::resource::{UsageWho, getrusage};
 
-use natledger::backend::{self, BackendChoice, Netfilter};
+use natledger::backend::{self, Netfilter};
 use natledger::bundle::{self, HookSpec, Injected};
-use natledger::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
+use natledger::cli::{Cli, Command};
+use natledger::doctor::{self, DoctorOptions, evidence::Roots};
 use natledger::echo::limit;
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
-use natledger::oci::{Stage, State};
+use natledger::oci::State;
 use natledger::ops::{self, Context, SweepOptions};
 use natledger::{cni, metrics, selftest, wrapper};
-
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Container host-port forwards that never outlive their container"
-)]
-struct Cli {
-    /// Where manifests and the lock live.
-    #[arg(
-        long,
-        global = true,
-        env = "NATLEDGER_STATE_DIR",
-        default_value = "/run/natledger"
-    )]
-    state_dir: PathBuf,
-    /// Backend for new rules (removal and sweep look in all three). auto: the backend the
-    /// host's `iptables` symlink names, or nftables (natledger's own tables, no tool needed)
-    /// where no iptables tool is installed.
-    #[arg(
-        long,
-        global = true,
-        env = "NATLEDGER_BACKEND",
-        value_enum,
-        default_value = "auto"
-    )]
-    backend: BackendChoice,
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run as an OCI hook; the container state comes on stdin. Without a stage, the state's
-    /// status decides (creating: create-runtime, stopped: poststop).
-    Hook {
-        #[arg(value_enum)]
-        stage: Option<Stage>,
-    },
-    /// Remove the rules of dead containers, and every natledger rule no live container
-    /// claims, in iptables-legacy and iptables-nft, IPv4 and IPv6. Exit status 0 when
-    /// everything due was removed, 1 otherwise (the report says what remains and why).
-    Sweep {
-        /// Print the plan; change nothing.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print a JSON report instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Remove everything natledger owns, live containers' rules, shared chains and
-        /// jumps included (for uninstalling).
-        #[arg(long)]
-        all: bool,
-        /// First give exiting containers up to SECONDS to die (ends early once none has
-        /// exited for 3 s).
-        #[arg(long, value_name = "SECONDS")]
-        wait: Option<u64>,
-        /// Also write the sweep's metrics (Prometheus text format) to FILE, atomically, for a
-        /// node_exporter textfile collector; nothing is written when FILE's directory does not
-        /// exist.
-        #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
-        metrics_file: Option<PathBuf>,
-    },
-    /// Add natledger's createRuntime and poststop hooks to BUNDLE/config.json (runc, crun),
-    /// after any hooks already there. Idempotent; keeps every other field; refuses a
-    /// malformed file and leaves it unchanged.
-    Inject {
-        bundle: PathBuf,
-        /// The natledger binary the runtime runs (default: this one).
-        #[arg(long)]
-        binary: Option<PathBuf>,
-        /// Environment for the hooks (repeatable), e.g. NATLEDGER_STATE_DIR=/run/natledger.
-        #[arg(long = "hook-env", value_name = "KEY=VALUE", value_parser = key_value)]
-        hook_env: Vec<String>,
-        /// Seconds the runtime gives each hook.
-        #[arg(long, default_value_t = natledger::wrapper::HOOK_TIMEOUT)]
-        timeout: u32,
-    },
-    /// Wrapper runtime for Docker and containerd (also reached as `natledger-runtime`):
-    /// [--natledger-runtime PATH] [--natledger-hook-env KEY=VALUE]... RUNC-ARGS...; on
-    /// create/run, injects the hooks when the container asks for ports, then execs runc.
-    #[command(disable_help_flag = true)]
-    Runtime {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
-        args: Vec<OsString>,
-    },
-    /// Find the rules that make a port unreachable, whoever wrote them: shadowed rules, dead
-    /// DNAT targets, hijacked listeners, rules split across backends, natledger's own state.
-    /// Only reads; prints the fixing commands. Exit 0 no problem, 1 warnings only, 2 errors,
-    /// 3 doctor itself failed.
-    Doctor {
-        /// Print a JSON report instead of text.
-        #[arg(long)]
-        json: bool,
-        /// Only findings about this host port.
-        #[arg(long)]
-        port: Option<u16>,
-        /// Analyse saved *-save dumps instead of this host: BACKEND[/FAMILY]:FILE, e.g.
-        /// legacy:iptables.txt nft/ipv6:ip6tables.txt.
-        #[arg(long, num_args = 1.., value_name = "BACKEND[/FAMILY]:FILE")]
-        from: Vec<DumpFile>,
-        /// Also write the findings per kind and severity (Prometheus text format) to FILE, as
-        /// sweep --metrics-file does.
-        #[arg(long, value_name = "FILE")]
-        metrics_file: Option<PathBuf>,
-    },
-    /// Prove natledger works on this host, in private network namespaces it creates and
-    /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
-    /// tables as they were. One line per check; exit 1 on any failure.
-    Selftest,
-    /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
-    List {
-        #[arg(long)]
-        json: bool,
-    },
-}
 
 fn main() -> ExitCode {
     let mut args = std::env::args_os();
@@ -199,13 +84,6 @@ fn runtime(args: Vec<OsString>) -> ExitCode {
     let error = wrapper::run(args);
     eprintln!("natledger-runtime: {}", limit(&error.to_string(), LINE));
     ExitCode::FAILURE
-}
-
-fn key_value(s: &str) -> Result<String, String> {
-    match s.split_once('=') {
-        Some((k, _)) if !k.is_empty() => Ok(s.to_string()),
-        _ => Err("expected KEY=VALUE".into()),
-    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
