@@ -26,7 +26,8 @@ docs=$(dirname "$binary")/natledger-docs
 
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)-1
 arch=$(dpkg --print-architecture)
-maintainer=${DEB_MAINTAINER:-natledger maintainers <natledger@localhost>}
+# The maintainer: DEB_MAINTAINER, else the last commit's author.
+maintainer=${DEB_MAINTAINER:-$(git log -1 --format='%an <%ae>')}
 # Reproducible: every date is the last commit's.
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || date +%s)}
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -59,7 +60,10 @@ sed -i '1s|^#!/usr/bin/env bash$|#!/bin/bash|' "$root"/usr/lib/natledger/*.sh
 
 doc=$root/usr/share/doc/natledger
 install -D -m 0644 README.md "$doc/README.md"
-install -m 0644 packaging/debian/copyright "$doc/copyright"
+# The years of the repository's history.
+years=$(git log --format=%ad --date=format:%Y | sort -u | sed -n '1p;$p' | uniq | paste -sd-)
+sed "s|@YEARS@|$years|" packaging/debian/copyright > "$doc/copyright"
+chmod 0644 "$doc/copyright"
 {
   echo "natledger ($version) unstable; urgency=medium"
   echo
