@@ -5,8 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/usr/local}
-UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
-  natledger-runtime@containerd.service natledger-runtime@crio.service)
 
 # Build dependencies (a C linker; Rust itself comes from rustup) and what natledger runs:
 # both iptables backends and iproute2 (selftest).
@@ -38,20 +36,8 @@ at_prefix hooks/natledger.json /usr/share/containers/oci/hooks.d/natledger.json
 for unit in packaging/systemd/*; do
   at_prefix "$unit" "/etc/systemd/system/$(basename "$unit")"
 done
-if [ -d /run/systemd/system ]; then
-  systemctl daemon-reload
-  systemctl enable "${UNITS[@]}"
-  systemctl start natledger-sweep.timer
-  # A runtime that is already running: start its unit now, so that its next stop sweeps.
-  for runtime in docker containerd crio; do
-    if systemctl is-active --quiet "$runtime.service"; then
-      systemctl start "natledger-runtime@$runtime.service"
-    fi
-  done
-else
-  # No running systemd (a chroot, an image build): enable only creates the symlinks.
-  systemctl enable "${UNITS[@]}"
-fi
+# Enable them; where systemd runs, start the timer and the units of running runtimes.
+scripts/units.sh enable
 install -d -m 0700 /run/natledger
 "$PREFIX/bin/natledger" --version
 "$PREFIX/bin/natledger" list

@@ -5,8 +5,6 @@
 # PREFIX as for install.sh.
 set -euo pipefail
 PREFIX=${PREFIX:-/usr/local}
-UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
-  natledger-runtime@containerd.service natledger-runtime@crio.service)
 
 # First, no new rules: podman and CRI-O stop calling the hook for new containers.
 rm -f /usr/share/containers/oci/hooks.d/natledger.json
@@ -19,22 +17,8 @@ for conf in /etc/cni/net.d/* /etc/containers/networks/*; do
 done
 scripts_dir=$(dirname "$0")
 "$scripts_dir/cni-link.sh" remove "$PREFIX/bin/natledger"
-# The units whose file is still there (natledger-runtime@X.service: the template's), so that
-# running this again after a failure does not stop at an already removed unit.
-present=()
-for unit in "${UNITS[@]}"; do
-  if [ -e "/etc/systemd/system/${unit/@*./@.}" ]; then present+=("$unit"); fi
-done
-if [ ${#present[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
-  # Stopping a natledger-runtime@ unit runs its sweep (a few seconds); let a running timer
-  # sweep finish too, so that nothing runs the binary once it is gone.
-  systemctl disable --now "${present[@]}"
-  if [ -e /etc/systemd/system/natledger-sweep.service ]; then
-    systemctl stop natledger-sweep.service
-  fi
-elif [ ${#present[@]} -gt 0 ]; then
-  systemctl disable "${present[@]}"
-fi
+# Disable and stop the units (stopping natledger-runtime@X sweeps once more).
+"$scripts_dir/units.sh" disable
 rm -f /etc/systemd/system/natledger-boot.service /etc/systemd/system/natledger-sweep.service \
   /etc/systemd/system/natledger-sweep.timer /etc/systemd/system/natledger-runtime@.service
 if [ -d /run/systemd/system ]; then
