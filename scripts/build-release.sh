@@ -11,7 +11,9 @@ cd "$(dirname "$0")/.."
 . scripts/release-env.sh
 
 cargo build --release --locked --target "$NATLEDGER_TARGET" "$@" >&2
-bin=$PWD/target/$NATLEDGER_TARGET/release/natledger
+target_dir=${CARGO_TARGET_DIR:-target}
+case "$target_dir" in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
+bin=$target_dir/$NATLEDGER_TARGET/release/natledger
 
 fail() { echo "scripts/build-release.sh: $bin: $*" >&2; exit 1; }
 # ELF type EXEC (not DYN: PIE) and no PT_INTERP (no dynamic loader).
