@@ -2,7 +2,7 @@
 //! `iptables-restore --noflush` inserting the same rules, one deleting them), on both backends,
 //! with an empty nat table and with 10,000 foreign rules. Prints medians and process counts.
 //!
-//! Run as root: `cargo bench --bench hook` (env BENCH_RUNS, default 30). Everything happens in
+//! Run as root: `cargo bench --bench hook` (env BENCH_RUNS, default 30; BENCH_CASES picks cases). Everything happens in
 //! a private network namespace that is deleted at the end.
 
 use std::path::PathBuf;
@@ -41,8 +41,14 @@ fn main() {
         "{:<7} {:>8} {:>10} {:>10} {:>10}",
         "backend", "foreign", "natledger", "floor", "ratio"
     );
+    // BENCH_CASES=legacy:0,nft:10000 runs only those cases (default: all four).
+    let only = env_or("BENCH_CASES", "");
     for backend in ["legacy", "nft"] {
         for foreign in [0usize, 10_000] {
+            let name = format!("{backend}:{foreign}");
+            if !only.is_empty() && !only.split(',').any(|c| c == name) {
+                continue;
+            }
             // A child process per case, so each enters a fresh namespace.
             print!(
                 "{}",

@@ -6,17 +6,19 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFIX=${PREFIX:-/usr/local}
 
-# Build dependencies (a C linker; Rust itself comes from rustup) and what natledger runs:
+# Build dependencies (a C linker, glibc's static libc.a in libc6-dev, binutils' readelf and nm
+# for scripts/build-release.sh's checks; Rust itself comes from rustup) and what natledger runs:
 # both iptables backends and iproute2 (selftest).
 apt-get update -qq
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-  gcc libc6-dev iptables iproute2 ca-certificates
+  gcc libc6-dev binutils iptables iproute2 ca-certificates
 command -v cargo >/dev/null || {
   echo "scripts/install.sh: needs a Rust toolchain, 1.88 or newer (rustup)" >&2
   exit 1
 }
-cargo build --release --locked
-install -D -m 0755 target/release/natledger "$PREFIX/bin/natledger"
+# The released build: static glibc, non-PIE, checked to link no NSS lookups (README, "Speed").
+bin=$(scripts/build-release.sh | tail -n 1)
+install -D -m 0755 "$bin" "$PREFIX/bin/natledger"
 # The wrapper runtime for Docker and containerd is the same binary under another name.
 ln -sf natledger "$PREFIX/bin/natledger-runtime"
 install -D -m 0644 README.md "$PREFIX/share/doc/natledger/README.md"

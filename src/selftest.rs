@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -297,7 +297,10 @@ fn request(addr: &str) -> Result<String, String> {
 
 /// The container's server: answers every connection on port 80 (both families) until `stop`.
 fn serve(stop: &AtomicBool) -> Result<(), String> {
-    let listener = TcpListener::bind("[::]:80").map_err(|e| format!("bind [::]:80: {e}"))?;
+    // A typed address, not a string: binding "[::]:80" would link glibc's getaddrinfo (NSS)
+    // into the static release build (README, "Speed"); `scripts/build-release.sh` checks.
+    let any = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 80));
+    let listener = TcpListener::bind(any).map_err(|e| format!("bind {any}: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
