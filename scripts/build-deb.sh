@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build the Debian package: target/debian/natledger_VERSION-1_ARCH.deb (its path is the last
-# line printed). Only dpkg-deb (dpkg, on every Debian host) and gzip; the maintainer scripts,
+# line printed). Tools: dpkg-deb (dpkg, on every Debian host), gzip, file and strip (binutils),
+# and dpkg-shlibdeps (dpkg-dev) for a dynamically linked binary only; the maintainer scripts,
 # the units and the layout are this repository's own (packaging/debian, packaging/systemd).
 #
 # The binary: NATLEDGER_BINARY if set (a binary built already, e.g. by the tests), else the
@@ -88,6 +89,16 @@ if [ -x "$docs" ]; then
     "$root/usr/share/fish/vendor_completions.d/natledger.fish"
 else
   warn "no natledger-docs binary (cargo build --release --bin natledger-docs): the package has no man pages or completions"
+fi
+
+# A static binary is deliberate (README, "Speed": the hook starts on every container start
+# and stop, and makes no NSS lookup; scripts/build-release.sh checks it).
+if file -L "$root/usr/bin/natledger" | grep -q 'statically linked'; then
+  install -D -m 0644 /dev/stdin "$root/usr/share/lintian/overrides/natledger" <<'OVERRIDES'
+# Static on purpose: a faster start for a process run on every container start and stop;
+# natledger makes no NSS lookup (scripts/build-release.sh refuses a binary that links one).
+natledger: statically-linked-binary [usr/bin/natledger]
+OVERRIDES
 fi
 
 for script in postinst prerm postrm; do

@@ -31,6 +31,11 @@ command -v nft >/dev/null || missing+=(nftables)
 command -v man >/dev/null || missing+=(man-db)
 command -v zsh >/dev/null || missing+=(zsh)
 command -v fish >/dev/null || missing+=(fish)
+# The package test builds the .deb (tests/package.rs, scripts/build-deb.sh): dpkg-deb (dpkg),
+# dpkg-shlibdeps (dpkg-dev), file, strip (binutils).
+command -v dpkg-shlibdeps >/dev/null || missing+=(dpkg-dev)
+command -v file >/dev/null || missing+=(file)
+command -v strip >/dev/null || missing+=(binutils)
 for pkg in runc crun busybox-static podman conmon containernetworking-plugins docker.io \
   containerd util-linux tar; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
