@@ -167,6 +167,20 @@ pub fn comment_udata(comment: &str) -> Vec<u8> {
     udata
 }
 
+/// A test of conntrack bits as nft writes it: `ct KEY`, `bitwise & MASK ^ 0` (with `op` when
+/// nft sends one), `cmp OP 0`.
+fn ct_bits(out: &mut Vec<Expr>, key: u32, mask: u32, op: Option<u32>, cmp_op: u32) {
+    out.push(Expr::Ct { key, dreg: REG_1 });
+    out.push(Expr::Bitwise {
+        sreg: REG_1,
+        dreg: REG_1,
+        mask: mask.to_ne_bytes().to_vec(),
+        xor: vec![0; 4],
+        op,
+    });
+    out.push(cmp(cmp_op, vec![0; 4]));
+}
+
 /// The expressions of `rule`, in nft's order and form.
 pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeError> {
     let mut out = Vec::with_capacity(12);
@@ -219,32 +233,12 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
         return Err(EncodeError::Dnatted);
     }
     if rule.not_dnatted {
-        out.push(Expr::Ct {
-            key: CT_STATUS,
-            dreg: REG_1,
-        });
-        out.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: IPS_DST_NAT.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-            op: Some(0),
-        });
-        out.push(cmp(EQ, vec![0; 4]));
+        // `ct status & dnat == 0`: nft writes this `&` with an explicit op.
+        ct_bits(&mut out, CT_STATUS, IPS_DST_NAT, Some(0), EQ);
     }
     if rule.untracked {
-        out.push(Expr::Ct {
-            key: CT_STATE,
-            dreg: REG_1,
-        });
-        out.push(Expr::Bitwise {
-            sreg: REG_1,
-            dreg: REG_1,
-            mask: CT_STATE_INVALID_OR_UNTRACKED.to_ne_bytes().to_vec(),
-            xor: vec![0; 4],
-            op: None,
-        });
-        out.push(cmp(NEQ, vec![0; 4]));
+        // `ct state invalid,untracked`: this `&` without one.
+        ct_bits(&mut out, CT_STATE, CT_STATE_INVALID_OR_UNTRACKED, None, NEQ);
     }
     match &rule.target {
         Target::Jump(chain) if is_user_chain_name(chain) => {
