@@ -51,6 +51,9 @@ impl Plugin for Natledger {
     /// The attachment's mappings installed and recorded as a hook container's are, under the
     /// attachment's ledger id; no mapping: nothing is run, nothing recorded.
     fn add(&self, request: &Request) -> Result<(), CniError> {
+        if let Some(netns) = &request.env.netns {
+            super::validate::netns(netns)?;
+        }
         if request.conf.mappings.is_empty() {
             return Ok(());
         }
