@@ -5,7 +5,6 @@ use std::ffi::OsString;
 
 use serde_json::json;
 
-use super::super::*;
 use super::{Recorder, call, config, env, mapping};
 use crate::portspec::Protocol;
 
