@@ -7,7 +7,7 @@
 //!   (0755, files, a `containers/` of foreign JSON and a manifest-shaped file) given through
 //!   `--state-dir`, `NATLEDGER_STATE_DIR` and a CNI config's `stateDir`: every hook, sweep
 //!   (`--all`, `--dry-run`), `list`, doctor and CNI command refuses it naming the path and
-//!   why; nothing in it changes (not even a time), no rule is written, no foreign file is
+//!   why (CNI DEL succeeds, saying so: nothing can be recorded there); nothing in it changes (not even a time), no rule is written, no foreign file is
 //!   read as a manifest;
 //! - `an_older_releases_directory_is_adopted`: a state directory written by the previous
 //!   release (`tests/fixtures/state-dir-older`, made 0755 as releases before 0700 did): `list`
@@ -162,7 +162,6 @@ fn a_decoy_directory_is_refused_by_every_way_in() {
         for (command, config) in [
             ("ADD", &config),
             ("CHECK", &config),
-            ("DEL", &config),
             ("GC", &gc),
             ("STATUS", &config),
         ] {
@@ -172,6 +171,15 @@ fn a_decoy_directory_is_refused_by_every_way_in() {
             let code = if command == "STATUS" { 50 } else { 100 };
             assert_eq!(error["code"], code, "{backend:?} CNI {command}: {error}");
         }
+        // DEL succeeds (nothing can be recorded in a refused directory, and a failed DEL
+        // would stop the conflist's), saying why on stderr.
+        let out = cni_call(&node, "DEL", CID, Some(&netns), &config);
+        assert_ok(&out, &format!("{backend:?} CNI DEL"));
+        let said = stderr(&out);
+        assert!(
+            said.contains(&format!("refusing state directory {shown}")),
+            "{said}"
+        );
         assert_eq!(snapshot(&decoy), before, "{backend:?}: the decoy changed");
         assert_eq!(node.dump(), dump, "{backend:?}: rules changed");
     });

@@ -390,7 +390,7 @@ impl Ledger {
 
     /// What the read-only entries check before reading: [`Self::check_dirs`], and that the
     /// directory is natledger's (`owner`; an older release's is read as it is, not adopted).
-    fn readable(&self) -> Result<(), LedgerError> {
+    pub fn readable(&self) -> Result<(), LedgerError> {
         self.check_dirs()?;
         owner::judge(&self.dir).map(drop)
     }
