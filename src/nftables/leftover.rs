@@ -88,9 +88,9 @@ impl Session<'_> {
             Ok(()) => Ok(Leftover::Deleted),
             // Someone committed since the read: what they did is theirs to keep.
             Err(e) if e.raw_os_error() == Some(libc::ERESTART) => Ok(Leftover::Kept),
-            Err(source) => Err(NftError::Read {
+            Err(source) => Err(NftError::DropTable {
                 family,
-                what: format!("the deletion of the emptied table {table}"),
+                table: table.to_string(),
                 source,
             }),
         }

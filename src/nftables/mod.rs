@@ -96,6 +96,16 @@ pub enum NftError {
         count: usize,
         source: io::Error,
     },
+    #[error(
+        "deleting the {family} table {table} over netlink (left with only empty accepting \
+         built-in chains)"
+    )]
+    DropTable {
+        family: Family,
+        table: String,
+        #[source]
+        source: io::Error,
+    },
     #[error("{family} table natledger, chain {chain}: {reason}; nothing was changed")]
     Refused {
         family: Family,

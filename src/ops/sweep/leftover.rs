@@ -27,9 +27,14 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
             .with_nft(|s| s.drop_if_leftover(family, table))
         {
             Ok(Leftover::Deleted | Leftover::Kept | Leftover::Absent) => {}
-            Err(e) => report.errors.push(format!(
-                "nft/{family}/{table}: could not check whether the table is left empty: {e}"
-            )),
+            Err(e) => {
+                let cause = std::error::Error::source(&e)
+                    .map(|c| format!(": {c}"))
+                    .unwrap_or_default();
+                report
+                    .errors
+                    .push(format!("nft/{family}/{table}: {e}{cause}"));
+            }
         }
     }
 }
