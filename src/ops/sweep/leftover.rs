@@ -28,12 +28,16 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
         {
             Ok(Leftover::Deleted | Leftover::Kept | Leftover::Absent) => {}
             Err(e) => {
+                // The cause, unless the message already says it.
+                let text = e.to_string();
                 let cause = std::error::Error::source(&e)
+                    .map(|c| c.to_string())
+                    .filter(|c| !text.contains(c.as_str()))
                     .map(|c| format!(": {c}"))
                     .unwrap_or_default();
                 report
                     .errors
-                    .push(format!("nft/{family}/{table}: {e}{cause}"));
+                    .push(format!("nft/{family}/{table}: {text}{cause}"));
             }
         }
     }
