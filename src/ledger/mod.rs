@@ -284,11 +284,11 @@ impl Ledger {
         self.containers().join(format!("{id}.json"))
     }
 
-    /// Whether a manifest may exist, without the lock and without reading it: one is there,
-    /// or the state directory is not one natledger would use (`owner`), so that the caller
-    /// goes on to [`Self::lock`], which says why.
+    /// Whether a manifest exists, without the lock and without reading it. A file of that name
+    /// in a directory that is not natledger's (`owner`) counts too: the caller goes on to
+    /// [`Self::lock`] or [`Self::load`], which refuse the directory and say why.
     pub fn has_manifest(&self, id: &ContainerId) -> bool {
-        self.manifest_path(id).exists() || owner::judge(&self.dir).is_err()
+        self.manifest_path(id).exists()
     }
 
     /// Create the state directory if needed (0700; the directory it is created in checked

@@ -400,10 +400,8 @@ fn only_a_directory_natledger_made_is_used() {
             assert!(text.contains(&format!("refusing state directory {}", dir.display())));
             assert!(text.contains(why), "{text}");
         }
-        assert!(
-            ledger.has_manifest(&"c1".parse().unwrap()),
-            "goes on to the lock"
-        );
+        // `policy.json` is there: the caller goes on to the lock, which refuses.
+        assert!(ledger.has_manifest(&"policy".parse().unwrap()));
         assert_eq!(mode(dir), 0o755);
         assert!(!dir.join("lock").exists() && !dir.join(owner::MARKER).exists());
     }
