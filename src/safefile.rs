@@ -71,6 +71,8 @@ pub enum Refused {
     NotDirectory(&'static str),
     #[error("a symlink; natledger does not follow symlinks in its state directory")]
     Symlink,
+    #[error("a symlink loop (or a chain of more than 40 symlinks): it leads to no file")]
+    LinkLoop,
     #[error(
         "owned by uid {owner} with mode {mode:04o}: {reason}; natledger refuses it, as sshd's \
          StrictModes does (fix: chown {euid} and chmod go-w, or remove it and let natledger \
@@ -118,12 +120,17 @@ fn nofollow(links: Links) -> i32 {
     }
 }
 
-/// `ELOOP` from `O_NOFOLLOW` says the last component is a symlink: say so.
-fn named_symlink(e: io::Error) -> io::Error {
-    if e.raw_os_error() == Some(libc::ELOOP) {
-        refused(io::ErrorKind::InvalidInput, Refused::Symlink)
-    } else {
-        e
+/// `ELOOP` from `O_NOFOLLOW` says the last component is a symlink: say so. Where links are
+/// followed (a bundle's `config.json`), it says they loop.
+fn named_symlink(links: Links) -> impl FnOnce(io::Error) -> io::Error {
+    move |e| match (e.raw_os_error(), links) {
+        (Some(libc::ELOOP), Links::Refuse) => {
+            refused(io::ErrorKind::InvalidInput, Refused::Symlink)
+        }
+        (Some(libc::ELOOP), Links::Follow) => {
+            refused(io::ErrorKind::InvalidInput, Refused::LinkLoop)
+        }
+        _ => e,
     }
 }
 
@@ -144,7 +151,7 @@ pub fn read(path: &Path, links: Links, cap: Cap) -> io::Result<Vec<u8>> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | nofollow(links))
         .open(path)
-        .map_err(named_symlink)?;
+        .map_err(named_symlink(links))?;
     let len = must_be_regular(&file)?;
     read_capped(file, len, cap)
 }
@@ -222,7 +229,7 @@ pub fn open_lock(path: &Path) -> io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .map_err(named_symlink)?;
+        .map_err(named_symlink(Links::Refuse))?;
     must_be_regular(&file)?;
     Ok(file)
 }
@@ -346,6 +353,15 @@ mod tests {
         symlink(&small, &link).unwrap();
         assert_eq!(read(&link, Links::Follow, Cap::State).unwrap(), b"{}");
         let e = read(&link, Links::Refuse, Cap::State).unwrap_err();
+        assert!(matches!(reason(&e), Some(Refused::Symlink)), "{e}");
+        // A loop where links are followed (a bundle's config.json) is a loop, not a symlink
+        // in natledger's state directory.
+        let looped = dir.path().join("config.json");
+        symlink(&looped, &looped).unwrap();
+        let e = read(&looped, Links::Follow, Cap::Config).unwrap_err();
+        assert!(matches!(reason(&e), Some(Refused::LinkLoop)), "{e}");
+        assert!(!e.to_string().contains("state directory"), "{e}");
+        let e = read(&looped, Links::Refuse, Cap::State).unwrap_err();
         assert!(matches!(reason(&e), Some(Refused::Symlink)), "{e}");
         // A dump may come through a pipe, never from a device.
         let e = read_dump(Path::new("/dev/zero")).unwrap_err();

@@ -210,6 +210,7 @@ fn refused_calls_write_no_rule_and_no_manifest() {
             ("CNI_CONTAINERID", CID),
             ("CNI_IFNAME", "eth0"),
             ("CNI_NETNS", &netns),
+            ("CNI_PATH", "/opt/cni/bin"),
         ],
     );
     assert_eq!(error_code(&out), 6, "not JSON");
@@ -237,6 +238,99 @@ fn refused_calls_write_no_rule_and_no_manifest() {
         answer["supportedVersions"],
         json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"])
     );
+}
+
+/// What libcni's plugins refuse, refused with the error object and code they give: ADD
+/// without `CNI_PATH`, a `CNI_NETNS` that is a regular file or another kind of namespace, an
+/// empty `CNI_COMMAND` (no argument: a runtime's call), and what natledger cannot read one way:
+/// one host port to two container ports, `hostPort` and `HostPort` with two values. No rule,
+/// no manifest.
+#[test]
+fn calls_libcni_would_refuse_are_refused_with_error_objects() {
+    let mut node = Node::new(Backend::Nft);
+    let c = node.topo.add_container(2);
+    let netns = format!("/run/netns/{}", c.ns);
+    node.warm_up();
+    let before = node.dump();
+    let good = cni_config(&node, "testnet", &c, 8080);
+    let env = |netns: &str, path: bool| {
+        let mut env = vec![
+            ("CNI_COMMAND", "ADD".to_string()),
+            ("CNI_CONTAINERID", CID.to_string()),
+            ("CNI_IFNAME", "eth0".to_string()),
+            ("CNI_NETNS", netns.to_string()),
+        ];
+        if path {
+            env.push(("CNI_PATH", "/opt/cni/bin".to_string()));
+        }
+        env
+    };
+    let mappings = |list: Value| {
+        let mut config = good.clone();
+        config["runtimeConfig"]["portMappings"] = list;
+        config
+    };
+    let two_targets = mappings(json!([
+        {"hostPort": 8080, "containerPort": 80},
+        {"hostPort": 8080, "containerPort": 81}
+    ]));
+    let two_values = mappings(json!([{"hostPort": 8080, "HostPort": 8081, "containerPort": 80}]));
+    let cases = [
+        ("no CNI_PATH", env(&netns, false), &good, 4, "CNI_PATH"),
+        (
+            "a file as CNI_NETNS",
+            env("/etc/passwd", true),
+            &good,
+            4,
+            "CNI_NETNS",
+        ),
+        (
+            "a UTS namespace as CNI_NETNS",
+            env("/proc/self/ns/uts", true),
+            &good,
+            4,
+            "not a network namespace",
+        ),
+        (
+            "one host port, two targets",
+            env(&netns, true),
+            &two_targets,
+            7,
+            "8080:81/tcp",
+        ),
+        (
+            "hostPort and HostPort",
+            env(&netns, true),
+            &two_values,
+            7,
+            "HostPort",
+        ),
+    ];
+    for (what, env, config, code, named) in cases {
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = node.natledger(&[], &config.to_string(), &env);
+        assert_eq!(error_code(&out), code, "{what}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(named), "{what}: {text}");
+    }
+    // An empty CNI_COMMAND, no argument: an error object, not natledger's usage.
+    let out = node.natledger(&[], &good.to_string(), &[("CNI_COMMAND", "")]);
+    assert_eq!(error_code(&out), 4, "empty CNI_COMMAND");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("CNI_COMMAND"));
+    assert!(node.manifests().is_empty(), "no manifest");
+    assert_eq!(node.dump(), before, "no rule");
+    // The same calls, well formed, are served.
+    let out = node.natledger(
+        &[],
+        &good.to_string(),
+        &env(&netns, true)
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect::<Vec<_>>(),
+    );
+    assert_ok(&out, "ADD");
+    assert_ok(&cni(&node, "DEL", Some(&netns), &good), "DEL");
+    assert_eq!(node.dump(), before);
 }
 
 /// GC removes exactly the attachments of its network missing from the valid list: not the

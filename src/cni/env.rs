@@ -36,8 +36,9 @@ impl Command {
     /// The variables the spec requires for this command, besides `CNI_COMMAND`.
     fn required(self) -> &'static [&'static str] {
         match self {
-            Command::Add | Command::Check => &[CONTAINERID, NETNS, IFNAME],
-            Command::Del => &[CONTAINERID, IFNAME],
+            // CNI_PATH as libcni's skel requires it (the spec: for GC; runtimes always set it).
+            Command::Add | Command::Check => &[CONTAINERID, NETNS, IFNAME, PATH],
+            Command::Del => &[CONTAINERID, IFNAME, PATH],
             Command::Gc => &[PATH],
             Command::Status | Command::Version => &[],
         }
@@ -51,9 +52,15 @@ pub const IFNAME: &str = "CNI_IFNAME";
 pub const ARGS: &str = "CNI_ARGS";
 pub const PATH: &str = "CNI_PATH";
 
-/// Whether this process was started as a CNI plugin: `CNI_COMMAND` is set and not empty.
-pub fn requested(lookup: &dyn Fn(&str) -> Option<OsString>) -> bool {
-    lookup(COMMAND).is_some_and(|v| !v.is_empty())
+/// Whether this process was started as a CNI plugin: `CNI_COMMAND` is set and not empty, or
+/// set but empty and the binary was given no argument (as runtimes run plugins: libcni's skel
+/// then answers code 4, naming `CNI_COMMAND`; natledger's own commands always have one).
+pub fn requested(lookup: &dyn Fn(&str) -> Option<OsString>, no_arguments: bool) -> bool {
+    match lookup(COMMAND) {
+        Some(v) if v.is_empty() => no_arguments,
+        Some(_) => true,
+        None => false,
+    }
 }
 
 /// The environment of one invocation, validated for its command.

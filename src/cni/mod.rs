@@ -14,6 +14,7 @@ pub mod result;
 pub mod spec;
 #[cfg(test)]
 mod tests;
+pub mod validate;
 
 use std::ffi::OsString;
 use std::io::Read;
@@ -68,9 +69,11 @@ pub trait Plugin {
     fn status(&self, request: &Request) -> Result<(), CniError>;
 }
 
-/// Whether the process environment asks for a CNI plugin.
+/// Whether the process environment asks for a CNI plugin (an empty `CNI_COMMAND` too, when
+/// no argument was given: runtimes give none, and it is answered with an error object).
 pub fn requested() -> bool {
-    env::requested(&|name| std::env::var_os(name))
+    let no_arguments = std::env::args_os().len() <= 1;
+    env::requested(&|name| std::env::var_os(name), no_arguments)
 }
 
 /// The process as a CNI plugin: stdin and the environment in, [`Output`] out.

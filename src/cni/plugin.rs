@@ -51,6 +51,9 @@ impl Plugin for Natledger {
     /// The attachment's mappings installed and recorded as a hook container's are, under the
     /// attachment's ledger id; no mapping: nothing is run, nothing recorded.
     fn add(&self, request: &Request) -> Result<(), CniError> {
+        if let Some(netns) = &request.env.netns {
+            super::validate::netns(netns)?;
+        }
         if request.conf.mappings.is_empty() {
             return Ok(());
         }
@@ -106,6 +109,13 @@ impl Plugin for Natledger {
             return Ok(());
         };
         let (ledger, backend) = settings(request);
+        // natledger never writes in a directory it refuses, so nothing of the attachment is
+        // recorded there: DEL succeeds (libcni would otherwise stop the conflist's DEL here,
+        // and the interface's and the address's DEL would never run), saying why on stderr.
+        if let Err(e @ LedgerError::NotOurs { .. }) = ledger.readable() {
+            eprintln!("natledger: {e}; nothing can be recorded there, DEL has nothing to do");
+            return Ok(());
+        }
         let runner = SystemRunner::from_env();
         let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
         ops::remove_recorded(&ctx, &id)

@@ -300,23 +300,28 @@ const MAPPING_KEYS: [&str; 4] = ["hostPort", "containerPort", "protocol", "hostI
 /// `PortMapping` has no JSON tags) sends `{"HostPort": 8087, "ContainerPort": 80, "Protocol":
 /// "tcp", "HostIP": ""}`. So a key of `runtimeConfig` or of a `portMappings` entry that
 /// equals one natledger reads but for ASCII case is renamed to natledger's spelling (unless
-/// that spelling is there too: the exact match wins, as in Go).
-fn fold_runtime_keys(config: &mut Value) {
+/// that spelling is there too). Two spellings with different values are refused
+/// ([`super::validate::one_spelling`]: Go would take the last one, natledger cannot tell
+/// which was meant).
+fn fold_runtime_keys(config: &mut Value) -> Result<(), CniError> {
     let Some(runtime) = config
         .get_mut("runtimeConfig")
         .and_then(Value::as_object_mut)
     else {
-        return;
+        return Ok(());
     };
+    super::validate::one_spelling(runtime, &RUNTIME_KEYS)?;
     fold_keys(runtime, &RUNTIME_KEYS);
     if let Some(entries) = runtime
         .get_mut("portMappings")
         .and_then(Value::as_array_mut)
     {
         for entry in entries.iter_mut().filter_map(Value::as_object_mut) {
+            super::validate::one_spelling(entry, &MAPPING_KEYS)?;
             fold_keys(entry, &MAPPING_KEYS);
         }
     }
+    Ok(())
 }
 
 /// Renames each key of `object` that equals one of `canonical` ignoring ASCII case, when the
@@ -401,7 +406,7 @@ impl NetConf {
     pub fn from_value(config: Value) -> Result<NetConf, CniError> {
         let version = version_of(&config)?;
         let mut config = config;
-        fold_runtime_keys(&mut config);
+        fold_runtime_keys(&mut config)?;
         let wire: Wire = serde_json::from_value(config).map_err(|e| {
             CniError::new(Code::Decode, "error decoding network config", e.to_string())
         })?;
@@ -436,6 +441,7 @@ impl NetConf {
             .iter()
             .map(to_mapping)
             .collect::<Result<Vec<_>, _>>()?;
+        let mappings = super::validate::distinct_host_ports(mappings)?;
         let prev_result = match wire.prev_result {
             None | Some(Value::Null) => None,
             Some(v @ Value::Object(_)) => Some(v),

@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! /run/natledger/
+//! ├── natledger-state           the marker: natledger made or adopted this directory (`owner`)
 //! ├── lock                      flock(2) target; every change to rules or manifests holds it
 //! ├── forwards.json             other owners' iptables-nft forwards, valid for one nf_tables
 //! │                             generation (a cache: `crate::forwards`; read and written
@@ -18,6 +19,11 @@
 //! file, fsync, rename, fsync of the directory) before the first rule is applied, and is
 //! rewritten after. So a crash at any point leaves a manifest naming every rule that might
 //! exist, and poststop or sweep can remove them without regenerating anything from config.
+//!
+//! natledger acts only in a directory that is its own (`owner`): one it created or adopted
+//! empty (the marker), or exactly an older release's layout; any other existing directory (a
+//! typo: `/etc`, `/run`, a shared CNI directory) is refused before anything is changed or read
+//! as a manifest.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -38,6 +44,9 @@ use crate::portspec::PortMapping;
 use crate::procfs;
 use crate::safefile;
 use crate::sharing::NetnsId;
+use owner::{MARKER, Ownership};
+
+pub mod owner;
 
 pub const SCHEMA: u32 = 1;
 
@@ -57,6 +66,14 @@ pub enum LedgerError {
     },
     #[error("manifest {} has schema {found}, this natledger reads schema {SCHEMA}", path.display())]
     Schema { path: PathBuf, found: u32 },
+    #[error(
+        "refusing state directory {}: {why}; natledger uses only a directory it created \
+         (marked by its {MARKER} file), an empty one, or an older natledger release's \
+         (lock, forwards.json, containers/ of manifests), and changed nothing here \
+         (check --state-dir, NATLEDGER_STATE_DIR or the CNI stateDir)",
+        path.display()
+    )]
+    NotOurs { path: PathBuf, why: owner::Foreign },
     #[error(
         "manifest {} records container {found}, not the container its file is named after; \
          natledger does not act on it (sweep keeps the rules of both)", path.display()
@@ -267,34 +284,55 @@ impl Ledger {
         self.containers().join(format!("{id}.json"))
     }
 
-    /// Whether a manifest exists, without the lock and without reading it.
+    /// Whether a manifest exists, without the lock and without reading it. A file of that name
+    /// in a directory that is not natledger's (`owner`) counts too: the caller goes on to
+    /// [`Self::lock`] or [`Self::load`], which refuse the directory and say why.
     pub fn has_manifest(&self, id: &ContainerId) -> bool {
         self.manifest_path(id).exists()
     }
 
     /// Create the state directory if needed (0700; the directory it is created in checked
     /// too), check it and its containers directory as sshd's `StrictModes` would
-    /// ([`safefile::check_dir`]), and take the lock, waiting for it.
+    /// ([`safefile::check_dir`]), refuse one that is not natledger's (`owner`: nothing is
+    /// changed in it), mark one it adopts, and take the lock, waiting for it.
     pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
         match fs::symlink_metadata(&self.dir) {
-            // Checked before anything is created in it.
-            Ok(_) => self.check_dirs()?,
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
                     safefile::check_dir(parent, true)
                         .map_err(io("create the state directory in", parent))?;
                 }
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&self.dir)
+                    .map_err(io("create", &self.dir))?;
             }
             Err(e) => return Err(io("use state directory", &self.dir)(e)),
         }
-        let containers = self.containers();
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&containers)
-            .map_err(io("create", &containers))?;
+        // Checked and judged before anything is created in it.
         self.check_dirs()?;
-        self.tighten()?;
+        match owner::judge(&self.dir)? {
+            Ownership::Marked => {}
+            Ownership::Empty => self.mark()?,
+            Ownership::Older => {
+                self.tighten()?;
+                self.mark()?;
+            }
+            Ownership::Absent => {
+                let gone = std::io::ErrorKind::NotFound.into();
+                return Err(io("use state directory", &self.dir)(gone));
+            }
+        }
+        let containers = self.containers();
+        match fs::DirBuilder::new().mode(0o700).create(&containers) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(io("create", &containers)(e));
+            }
+            _ => {}
+        }
+        self.check_dirs()?;
         let path = self.dir.join("lock");
         // Not through a symlink, not a FIFO (that would block every hook at open).
         let file = safefile::open_lock(&path).map_err(io("open", &path))?;
@@ -310,9 +348,16 @@ impl Ledger {
         })
     }
 
+    /// Write natledger's marker: the directory is natledger's from now on.
+    fn mark(&self) -> Result<(), LedgerError> {
+        owner::mark(&self.dir).map_err(io("write", &self.dir.join(MARKER)))
+    }
+
     /// Bring a state directory an older release created 0755 (and its containers directory)
     /// to 0700, as natledger creates them now: [`Self::check_dirs`] accepted them (owned by
     /// natledger's user, writable by no one else), so this only stops others reading them.
+    /// Only for an older release's exact layout (`owner`), never a directory natledger adopted
+    /// empty or did not make.
     fn tighten(&self) -> Result<(), LedgerError> {
         for dir in [self.dir.clone(), self.containers()] {
             let mode = fs::symlink_metadata(&dir)
@@ -343,10 +388,17 @@ impl Ledger {
         Ok(())
     }
 
+    /// What the read-only entries check before reading: [`Self::check_dirs`], and that the
+    /// directory is natledger's (`owner`; an older release's is read as it is, not adopted).
+    pub fn readable(&self) -> Result<(), LedgerError> {
+        self.check_dirs()?;
+        owner::judge(&self.dir).map(drop)
+    }
+
     /// Read one manifest; `None` if there is none. A manifest recording another container than
     /// its file name says is an error ([`LedgerError::Mismatch`]).
     pub fn load(&self, id: &ContainerId) -> Result<Option<Manifest>, LedgerError> {
-        self.check_dirs()?;
+        self.readable()?;
         let path = self.manifest_path(id);
         match read_manifest(&path)? {
             Some(m) if m.container_id != *id => Err(LedgerError::Mismatch {
@@ -370,7 +422,7 @@ impl Ledger {
     /// Everything in the containers directory: manifests (sorted by file name), read or not,
     /// and temp files left by a crash between writing and renaming.
     pub fn scan(&self) -> Result<Scan, LedgerError> {
-        self.check_dirs()?;
+        self.readable()?;
         let dir = self.containers();
         let mut scan = Scan::default();
         let entries = match fs::read_dir(&dir) {

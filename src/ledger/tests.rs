@@ -352,6 +352,78 @@ fn a_state_directory_from_an_older_release_is_tightened_to_0700() {
         let mode = std::fs::metadata(d).unwrap().permissions().mode() & 0o7777;
         assert_eq!(mode, 0o700, "{}", d.display());
     }
+    assert_eq!(
+        fs::read_to_string(state.join(owner::MARKER)).unwrap(),
+        owner::MARKER_TEXT
+    );
+}
+
+/// A directory that is not natledger's (files of another program, or an older release's
+/// names holding another program's JSON) is refused by every entry, nothing changed in it;
+/// an empty one is adopted without a chmod; a marked one is used whatever else is in it.
+#[test]
+fn only_a_directory_natledger_made_is_used() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let mode = |d: &Path| fs::metadata(d).unwrap().permissions().mode() & 0o7777;
+    let chmod = |d: &Path, m| fs::set_permissions(d, fs::Permissions::from_mode(m)).unwrap();
+    let etc = root.path().join("etc");
+    fs::create_dir_all(etc.join("containers")).unwrap();
+    fs::write(etc.join("passwd"), "root:x:0:0::/root:/bin/sh\n").unwrap();
+    fs::write(etc.join("containers/policy.json"), r#"{"default": []}"#).unwrap();
+    let looks_older = root.path().join("looks-older");
+    fs::create_dir_all(looks_older.join("containers")).unwrap();
+    fs::write(
+        looks_older.join("containers/policy.json"),
+        r#"{"default": []}"#,
+    )
+    .unwrap();
+    for (dir, why) in [
+        (&etc, "it holds \"passwd\""),
+        (
+            &looks_older,
+            "containers/\"policy.json\" is not a natledger manifest",
+        ),
+    ] {
+        chmod(dir, 0o755);
+        let ledger = Ledger::new(dir);
+        for e in [
+            ledger.lock().map(drop).unwrap_err(),
+            ledger.list().map(drop).unwrap_err(),
+            ledger
+                .load(&"policy".parse().unwrap())
+                .map(drop)
+                .unwrap_err(),
+        ] {
+            assert!(matches!(e, LedgerError::NotOurs { .. }), "{e}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("refusing state directory {}", dir.display())));
+            assert!(text.contains(why), "{text}");
+        }
+        // `policy.json` is there: the caller goes on to the lock, which refuses.
+        assert!(ledger.has_manifest(&"policy".parse().unwrap()));
+        assert_eq!(mode(dir), 0o755);
+        assert!(!dir.join("lock").exists() && !dir.join(owner::MARKER).exists());
+    }
+    // Empty: adopted as it is.
+    let empty = root.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    chmod(&empty, 0o755);
+    let ledger = Ledger::new(&empty);
+    assert!(ledger.list().unwrap().is_empty());
+    assert!(!ledger.has_manifest(&"c1".parse().unwrap()));
+    drop(ledger.lock().unwrap());
+    assert_eq!(mode(&empty), 0o755);
+    assert_eq!(mode(&empty.join("containers")), 0o700);
+    assert!(empty.join(owner::MARKER).exists());
+    // Marked: natledger's, whatever an operator left beside its files.
+    fs::write(empty.join("notes"), "x").unwrap();
+    drop(ledger.lock().unwrap());
+    assert_eq!(mode(&empty), 0o755);
+    // A marker that is not natledger's text is not natledger's.
+    fs::write(empty.join(owner::MARKER), "other\n").unwrap();
+    let e = ledger.lock().map(drop).unwrap_err();
+    assert!(e.to_string().contains("not natledger's marker"), "{e}");
 }
 
 /// A CNI attachment's manifest (ledger id `cid+eth0`, no pid) whose namespace was `netns` at

@@ -27,6 +27,7 @@
 
 use std::io;
 
+pub mod leftover;
 pub mod own;
 pub mod read;
 
@@ -93,6 +94,16 @@ pub enum NftError {
     Write {
         family: Family,
         count: usize,
+        source: io::Error,
+    },
+    #[error(
+        "deleting the {family} table {table} over netlink (left with only empty accepting \
+         built-in chains)"
+    )]
+    DropTable {
+        family: Family,
+        table: String,
+        #[source]
         source: io::Error,
     },
     #[error("{family} table natledger, chain {chain}: {reason}; nothing was changed")]

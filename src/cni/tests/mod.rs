@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use serde_json::{Value, json};
 
 mod attachment;
+mod validate;
 
 use super::spec::{ErrorResult, VersionResult};
 use super::*;
@@ -565,8 +566,9 @@ fn port_mappings_keys_are_read_case_insensitively_as_go_plugins_do() {
     conf["RuntimeConfig"] = json!({"PortMappings": [
         {"HostPort": 8087, "ContainerPort": 80, "Protocol": "tcp", "HostIP": ""},
         {"hostport": 5353, "CONTAINERPORT": 53, "protocol": "UDP", "hostIp": "::1"},
-        // The exact spelling wins over a folded one (Go's rule).
-        {"hostPort": 9000, "HostPort": 1, "containerPort": 90}
+        // Two spellings of one key that agree (with two values it is refused:
+        // `validate::a_key_spelt_twice_with_two_values_is_refused`).
+        {"hostPort": 9000, "HostPort": 9000, "containerPort": 90}
     ]});
     // `runtimeConfig` itself is libcni's exact key; only its contents are folded.
     assert!(

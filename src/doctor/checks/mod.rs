@@ -40,6 +40,9 @@ pub struct Host {
     /// Whether any runtime state directory exists (absence from it means something).
     runtime_state: bool,
     manifests: Vec<Manifest>,
+    /// Why the ledger could not be read (a state directory natledger refuses): its rules are
+    /// then not judged against manifests.
+    ledger_error: Option<String>,
     /// Where route_localnet is on.
     route_localnet: evidence::RouteLocalnet,
     roots: Roots,
@@ -51,11 +54,10 @@ pub struct Host {
 
 impl Host {
     pub fn gather(opts: &DoctorOptions) -> Host {
-        let manifests = opts
-            .ledger
-            .list()
-            .map(|all| all.into_iter().flatten().collect())
-            .unwrap_or_default();
+        let (manifests, ledger_error) = match opts.ledger.list() {
+            Ok(all) => (all.into_iter().flatten().collect(), None),
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
         Host {
             listeners: evidence::listeners(&opts.roots),
             reservations: evidence::cni_reservations(&opts.roots),
@@ -63,6 +65,7 @@ impl Host {
             containers: evidence::runtime_containers(&opts.roots),
             runtime_state: evidence::runtime_state_present(&opts.roots),
             manifests,
+            ledger_error,
             route_localnet: evidence::route_localnet(&opts.roots),
             roots: opts.roots.clone(),
             own: own_tables(opts),

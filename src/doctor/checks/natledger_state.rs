@@ -8,6 +8,23 @@ impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
     pub fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
+        if let Some(error) = &host.ledger_error {
+            // Without the manifests every natledger rule would look orphaned, and sweep
+            // refuses the same directory: say why instead.
+            self.findings.push(Finding {
+                severity: Severity::Error,
+                kind: Kind::NatledgerState,
+                port: None,
+                protocol: None,
+                summary: format!(
+                    "natledger's manifests cannot be read, so its rules are not checked: {error}"
+                ),
+                rules: Vec::new(),
+                evidence: vec!["natledger manifests".into()],
+                fix: None,
+            });
+            return;
+        }
         // A dead container's rules are still needed while a live container in its network
         // namespace shares them (`crate::sharing`).
         let needs = Needs::judge(&host.manifests);

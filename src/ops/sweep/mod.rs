@@ -15,6 +15,7 @@
 //! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
 
+mod leftover;
 mod plan;
 mod report;
 
@@ -97,6 +98,9 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
                 .map(move |r| (t.family, r.rule.as_slice()))
         });
         flows::forget(ctx, &flows::of_rules(removed));
+        if opts.all {
+            leftover::drop_emptied_tables(ctx, &mut report);
+        }
         ctx.netfilter.release_native();
     }
     settle(&locked, opts, judged, &mut report);
