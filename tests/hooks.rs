@@ -390,8 +390,10 @@ fn bad_input_is_refused_cleanly() {
     let node = Node::new(Backend::Nft);
     node.warm_up();
     let before = node.dump();
+    let pid = std::process::id();
     let state = |id: &str, bundle: &PathBuf| {
-        serde_json::json!({"id": id, "status": "creating", "bundle": bundle}).to_string()
+        serde_json::json!({"id": id, "status": "creating", "bundle": bundle, "pid": pid})
+            .to_string()
     };
     let ip = ("io.natledger.ip", "10.77.0.2");
     let good = node.bundle("good", &[("io.natledger.ports", "80:80"), ip]);
