@@ -20,7 +20,7 @@
 
 mod common;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -257,11 +257,7 @@ fn fill_leaving(dir: &Path, inodes: bool, free: u64) {
         }
     } else {
         let path = fill.join("pages");
-        let mut file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
+        let mut file = File::create(&path).unwrap();
         let page = [0u8; PAGE as usize];
         loop {
             match file.write(&page) {

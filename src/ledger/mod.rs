@@ -225,7 +225,7 @@ impl Manifest {
         if self.cni.as_ref().is_some_and(|c| c.deleted) {
             return false;
         }
-        if self.cni.is_none() && !self.pid.is_some_and(|p| p > 0) {
+        if self.cni.is_none() && self.pid.is_none_or(|p| p <= 0) {
             return false;
         }
         procfs::is_alive(procfs::Recorded {
