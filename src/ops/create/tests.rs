@@ -406,3 +406,45 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
     assert_eq!(removed, crate::ops::Removed::Done { rules: 4 });
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
 }
+
+/// The rules are in, then the manifest cannot be updated (here its temp file's name is taken
+/// by a directory, as a full state directory refuses it): the create fails, its rules are
+/// deleted and its manifest removed.
+#[test]
+fn a_manifest_update_that_fails_rolls_the_rules_back() {
+    struct BlockUpdate<'a> {
+        script: Script,
+        tmp: &'a std::path::Path,
+    }
+    impl crate::exec::Runner for BlockUpdate<'_> {
+        fn run(&self, inv: &Invocation) -> std::io::Result<crate::exec::Outcome> {
+            // Once the install ran, nothing can take the temp file's place.
+            if self.script.calls.borrow().is_empty() {
+                std::fs::create_dir(self.tmp).unwrap();
+            }
+            self.script.run(inv)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("containers/.c1.tmp");
+    let runner = BlockUpdate {
+        script: Script::new(vec![ok(""), ok(""), ok("")]),
+        tmp: &tmp,
+    };
+    let ctx = Context::new(
+        Ledger::new(dir.path()),
+        crate::backend::Backend::Nft,
+        &runner,
+    );
+    let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
+    assert!(err.to_string().contains(".c1.tmp"), "{err}");
+    assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+    let calls = runner.script.calls.borrow();
+    assert!(calls.len() >= 2, "{calls:?}");
+    assert!(stdin_of(&calls[0]).contains("-I NATLEDGER-HOSTPORTS 1"));
+    let undone: String = calls[1..].iter().map(stdin_of).collect();
+    assert!(
+        undone.contains("-D NATLEDGER-HOSTPORTS") && undone.contains("-D NATLEDGER-FORWARD"),
+        "{undone}"
+    );
+}
