@@ -147,6 +147,7 @@ impl State {
 #[derive(Debug, Clone)]
 pub struct HookInput {
     pub id: ContainerId,
+    /// As the state gives it: createRuntime refuses one that is missing or not positive.
     pub pid: Option<i32>,
     pub bundle: Option<PathBuf>,
     pub annotations: HashMap<String, String>,
@@ -164,7 +165,7 @@ impl HookInput {
         annotations.extend(state.annotations.clone().unwrap_or_default());
         Ok(HookInput {
             id,
-            pid: state.pid(),
+            pid: state.pid,
             bundle,
             annotations,
         })

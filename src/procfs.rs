@@ -109,6 +109,27 @@ pub fn is_alive(recorded: Recorded) -> bool {
     }
 }
 
+/// Whether the recorded process provably still runs: its pid, recorded with a start time in
+/// this pid namespace (and this boot, when recorded), is present, not a zombie, with that
+/// start time. Unlike [`is_alive`], whatever cannot be judged (no pid or start time, another
+/// or unrecorded pid namespace, a stat this process may not read) does not run here: a
+/// poststop keeps a container's rules only on proof that it still runs.
+pub fn runs(recorded: Recorded) -> bool {
+    let (Some(pid), Some(then)) = (recorded.pid.filter(|p| *p > 0), recorded.start_time) else {
+        return false;
+    };
+    if recorded
+        .boot_id
+        .is_some_and(|b| boot_id().as_deref() != Some(b))
+    {
+        return false;
+    }
+    if recorded.pid_namespace.is_none() || recorded.pid_namespace != pid_namespace() {
+        return false;
+    }
+    matches!(stat(pid), Some((state, now)) if state != "Z" && now == then)
+}
+
 /// Whether `path` still names the network namespace `then`, as [`NetnsId::still_at`] judges
 /// it. Dead only on positive evidence ([`NetnsAtPath::Gone`]: the path is gone, or is a
 /// namespace file of another namespace); what cannot be judged counts as alive.
@@ -159,6 +180,45 @@ mod tests {
             "another boot is dead, whatever the namespace"
         );
         assert!(check_readable().is_ok());
+    }
+
+    #[test]
+    fn runs_only_on_proof() {
+        let me = std::process::id() as i32;
+        let start = start_time(me).unwrap();
+        let boot = boot_id().unwrap();
+        let rec = |pid, start_time, boot_id, pid_namespace| Recorded {
+            pid,
+            start_time,
+            boot_id,
+            pid_namespace,
+            netns: None,
+        };
+        let here = pid_namespace();
+        assert!(runs(rec(Some(me), Some(start), Some(&boot), here)));
+        assert!(runs(rec(Some(me), Some(start), None, here)));
+        assert!(
+            !runs(rec(Some(me), Some(start + 1), None, here)),
+            "reused pid"
+        );
+        assert!(!runs(rec(
+            Some(me),
+            Some(start),
+            Some("another-boot"),
+            here
+        )));
+        assert!(!runs(rec(Some(i32::MAX), Some(start), None, here)), "gone");
+        assert!(!runs(rec(Some(me), None, None, here)), "no start time");
+        assert!(!runs(rec(None, None, None, here)), "no pid");
+        assert!(!runs(rec(Some(0), Some(start), None, here)));
+        assert!(
+            !runs(rec(Some(me), Some(start), None, None)),
+            "pid namespace unknown"
+        );
+        assert!(
+            !runs(rec(Some(me), Some(start), None, Some(1))),
+            "another pid namespace"
+        );
     }
 
     #[test]

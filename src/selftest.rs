@@ -203,9 +203,11 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
 }
 
 fn create(ctx: &Context, id: &str) -> Result<usize, String> {
+    // This process stands for the container's (a createRuntime state always has a pid); its
+    // poststop names it, so the rules go while it runs.
     let input = HookInput {
         id: id.parse().map_err(|e| format!("{e}"))?,
-        pid: None,
+        pid: Some(std::process::id() as i32),
         bundle: None,
         annotations: HashMap::from([
             (PORTS_ANNOTATION.to_string(), format!("{HOST_PORT}:80")),
@@ -222,7 +224,7 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
     let state = State {
         id: id.to_string(),
         status: "stopped".into(),
-        pid: None,
+        pid: Some(std::process::id() as i32),
         bundle: None,
         annotations: None,
     };

@@ -390,8 +390,10 @@ fn bad_input_is_refused_cleanly() {
     let node = Node::new(Backend::Nft);
     node.warm_up();
     let before = node.dump();
+    let pid = std::process::id();
     let state = |id: &str, bundle: &PathBuf| {
-        serde_json::json!({"id": id, "status": "creating", "bundle": bundle}).to_string()
+        serde_json::json!({"id": id, "status": "creating", "bundle": bundle, "pid": pid})
+            .to_string()
     };
     let ip = ("io.natledger.ip", "10.77.0.2");
     let good = node.bundle("good", &[("io.natledger.ports", "80:80"), ip]);
@@ -427,7 +429,8 @@ fn bad_input_is_refused_cleanly() {
     let bundle = node.bundle("bad-ip", &[("io.natledger.ports", "80:80"), bad_ip]);
     cases.push((state("bad", &bundle), "invalid io.natledger.ip".into()));
     let bundle = node.bundle("bad-pid", &[("io.natledger.ports", "80:80")]);
-    cases.push((state("bad", &bundle), "no pid".into()));
+    let pidless = serde_json::json!({"id": "bad", "status": "creating", "bundle": bundle});
+    cases.push((pidless.to_string(), "has no pid".into()));
     let bundle = node.bundle("bad-json", &[]);
     std::fs::write(bundle.join("config.json"), "{not json").unwrap();
     cases.push((state("bad", &bundle), "bad-json/config.json".into()));

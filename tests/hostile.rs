@@ -42,8 +42,12 @@ fn bounded(node: &Node, args: &[&str], stdin: &str) -> Output {
     run_in(node.topo.node(), "timeout", &argv, Some(stdin.as_bytes()))
 }
 
+/// The state of container `id`, whose process is this test's (an OCI runtime always sends a
+/// pid to createRuntime).
 fn hook_state(id: &str, status: &str, bundle: &Path) -> String {
-    json!({"ociVersion": "1.0.2", "id": id, "status": status, "bundle": bundle}).to_string()
+    let pid = std::process::id();
+    json!({"ociVersion": "1.0.2", "id": id, "status": status, "bundle": bundle, "pid": pid})
+        .to_string()
 }
 
 /// The `-A CHAIN ARGS` line of a dump as a manifest record of `backend`, IPv4.

@@ -489,8 +489,10 @@ fn iptables_wait_succeeds_beside_a_large_poststop() {
         .count();
     assert_eq!(rules, 3 * CONCURRENT, "natledger's nat rules of big");
 
+    // Naming the process big was created with (its stand-in, still running).
     let state = serde_json::json!({
         "ociVersion": "1.0.2", "id": "big", "status": "stopped", "bundle": bundle,
+        "pid": node.stand_in("big"),
     });
     let state_dir = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
     let mut poststop = Command::new("ip")

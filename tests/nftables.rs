@@ -290,7 +290,7 @@ fn auto_without_any_iptables_tool_is_nftables_and_starts_no_process() {
     let (stopped, execs) = world.natledger(
         &node,
         &["hook", "poststop"],
-        &state("c2", "poststop", &bundle, None),
+        &state("c2", "poststop", &bundle, Some(pid)),
     );
     assert_ok(&stopped, "poststop without iptables");
     no_process(&execs, "poststop");

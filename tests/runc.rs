@@ -4,6 +4,8 @@
 //! only the network namespace entered (`nsenter --net`): the Topology's node namespace is the
 //! "host", so every rule lands there and the machine's own tables are never touched. runc's
 //! state lives in a temporary `--root`, and a guard deletes every container a test started.
+//! A reused id: a late poststop of an earlier instance leaves the running one's rules and
+//! traffic alone.
 
 mod common;
 
@@ -345,5 +347,61 @@ fn runc_containers_in_one_network_namespace_share_the_port_until_the_last_goes()
         web.delete();
         host.assert_restored(&web_id, "the last member's delete");
         assert!(!host.node.manifest_exists(&holder_id), "{what}");
+    });
+}
+
+/// A reused container id (runc, all three backends): c1's first instance at 10.77.0.2 dies
+/// and is deleted without its poststop (its bundle had none, as when runc's state went
+/// first); c1 is run again at 10.77.0.3 and answers on every path; then the first
+/// instance's poststop arrives late (its state, no pid): it exits 0 with a warning, and the
+/// dump, the manifest and every path to the new instance are unchanged. The new instance's
+/// own delete (its poststop) restores the tables.
+#[test]
+fn a_late_poststop_for_a_reused_id_keeps_the_running_instance() {
+    both(|backend| {
+        let host = Host::new(backend);
+        let bundle = host.bundle("c1", 2);
+        let config = bundle.join("config.json");
+        let mut spec = read_json(&config);
+        spec["hooks"]["poststop"] = json!([]);
+        write_json(&config, &spec);
+        let first = host.start("c1", &bundle);
+        host.assert_answers(2);
+        let id = first.id.clone();
+        first.kill();
+        first.delete();
+        assert!(
+            host.node.manifest_exists(&id),
+            "{backend:?}: no poststop ran"
+        );
+
+        let bundle = host.bundle("c1-again", 3);
+        let second = host.start("c1", &bundle);
+        assert_eq!(second.id, id);
+        let pid = second.state()["pid"].as_u64().expect("pid");
+        host.assert_answers(3);
+        let live = host.node.dump();
+        let manifest = host.node.manifest(&id);
+        assert_eq!(manifest["pid"], pid);
+
+        let late = json!({"ociVersion": "1.0.2", "id": id, "status": "stopped", "bundle": bundle});
+        let out = host.node.hook_state("poststop", &late);
+        assert_ok(&out, "the late poststop");
+        let err = stderr(&out);
+        assert!(
+            err.contains("warning") && err.contains(&id) && err.contains(&format!("pid {pid}")),
+            "{backend:?}: {err}"
+        );
+        assert_eq!(
+            host.node.dump(),
+            live,
+            "{backend:?}: the late poststop changed rules"
+        );
+        assert_eq!(host.node.manifest(&id), manifest);
+        host.assert_answers(3);
+
+        second.kill();
+        second.delete();
+        host.assert_restored(&id, "the running instance's own delete");
     });
 }

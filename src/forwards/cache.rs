@@ -85,8 +85,9 @@ impl Cache {
         // Created exclusively, never through a planted link (`crate::safefile`).
         let written = crate::safefile::create_new(&tmp, 0o600)
             .and_then(|mut f| std::io::Write::write_all(&mut f, &json));
-        if written.is_ok() {
-            let _ = std::fs::rename(&tmp, path);
+        if written.is_err() || std::fs::rename(&tmp, path).is_err() {
+            // Out of room: what the temp file took goes back to the ledger's own files.
+            let _ = std::fs::remove_file(&tmp);
         }
     }
 

@@ -235,9 +235,14 @@ impl Manifest {
     /// Whether the container's process still runs, or for a CNI attachment its network
     /// namespace is still the one at its recorded path (see [`procfs::is_alive`]); an
     /// attachment whose DEL ran is gone. The one judgement sweep, create's claims, `list` and
-    /// doctor use.
+    /// doctor use. A hook container's manifest without a pid (written by a release that
+    /// accepted a create without one) is dead: nothing could ever show it gone, and it would
+    /// hold its ports forever.
     pub fn alive(&self) -> bool {
         if self.cni.as_ref().is_some_and(|c| c.deleted) {
+            return false;
+        }
+        if self.cni.is_none() && self.pid.is_none_or(|p| p <= 0) {
             return false;
         }
         procfs::is_alive(procfs::Recorded {

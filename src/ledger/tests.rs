@@ -476,3 +476,22 @@ fn an_attachment_is_shown_by_network_ifname_and_container() {
     };
     assert!(!earlier_boot.alive(), "a namespace seen in another boot");
 }
+
+/// A hook container's manifest without a pid (an older release accepted such a create) is
+/// dead: nothing could ever show it gone. A CNI attachment has no pid and is judged by its
+/// namespace; one whose namespace could not be recorded still cannot be judged.
+#[test]
+fn a_container_without_a_pid_is_dead_but_an_attachment_is_judged_by_its_namespace() {
+    for pid in [None, Some(0), Some(-1)] {
+        let pidless = Manifest {
+            pid,
+            pid_start_time: None,
+            netns: None,
+            ..sample()
+        };
+        assert!(!pidless.alive(), "pid {pid:?}");
+    }
+    let net = Path::new("/proc/self/ns/net");
+    assert!(cni_sample("abc", net, NetnsId::of_path(net)).alive());
+    assert!(cni_sample("abc", net, None).alive());
+}

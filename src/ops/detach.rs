@@ -3,7 +3,7 @@
 
 use crate::oci::ContainerId;
 
-use super::remove::{Removed, stop};
+use super::remove::{Removed, Stopping, stop};
 use super::{Context, Error};
 
 /// Delete the rules recorded under `id`, then its manifest, as a poststop does: kept while
@@ -15,5 +15,5 @@ pub fn remove_recorded(ctx: &Context, id: &ContainerId) -> Result<Removed, Error
     if !ctx.ledger.has_manifest(id) {
         return Ok(Removed::Skipped);
     }
-    stop(ctx, id)
+    stop(ctx, id, Stopping::Detach)
 }

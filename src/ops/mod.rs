@@ -79,8 +79,16 @@ pub enum Error {
     Netns(#[from] NetnsError),
     #[error("invalid io.natledger.ip {value}: {}", limit(reason, MESSAGE))]
     BadIpAnnotation { value: Echo, reason: String },
-    #[error("container {0} has no pid in its state; set io.natledger.ip")]
+    #[error(
+        "container {0}: the createRuntime state has no pid; an OCI runtime always sends the \
+         container's, and without it natledger could never tell that the container is gone"
+    )]
     NoPid(ContainerId),
+    #[error(
+        "container {id}: pid {pid} in the createRuntime state is not a process id; an OCI \
+         runtime sends the container's host pid"
+    )]
+    BadPid { id: ContainerId, pid: i32 },
     #[error("container {id} is not running (pid {pid} is gone)")]
     NotRunning { id: ContainerId, pid: i32 },
     #[error("no global address in the network namespace of pid {pid}: {}", runtime.no_address_advice())]

@@ -47,10 +47,11 @@ pub(crate) fn fail() -> Outcome {
     }
 }
 
+/// Container c1, whose process is this test's own (a createRuntime state always has a pid).
 pub(crate) fn input(dir: &std::path::Path) -> HookInput {
     HookInput {
         id: "c1".parse().unwrap(),
-        pid: None,
+        pid: Some(std::process::id() as i32),
         bundle: Some(dir.into()),
         annotations: [
             ("io.natledger.ports".to_string(), "8080:80".to_string()),

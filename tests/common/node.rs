@@ -1,9 +1,12 @@
 //! The `natledger` binary on a [`Topology`]'s node namespace: the [`Node`] fixture and the
 //! small helpers for checking what the binary printed.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
-use std::process::Output;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::{Backend, Topology, dump_all, run_in};
 
@@ -14,6 +17,27 @@ pub struct Node {
     pub topo: Topology,
     pub backend: Backend,
     pub dir: tempfile::TempDir,
+    /// The pid each container was created with, sent again in its poststop's state as a
+    /// runtime that names the stopped process does (a poststop without a pid whose recorded
+    /// process still runs is a stale message and changes nothing).
+    pids: Mutex<HashMap<String, u32>>,
+    /// Processes standing in for containers created with no pid of their own.
+    stand_ins: StandIns,
+}
+
+/// Stand-in container processes (`sleep` in a network namespace of its own each, so that
+/// no two of them share a port as containers of one namespace would), killed on drop.
+#[derive(Default)]
+struct StandIns(Mutex<HashMap<String, Child>>);
+
+impl Drop for StandIns {
+    fn drop(&mut self) {
+        let children = self.0.get_mut().unwrap_or_else(|e| e.into_inner());
+        for child in children.values_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 impl Node {
@@ -22,7 +46,39 @@ impl Node {
             topo: Topology::new(),
             backend,
             dir: tempfile::tempdir_in("/run").expect("tempdir in /run"),
+            pids: Mutex::default(),
+            stand_ins: StandIns::default(),
         }
+    }
+
+    /// The process standing in for container `id` (one per id, kept until the node drops):
+    /// an OCI runtime always gives createRuntime the container's pid.
+    pub fn stand_in(&self, id: &str) -> u32 {
+        let mut stand_ins = self.stand_ins.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(child) = stand_ins.get(id) {
+            return child.id();
+        }
+        let mut child = Command::new("unshare")
+            .args(["--net", "sleep", "600"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn unshare --net sleep");
+        let pid = child.id();
+        // Once it is `sleep`, it is in its own namespace.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "sleep")
+        {
+            if Instant::now() > deadline || child.try_wait().ok().flatten().is_some() {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("stand-in for {id} did not start");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        stand_ins.insert(id.to_string(), child);
+        pid
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -61,6 +117,8 @@ impl Node {
         )
     }
 
+    /// A hook for container `id`. Without a pid, create-runtime gets its stand-in's
+    /// ([`Node::stand_in`]) and poststop the pid `id` was last created with, if any.
     pub fn hook(&self, stage: &str, id: &str, pid: Option<u32>, bundle: &PathBuf) -> Output {
         self.hook_env(stage, id, pid, bundle, &[])
     }
@@ -74,11 +132,18 @@ impl Node {
         bundle: &PathBuf,
         env: &[(&str, &str)],
     ) -> Output {
-        let status = if stage == "create-runtime" {
-            "creating"
-        } else {
-            "stopped"
+        let creating = stage == "create-runtime";
+        let status = if creating { "creating" } else { "stopped" };
+        let mut pids = self.pids.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = match pid {
+            Some(pid) => Some(pid),
+            None if creating => Some(self.stand_in(id)),
+            None => pids.get(id).copied(),
         };
+        if let (true, Some(pid)) = (creating, pid) {
+            pids.insert(id.to_string(), pid);
+        }
+        drop(pids);
         let mut state = serde_json::json!({
             "ociVersion": "1.0.2", "id": id, "status": status, "bundle": bundle,
         });
@@ -86,6 +151,11 @@ impl Node {
             state["pid"] = pid.into();
         }
         self.natledger(&["hook", stage], &state.to_string(), env)
+    }
+
+    /// A hook run with exactly this state on stdin (no pid added or remembered).
+    pub fn hook_state(&self, stage: &str, state: &serde_json::Value) -> Output {
+        self.natledger(&["hook", stage], &state.to_string(), &[])
     }
 
     /// create-runtime for a container with these annotations; asserts success.

@@ -1,5 +1,6 @@
 //! One family's rules written: one transaction per table, filter before nat, in-process on
-//! legacy when the shared chains exist, else one restore process.
+//! legacy when the shared chains exist, else one restore process; and a failed create's
+//! rules and manifest undone ([`roll_back`]).
 
 use super::*;
 
@@ -91,6 +92,30 @@ pub(super) fn install(
         }
     }
     Ok(skipped)
+}
+
+/// Undo a create that failed once its manifest was written ahead: remove the rules of
+/// `applied` (what may have been written), then the manifest. Deleting and unlinking need no
+/// room, so a full state directory ends with neither. When a rule cannot be removed, the
+/// manifest keeps it (phase removing) for poststop or sweep; if even that cannot be recorded,
+/// the manifest written ahead, which names every rule this create may have written, stays.
+pub(super) fn roll_back(
+    ctx: &Context,
+    locked: &Locked,
+    applied: Manifest,
+    after: &mut AfterWrites,
+) -> Result<(), Error> {
+    let id = applied.container_id.clone();
+    if applied.rules.is_empty() {
+        locked.remove(&id)?;
+        return Ok(());
+    }
+    let removal = remove_container(ctx, locked, &id, Some(&applied));
+    after.stale_flows.extend(removal.flows.iter().copied());
+    if let Err(undo) = settle(locked, &id, Some(applied), removal) {
+        eprintln!("natledger: rollback incomplete: {undo}");
+    }
+    Ok(())
 }
 
 /// On the nftables backend: one read of natledger's table and one nf_tables transaction for

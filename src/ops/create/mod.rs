@@ -47,21 +47,35 @@ pub enum Created {
 }
 
 /// The createRuntime hook. Fails loudly: on any error nothing of this container is left
-/// installed (what was applied is rolled back) and the runtime aborts the start.
+/// installed (what was applied is rolled back) and the runtime aborts the start. A state
+/// without a usable pid (missing, not positive, not a running process) is refused.
 pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error> {
     let Some(spec) = input.ports() else {
         return Ok(Created::Skipped);
     };
+    let mappings = parse_mappings(spec)?;
+    // Without a process natledger could never tell that the container is gone: its port
+    // would be held forever. (One that is not running is refused by `create`.)
+    let pid = match input.pid {
+        None => return Err(Error::NoPid(input.id.clone())),
+        Some(pid) if pid <= 0 => {
+            return Err(Error::BadPid {
+                id: input.id.clone(),
+                pid,
+            });
+        }
+        Some(pid) => pid,
+    };
     let lookup = || container_addresses(input);
     let creating = Creating {
         id: input.id.clone(),
-        pid: input.pid,
+        pid: Some(pid),
         bundle: input.bundle.clone(),
-        mappings: parse_mappings(spec)?,
+        mappings,
         addresses: &lookup,
         refuse_conflicts: refuse_conflicts(input),
         pod: sharing::pod_of(&input.annotations),
-        netns: input.pid.and_then(NetnsId::of_pid),
+        netns: NetnsId::of_pid(pid),
         cni: None,
     };
     create(ctx, &creating)
@@ -248,17 +262,9 @@ fn install_locked(
                 if failed.partial {
                     installed.push(family);
                 }
-                if installed.is_empty() {
-                    locked.remove(&input.id)?;
-                } else {
-                    let mut applied = manifest.clone();
-                    applied.rules.retain(|r| installed.contains(&r.family));
-                    let removal = remove_container(ctx, locked, &input.id, Some(&applied));
-                    after.stale_flows.extend(removal.flows.iter().copied());
-                    if let Err(undo) = settle(locked, &input.id, Some(applied), removal) {
-                        eprintln!("natledger: rollback incomplete: {undo}");
-                    }
-                }
+                let mut applied = manifest.clone();
+                applied.rules.retain(|r| installed.contains(&r.family));
+                roll_back(ctx, locked, applied, after)?;
                 return Err(failed.error.into());
             }
         }
@@ -274,7 +280,13 @@ fn install_locked(
         .rules
         .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.table == *t));
     manifest.phase = Phase::Installed;
-    locked.store(&manifest)?;
+    if let Err(error) = locked.store(&manifest) {
+        // The rules are in but the manifest cannot say so (a full state directory has room
+        // for the manifest written ahead, not for the temp file of its update): the create
+        // fails, so they go, and the manifest with them.
+        roll_back(ctx, locked, manifest, after)?;
+        return Err(error.into());
+    }
     fault::point(fault::CREATE_RECORDED);
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.

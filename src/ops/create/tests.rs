@@ -230,7 +230,8 @@ fn containers_of_one_network_namespace_share_the_rules() {
     let stopped = |id: &str| crate::oci::State {
         id: id.into(),
         status: "stopped".into(),
-        pid: None,
+        // As a runtime that names the stopped process (this test's own).
+        pid: Some(std::process::id() as i32),
         bundle: Some(dir.path().into()),
         annotations: None,
     };
@@ -265,7 +266,8 @@ fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
     crate::oci::State {
         id: id.into(),
         status: "stopped".into(),
-        pid: None,
+        // As a runtime that names the stopped process (this test's own).
+        pid: Some(std::process::id() as i32),
         bundle: Some(dir.into()),
         annotations: None,
     }
@@ -351,4 +353,98 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     }
     let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
     assert!(only(&deleted, "natledger:sidecar"), "{deleted:#?}");
+}
+
+/// A createRuntime state without a usable pid is refused before anything runs or is written:
+/// nothing could ever show such a container gone.
+#[test]
+fn a_create_without_a_usable_pid_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script::new(Vec::new());
+    let ctx = Context::new(
+        Ledger::new(dir.path()),
+        crate::backend::Backend::Nft,
+        &script,
+    );
+    for (pid, says) in [
+        (None, "has no pid"),
+        (Some(0), "pid 0 in the createRuntime state"),
+        (Some(-1), "pid -1 in the createRuntime state"),
+    ] {
+        let mut pidless = input(dir.path());
+        pidless.pid = pid;
+        let err = create_runtime(&ctx, &pidless).unwrap_err().to_string();
+        assert!(err.contains("container c1") && err.contains(says), "{err}");
+    }
+    assert!(script.calls.borrow().is_empty());
+    assert!(!dir.path().join("containers").exists());
+}
+
+/// A poststop for c1 while c1's recorded process (this test's) runs, not naming it, is an
+/// earlier instance's: nothing runs, the manifest stays. Naming it, the rules go.
+#[test]
+fn a_poststop_while_the_recorded_process_runs_is_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let nft = crate::backend::Backend::Nft;
+    let script = Script::new(vec![ok("")]);
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    create_runtime(&ctx, &input(dir.path())).unwrap();
+    let me = std::process::id() as i32;
+    let script = Script::new(Vec::new());
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    for named in [None, Some(0), Some(me + 1)] {
+        let mut state = stopped(dir.path(), "c1");
+        state.pid = named;
+        let removed = crate::ops::poststop(&ctx, &state).unwrap();
+        assert_eq!(removed, crate::ops::Removed::Stale { pid: me }, "{named:?}");
+    }
+    assert!(script.calls.borrow().is_empty(), "nothing deleted");
+    assert!(ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), "c1")).unwrap();
+    assert_eq!(removed, crate::ops::Removed::Done { rules: 4 });
+    assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+}
+
+/// The rules are in, then the manifest cannot be updated (here its temp file's name is taken
+/// by a directory, as a full state directory refuses it): the create fails, its rules are
+/// deleted and its manifest removed.
+#[test]
+fn a_manifest_update_that_fails_rolls_the_rules_back() {
+    struct BlockUpdate<'a> {
+        script: Script,
+        tmp: &'a std::path::Path,
+    }
+    impl crate::exec::Runner for BlockUpdate<'_> {
+        fn run(&self, inv: &Invocation) -> std::io::Result<crate::exec::Outcome> {
+            // Once the install ran, nothing can take the temp file's place.
+            if self.script.calls.borrow().is_empty() {
+                std::fs::create_dir(self.tmp).unwrap();
+            }
+            self.script.run(inv)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("containers/.c1.tmp");
+    let runner = BlockUpdate {
+        script: Script::new(vec![ok(""), ok(""), ok("")]),
+        tmp: &tmp,
+    };
+    let ctx = Context::new(
+        Ledger::new(dir.path()),
+        crate::backend::Backend::Nft,
+        &runner,
+    );
+    let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
+    assert!(err.to_string().contains(".c1.tmp"), "{err}");
+    assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
+    let calls = runner.script.calls.borrow();
+    assert!(calls.len() >= 2, "{calls:?}");
+    assert!(stdin_of(&calls[0]).contains("-I NATLEDGER-HOSTPORTS 1"));
+    let undone: String = calls[1..].iter().map(stdin_of).collect();
+    assert!(
+        undone.contains("-D NATLEDGER-HOSTPORTS") && undone.contains("-D NATLEDGER-FORWARD"),
+        "{undone}"
+    );
 }

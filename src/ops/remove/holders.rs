@@ -127,7 +127,8 @@ mod tests {
         crate::oci::State {
             id: id.into(),
             status: "stopped".into(),
-            pid: None,
+            // As a runtime that names the stopped process (this test's own).
+            pid: Some(std::process::id() as i32),
             bundle: Some(dir.into()),
             annotations: None,
         }

@@ -18,6 +18,7 @@ use crate::forwards;
 use crate::layout::tag;
 use crate::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::oci::{ContainerId, HookInput, State};
+use crate::procfs;
 
 use super::{Context, Error, flows};
 use holders::{live_sharers, release_holders};
@@ -36,10 +37,27 @@ pub enum Removed {
         rules: usize,
         sharers: Vec<ContainerId>,
     },
+    /// A poststop of an earlier instance: the container's recorded process (`pid`) still
+    /// runs, so nothing was changed.
+    Stale {
+        pid: i32,
+    },
+}
+
+/// Who says that a container stopped.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Stopping {
+    /// Its poststop, with the pid its state names, if any.
+    Poststop { pid: Option<i32> },
+    /// A CNI DEL or GC: an attachment has no process, its runtime's word is final.
+    Detach,
 }
 
 /// The poststop hook: delete exactly the rules natledger wrote for this container, wherever
-/// they are now, then its manifest. Idempotent; keeps going past a failure.
+/// they are now, then its manifest. Idempotent; keeps going past a failure. A poststop whose
+/// container's recorded process still runs (same pid and start time), and whose state does
+/// not name that process, is an earlier instance's under a reused id: it changes nothing and
+/// warns ([`Removed::Stale`]).
 pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
     let id: ContainerId = state.id.parse()?;
     if !ctx.ledger.has_manifest(&id) {
@@ -50,7 +68,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
             Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
         }
     }
-    stop(ctx, &id)
+    stop(ctx, &id, Stopping::Poststop { pid: state.pid })
 }
 
 /// A container or CNI attachment stops, whoever says so (poststop, a CNI DEL or GC): delete
@@ -61,7 +79,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
 /// rules were kept only for it go. Idempotent; keeps going past a failure.
 ///
 /// [`CniAttachment::deleted`]: crate::ledger::CniAttachment::deleted
-pub(super) fn stop(ctx: &Context, id: &ContainerId) -> Result<Removed, Error> {
+pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Removed, Error> {
     let locked = ctx.ledger.lock()?;
     // A manifest under another container's name (copied or edited) is not this container's:
     // it stays for the operator and sweep (which keeps the rules of both), and only the rules
@@ -75,6 +93,15 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId) -> Result<Removed, Error> {
         );
         None
     });
+    if let Stopping::Poststop { pid: named } = by
+        && let Some(live) = manifest.as_ref().and_then(|m| stale(m, named))
+    {
+        eprintln!(
+            "natledger: warning: ignoring a poststop for container {id}: its process (pid \
+             {live}) still runs, so this poststop is an earlier instance's; its rules stay"
+        );
+        return Ok(Removed::Stale { pid: live });
+    }
     fault::point(fault::POSTSTOP_LOCKED);
     let sharers = manifest
         .as_ref()
@@ -119,6 +146,26 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId) -> Result<Removed, Error> {
     forwards::carry(&ctx.netfilter, &cache, generation);
     ctx.netfilter.release_native();
     result
+}
+
+/// The pid whose process makes a poststop stale: the container's recorded process provably
+/// still runs ([`procfs::runs`]: same pid namespace, pid and start time), and the poststop's
+/// state does not name that process. Without proof (no pid or start time recorded, another
+/// pid namespace, an unreadable stat) the poststop is the container's, as before; a CNI
+/// attachment has no process to judge.
+fn stale(manifest: &Manifest, named: Option<i32>) -> Option<i32> {
+    let pid = manifest.pid.filter(|p| *p > 0)?;
+    if manifest.cni.is_some() || named == Some(pid) {
+        return None;
+    }
+    procfs::runs(procfs::Recorded {
+        pid: manifest.pid,
+        start_time: manifest.pid_start_time,
+        boot_id: manifest.boot_id.as_deref(),
+        pid_namespace: manifest.pid_namespace,
+        netns: None,
+    })
+    .then_some(pid)
 }
 
 /// Record a CNI attachment's DEL in its kept manifest, so that it counts as gone
