@@ -3,6 +3,7 @@ use crate::exec::Invocation;
 use crate::ledger::Ledger;
 use crate::oci::ContainerId;
 use crate::ops::testing::*;
+use crate::portspec::parse_mappings;
 
 fn stdin_of(inv: &Invocation) -> String {
     String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
