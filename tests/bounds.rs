@@ -380,3 +380,127 @@ fn the_largest_container_allowed_does_not_hold_up_another() {
         assert_eq!(node.dump(), before, "{backend:?}: the tables restored");
     });
 }
+
+/// Rewrite container `id`'s manifest with its rule records repeated until the file is past
+/// natledger's 64 MiB read cap (as an older release wrote for 65,535 mappings).
+fn inflate(node: &Node, id: &str) -> u64 {
+    let mut manifest = node.manifest(id);
+    let rules = serde_json::to_string(&manifest["rules"]).unwrap();
+    let records = &rules[1..rules.len() - 1];
+    let copies = (65 << 20) / records.len() + 1;
+    manifest["rules"] = "@RULES@".into();
+    let big = format!("[{}]", vec![records; copies].join(","));
+    let text = serde_json::to_string(&manifest)
+        .unwrap()
+        .replace("\"@RULES@\"", &big);
+    let path = node
+        .state_dir()
+        .join("containers")
+        .join(format!("{id}.json"));
+    std::fs::write(&path, text).unwrap();
+    std::fs::metadata(&path).unwrap().len()
+}
+
+#[test]
+fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (c2, c3, c4) = (
+            node.topo.add_container(2),
+            node.topo.add_container(3),
+            node.topo.add_container(4),
+        );
+        let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "dead");
+        let _s3 = serve_tcp(&c3.ns, c3.sock_v4(80), "live");
+        let _s4 = serve_tcp(&c4.ns, c4.sock_v4(80), "broken");
+        let (pid2, pid3, pid4) = (
+            node.topo.spawn_sleeper(&c2.ns),
+            node.topo.spawn_sleeper(&c3.ns),
+            node.topo.spawn_sleeper(&c4.ns),
+        );
+        node.warm_up();
+        node.create("live", Some(pid3), &[("io.natledger.ports", "9090:80")]);
+        node.create("broken", Some(pid4), &[("io.natledger.ports", "7070:80")]);
+        let without_dead = node.dump();
+        node.create("dead", Some(pid2), &[("io.natledger.ports", "8080:80")]);
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("dead")
+        );
+        let dead_size = inflate(&node, "dead");
+        let live_size = inflate(&node, "live");
+        // A manifest cut short: nothing says whether its container lives.
+        let broken = node.state_dir().join("containers").join("broken.json");
+        let text = std::fs::read(&broken).unwrap();
+        std::fs::write(&broken, &text[..text.len() / 2]).unwrap();
+        kill_pid(pid2);
+        kill_pid(pid4);
+        let before = node.dump();
+        assert!(before.contains("natledger:dead"));
+
+        let start = Instant::now();
+        let out = node.sweep(&["--json"]);
+        let took = start.elapsed();
+        let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        println!(
+            "{backend:?}: sweep with manifests of {dead_size} and {live_size} bytes: {:.2} s",
+            took.as_secs_f64()
+        );
+        assert!(
+            !out.status.success(),
+            "the corrupt manifest is an error: {report}"
+        );
+        let containers = report["containers"].as_array().unwrap();
+        let find = |id: &str| {
+            containers
+                .iter()
+                .find(|c| c["id"] == id)
+                .unwrap_or_else(|| panic!("{id} in {report}"))
+        };
+        let dead = find("dead");
+        assert_eq!(dead["state"], "dead", "{dead}");
+        assert_eq!(dead["manifest"], "removed", "{dead}");
+        assert_eq!(dead["manifest_too_large"], dead_size, "{dead}");
+        assert_eq!(
+            dead["rules_removed"],
+            if backend.is_iptables() { 7 } else { 5 }
+        );
+        let live = find("live");
+        assert_eq!(live["state"], "alive", "{live}");
+        assert_eq!(live["manifest_too_large"], live_size, "{live}");
+        assert_eq!(find("broken")["state"], "unreadable");
+        let errors = report["errors"].to_string();
+        assert!(
+            errors.contains("the rules tagged natledger:broken are kept"),
+            "{errors}"
+        );
+        assert_eq!(
+            node.dump(),
+            without_dead,
+            "{backend:?}: exactly the dead container's rules went"
+        );
+        assert!(!node.manifest_exists("dead"));
+        assert!(node.manifest_exists("live") && node.manifest_exists("broken"));
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 9090), T).ok().as_deref(),
+            Some("live")
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 7070), T).ok().as_deref(),
+            Some("broken")
+        );
+
+        // The text report says how the dead one was judged.
+        let out = node.sweep(&[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("container dead"), "{text}");
+        assert!(text.contains("natledger:broken are kept"), "{text}");
+
+        let out = node.sweep(&["--all"]);
+        assert_ok(&out, "sweep --all");
+        let after = node.dump();
+        assert!(!after.contains("natledger:"), "{backend:?}: {after}");
+        assert!(node.manifests().is_empty());
+    });
+}

@@ -39,6 +39,9 @@ use crate::procfs;
 use crate::safefile;
 use crate::sharing::NetnsId;
 
+mod summary;
+pub use summary::{Summary, summarize};
+
 pub const SCHEMA: u32 = 1;
 
 /// A ledger operation that failed, naming the path.
