@@ -16,7 +16,8 @@
 //! - `sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read`: a dead container's
 //!   manifest over the 64 MiB read cap is judged from its liveness fields; sweep removes its
 //!   tagged rules and the manifest and says so; a live one's stay; a corrupt manifest's rules
-//!   stay, named, until `sweep --all`.
+//!   stay, named, until `sweep --all`; the large manifests are read before the lock, so a
+//!   create meanwhile waits at most a few seconds (printed).
 
 mod common;
 
@@ -405,11 +406,14 @@ fn inflate(node: &Node, id: &str) -> u64 {
 fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
     both(|backend| {
         let mut node = Node::new(backend);
-        let (c2, c3, c4) = (
+        let (c2, c3, c4, c5) = (
             node.topo.add_container(2),
             node.topo.add_container(3),
             node.topo.add_container(4),
+            node.topo.add_container(5),
         );
+        let _s5 = serve_tcp(&c5.ns, c5.sock_v4(80), "other");
+        let pid5 = node.topo.spawn_sleeper(&c5.ns);
         let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "dead");
         let _s3 = serve_tcp(&c3.ns, c3.sock_v4(80), "live");
         let _s4 = serve_tcp(&c4.ns, c4.sock_v4(80), "broken");
@@ -439,14 +443,38 @@ fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
         let before = node.dump();
         assert!(before.contains("natledger:dead"));
 
-        let start = Instant::now();
-        let out = node.sweep(&["--json"]);
-        let took = start.elapsed();
+        // Another container starts while the sweep reads the large manifests.
+        let (out, took, other) = std::thread::scope(|s| {
+            let sweep = s.spawn(|| {
+                let start = Instant::now();
+                let out = node.sweep(&["--json"]);
+                (out, start.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(500));
+            let bundle = node.bundle("other", &[("io.natledger.ports", "6060:80")]);
+            let start = Instant::now();
+            let created = node.hook("create-runtime", "other", Some(pid5), &bundle);
+            let other = start.elapsed();
+            assert_ok(&created, "create during the sweep");
+            let (out, took) = sweep.join().unwrap();
+            (out, took, other)
+        });
         let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
         println!(
-            "{backend:?}: sweep with manifests of {dead_size} and {live_size} bytes: {:.2} s",
-            took.as_secs_f64()
+            "{backend:?}: sweep with manifests of {dead_size} and {live_size} bytes: {:.2} s; \
+             a create meanwhile {:.2} s",
+            took.as_secs_f64(),
+            other.as_secs_f64()
         );
+        assert!(
+            other < Duration::from_secs(5),
+            "{backend:?}: the create waited {other:?}"
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 6060), T).ok().as_deref(),
+            Some("other")
+        );
+        assert_ok(&node.poststop("other"), "poststop");
         assert!(
             !out.status.success(),
             "the corrupt manifest is an error: {report}"

@@ -40,7 +40,7 @@ use crate::safefile;
 use crate::sharing::NetnsId;
 
 mod summary;
-pub use summary::{Summary, summarize};
+pub use summary::{FileId, Summary, summarize};
 
 pub const SCHEMA: u32 = 1;
 

@@ -6,6 +6,7 @@
 //! the container as any other and removes a dead one's rules by its tag.
 
 use std::io::BufReader;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -31,6 +32,67 @@ pub struct Summary {
     pub rules: usize,
     /// The file's size.
     pub bytes: u64,
+    /// The file read, to tell whether a summary read before the lock is still of the file
+    /// there under it.
+    pub file: FileId,
+}
+
+/// A file's identity and version: device, inode, size and modification time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileId {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    fn of(meta: &std::fs::Metadata) -> FileId {
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+        }
+    }
+
+    /// The file at `path` now (not followed if a symlink).
+    pub fn at(path: &Path) -> Option<FileId> {
+        std::fs::symlink_metadata(path).ok().map(|m| FileId::of(&m))
+    }
+}
+
+impl super::Ledger {
+    /// The manifests too large to read whole, summarized ([`summarize`]) without the lock,
+    /// so that a sweep does not hold it while it reads them: under the lock, a summary is
+    /// used only while [`FileId::at`] its path is still the file read (natledger replaces
+    /// a manifest by renaming a new file over it). Whatever fails here is read again under
+    /// the lock.
+    pub fn summarize_oversized(&self) -> Vec<(PathBuf, Summary)> {
+        if self.check_dirs().is_err() {
+            return Vec::new();
+        }
+        let Ok(entries) = std::fs::read_dir(self.containers()) else {
+            return Vec::new();
+        };
+        let cap = safefile::Cap::State.bytes();
+        entries
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                !name.starts_with('.') && name.ends_with(".json")
+            })
+            .filter(|e| {
+                e.metadata()
+                    .is_ok_and(|m| m.file_type().is_file() && m.len() > cap)
+            })
+            .filter_map(|e| {
+                let path = e.path();
+                summarize(&path).ok().map(|s| (path, s))
+            })
+            .collect()
+    }
 }
 
 impl LedgerError {
@@ -51,6 +113,7 @@ pub fn summarize(path: &Path) -> Result<Summary, LedgerError> {
         source,
     };
     let (file, bytes) = safefile::open_regular(path, safefile::Links::Refuse).map_err(io)?;
+    let id = FileId::of(&file.metadata().map_err(io)?);
     let wire: Wire = serde_json::from_reader(BufReader::new(file)).map_err(|source| {
         if source.is_io() {
             io(source.into())
@@ -97,6 +160,7 @@ pub fn summarize(path: &Path) -> Result<Summary, LedgerError> {
         places: wire.rules.places,
         rules: wire.rules.count,
         bytes,
+        file: id,
     })
 }
 

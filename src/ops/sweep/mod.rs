@@ -30,7 +30,7 @@ use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{FILTER, NAT, TABLES};
-use crate::ledger::{Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
+use crate::ledger::{FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
 use crate::procfs;
 use crate::sharing::Needs;
 
@@ -60,9 +60,11 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     if let (Some(limit), false) = (opts.wait, opts.all) {
         wait_for_exits(&ctx.ledger, limit);
     }
+    // Read before the lock: a manifest too large to read whole takes its time.
+    let early = ctx.ledger.summarize_oversized();
     let locked = ctx.ledger.lock()?;
     let mut report = SweepReport::new(opts);
-    let judged = judge(ctx, opts, &mut report)?;
+    let judged = judge(ctx, opts, early, &mut report)?;
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
@@ -125,7 +127,13 @@ struct Doomed {
     summary: Option<Summary>,
 }
 
-fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result<Judged, Error> {
+fn judge(
+    ctx: &Context,
+    opts: &SweepOptions,
+    early: Vec<(PathBuf, Summary)>,
+    report: &mut SweepReport,
+) -> Result<Judged, Error> {
+    let mut early: HashMap<PathBuf, Summary> = early.into_iter().collect();
     // Without /proc every container would look dead.
     procfs::check_readable().map_err(Error::Procfs)?;
     let scan = ctx.ledger.scan()?;
@@ -145,7 +153,11 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
     let mut summaries: HashMap<PathBuf, Summary> = HashMap::new();
     for scanned in scan.manifests {
         let read = match scanned.manifest {
-            Err(e) if e.is_too_large() => summarize(&scanned.path).map(|s| {
+            Err(e) if e.is_too_large() => match early.remove(&scanned.path) {
+                Some(s) if Some(s.file) == FileId::at(&scanned.path) => Ok(s),
+                _ => summarize(&scanned.path),
+            }
+            .map(|s| {
                 let manifest = s.manifest.clone();
                 summaries.insert(scanned.path.clone(), s);
                 manifest
