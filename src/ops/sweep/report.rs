@@ -384,5 +384,27 @@ mod tests {
         assert_eq!(c["cni"]["container_id"], "abc");
         assert_eq!(c["pid"], serde_json::Value::Null);
         assert_eq!(c["state"], "dead");
+        assert!(c.get("manifest_too_large").is_none(), "{c}");
+    }
+
+    #[test]
+    fn a_manifest_too_large_to_read_is_named_with_its_size() {
+        let m = cni_sample("abc", Path::new("/run/netns/x"), None);
+        let mut report = SweepReport::new(&SweepOptions::default());
+        report.containers.push(
+            ContainerReport::judged(&m, false, Vec::new(), Path::new("/s/abc"))
+                .too_large(Some(70_000_000)),
+        );
+        report.set_fates(&HashMap::from([(PathBuf::from("/s/abc"), Fate::Removed)]));
+        let text = report.render();
+        assert!(
+            text.contains(
+                "removed 0 rule(s) by their tag (its manifest of 70000000 bytes is too large \
+                 to read whole: judged from its liveness fields), manifest removed"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["containers"][0]["manifest_too_large"], 70_000_000);
     }
 }
