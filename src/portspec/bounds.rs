@@ -5,8 +5,8 @@
 //! one range mapping, whose rules are a few instead of thousands. What is left is bounded by
 //! [`MAX_MAPPINGS`] and the rules written for it by [`MAX_RULES`], so that every manifest
 //! natledger writes is far under what it reads back (`safefile::Cap::State`, 64 MiB) and
-//! is created and removed in under a second on every backend (`bench/bounds`,
-//! `tests/bounds.rs`: 4,096 rules, a manifest of 2.3 MB, in a debug build).
+//! is created in about a second and removed in under half a second on every backend
+//! (`bench/bounds`, `tests/bounds.rs`: 4,096 rules, a manifest of about 2 MB, debug build).
 
 use std::cmp::Ordering;
 

@@ -4,7 +4,8 @@
 //! One pass, under the ledger lock (so hooks wait while it runs, and it never sees a
 //! container half-created):
 //! 1. judge every manifest: alive (pid, start time and boot all match), dead, or unreadable
-//!    (kept: its container might be alive);
+//!    (kept: its container might be alive); one only too large to read whole is judged from
+//!    its liveness fields (`ledger::summarize`, read before the lock);
 //! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
 //!    transaction: natledger's rules tagged for a container that is not alive go, wherever
 //!    they are now (see [`plan`]); a transaction that fails because the table changed since
