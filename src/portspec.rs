@@ -14,6 +14,8 @@ use serde::{Deserialize, Serialize};
 use crate::echo::{Echo, MESSAGE, limit};
 use crate::family::Family;
 
+pub mod bounds;
+
 /// A port-mapping entry that could not be parsed, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid port mapping {entry}: {reason}")]
@@ -209,19 +211,34 @@ impl fmt::Display for PortMapping {
 
 /// Parse the whole annotation value.
 pub fn parse_mappings(value: &str) -> Result<Vec<PortMapping>, SpecError> {
-    let mappings = value
+    let mappings = parse_entries(value)?;
+    check_conflicts(value, &mappings)?;
+    Ok(mappings)
+}
+
+/// Parse every entry of the annotation value, without [`check_conflicts`].
+pub fn parse_entries(value: &str) -> Result<Vec<PortMapping>, SpecError> {
+    value
         .split(',')
         .map(|entry| parse_entry(entry.trim()))
-        .collect::<Result<Vec<_>, _>>()?;
-    for (i, a) in mappings.iter().enumerate() {
-        if let Some(b) = mappings[..i].iter().find(|b| a.conflicts_with(b)) {
+        .collect()
+}
+
+/// Refuse mappings of one annotation that claim a host port twice. Judged on the merged
+/// runs (`bounds::coalesce`: the same host ports, none of a run overlapping another of it),
+/// so the pairs compared are as few as the ranges, not the ports: callers facing input bound
+/// their number first (`bounds::check_count`).
+pub fn check_conflicts(value: &str, mappings: &[PortMapping]) -> Result<(), SpecError> {
+    let runs = bounds::coalesce(mappings, true);
+    for (i, a) in runs.iter().enumerate() {
+        if let Some(b) = runs[..i].iter().find(|b| a.conflicts_with(b)) {
             return Err(bad(
                 value,
                 format!("{a} and {b} claim the same host port twice"),
             ));
         }
     }
-    Ok(mappings)
+    Ok(())
 }
 
 /// Parse one entry.

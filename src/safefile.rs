@@ -147,13 +147,20 @@ fn must_be_regular(file: &File) -> io::Result<u64> {
 
 /// Read a whole regular file of at most `cap` bytes (see the module comment).
 pub fn read(path: &Path, links: Links, cap: Cap) -> io::Result<Vec<u8>> {
+    let (file, len) = open_regular(path, links)?;
+    read_capped(file, len, cap)
+}
+
+/// Open a regular file as [`read`] does, and its size, for a caller that reads it as a
+/// stream (`ledger::summarize`: a manifest past its cap).
+pub fn open_regular(path: &Path, links: Links) -> io::Result<(File, u64)> {
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | nofollow(links))
         .open(path)
         .map_err(named_symlink(links))?;
     let len = must_be_regular(&file)?;
-    read_capped(file, len, cap)
+    Ok((file, len))
 }
 
 /// Read a dump an operator names: a regular file or a pipe (`doctor --from <(iptables-save)`,

@@ -10,6 +10,7 @@ use crate::family::Family;
 use crate::ledger::{CniAttachment, Ledger, LedgerError, Phase};
 use crate::oci::PORT_CONFLICT_ENV;
 use crate::ops::{self, Context, Creating};
+use crate::portspec::bounds::canonical;
 use crate::sharing::NetnsId;
 
 /// The state directory when neither the config's `stateDir` nor `NATLEDGER_STATE_DIR` names
@@ -97,7 +98,15 @@ impl Plugin for Natledger {
         };
         ops::create(&ctx, &creating)
             .map(|_| ())
-            .map_err(|e| failed("could not install the port mappings", e))
+            .map_err(|e| match e {
+                // Refused before anything was written: the configuration asks too much.
+                ops::Error::TooLarge { bound, .. } => CniError::new(
+                    Code::InvalidConfig,
+                    "too many port mappings",
+                    bound.to_string(),
+                ),
+                e => failed("could not install the port mappings", e),
+            })
     }
 
     /// Whatever the ledger recorded for the attachment goes; `runtimeConfig` and
@@ -159,6 +168,30 @@ impl Plugin for Natledger {
                 Code::Failed,
                 "port mappings not installed",
                 format!("attachment {id} is {:?}, not installed", manifest.phase),
+            ));
+        }
+        // The mappings asked for now are those recorded (merged into ranges, split between
+        // the attachment's own and those it shares), whatever the form.
+        let recorded = manifest
+            .mappings
+            .iter()
+            .chain(manifest.shares.iter().flat_map(|s| s.mappings.iter()));
+        let (asked, recorded) = (canonical(&request.conf.mappings), canonical(recorded));
+        if asked != recorded {
+            let words = |m: &[crate::portspec::PortMapping]| {
+                m.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            return Err(CniError::new(
+                Code::Failed,
+                "port mappings differ",
+                format!(
+                    "attachment {id} has {} installed, CHECK asks for {}",
+                    words(&recorded),
+                    words(&asked)
+                ),
             ));
         }
         let missing = ops::missing_rules(&ctx, &manifest)

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use super::spec::{CniError, Code};
 use crate::echo::Echo;
-use crate::portspec::PortMapping;
+use crate::portspec::{PortMapping, bounds};
 
 /// `CNI_NETNS` must name a network namespace (`/proc/PID/ns/net` or a bind mount of one, as
 /// `ip netns` and runtimes make): nsfs, of type `CLONE_NEWNET`. libcni's plugins open it with
@@ -51,21 +51,41 @@ const NS_GET_NSTYPE: libc::Ioctl = (0xb7 << 8) | 0x3;
 /// refuses, [`PortMapping::conflicts_with`]): one host port cannot forward to two container
 /// ports. An entry repeated exactly is kept once (it asks for nothing new). Code 7.
 pub fn distinct_host_ports(mappings: Vec<PortMapping>) -> Result<Vec<PortMapping>, CniError> {
-    let mut kept: Vec<PortMapping> = Vec::with_capacity(mappings.len());
-    for m in mappings {
-        if kept.contains(&m) {
-            continue;
-        }
-        if let Some(other) = kept.iter().find(|k| k.conflicts_with(&m)) {
+    // Exact repeats go first, in O(n log n): a runtime may send 65,535 entries.
+    let mut seen = std::collections::BTreeSet::new();
+    let kept: Vec<PortMapping> = mappings
+        .into_iter()
+        .filter(|m| seen.insert(key(m)))
+        .collect();
+    // Judged on merged runs, as the annotation's conflicts are (`portspec::check_conflicts`):
+    // the pairs are few. Over the mappings limit, create refuses the whole request (code 7)
+    // before anything else, so the pairs are never compared.
+    let runs = bounds::coalesce(&kept, true);
+    if runs.len() > bounds::MAX_MAPPINGS {
+        return Ok(kept);
+    }
+    for (i, m) in runs.iter().enumerate() {
+        if let Some(other) = runs[..i].iter().find(|k| k.conflicts_with(m)) {
             return Err(CniError::new(
                 Code::InvalidConfig,
                 "invalid port mapping",
                 format!("{other} and {m} claim the same host port twice"),
             ));
         }
-        kept.push(m);
     }
     Ok(kept)
+}
+
+/// A mapping's identity, ordered (`PortMapping` has no `Ord`).
+fn key(m: &PortMapping) -> (Option<std::net::IpAddr>, u16, u16, u16, u16, u8) {
+    (
+        m.host_ip,
+        m.host_ports.start,
+        m.host_ports.end,
+        m.container_ports.start,
+        m.container_ports.end,
+        m.protocol.number(),
+    )
 }
 
 /// A key natledger reads spelt twice in one object but for ASCII case (`hostPort` and

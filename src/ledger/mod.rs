@@ -48,6 +48,9 @@ use owner::{MARKER, Ownership};
 
 pub mod owner;
 
+mod summary;
+pub use summary::{FileId, Summary, summarize};
+
 pub const SCHEMA: u32 = 1;
 
 /// A ledger operation that failed, naming the path.

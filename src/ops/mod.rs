@@ -145,6 +145,12 @@ pub enum Error {
     IdInUse { id: ContainerId, pid: String },
     #[error("cannot judge whether containers live: /proc is not readable: {0}")]
     Procfs(std::io::Error),
+    #[error("container {id} asks for more than natledger records per container")]
+    TooLarge {
+        id: ContainerId,
+        #[source]
+        bound: crate::portspec::bounds::Bound,
+    },
     #[error("{remaining} rule(s) of container {id} may remain: {first_error}")]
     Incomplete {
         id: ContainerId,

@@ -1,6 +1,8 @@
 //! Whether a container's recorded rules are in place (a CNI CHECK): each record looked for,
 //! argument for argument, in its chain of the backend, family and table it was written to.
 
+use std::collections::HashSet;
+
 use crate::layout::TABLES;
 use crate::ledger::{Manifest, RuleRecord};
 
@@ -24,17 +26,18 @@ pub fn missing_rules(ctx: &Context, manifest: &Manifest) -> Result<Vec<RuleRecor
     }
     for (backend, family, table) in places {
         let dump = ctx.netfilter.read(backend, family, table)?;
+        // Looked up, not searched: a container may have thousands of records.
+        let present: HashSet<(&str, &[String])> = dump
+            .iter()
+            .flat_map(|t| t.rules.iter())
+            .map(|r| (r.chain.as_str(), r.args.as_slice()))
+            .collect();
         for record in manifest
             .rules
             .iter()
             .filter(|r| r.backend == backend && r.family == family && r.table == table)
         {
-            let present = dump.as_ref().is_some_and(|t| {
-                t.rules
-                    .iter()
-                    .any(|r| r.chain == record.chain && r.args == record.rule)
-            });
-            if !present {
+            if !present.contains(&(record.chain.as_str(), record.rule.as_slice())) {
                 missing.push(record.clone());
             }
         }

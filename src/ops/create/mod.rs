@@ -18,7 +18,8 @@ use crate::netns;
 use crate::oci::{
     ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
 };
-use crate::portspec::{PortMapping, parse_mappings};
+use crate::portspec::bounds::{Bound, MAX_RULES, check_count};
+use crate::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
@@ -30,6 +31,7 @@ use crate::conntrack::Flows;
 
 mod checks;
 mod install;
+mod limits;
 #[cfg(test)]
 mod tests;
 
@@ -53,7 +55,6 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
     let Some(spec) = input.ports() else {
         return Ok(Created::Skipped);
     };
-    let mappings = parse_mappings(spec)?;
     // Without a process natledger could never tell that the container is gone: its port
     // would be held forever. (One that is not running is refused by `create`.)
     let pid = match input.pid {
@@ -67,6 +68,10 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         Some(pid) => pid,
     };
     let lookup = || container_addresses(input);
+    // Bounded before the conflicts are judged: that is quadratic in the merged mappings.
+    let mappings = parse_entries(spec)?;
+    check_count(&mappings).map_err(|bound| limits::too_large(&input.id, bound))?;
+    check_conflicts(spec, &mappings)?;
     let creating = Creating {
         id: input.id.clone(),
         pid: Some(pid),
@@ -102,10 +107,10 @@ pub struct Creating<'a> {
 }
 
 /// Install a container's forwards and record them, write-ahead: claims judged, rules written
-/// as recorded, rolled back on failure.
+/// as recorded, rolled back on failure. Consecutive mappings are recorded merged into ranges,
+/// and a container past `portspec::bounds` is refused before the lock.
 pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
-    let mappings = input.mappings.clone();
-    let keepers = check_listeners(input, &mappings)?;
+    let mappings = limits::merged(ctx.backend, &input.id, &input.mappings)?;
     // A container that only shares the rules of its namespace needs no address of its own
     // (one joining `--network container:X` of an X forwarded by io.natledger.ip has none);
     // whether it does is known under the lock, where the address is read again if needed.
@@ -114,6 +119,8 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         Err(Error::NoAddress { .. }) => Vec::new(),
         Err(e) => return Err(e),
     };
+    limits::check_rules(ctx.backend, &input.id, &mappings, &addresses)?;
+    let keepers = check_listeners(input, &mappings)?;
     let pid_start_time = match input.pid {
         Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
             id: input.id.clone(),
@@ -198,6 +205,14 @@ fn install_locked(
         manifest.addresses = (input.addresses)()?;
     }
     manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
+    if manifest.rules.len() > MAX_RULES {
+        // Addresses read only now (above): still nothing written.
+        let bound = Bound::Rules {
+            mappings: manifest.mappings.len(),
+            rules: manifest.rules.len(),
+        };
+        return Err(limits::too_large(&input.id, bound));
+    }
     // Restarted in the namespace whose live members share its rules: the rules stay where
     // they are when they are exactly what it would write now, so those members' port is
     // never cut; otherwise they are written again, and the members stay named.

@@ -3,6 +3,7 @@ use crate::exec::Invocation;
 use crate::ledger::Ledger;
 use crate::oci::ContainerId;
 use crate::ops::testing::*;
+use crate::portspec::parse_mappings;
 
 fn stdin_of(inv: &Invocation) -> String {
     String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
@@ -446,5 +447,77 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
     assert!(
         undone.contains("-D NATLEDGER-HOSTPORTS") && undone.contains("-D NATLEDGER-FORWARD"),
         "{undone}"
+    );
+}
+
+#[test]
+fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock() {
+    use crate::portspec::bounds::Bound;
+    let dir = tempfile::tempdir().unwrap();
+    let state = dir.path().join("state");
+    let with_ports = |spec: String| {
+        let mut input = input(dir.path());
+        input
+            .annotations
+            .insert("io.natledger.ports".to_string(), spec);
+        input
+            .annotations
+            .insert("io.natledger.ip".to_string(), "10.77.0.2,fd77::2".into());
+        input
+    };
+    // Refused: nothing run, not even the state directory made (the lock is in it).
+    for (backend, spec, refused) in [
+        (
+            Backend::Legacy,
+            (1..=2000)
+                .map(|p| format!("{}:{p}", p * 2))
+                .collect::<Vec<_>>(),
+            Bound::Mappings {
+                given: 2000,
+                merged: 2000,
+            },
+        ),
+        // 600 dual-stack mappings: 4,200 rules on iptables (3,000 on nftables).
+        (
+            Backend::Nft,
+            (1..=600).map(|p| format!("{}:{p}", p * 2)).collect(),
+            Bound::Rules {
+                mappings: 600,
+                rules: 4200,
+            },
+        ),
+        // A shifted run merges on iptables, not on nftables.
+        (
+            Backend::Nftables,
+            (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect(),
+            Bound::Mappings {
+                given: 1025,
+                merged: 1025,
+            },
+        ),
+    ] {
+        let script = Script::new(Vec::new());
+        let ctx = Context::new(Ledger::new(&state), backend, &script);
+        match create_runtime(&ctx, &with_ports(spec.join(","))) {
+            Err(Error::TooLarge { id, bound }) => {
+                assert_eq!(id.to_string(), "c1");
+                assert_eq!(bound, refused, "{backend}");
+            }
+            other => panic!("{backend}: {other:?}"),
+        }
+        assert!(script.calls.borrow().is_empty());
+        assert!(!state.exists(), "{backend}: nothing made");
+    }
+
+    // The same shifted run on iptables: one range mapping, its seven rules (two families).
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = Context::new(Ledger::new(&state), Backend::Nft, &script);
+    let spec: Vec<String> = (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect();
+    let created = create_runtime(&ctx, &with_ports(spec.join(","))).unwrap();
+    assert_eq!(created, Created::Installed { rules: 7 });
+    let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
+    assert_eq!(
+        manifest.mappings,
+        parse_mappings("1001-2025:1-1025").unwrap()
     );
 }

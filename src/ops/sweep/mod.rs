@@ -4,7 +4,8 @@
 //! One pass, under the ledger lock (so hooks wait while it runs, and it never sees a
 //! container half-created):
 //! 1. judge every manifest: alive (pid, start time and boot all match), dead, or unreadable
-//!    (kept: its container might be alive);
+//!    (kept: its container might be alive); one only too large to read whole is judged from
+//!    its liveness fields (`ledger::summarize`, read before the lock);
 //! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
 //!    transaction: natledger's rules tagged for a container that is not alive go, wherever
 //!    they are now (see [`plan`]); a transaction that fails because the table changed since
@@ -31,7 +32,7 @@ use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{FILTER, NAT, TABLES};
-use crate::ledger::{Ledger, Locked, Manifest, Phase, RuleRecord};
+use crate::ledger::{FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
 use crate::procfs;
 use crate::sharing::Needs;
 
@@ -61,9 +62,11 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     if let (Some(limit), false) = (opts.wait, opts.all) {
         wait_for_exits(&ctx.ledger, limit);
     }
+    // Read before the lock: a manifest too large to read whole takes its time.
+    let early = ctx.ledger.summarize_oversized();
     let locked = ctx.ledger.lock()?;
     let mut report = SweepReport::new(opts);
-    let judged = judge(ctx, opts, &mut report)?;
+    let judged = judge(ctx, opts, early, &mut report)?;
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
@@ -123,10 +126,19 @@ struct Judged {
 
 struct Doomed {
     path: PathBuf,
+    /// Without its records when `summary` is set.
     manifest: Manifest,
+    /// A manifest too large to read whole: where its rules are, not which.
+    summary: Option<Summary>,
 }
 
-fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result<Judged, Error> {
+fn judge(
+    ctx: &Context,
+    opts: &SweepOptions,
+    early: Vec<(PathBuf, Summary)>,
+    report: &mut SweepReport,
+) -> Result<Judged, Error> {
+    let mut early: HashMap<PathBuf, Summary> = early.into_iter().collect();
     // Without /proc every container would look dead.
     procfs::check_readable().map_err(Error::Procfs)?;
     let scan = ctx.ledger.scan()?;
@@ -141,8 +153,23 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
     };
     let mut readable = Vec::new();
     let mut unreadable_ids: HashSet<String> = HashSet::new();
+    // Manifests too large to read whole, read for their liveness fields (`ledger::summarize`):
+    // judged as any other; a dead one's rules go by their tag.
+    let mut summaries: HashMap<PathBuf, Summary> = HashMap::new();
     for scanned in scan.manifests {
-        let manifest = match scanned.manifest {
+        let read = match scanned.manifest {
+            Err(e) if e.is_too_large() => match early.remove(&scanned.path) {
+                Some(s) if Some(s.file) == FileId::at(&scanned.path) => Ok(s),
+                _ => summarize(&scanned.path),
+            }
+            .map(|s| {
+                let manifest = s.manifest.clone();
+                summaries.insert(scanned.path.clone(), s);
+                manifest
+            }),
+            other => other,
+        };
+        let manifest = match read {
             Ok(m) if scanned.id.as_ref() == Some(&m.container_id) => m,
             other => {
                 // Whose rules it names is unknown: keep those of both the id in its file
@@ -208,14 +235,20 @@ fn judge(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) -> Result
     for (((path, manifest), alive), kept_for) in readable.into_iter().zip(keep).zip(sharers) {
         let id = manifest.container_id.to_string();
         let needed = alive || !kept_for.is_empty();
-        report
-            .containers
-            .push(ContainerReport::judged(&manifest, alive, kept_for, &path));
+        let summary = summaries.remove(&path);
+        report.containers.push(
+            ContainerReport::judged(&manifest, alive, kept_for, &path)
+                .too_large(summary.as_ref().map(|s| s.bytes)),
+        );
         if needed && !opts.all {
             judged.claims.kept.insert(id);
         } else {
             judged.claims.dead.insert(id);
-            judged.doomed.push(Doomed { path, manifest });
+            judged.doomed.push(Doomed {
+                path,
+                manifest,
+                summary,
+            });
         }
     }
     Ok(judged)
@@ -269,7 +302,39 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
     let any_failed = report.tables.iter().any(|t| t.state == TableState::Failed);
     let mut fates: HashMap<PathBuf, Fate> = HashMap::new();
     let mut gone: Vec<PathBuf> = Vec::new();
-    for Doomed { path, manifest } in judged.doomed {
+    for Doomed {
+        path,
+        manifest,
+        summary,
+    } in judged.doomed
+    {
+        if let Some(summary) = summary {
+            // Its rules went by their tag; the file stays, as it is, while a table that may
+            // hold some could not be swept.
+            let unsettled = unsettled(&report.tables);
+            let left: Vec<&(Backend, Family, String)> = summary
+                .places
+                .iter()
+                .filter(|(b, f, t)| unsettled.contains(&(*b, *f, t.as_str())))
+                .collect();
+            if left.is_empty() {
+                fates.insert(path.clone(), Fate::Removed);
+                gone.push(path);
+            } else {
+                let places: Vec<String> = left
+                    .iter()
+                    .map(|(b, f, t)| format!("{b}/{f}/{t}"))
+                    .collect();
+                report.errors.push(format!(
+                    "rules of container {} may remain in {}; its manifest {} is kept as it is",
+                    manifest.container_id,
+                    places.join(", "),
+                    path.display()
+                ));
+                fates.insert(path, Fate::KeptIncomplete);
+            }
+            continue;
+        }
         let remaining = remaining(&manifest.rules, &report.tables);
         if remaining.is_empty() {
             fates.insert(path.clone(), Fate::Removed);
@@ -321,15 +386,20 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
 /// clean (failed, or its backend not installed). A nat table swept clean settles the DNATs
 /// even when the same backend's filter table failed, and the other way round.
 fn remaining(rules: &[RuleRecord], tables: &[TableReport]) -> Vec<RuleRecord> {
-    let unsettled: HashSet<(Backend, Family, &str)> = tables
-        .iter()
-        .filter(|t| matches!(t.state, TableState::Failed | TableState::NotInstalled))
-        .map(|t| (t.backend, t.family, t.table))
-        .collect();
+    let unsettled = unsettled(tables);
     rules
         .iter()
         .filter(|r| unsettled.contains(&(r.backend, r.family, r.table.as_str())))
         .cloned()
+        .collect()
+}
+
+/// The tables the sweep could not clean (failed, or its backend not installed).
+fn unsettled(tables: &[TableReport]) -> HashSet<(Backend, Family, &'static str)> {
+    tables
+        .iter()
+        .filter(|t| matches!(t.state, TableState::Failed | TableState::NotInstalled))
+        .map(|t| (t.backend, t.family, t.table))
         .collect()
 }
 

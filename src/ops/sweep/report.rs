@@ -63,6 +63,10 @@ pub struct ContainerReport {
     /// share them (`crate::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<String>,
+    /// The manifest's size when it was too large to read whole (over 64 MiB): judged from
+    /// its liveness fields alone (`ledger::summarize`), its rules removed by their tag.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest_too_large: Option<u64>,
     /// [`Manifest::origin`], for the text report.
     #[serde(skip)]
     origin: String,
@@ -121,8 +125,15 @@ impl ContainerReport {
             manifest: Fate::Kept,
             rules_removed: 0,
             kept_for,
+            manifest_too_large: None,
             path: path.to_path_buf(),
         }
+    }
+
+    /// [`Self::manifest_too_large`].
+    pub(super) fn too_large(mut self, bytes: Option<u64>) -> Self {
+        self.manifest_too_large = bytes;
+        self
     }
 
     pub(super) fn unreadable(id: Option<String>, path: &Path) -> Self {
@@ -135,6 +146,7 @@ impl ContainerReport {
             manifest: Fate::Kept,
             rules_removed: 0,
             kept_for: Vec::new(),
+            manifest_too_large: None,
             path: path.to_path_buf(),
         }
     }
@@ -275,9 +287,16 @@ impl SweepReport {
                 );
                 continue;
             }
+            let by_tag = match c.manifest_too_large {
+                Some(bytes) => format!(
+                    " by their tag (its manifest of {bytes} bytes is too large to read whole: \
+                     judged from its liveness fields)"
+                ),
+                None => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "{state} container {id} ({origin}): {verb} {} rule(s), {fate}",
+                "{state} container {id} ({origin}): {verb} {} rule(s){by_tag}, {fate}",
                 c.rules_removed
             );
         }
@@ -365,5 +384,27 @@ mod tests {
         assert_eq!(c["cni"]["container_id"], "abc");
         assert_eq!(c["pid"], serde_json::Value::Null);
         assert_eq!(c["state"], "dead");
+        assert!(c.get("manifest_too_large").is_none(), "{c}");
+    }
+
+    #[test]
+    fn a_manifest_too_large_to_read_is_named_with_its_size() {
+        let m = cni_sample("abc", Path::new("/run/netns/x"), None);
+        let mut report = SweepReport::new(&SweepOptions::default());
+        report.containers.push(
+            ContainerReport::judged(&m, false, Vec::new(), Path::new("/s/abc"))
+                .too_large(Some(70_000_000)),
+        );
+        report.set_fates(&HashMap::from([(PathBuf::from("/s/abc"), Fate::Removed)]));
+        let text = report.render();
+        assert!(
+            text.contains(
+                "removed 0 rule(s) by their tag (its manifest of 70000000 bytes is too large \
+                 to read whole: judged from its liveness fields), manifest removed"
+            ),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["containers"][0]["manifest_too_large"], 70_000_000);
     }
 }

@@ -1,0 +1,534 @@
+//! How much one container may ask for (issue 22, item 2), with the real binary in private
+//! network namespaces, every backend, full dumps before and after, TCP to the container:
+//!
+//! - `cni_add_of_every_port_one_by_one_is_one_range`: a CNI ADD of 65,535 consecutive
+//!   `portMappings` is recorded as one range mapping (a small manifest), forwards, passes
+//!   CHECK (the same mappings; other ones are named), and DEL restores the dumps, each step
+//!   within seconds;
+//! - `cni_add_of_65535_scattered_mappings_is_refused`: the same count with nothing to merge,
+//!   and 900 dual-stack mappings (4,500 rules or more), are refused with an error object (code 7)
+//!   naming the limit, writing nothing;
+//! - `annotation_of_every_port_is_one_range_and_scattered_ones_are_refused`: the same through
+//!   `io.natledger.ports` (create-runtime, `list`, poststop);
+//! - `the_largest_container_allowed_does_not_hold_up_another`: 1,025 mappings refused; 1,024
+//!   (4,096 rules on iptables) created, checked and deleted while another container is
+//!   created and deleted: each step's time printed, the other waits at most a few seconds;
+//! - `sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read`: a dead container's
+//!   manifest over the 64 MiB read cap is judged from its liveness fields; sweep removes its
+//!   tagged rules and the manifest and says so; a live one's stay; a corrupt manifest's rules
+//!   stay, named, until `sweep --all`; the large manifests are read before the lock, so a
+//!   create meanwhile waits at most a few seconds (printed).
+
+mod common;
+
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(3);
+const CID: &str = "b0a1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1";
+
+/// `natledger ARGS` in the node as [`Node::natledger`] runs it, with `env`, killed after
+/// `limit` (exit 124), timed.
+fn timed(
+    node: &Node,
+    args: &[&str],
+    stdin: &str,
+    env: &[(&str, &str)],
+    limit: u64,
+) -> (Output, Duration) {
+    let limit = limit.to_string();
+    let state_dir = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
+    let backend = format!("NATLEDGER_BACKEND={}", node.backend.name());
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let mut argv: Vec<&str> = vec![&limit, "env", &state_dir, &backend];
+    argv.extend(env.iter().map(String::as_str));
+    argv.push(BIN);
+    argv.extend_from_slice(args);
+    let start = Instant::now();
+    let out = run_in(node.topo.node(), "timeout", &argv, Some(stdin.as_bytes()));
+    (out, start.elapsed())
+}
+
+/// One CNI call for `(container_id, eth0)` of container `c`, timed, killed after `limit` s.
+fn cni(
+    node: &Node,
+    command: &str,
+    container_id: &str,
+    c: &Container,
+    config: &Value,
+    limit: u64,
+) -> (Output, Duration) {
+    let netns = format!("/run/netns/{}", c.ns);
+    let env = [
+        ("CNI_COMMAND", command),
+        ("CNI_CONTAINERID", container_id),
+        ("CNI_IFNAME", "eth0"),
+        ("CNI_PATH", "/opt/cni/bin"),
+        ("CNI_NETNS", netns.as_str()),
+    ];
+    timed(node, &[], &config.to_string(), &env, limit)
+}
+
+fn config(node: &Node, c: &Container, mappings: Vec<Value>) -> Value {
+    let netns = format!("/run/netns/{}", c.ns);
+    json!({
+        "cniVersion": "1.0.0", "name": "bounds", "type": "natledger",
+        "backend": node.backend.name(), "stateDir": node.state_dir(),
+        "runtimeConfig": {"portMappings": mappings},
+        "prevResult": cni_prev_result(c, &netns)
+    })
+}
+
+/// `hostPort` `h` to `containerPort` `f(h)` for every port, TCP, optionally on `host_ip`.
+fn port_mappings(
+    f: impl Fn(u16) -> u16,
+    ports: impl Iterator<Item = u16>,
+    host_ip: Option<&str>,
+) -> Vec<Value> {
+    ports
+        .map(|h| {
+            let mut m = json!({"hostPort": h, "containerPort": f(h), "protocol": "tcp"});
+            if let Some(ip) = host_ip {
+                m["hostIP"] = ip.into();
+            }
+            m
+        })
+        .collect()
+}
+
+fn error_object(out: &Output) -> Value {
+    assert!(!out.status.success(), "expected a failure: {}", stderr(out));
+    serde_json::from_slice(&out.stdout).expect("an error object on stdout")
+}
+
+fn manifest_size(node: &Node, id: &str) -> u64 {
+    let path = node
+        .state_dir()
+        .join("containers")
+        .join(format!("{id}.json"));
+    std::fs::metadata(path).expect("the manifest").len()
+}
+
+#[test]
+fn cni_add_of_every_port_one_by_one_is_one_range() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+        node.warm_up();
+        let before = node.dump();
+        let config = config(&node, &c, port_mappings(|p| p, 1..=65535, None));
+
+        let (out, add) = cni(&node, "ADD", CID, &c, &config, 60);
+        assert_ok(&out, "ADD of 65,535 mappings");
+        let id = format!("{CID}+eth0");
+        let manifest = node.manifest(&id);
+        assert_eq!(
+            manifest["mappings"],
+            json!([{"host_ports": {"start": 1, "end": 65535},
+                    "container_ports": {"start": 1, "end": 65535}, "protocol": "tcp"}]),
+            "{backend:?}: one range mapping"
+        );
+        let size = manifest_size(&node, &id);
+        assert!(size < 64 << 10, "{backend:?}: a manifest of {size} bytes");
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 80), T).ok().as_deref(),
+            Some("c2"),
+            "{backend:?}: port 80 of the range forwards"
+        );
+
+        let (out, check) = cni(&node, "CHECK", CID, &c, &config, 60);
+        assert_ok(&out, "CHECK with the mappings of the ADD");
+        let mut other = config.clone();
+        other["runtimeConfig"]["portMappings"] = json!(port_mappings(|p| p, 1..=65534, None));
+        let (out, _) = cni(&node, "CHECK", CID, &c, &other, 60);
+        let error = error_object(&out);
+        let details = error["details"].as_str().unwrap();
+        assert!(
+            details.contains("1-65535:1-65535/tcp installed, CHECK asks for 1-65534:1-65534/tcp"),
+            "{details}"
+        );
+
+        let (out, del) = cni(&node, "DEL", CID, &c, &config, 60);
+        assert_ok(&out, "DEL");
+        println!(
+            "{backend:?}: 65,535 consecutive mappings: ADD {:.2} s, manifest {size} B, CHECK \
+             {:.2} s, DEL {:.2} s",
+            add.as_secs_f64(),
+            check.as_secs_f64(),
+            del.as_secs_f64()
+        );
+        for (step, took) in [("ADD", add), ("CHECK", check), ("DEL", del)] {
+            assert!(
+                took < Duration::from_secs(20),
+                "{backend:?}: {step} took {took:?}"
+            );
+        }
+        assert!(node.manifests().is_empty());
+        assert_eq!(node.dump(), before, "{backend:?}: DEL restores the tables");
+    });
+}
+
+#[test]
+fn cni_add_of_65535_scattered_mappings_is_refused() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        node.warm_up();
+        let before = node.dump();
+        for (what, mappings, says) in [
+            (
+                "65,535 mappings, none consecutive",
+                port_mappings(|p| 65535 - p + 1, 1..=65535, None),
+                "65535 port mappings are 65535 once consecutive ports are merged into \
+                 ranges, more than the 1024",
+            ),
+            (
+                // 6,300 rules on iptables, 4,500 on nftables.
+                "900 dual-stack mappings",
+                port_mappings(|p| p + 1, (1..=900).map(|p| p * 2), None),
+                "900 port mapping(s) need",
+            ),
+        ] {
+            let config = config(&node, &c, mappings);
+            let (out, took) = cni(&node, "ADD", CID, &c, &config, 60);
+            let error = error_object(&out);
+            assert_eq!(error["code"], 7, "{backend:?} {what}: {error}");
+            assert_eq!(error["msg"], "too many port mappings", "{error}");
+            let details = error["details"].as_str().unwrap();
+            assert!(details.contains(says), "{backend:?} {what}: {details}");
+            println!(
+                "{backend:?}: {what}: refused in {:.2} s",
+                took.as_secs_f64()
+            );
+            assert!(took < Duration::from_secs(10), "{what}: {took:?}");
+            assert!(node.manifests().is_empty(), "{what}: no manifest");
+            assert_eq!(node.dump(), before, "{backend:?} {what}: nothing written");
+        }
+    });
+}
+
+#[test]
+fn annotation_of_every_port_is_one_range_and_scattered_ones_are_refused() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        node.warm_up();
+        let before = node.dump();
+        let hook = |id: &str, spec: &str| {
+            let bundle = node.bundle(id, &[("io.natledger.ports", spec)]);
+            let state = json!({"ociVersion": "1.0.2", "id": id, "status": "creating",
+                               "pid": pid, "bundle": bundle});
+            timed(
+                &node,
+                &["hook", "create-runtime"],
+                &state.to_string(),
+                &[],
+                60,
+            )
+        };
+
+        let scattered: Vec<String> = (1..=65535u32)
+            .map(|p| format!("{p}:{}", 65536 - p))
+            .collect();
+        let (out, took) = hook("c1", &scattered.join(","));
+        assert!(!out.status.success(), "{backend:?}: scattered accepted");
+        let err = stderr(&out);
+        assert!(
+            err.contains("container c1 asks for more than natledger records per container")
+                && err.contains("65535 port mappings are 65535 once consecutive ports are merged"),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        println!(
+            "{backend:?}: annotation of 65,535 scattered: refused in {:.2} s",
+            took.as_secs_f64()
+        );
+        assert!(took < Duration::from_secs(10), "{took:?}");
+        assert!(node.manifests().is_empty());
+        assert_eq!(node.dump(), before, "{backend:?}: nothing written");
+
+        let every: Vec<String> = (1..=65535u32).map(|p| format!("{p}:{p}")).collect();
+        let (out, create) = hook("c1", &every.join(","));
+        assert_ok(&out, "create of 65,535 consecutive mappings");
+        let size = manifest_size(&node, "c1");
+        assert!(size < 64 << 10, "{backend:?}: a manifest of {size} bytes");
+        let list = node.natledger(&["list"], "", &[]);
+        assert_ok(&list, "list");
+        assert!(
+            String::from_utf8_lossy(&list.stdout).contains("1-65535:1-65535/tcp"),
+            "{}",
+            String::from_utf8_lossy(&list.stdout)
+        );
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 80), T).ok().as_deref(),
+            Some("c2"),
+            "{backend:?}: port 80 of the range forwards"
+        );
+        let bundle = node.dir.path().join("bundles").join("c1");
+        let state =
+            json!({"ociVersion": "1.0.2", "id": "c1", "status": "stopped", "bundle": bundle});
+        let (out, stop) = timed(&node, &["hook", "poststop"], &state.to_string(), &[], 60);
+        assert_ok(&out, "poststop");
+        println!(
+            "{backend:?}: annotation of 65,535 consecutive: create {:.2} s, manifest {size} B, \
+             poststop {:.2} s",
+            create.as_secs_f64(),
+            stop.as_secs_f64()
+        );
+        assert!(create < Duration::from_secs(20) && stop < Duration::from_secs(20));
+        assert!(node.manifests().is_empty());
+        assert_eq!(
+            node.dump(),
+            before,
+            "{backend:?}: poststop restores the tables"
+        );
+    });
+}
+
+#[test]
+fn the_largest_container_allowed_does_not_hold_up_another() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let big = node.topo.add_container(2);
+        let small = node.topo.add_container(3);
+        let _server = serve_tcp(&small.ns, small.sock_v4(80), "c3");
+        node.warm_up();
+        let before = node.dump();
+        // 1,024 mappings on IPv4 only, none consecutive: 4,096 rules on iptables (3,072 on
+        // nftables, which writes no forward accept).
+        let ports = |n: u16| (1..=n).map(|p| p * 2 + 10000);
+        let one_more = config(
+            &node,
+            &big,
+            port_mappings(|p| p + 1, ports(1025), Some("0.0.0.0")),
+        );
+        let (out, _) = cni(&node, "ADD", CID, &big, &one_more, 60);
+        assert_eq!(
+            error_object(&out)["code"],
+            7,
+            "{backend:?}: 1,025 mappings refused"
+        );
+        assert_eq!(node.dump(), before);
+        let mappings = port_mappings(|p| p + 1, ports(1024), Some("0.0.0.0"));
+        let big_config = config(&node, &big, mappings);
+        let small_config = config(
+            &node,
+            &small,
+            port_mappings(|_| 80, [8080].into_iter(), None),
+        );
+        let (add, small_add) = std::thread::scope(|s| {
+            let add = s.spawn(|| cni(&node, "ADD", CID, &big, &big_config, 60));
+            std::thread::sleep(Duration::from_millis(100));
+            let small_add = cni(&node, "ADD", "small", &small, &small_config, 60);
+            (add.join().unwrap(), small_add)
+        });
+        assert_ok(&add.0, "ADD of the largest container");
+        assert_ok(&small_add.0, "ADD of another container meanwhile");
+        let id = format!("{CID}+eth0");
+        let rules = node.manifest(&id)["rules"].as_array().unwrap().len();
+        assert_eq!(rules, if backend.is_iptables() { 4096 } else { 3072 });
+        let size = manifest_size(&node, &id);
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("c3")
+        );
+
+        let (out, check) = cni(&node, "CHECK", CID, &big, &big_config, 60);
+        assert_ok(&out, "CHECK");
+        let (del, small_again) = std::thread::scope(|s| {
+            let del = s.spawn(|| cni(&node, "DEL", CID, &big, &big_config, 60));
+            std::thread::sleep(Duration::from_millis(50));
+            let small_del = cni(&node, "DEL", "small", &small, &small_config, 60);
+            assert_ok(&small_del.0, "DEL of the other container");
+            let small_add = cni(&node, "ADD", "small", &small, &small_config, 60);
+            (del.join().unwrap(), small_add)
+        });
+        assert_ok(&del.0, "DEL of the largest container");
+        assert_ok(&small_again.0, "ADD of the other container again");
+        println!(
+            "{backend:?}: {rules} rules, manifest {size} B: ADD {:.2} s (another ADD meanwhile \
+             {:.2} s), CHECK {:.2} s, DEL {:.2} s (another DEL + ADD meanwhile {:.2} s)",
+            add.1.as_secs_f64(),
+            small_add.1.as_secs_f64(),
+            check.as_secs_f64(),
+            del.1.as_secs_f64(),
+            small_again.1.as_secs_f64()
+        );
+        assert!(size < 4 << 20, "{backend:?}: a manifest of {size} bytes");
+        for (step, took) in [
+            ("ADD", add.1),
+            ("CHECK", check),
+            ("DEL", del.1),
+            ("the other ADD", small_add.1),
+        ] {
+            assert!(
+                took < Duration::from_secs(10),
+                "{backend:?}: {step} took {took:?}"
+            );
+        }
+        let (out, _) = cni(&node, "DEL", "small", &small, &small_config, 60);
+        assert_ok(&out, "DEL");
+        assert!(node.manifests().is_empty());
+        assert_eq!(node.dump(), before, "{backend:?}: the tables restored");
+    });
+}
+
+/// Rewrite container `id`'s manifest with its rule records repeated until the file is past
+/// natledger's 64 MiB read cap (as an older release wrote for 65,535 mappings).
+fn inflate(node: &Node, id: &str) -> u64 {
+    let mut manifest = node.manifest(id);
+    let rules = serde_json::to_string(&manifest["rules"]).unwrap();
+    let records = &rules[1..rules.len() - 1];
+    let copies = (65 << 20) / records.len() + 1;
+    manifest["rules"] = "@RULES@".into();
+    let big = format!("[{}]", vec![records; copies].join(","));
+    let text = serde_json::to_string(&manifest)
+        .unwrap()
+        .replace("\"@RULES@\"", &big);
+    let path = node
+        .state_dir()
+        .join("containers")
+        .join(format!("{id}.json"));
+    std::fs::write(&path, text).unwrap();
+    std::fs::metadata(&path).unwrap().len()
+}
+
+#[test]
+fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (c2, c3, c4, c5) = (
+            node.topo.add_container(2),
+            node.topo.add_container(3),
+            node.topo.add_container(4),
+            node.topo.add_container(5),
+        );
+        let _s5 = serve_tcp(&c5.ns, c5.sock_v4(80), "other");
+        let pid5 = node.topo.spawn_sleeper(&c5.ns);
+        let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "dead");
+        let _s3 = serve_tcp(&c3.ns, c3.sock_v4(80), "live");
+        let _s4 = serve_tcp(&c4.ns, c4.sock_v4(80), "broken");
+        let (pid2, pid3, pid4) = (
+            node.topo.spawn_sleeper(&c2.ns),
+            node.topo.spawn_sleeper(&c3.ns),
+            node.topo.spawn_sleeper(&c4.ns),
+        );
+        node.warm_up();
+        node.create("live", Some(pid3), &[("io.natledger.ports", "9090:80")]);
+        node.create("broken", Some(pid4), &[("io.natledger.ports", "7070:80")]);
+        let without_dead = node.dump();
+        node.create("dead", Some(pid2), &[("io.natledger.ports", "8080:80")]);
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some("dead")
+        );
+        let dead_size = inflate(&node, "dead");
+        let live_size = inflate(&node, "live");
+        // A manifest cut short: nothing says whether its container lives.
+        let broken = node.state_dir().join("containers").join("broken.json");
+        let text = std::fs::read(&broken).unwrap();
+        std::fs::write(&broken, &text[..text.len() / 2]).unwrap();
+        kill_pid(pid2);
+        kill_pid(pid4);
+        let before = node.dump();
+        assert!(before.contains("natledger:dead"));
+
+        // Another container starts while the sweep reads the large manifests.
+        let (out, took, other) = std::thread::scope(|s| {
+            let sweep = s.spawn(|| {
+                let start = Instant::now();
+                let out = node.sweep(&["--json"]);
+                (out, start.elapsed())
+            });
+            std::thread::sleep(Duration::from_millis(500));
+            let bundle = node.bundle("other", &[("io.natledger.ports", "6060:80")]);
+            let start = Instant::now();
+            let created = node.hook("create-runtime", "other", Some(pid5), &bundle);
+            let other = start.elapsed();
+            assert_ok(&created, "create during the sweep");
+            let (out, took) = sweep.join().unwrap();
+            (out, took, other)
+        });
+        let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        println!(
+            "{backend:?}: sweep with manifests of {dead_size} and {live_size} bytes: {:.2} s; \
+             a create meanwhile {:.2} s",
+            took.as_secs_f64(),
+            other.as_secs_f64()
+        );
+        assert!(
+            other < Duration::from_secs(5),
+            "{backend:?}: the create waited {other:?}"
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 6060), T).ok().as_deref(),
+            Some("other")
+        );
+        assert_ok(&node.poststop("other"), "poststop");
+        assert!(
+            !out.status.success(),
+            "the corrupt manifest is an error: {report}"
+        );
+        let containers = report["containers"].as_array().unwrap();
+        let find = |id: &str| {
+            containers
+                .iter()
+                .find(|c| c["id"] == id)
+                .unwrap_or_else(|| panic!("{id} in {report}"))
+        };
+        let dead = find("dead");
+        assert_eq!(dead["state"], "dead", "{dead}");
+        assert_eq!(dead["manifest"], "removed", "{dead}");
+        assert_eq!(dead["manifest_too_large"], dead_size, "{dead}");
+        assert_eq!(
+            dead["rules_removed"],
+            if backend.is_iptables() { 7 } else { 5 }
+        );
+        let live = find("live");
+        assert_eq!(live["state"], "alive", "{live}");
+        assert_eq!(live["manifest_too_large"], live_size, "{live}");
+        assert_eq!(find("broken")["state"], "unreadable");
+        let errors = report["errors"].to_string();
+        assert!(
+            errors.contains("the rules tagged natledger:broken are kept"),
+            "{errors}"
+        );
+        assert_eq!(
+            node.dump(),
+            without_dead,
+            "{backend:?}: exactly the dead container's rules went"
+        );
+        assert!(!node.manifest_exists("dead"));
+        assert!(node.manifest_exists("live") && node.manifest_exists("broken"));
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 9090), T).ok().as_deref(),
+            Some("live")
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 7070), T).ok().as_deref(),
+            Some("broken")
+        );
+
+        // The text report says how the dead one was judged.
+        let out = node.sweep(&[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(!text.contains("container dead"), "{text}");
+        assert!(text.contains("natledger:broken are kept"), "{text}");
+
+        let out = node.sweep(&["--all"]);
+        assert_ok(&out, "sweep --all");
+        let after = node.dump();
+        assert!(!after.contains("natledger:"), "{backend:?}: {after}");
+        assert!(node.manifests().is_empty());
+    });
+}
