@@ -273,8 +273,10 @@ fn annotation_of_every_port_is_one_range_and_scattered_ones_are_refused() {
             "{backend:?}: port 80 of the range forwards"
         );
         let bundle = node.dir.path().join("bundles").join("c1");
-        let state =
-            json!({"ociVersion": "1.0.2", "id": "c1", "status": "stopped", "bundle": bundle});
+        // The poststop of the container created with `pid`, which still runs here (a stale
+        // poststop, naming no pid, would change nothing).
+        let state = json!({"ociVersion": "1.0.2", "id": "c1", "status": "stopped",
+                           "pid": pid, "bundle": bundle});
         let (out, stop) = timed(&node, &["hook", "poststop"], &state.to_string(), &[], 60);
         assert_ok(&out, "poststop");
         println!(
