@@ -15,6 +15,7 @@
 //! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
 
+mod native;
 mod plan;
 mod report;
 
@@ -245,7 +246,7 @@ fn sweep_table(
         if plan.batch.is_empty() || dry_run {
             return report.planned(plan);
         }
-        match ctx.netfilter.apply(backend, family, &plan.batch) {
+        match native::apply(ctx, backend, family, name, &plan) {
             Ok(()) => return report.planned(plan),
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
