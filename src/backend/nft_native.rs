@@ -14,6 +14,9 @@ use crate::nftables::handles::{Victims, is_stale};
 /// and the deletion.
 const ATTEMPTS: usize = 5;
 
+/// How many rules of each tag a chain is expected to hold.
+type TagCounts<'a> = HashMap<&'a str, usize>;
+
 /// Rules to delete: every rule of `chain` in `table` whose comment is `tag`, expected to be
 /// exactly `count` of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,7 +67,7 @@ impl Netfilter<'_> {
         }
         let start = Instant::now();
         // Per chain, the count expected of each tag.
-        let mut chains: Vec<((&str, &str), HashMap<&str, usize>)> = Vec::new();
+        let mut chains: Vec<((&str, &str), TagCounts)> = Vec::new();
         let mut at: HashMap<(&str, &str), usize> = HashMap::new();
         for t in expected {
             let i = *at.entry((t.table, t.chain)).or_insert_with(|| {
