@@ -68,7 +68,9 @@ impl fmt::Display for Backend {
 }
 
 mod detect;
+mod nft_native;
 pub use detect::{BackendChoice, Detected, detect, detect_explained};
+pub use nft_native::Tagged;
 
 /// A failure to read or write a backend, naming the command.
 #[derive(Debug, thiserror::Error)]
@@ -293,60 +295,6 @@ impl<'r> Netfilter<'r> {
             iptc::Outcome::Done(n) => Native::Done(n),
             iptc::Outcome::Declined => Native::Declined,
         })
-    }
-
-    /// Delete, over netlink, every rule tagged `tag` in the iptables-nft chains named in
-    /// `expected` as (table, chain, count), provided each chain holds exactly the expected
-    /// number of them; all in one transaction, whatever the tables. Otherwise nothing is
-    /// changed, and the caller uses iptables-nft-restore, which reads and compares rules
-    /// whole.
-    pub fn delete_tagged_nft(
-        &self,
-        family: Family,
-        tag: &str,
-        expected: &[(&str, &str, usize)],
-    ) -> Result<Native, NftError> {
-        if !self.native {
-            return Ok(Native::Off);
-        }
-        let start = std::time::Instant::now();
-        let mut slot = self.socket.borrow_mut();
-        let sock = match slot.as_mut() {
-            Some(sock) => sock,
-            None => slot.insert(netlink::Socket::netfilter().map_err(NftError::Open)?),
-        };
-        let mut session = nftables::Session::new(sock);
-        let mut victims = Vec::new();
-        for (table, chain, count) in expected {
-            let tagged: Vec<u64> = session
-                .rules(family, table, chain)?
-                .into_iter()
-                .filter(|r| r.comment.as_deref() == Some(tag))
-                .map(|r| r.handle)
-                .collect();
-            if tagged.len() != *count {
-                if self.trace {
-                    eprintln!(
-                        "natledger: netlink: {family} {table} {chain} holds {} rule(s) tagged \
-                         {tag}, the manifest {count}; using iptables-nft-restore",
-                        tagged.len()
-                    );
-                }
-                return Ok(Native::Declined);
-            }
-            victims.extend(tagged.into_iter().map(|h| (*table, *chain, h)));
-        }
-        self.nft_deleted.set(true);
-        session.delete(family, &victims)?;
-        self.nft_commits.set(self.nft_commits.get() + 1);
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!(
-                "natledger: netlink: deleted {} {family} rule(s) tagged {tag} in {ms:.1} ms",
-                victims.len()
-            );
-        }
-        Ok(Native::Done(victims.len()))
     }
 
     /// Close the native socket, if any. After an nf_tables deletion through it, the close

@@ -27,6 +27,7 @@
 
 use std::io;
 
+pub mod handles;
 pub mod leftover;
 pub mod own;
 pub mod read;

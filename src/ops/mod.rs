@@ -53,8 +53,7 @@ impl<'r> Context<'r> {
     /// set (then every change goes through `*-restore`), conntrack flows forgotten, and
     /// create's check of other owners' forwards.
     pub fn for_hooks(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
-        let native =
-            std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0");
+        let native = native_allowed();
         let mut ctx = Context::new(ledger, backend, runner);
         ctx.netfilter = ctx
             .netfilter
@@ -63,6 +62,12 @@ impl<'r> Context<'r> {
             .with_forwards(true);
         ctx
     }
+}
+
+/// Whether the native paths may be used: unless `NATLEDGER_NO_NETLINK` is set (to anything
+/// but empty or `0`).
+pub fn native_allowed() -> bool {
+    std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
 }
 
 #[derive(Debug, thiserror::Error)]

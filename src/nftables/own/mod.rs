@@ -51,6 +51,7 @@ use std::io;
 pub mod batch;
 pub mod debug;
 pub mod expr;
+mod picture;
 
 use super::{
     NFT_MSG_GETRULE, NFT_MSG_NEWRULE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,

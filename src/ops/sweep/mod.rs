@@ -17,6 +17,7 @@
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
 
 mod leftover;
+mod native;
 mod plan;
 mod report;
 
@@ -282,7 +283,7 @@ fn sweep_table(
         if plan.batch.is_empty() || dry_run {
             return report.planned(plan);
         }
-        match ctx.netfilter.apply(backend, family, &plan.batch) {
+        match native::apply(ctx, backend, family, name, &plan) {
             Ok(()) => return report.planned(plan),
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.

@@ -1,6 +1,7 @@
 use super::*;
 use crate::layout::{DNAT_CHAIN, MASQ_CHAIN, NAT, shared_rules};
-use crate::nftables::own::{OwnChain, OwnRule};
+use crate::nftables::own::{OwnChain, OwnRule, OwnTable};
+use crate::save::Op;
 
 fn args(text: &str) -> Vec<String> {
     text.split_whitespace().map(String::from).collect()
@@ -183,4 +184,91 @@ fn a_declared_chain_that_exists_is_flushed() {
             chain: DNAT_CHAIN.into()
         }]
     );
+}
+
+/// natledger's table with `n` DNATs (ports 10000.., handles 100..) and then `copies` copies
+/// of [`DNAT`] in the DNAT chain.
+fn with_dnats(n: usize, copies: usize) -> (OwnTable, Vec<Vec<String>>) {
+    let mut table = installed(2);
+    table.rules.retain(|r| r.chain != DNAT_CHAIN);
+    let mut all: Vec<Vec<String>> = (0..n)
+        .map(|i| args(&DNAT.replace("8080", &(10000 + i).to_string())))
+        .collect();
+    all.extend(std::iter::repeat_n(args(DNAT), copies));
+    for (i, a) in all.iter().enumerate() {
+        table.rules.push(OwnRule {
+            chain: DNAT_CHAIN.into(),
+            handle: 100 + i as u64,
+            args: a.clone(),
+        });
+    }
+    (table, all)
+}
+
+/// Deleting rule by rule is linear (each found through the chain's index, marked gone): a
+/// chain whose every rule goes is flushed by one message (the kernel walks the chain for
+/// each handle it is given), a chain keeping one loses the others by handle, in order; of
+/// identical rules the first goes first, and one more than there are refuses the batch.
+#[test]
+fn a_chain_emptied_rule_by_rule_is_flushed_by_one_message() {
+    let (table, all) = with_dnats(20_000, 0);
+    let every: Vec<Op> = all
+        .iter()
+        .map(|a| Op::Delete(DNAT_CHAIN.into(), a.clone()))
+        .collect();
+    let messages = plan(Family::Ipv4, Some(table), &[batch(every.clone())]).unwrap();
+    assert_eq!(
+        messages,
+        [Message::Flush {
+            chain: DNAT_CHAIN.into()
+        }]
+    );
+
+    let (table, _) = with_dnats(20_000, 0);
+    let messages = plan(Family::Ipv4, Some(table), &[batch(every[1..].to_vec())]).unwrap();
+    assert_eq!(messages.len(), 19_999);
+    assert!(messages.iter().enumerate().all(|(i, m)| *m
+        == Message::DelRule {
+            chain: DNAT_CHAIN.into(),
+            handle: 101 + i as u64
+        }));
+
+    let (table, _) = with_dnats(1, 2);
+    let twice = vec![Op::Delete(DNAT_CHAIN.into(), args(DNAT)); 2];
+    let messages = plan(Family::Ipv4, Some(table), &[batch(twice)]).unwrap();
+    let handles: Vec<u64> = messages
+        .iter()
+        .map(|m| match m {
+            Message::DelRule { handle, .. } => *handle,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(handles, [101, 102]);
+    let (table, _) = with_dnats(1, 2);
+    let thrice = vec![Op::Delete(DNAT_CHAIN.into(), args(DNAT)); 3];
+    assert!(plan(Family::Ipv4, Some(table), &[batch(thrice)]).is_err());
+}
+
+/// An insertion after deletions goes where the rules not gone put it.
+#[test]
+fn an_insertion_after_deletions_counts_only_the_rules_left() {
+    let (table, all) = with_dnats(3, 0);
+    let new = args(&DNAT.replace("8080", "9999"));
+    let ops = vec![
+        Op::Delete(DNAT_CHAIN.into(), all[0].clone()),
+        Op::InsertAt(DNAT_CHAIN.into(), 2, new.clone()),
+        Op::Delete(DNAT_CHAIN.into(), all[1].clone()),
+        Op::InsertAt(DNAT_CHAIN.into(), 2, new),
+    ];
+    let messages = plan(Family::Ipv4, Some(table), &[batch(ops)]).unwrap();
+    let places: Vec<Place> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::NewRule { place, .. } => Some(*place),
+            _ => None,
+        })
+        .collect();
+    // Left after the first deletion: 101, 102, so position 2 is 102; after the second
+    // (the index rebuilt past the insertion): new, 102, so position 2 is 102 again.
+    assert_eq!(places, [Place::Before(102), Place::Before(102)]);
 }
