@@ -105,6 +105,13 @@ struct Frame {
     leaves: Vec<usize>,
 }
 
+/// The condition a chain was walked with.
+enum Entered {
+    /// The jump's own: the step at this index.
+    Jump(usize),
+    Merged(Match),
+}
+
 /// A chain's walks so far.
 #[derive(Default)]
 struct Seen {
@@ -118,7 +125,8 @@ struct Seen {
 
 struct Memo {
     key: u64,
-    cond: Match,
+    /// The condition it was walked with: the jump's (a step index), or merged.
+    cond: Entered,
     /// The frames of the jump, and its innermost merged invocation.
     at: Rc<[u32]>,
     region: Option<u32>,
@@ -211,10 +219,14 @@ impl<'t> Walker<'t, '_, '_> {
                 self.cut(entry, to, CutReason::TooManyPaths);
                 continue;
             }
+            let entered = match merged {
+                true => Entered::Merged(cond.clone()),
+                false => Entered::Jump(self.steps.len() - 1),
+            };
             let seen = self.seen.entry(to).or_default();
             seen.walks.push(Memo {
                 key: key(&cond),
-                cond: cond.clone(),
+                cond: entered,
                 at: here.clone(),
                 region,
             });
@@ -248,7 +260,8 @@ impl<'t> Walker<'t, '_, '_> {
             let before = match seen.common.take() {
                 Some(c) => c,
                 None => {
-                    let mut walks = seen.walks.iter().map(|m| &m.cond);
+                    let steps = &self.steps;
+                    let mut walks = seen.walks.iter().map(|m| m.cond(steps));
                     let first = walks.next().cloned().unwrap_or_default();
                     walks.fold(first, |c, m| common(&c, m))
                 }
@@ -261,7 +274,7 @@ impl<'t> Walker<'t, '_, '_> {
         let again = self.seen.get(to).is_none_or(|seen| {
             seen.walks
                 .iter()
-                .filter(|m| m.key == k && m.region == region && same(&m.cond, &cond))
+                .filter(|m| m.key == k && m.region == region && same(m.cond(&self.steps), &cond))
                 .all(|m| !self.passed_through(&m.at, here, &cond))
         });
         again.then_some((cond, merged))
@@ -272,7 +285,7 @@ impl<'t> Walker<'t, '_, '_> {
         let k = key(cond);
         seen.walks
             .iter()
-            .find(|m| m.key == k && m.region == region && same(&m.cond, cond))
+            .find(|m| m.key == k && m.region == region && same(m.cond(&self.steps), cond))
     }
 
     /// Whether every packet of `cond` that meets a jump from the invocations `here` went
@@ -332,6 +345,15 @@ impl<'t> Walker<'t, '_, '_> {
                     todo.push(to);
                 }
             }
+        }
+    }
+}
+
+impl Memo {
+    fn cond<'s>(&'s self, steps: &'s [Step]) -> &'s Match {
+        match &self.cond {
+            Entered::Jump(i) => &steps[*i].cond,
+            Entered::Merged(m) => m,
         }
     }
 }

@@ -74,7 +74,7 @@ struct Eval<'t, 'p> {
     /// How far each chain got at each depth: one packet goes the same way through a chain
     /// every time, so a chain reached many ways (30 chains each jumping 4 ways to the next)
     /// is evaluated once per depth, not once per path.
-    memo: RefCell<HashMap<(String, usize), Flow<'t>>>,
+    memo: RefCell<HashMap<(usize, usize), Flow<'t>>>,
 }
 
 impl<'t> Eval<'t, '_> {
@@ -96,7 +96,12 @@ impl<'t> Eval<'t, '_> {
     }
 
     fn chain(&self, name: &str, depth: usize) -> Flow<'t> {
-        let key = (name.to_string(), depth);
+        // A chain is known by its rule list (each chain has its own; an empty one is `Back`
+        // whichever it is).
+        let key = (
+            self.index.rules(name).map_or(0, |r| r.as_ptr() as usize),
+            depth,
+        );
         if let Some(flow) = self.memo.borrow().get(&key) {
             return *flow;
         }
