@@ -148,6 +148,15 @@ pub struct Step<'t> {
     region: Option<u32>,
 }
 
+impl Step<'_> {
+    /// Whether `cond` is exactly the conditions of the step's path: false in an invocation
+    /// walked with merged conditions, where `cond` is wider than the packets that reach it
+    /// (claim nothing from it about which packets it takes).
+    pub fn exact(&self) -> bool {
+        self.region.is_none()
+    }
+}
+
 /// Every rule of a table parsed once, in table order (walks of several hooks share it).
 pub fn parse_table(table: &Table) -> Vec<(Match, Target)> {
     table.rules.iter().map(|r| parse_rule(&r.args)).collect()

@@ -172,13 +172,14 @@ impl<'t> Walker<'t, '_, '_> {
             if self.stopped {
                 break;
             }
+            // Paid before the check that may skip it: the check costs too.
             let cond = cond.and(entry.own);
-            if cond.is_empty() {
-                continue;
-            }
             if !self.budget.spend(1 + cond.conds.len()) {
                 self.stop(entry, stack);
                 break;
+            }
+            if cond.is_empty() {
+                continue;
             }
             let into = match entry.target {
                 Target::Jump(to) | Target::Goto(to) => {
