@@ -11,9 +11,16 @@
 //! BENCH_RUNS runs (default 5), and, measured once in-process: the whole analysis
 //! (`doctor::doctor`), of which parsing the dump and parsing each rule's conditions.
 //!
+//! Then branching ladders (`PREROUTING` → 30 chains each jumping N ways to the next, every
+//! jump on a mark of its own, a stale DNAT above the live one at the bottom; a filter FORWARD
+//! ladder of the same shape): per ladder, rules, whether the walk was complete, whether the
+//! bottom shadow was found, the wall time and the maximum resident set size of one run
+//! (`/usr/bin/time`).
+//!
 //! `cargo bench --bench doctor` (env BENCH_SERVICES, a comma list, default 1000,6000,10000;
-//! BENCH_PORTS=unique gives every service its own port; BENCH_DUMP_DIR=DIR keeps the dumps
-//! there, for profiling). Needs no root: no live system is read.
+//! BENCH_PORTS=unique gives every service its own port; BENCH_LADDERS, a comma list of
+//! CHAINSxWAYS, default 30x4,30x8,31x16,31x64, empty for none; BENCH_DUMP_DIR=DIR keeps the
+//! dumps there, for profiling). Needs no root: no live system is read.
 
 use std::fmt::Write as _;
 use std::process::Command;
@@ -95,6 +102,102 @@ fn main() {
             ms(conds),
         );
     }
+    ladders(dir.path());
+}
+
+/// The branching ladders of BENCH_LADDERS, one run each: figures per ladder.
+fn ladders(dir: &Path) {
+    let list = env_or("BENCH_LADDERS", "30x4,30x8,31x16,31x64");
+    let shapes: Vec<(usize, usize)> = list
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| {
+            let (c, w) = s.trim().split_once('x').expect("CHAINSxWAYS");
+            (c.parse().unwrap(), w.parse().unwrap())
+        })
+        .collect();
+    if shapes.is_empty() {
+        return;
+    }
+    println!("\nnatledger doctor --from legacy:FILE, branching ladders (a mark per jump), one run");
+    println!(
+        "{:>8} {:>6} {:>7} {:>9} {:>6} {:>5} {:>9} {:>8}",
+        "ladder", "rules", "paths", "complete", "found", "exit", "wall s", "max MiB"
+    );
+    for (chains, ways) in shapes {
+        let path = std::env::var_os("BENCH_DUMP_DIR")
+            .map_or_else(|| dir.to_path_buf(), std::path::PathBuf::from)
+            .join(format!("ladder-{chains}x{ways}.txt"));
+        std::fs::write(&path, ladder_dump(chains, ways)).unwrap();
+        let arg = format!("legacy:{}", path.display());
+        let start = Instant::now();
+        let out = Command::new("/usr/bin/time")
+            .args(["-f", "%M", BIN, "doctor", "--json", "--from", &arg])
+            .env("NATLEDGER_STATE_DIR", dir.join("state"))
+            .output()
+            .expect("run /usr/bin/time natledger");
+        let wall = start.elapsed();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let kib: f64 = stderr
+            .lines()
+            .last()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or(f64::NAN);
+        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let bottom = format!("L{}", chains - 1);
+        let found = report["findings"].as_array().is_some_and(|fs| {
+            fs.iter().any(|f| {
+                f["kind"] == "shadowed"
+                    && f["rules"][0]["chain"] == bottom.as_str()
+                    && f["rules"][1]["chain"] == bottom.as_str()
+            })
+        });
+        let paths = (ways as f64).powi(chains as i32 - 1);
+        println!(
+            "{:>8} {:>6} {:>7.0e} {:>9} {:>6} {:>5} {:>9.2} {:>8.1}",
+            format!("{chains}x{ways}"),
+            report["rules_read"].as_u64().unwrap_or(0),
+            paths,
+            report["complete"],
+            found,
+            out.status.code().map_or("signal".into(), |c| c.to_string()),
+            wall.as_secs_f64(),
+            kib / 1024.0,
+        );
+    }
+}
+
+/// A nat ladder of `chains` chains each jumping `ways` ways to the next on a mark of its own,
+/// entered by port 6667, a stale DNAT above the live one at the bottom; a filter FORWARD
+/// ladder of the same shape.
+fn ladder_dump(chains: usize, ways: usize) -> String {
+    let mut nat = String::from("*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n");
+    let mut filter = String::from("*filter\n:FORWARD ACCEPT [0:0]\n");
+    for i in 0..chains {
+        let _ = writeln!(nat, ":L{i} - [0:0]");
+        let _ = writeln!(filter, ":F{i} - [0:0]");
+    }
+    nat += "-A PREROUTING -p tcp -m tcp --dport 6667 -j L0\n";
+    filter += "-A FORWARD -m mark --mark 0x1234/0xffff -j F0\n";
+    for i in 0..chains - 1 {
+        for k in 0..ways {
+            let m = 0x10000 + i * ways + k;
+            let _ = writeln!(nat, "-A L{i} -m mark ! --mark {m:#x}/{m:#x} -j L{}", i + 1);
+            let _ = writeln!(
+                filter,
+                "-A F{i} -m mark ! --mark {m:#x}/{m:#x} -j F{}",
+                i + 1
+            );
+        }
+    }
+    let last = chains - 1;
+    let _ = writeln!(
+        nat,
+        "-A L{last} -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.77.0.2:6667\n\
+         -A L{last} -p tcp -m tcp --dport 6667 -j DNAT --to-destination 10.77.0.3:6667\nCOMMIT"
+    );
+    let _ = writeln!(filter, "-A F{last} -p udp -j DROP\nCOMMIT");
+    format!("{nat}{filter}")
 }
 
 /// In-process, through the library: the whole analysis (`doctor::doctor` on the saved

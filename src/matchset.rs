@@ -23,7 +23,7 @@ use std::net::IpAddr;
 use crate::rule::IpNet;
 
 /// One condition of a rule.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Cond {
     /// `-p`: lower-case name or number as printed (`tcp`, `47`); `all`/`0` is no condition.
     Protocol { negated: bool, proto: String },
@@ -50,7 +50,7 @@ pub enum Cond {
 }
 
 /// A set of ports as sorted, merged inclusive ranges.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PortSet(pub Vec<(u16, u16)>);
 
 /// What a rule matches: the conjunction of its conditions (empty = every packet).

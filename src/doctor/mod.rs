@@ -215,15 +215,30 @@ pub struct Finding {
     pub fix: Option<String>,
 }
 
+/// A rule past which doctor did not follow a hook's walk (a bound of [`paths::Limits`], or
+/// chains nested deeper than [`paths::MAX_DEPTH`]): no rule of a chain it leads to is
+/// claimed never to match.
+#[derive(Clone, Debug, Serialize)]
+pub struct NotFollowed {
+    /// The built-in chain walked.
+    pub hook: &'static str,
+    /// The jump not followed, or the rule where the walk stopped.
+    pub rule: RuleRef,
+    pub reason: paths::CutReason,
+}
+
 /// Everything doctor found.
 #[derive(Debug, Serialize)]
 pub struct Report {
     /// What was read: `legacy/ipv4 (live)`, `nft/ipv4 (dump.txt)`, …
     pub sources: Vec<String>,
     pub rules_read: usize,
-    /// False when a walk was cut short (see `paths::MAX_STEPS`).
+    /// False when a walk was cut short ([`Report::not_followed`] says where).
     pub complete: bool,
     pub findings: Vec<Finding>,
+    /// Where walks were cut short; absent from JSON when none was.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub not_followed: Vec<NotFollowed>,
     /// How long doctor took.
     pub duration_seconds: f64,
 }
@@ -249,7 +264,12 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         read_files(&opts.from)?
     };
     let host = live.then(|| checks::Host::gather(opts));
-    let (mut findings, complete) = run_checks(&rulesets, host.as_ref(), opts.host_backend.clone());
+    let (mut findings, not_followed) = run_checks(
+        &rulesets,
+        host.as_ref(),
+        opts.host_backend.clone(),
+        paths::LIMITS,
+    );
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
     }
@@ -265,8 +285,9 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
             .map(|r| format!("{}/{} ({})", r.backend, r.family, r.source))
             .collect(),
         rules_read: rulesets.iter().map(Ruleset::rule_count).sum(),
-        complete,
+        complete: not_followed.is_empty(),
         findings,
+        not_followed,
         duration_seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -275,19 +296,31 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
 /// the findings, and false when a walk was cut short. For tests and tools that build
 /// rulesets themselves.
 pub fn check_rulesets(rulesets: &[Ruleset], host_backend: Backend) -> (Vec<Finding>, bool) {
+    check_rulesets_within(rulesets, host_backend, paths::LIMITS)
+}
+
+/// [`check_rulesets`] within other limits than doctor's ([`paths::LIMITS`]), for tests of
+/// what the bounds may claim.
+pub fn check_rulesets_within(
+    rulesets: &[Ruleset],
+    host_backend: Backend,
+    limits: paths::Limits,
+) -> (Vec<Finding>, bool) {
     let host_backend = Detected {
         backend: host_backend,
         how: format!("the caller named {host_backend}"),
     };
-    run_checks(rulesets, None, host_backend)
+    let (findings, not_followed) = run_checks(rulesets, None, host_backend, limits);
+    (findings, not_followed.is_empty())
 }
 
 fn run_checks(
     rulesets: &[Ruleset],
     host: Option<&checks::Host>,
     host_backend: Detected,
-) -> (Vec<Finding>, bool) {
-    let mut out = checks::Checks::new(rulesets, host, host_backend);
+    limits: paths::Limits,
+) -> (Vec<Finding>, Vec<NotFollowed>) {
+    let mut out = checks::Checks::new(rulesets, host, host_backend, limits);
     out.shadowed();
     out.dead_targets();
     out.hijacked_listeners();

@@ -4,24 +4,133 @@
 //! [`Walk::new`] follows a built-in chain and every jump in order (depth first, as the kernel
 //! does), giving each rule reached the conjunction of the conditions on its path, then finds,
 //! for each rule of interest, the first earlier rule that takes every packet it would match
-//! and ends evaluation (a terminal target), or returns from a chain on its path.
+//! and ends evaluation (a terminal target), or returns from a chain on its path. The walk is
+//! bounded in time and memory whatever the ruleset (how: `paths_walk.rs`); where a bound
+//! stops it, it says where ([`Cut`]) and claims nothing about the rules not followed.
 //!
 //! A [`Walk`] owns its steps and its shadows, and hands out only references into them
 //! ([`Shadow`], [`Walk::reached`]): a shadow found on one hook's walk can never be read
 //! against another hook's steps (a chain reached from PREROUTING and OUTPUT, as kube-proxy's
 //! KUBE-SERVICES is, has a different position on each walk).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::rc::Rc;
 
+use serde::Serialize;
+
 use crate::matchset::{Cond, Match, Target, parse_rule};
 use crate::save::{SavedRule, Table};
 
+#[path = "paths_walk.rs"]
+mod walker;
+
 /// Chains deeper than this are not followed (iptables itself refuses loops).
-const MAX_DEPTH: usize = 32;
-/// Rules reached per hook at most; past it the walk stops and says so.
-pub const MAX_STEPS: usize = 2_000_000;
+pub const MAX_DEPTH: usize = 32;
+
+/// How much one doctor run may walk.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Different path conditions a chain is walked with exactly; past them, each further one
+    /// is merged with the others (the conditions common to all).
+    pub exact_entries: usize,
+    /// Walks of one chain at most, exact and merged; a jump past them is not followed.
+    pub walks_per_chain: usize,
+    /// Steps plus the conditions they carry, over every walk sharing a [`Budget`] (each
+    /// costs some 100 bytes).
+    pub cells: usize,
+    /// Comparisons of one rule's path conditions with another's (in the search for shadows,
+    /// and for chains entered again), a comparison of many conditions counting as several.
+    pub comparisons: usize,
+}
+
+/// Doctor's limits: kube-proxy's 10,000 services walk in well under them; what does not
+/// stays under a few hundred MiB and a few seconds.
+pub const LIMITS: Limits = Limits {
+    exact_entries: 16,
+    walks_per_chain: 1024,
+    cells: 4_000_000,
+    comparisons: 20_000_000,
+};
+
+/// Pairs of conditions a comparison pays for (a rule of a few conditions against another).
+const PAIRS_PER_COMPARISON: usize = 16;
+
+/// What walks sharing it may still spend.
+#[derive(Debug)]
+pub struct Budget {
+    limits: Limits,
+    cells: Cell<usize>,
+    comparisons: Cell<usize>,
+}
+
+impl Budget {
+    pub fn new(limits: Limits) -> Budget {
+        Budget {
+            limits,
+            cells: Cell::new(limits.cells),
+            comparisons: Cell::new(limits.comparisons),
+        }
+    }
+
+    fn spend(&self, cells: usize) -> bool {
+        take(&self.cells, cells)
+    }
+
+    /// Pay for comparing conditions `a` with `b` (they cost by the pairs of their conditions).
+    fn compare(&self, a: &Match, b: &Match) -> bool {
+        take(
+            &self.comparisons,
+            1 + a.conds.len() * b.conds.len() / PAIRS_PER_COMPARISON,
+        )
+    }
+}
+
+fn take(left: &Cell<usize>, n: usize) -> bool {
+    match left.get().checked_sub(n) {
+        Some(rest) => {
+            left.set(rest);
+            true
+        }
+        None => false,
+    }
+}
+
+/// Why a walk stopped following a jump, or stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CutReason {
+    /// The chain jumped to is nested deeper than [`MAX_DEPTH`].
+    TooDeep,
+    /// The chain jumped to was walked [`Limits::walks_per_chain`] times already.
+    TooManyPaths,
+    /// The budget of steps ([`Limits::cells`]) ran out here: nothing after was walked.
+    TooManySteps,
+    /// The search for shadows ran out of comparisons ([`Limits::comparisons`]) here: no rule
+    /// from here on is claimed never to match.
+    TooManyComparisons,
+}
+
+impl std::fmt::Display for CutReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            CutReason::TooDeep => "chains nested too deep",
+            CutReason::TooManyPaths => "the chain it jumps to is reached too many ways",
+            CutReason::TooManySteps => "too many rules on all paths",
+            CutReason::TooManyComparisons => "too many rules to compare",
+        })
+    }
+}
+
+/// Where a walk stopped: the rule whose jump was not followed, or where it stopped.
+#[derive(Clone, Copy, Debug)]
+pub struct Cut<'t> {
+    pub rule: &'t SavedRule,
+    /// 1-based position in its chain.
+    pub position: usize,
+    pub reason: CutReason,
+}
 
 /// One rule as reached from a built-in chain.
 #[derive(Clone, Debug)]
@@ -34,6 +143,18 @@ pub struct Step<'t> {
     pub target: Target,
     /// The chain invocations it runs in, outermost first (a RETURN ends the innermost).
     pub frames: Rc<[u32]>,
+    /// The innermost of them walked with merged conditions, if any: `cond` overstates the
+    /// packets that reach the step, so it takes packets only from steps in that invocation.
+    region: Option<u32>,
+}
+
+impl Step<'_> {
+    /// Whether `cond` is exactly the conditions of the step's path: false in an invocation
+    /// walked with merged conditions, where `cond` is wider than the packets that reach it
+    /// (claim nothing from it about which packets it takes).
+    pub fn exact(&self) -> bool {
+        self.region.is_none()
+    }
 }
 
 /// Every rule of a table parsed once, in table order (walks of several hooks share it).
@@ -49,7 +170,7 @@ pub struct Walk<'t> {
     steps: Vec<Step<'t>>,
     /// Per step, the index of the step shadowing it (same walk).
     shadowed_by: Vec<Option<usize>>,
-    complete: bool,
+    cuts: Vec<Cut<'t>>,
 }
 
 /// A rule that never matches on a walk, and the earlier rule that takes its packets: both
@@ -62,23 +183,49 @@ pub struct Shadow<'w, 't> {
 
 impl<'t> Walk<'t> {
     /// Walk `hook` of `table` (`parsed` is [`parse_table`] of it) and find the shadows of the
-    /// steps `interesting` selects.
+    /// steps `interesting` selects, within [`LIMITS`].
     pub fn new(
         table: &'t Table,
         parsed: &[(Match, Target)],
         hook: &'static str,
         interesting: impl Fn(&Step) -> bool,
     ) -> Walk<'t> {
-        let (steps, complete) = walk(table, parsed, hook);
+        Walk::within(table, parsed, hook, interesting, &Budget::new(LIMITS))
+    }
+
+    /// [`Walk::new`], spending from `budget` (shared by the walks of one run).
+    pub fn within(
+        table: &'t Table,
+        parsed: &[(Match, Target)],
+        hook: &'static str,
+        interesting: impl Fn(&Step) -> bool,
+        budget: &Budget,
+    ) -> Walk<'t> {
+        let walker::Walked {
+            steps,
+            mut cuts,
+            unfollowed,
+        } = walker::walk(table, parsed, hook, budget);
         let mut shadowed_by = vec![None; steps.len()];
-        for s in shadows(&steps, interesting) {
-            shadowed_by[s.shadowed] = Some(s.by);
+        let (found, stopped) = shadows(&steps, interesting, budget);
+        for s in found {
+            // Some paths to a rule of a chain not followed completely were never seen.
+            if !unfollowed.contains(steps[s.shadowed].rule.chain.as_str()) {
+                shadowed_by[s.shadowed] = Some(s.by);
+            }
+        }
+        if let Some(at) = stopped {
+            cuts.push(Cut {
+                rule: steps[at].rule,
+                position: steps[at].position,
+                reason: CutReason::TooManyComparisons,
+            });
         }
         Walk {
             hook,
             steps,
             shadowed_by,
-            complete,
+            cuts,
         }
     }
 
@@ -87,9 +234,14 @@ impl<'t> Walk<'t> {
         self.hook
     }
 
-    /// False when [`MAX_STEPS`] cut the walk short.
+    /// False when a bound cut the walk short ([`Walk::cuts`]).
     pub fn complete(&self) -> bool {
-        self.complete
+        self.cuts.is_empty()
+    }
+
+    /// Where the walk stopped following jumps, or stopped, and why.
+    pub fn cuts(&self) -> &[Cut<'t>] {
+        &self.cuts
     }
 
     pub fn steps(&self) -> &[Step<'t>] {
@@ -111,108 +263,6 @@ impl<'t> Walk<'t> {
     }
 }
 
-/// The rules of `table` in the order the kernel tries them for `builtin`; `complete` is false
-/// when [`MAX_STEPS`] cut the walk short. `parsed` is [`parse_table`] of `table`.
-fn walk<'t>(table: &'t Table, parsed: &[(Match, Target)], builtin: &str) -> (Vec<Step<'t>>, bool) {
-    let mut by_chain: HashMap<&str, Vec<Entry<'t, '_>>> = HashMap::new();
-    for (rule, (own, target)) in table.rules.iter().zip(parsed) {
-        let list = by_chain.entry(rule.chain.as_str()).or_default();
-        list.push(Entry {
-            position: list.len() + 1,
-            rule,
-            own,
-            target,
-        });
-    }
-    let mut walker = Walker {
-        by_chain,
-        steps: Vec::with_capacity(table.rules.len()),
-        next_frame: 0,
-        complete: true,
-    };
-    if let Some((name, _)) = walker.by_chain.get_key_value(builtin) {
-        let name: &'t str = name;
-        walker.chain(name, &Match::default(), &mut Vec::new(), &mut Vec::new());
-    }
-    (walker.steps, walker.complete)
-}
-
-#[derive(Clone, Copy)]
-struct Entry<'t, 'p> {
-    position: usize,
-    rule: &'t SavedRule,
-    own: &'p Match,
-    target: &'p Target,
-}
-
-struct Walker<'t, 'p> {
-    by_chain: HashMap<&'t str, Vec<Entry<'t, 'p>>>,
-    steps: Vec<Step<'t>>,
-    next_frame: u32,
-    complete: bool,
-}
-
-impl<'t, 'p> Walker<'t, 'p> {
-    fn chain(
-        &mut self,
-        name: &'t str,
-        cond: &Match,
-        frames: &mut Vec<u32>,
-        stack: &mut Vec<&'t str>,
-    ) {
-        if stack.len() >= MAX_DEPTH || stack.contains(&name) {
-            return;
-        }
-        let Some(rules) = self.by_chain.get(name).cloned() else {
-            return;
-        };
-        frames.push(self.next_frame);
-        self.next_frame += 1;
-        // Shared by every step of this invocation.
-        let here: Rc<[u32]> = Rc::from(frames.as_slice());
-        stack.push(name);
-        for Entry {
-            position,
-            rule,
-            own,
-            target,
-        } in rules
-        {
-            if self.steps.len() >= MAX_STEPS {
-                self.complete = false;
-                break;
-            }
-            let cond = cond.and(own);
-            if cond.is_empty() {
-                continue;
-            }
-            let into = match target {
-                Target::Jump(to) | Target::Goto(to) => {
-                    self.by_chain.get_key_value(to.as_str()).map(|(k, _)| *k)
-                }
-                _ => None,
-            };
-            let step = Step {
-                rule,
-                position,
-                cond,
-                target: target.clone(),
-                frames: here.clone(),
-            };
-            match into {
-                Some(to) => {
-                    let cond = step.cond.clone();
-                    self.steps.push(step);
-                    self.chain(to, &cond, frames, stack);
-                }
-                None => self.steps.push(step),
-            }
-        }
-        stack.pop();
-        frames.pop();
-    }
-}
-
 /// A rule that never matches, and the earlier rule that takes its packets, as indices into
 /// one walk's steps (private: [`Walk`] turns them into references).
 #[derive(Clone, Copy, Debug)]
@@ -225,14 +275,29 @@ struct Found {
 /// its packets: a terminal target whose path conditions cover its own, or a RETURN that
 /// covers it in a chain it runs in. Earlier enders are indexed by destination port and by
 /// destination address, so this stays near-linear on kube-proxy-sized tables (where
-/// thousands of DNATs share a port but each has its own service address).
-fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
+/// thousands of DNATs share a port but each has its own service address). Each comparison
+/// is paid from `budget`; when it runs out, the search stops and the step it stopped at is
+/// returned too (no step from there on is claimed).
+fn shadows(
+    steps: &[Step],
+    interesting: impl Fn(&Step) -> bool,
+    budget: &Budget,
+) -> (Vec<Found>, Option<usize>) {
     const INDEXED_PORTS: u32 = 1024;
     let mut by_port: HashMap<u16, Bucket> = HashMap::new();
     let mut any_port = Bucket::default();
-    let mut returns: Vec<usize> = Vec::new();
+    // RETURNs and gotos, by the chain invocation they leave before its end.
+    let mut leaves: HashMap<u32, Vec<usize>> = HashMap::new();
+    let leave = |leaves: &mut HashMap<u32, Vec<usize>>, i: usize, step: &Step| {
+        if let Some(f) = step.frames.last() {
+            leaves.entry(*f).or_default().push(i);
+        }
+    };
     let mut found = Vec::new();
     for (i, step) in steps.iter().enumerate() {
+        if matches!(step.target, Target::Goto(_)) {
+            leave(&mut leaves, i, step);
+        }
         let ends = step.target.is_terminal() || step.target == Target::Return;
         let wanted = interesting(step);
         if !ends && !wanted {
@@ -245,11 +310,22 @@ fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
         if let Some(bucket) = exact_ports(&step.cond).and_then(|p| by_port.get(&p)) {
             candidates.extend(bucket.candidates(dst));
         }
+        // A RETURN ends only its own invocation: those of the invocations this step runs in.
+        for list in step.frames.iter().filter_map(|f| leaves.get(f)) {
+            candidates.extend(list.iter().filter(|&&r| steps[r].target == Target::Return));
+        }
         candidates.sort_unstable();
         candidates.dedup();
-        let by = candidates
-            .into_iter()
-            .find(|&a| ends_for(&steps[a], step) && !detoured(steps, &returns, a, step));
+        let mut by = None;
+        for a in candidates {
+            if !budget.compare(&steps[a].cond, &step.cond) {
+                return (found, Some(i));
+            }
+            if ends_for(&steps[a], step) && !detoured(steps, &leaves, a, step, budget) {
+                by = Some(a);
+                break;
+            }
+        }
         if let Some(by) = by {
             if wanted {
                 found.push(Found { shadowed: i, by });
@@ -261,7 +337,8 @@ fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
             continue;
         }
         if step.target == Target::Return {
-            returns.push(i);
+            leave(&mut leaves, i, step);
+            continue;
         }
         match port_set(&step.cond) {
             Some(ranges) if span(&ranges) <= INDEXED_PORTS => {
@@ -274,22 +351,30 @@ fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
             _ => any_port.file(i, dst),
         }
     }
-    found
+    (found, None)
 }
 
 /// Whether some of `b`'s packets go around the earlier step `a` without being stopped: a
-/// RETURN before `a` leaves a chain invocation that `a` runs in but `b` does not, and may
-/// match some of `b`'s packets (Docker's `-i docker0 -j RETURN` at the top of DOCKER). Then
-/// `a`'s conditions overstate what reaches it, and it cannot be said to shadow `b`.
-fn detoured(steps: &[Step], returns: &[usize], a: usize, b: &Step) -> bool {
-    let a_frames = &steps[a].frames;
-    returns.iter().take_while(|&&r| r < a).any(|&r| {
-        let ret = &steps[r];
-        ret.frames
-            .last()
-            .is_some_and(|f| a_frames.contains(f) && !b.frames.contains(f))
-            && !ret.cond.and(&b.cond).is_empty()
-    })
+/// RETURN (or a goto, whose chain may end and go back past it) before `a` leaves a chain
+/// invocation that `a` runs in but `b` does not, and may match some of `b`'s packets
+/// (Docker's `-i docker0 -j RETURN` at the top of DOCKER). Then `a`'s conditions overstate
+/// what reaches it, and it cannot be said to shadow `b`. Past the comparison budget, it may.
+fn detoured(
+    steps: &[Step],
+    leaves: &HashMap<u32, Vec<usize>>,
+    a: usize,
+    b: &Step,
+    budget: &Budget,
+) -> bool {
+    steps[a]
+        .frames
+        .iter()
+        .filter(|f| !b.frames.contains(f))
+        .filter_map(|f| leaves.get(f))
+        .flat_map(|list| list.iter().take_while(|&&r| r < a))
+        .any(|&r| {
+            !budget.compare(&steps[r].cond, &b.cond) || !steps[r].cond.and(&b.cond).is_empty()
+        })
 }
 
 /// Enders filed by the host address they require (`-d A/32`), if any.
@@ -331,15 +416,16 @@ fn host_destination(cond: &Match) -> Option<IpAddr> {
 
 /// Whether the earlier step `a` keeps every packet of `b` from reaching it.
 fn ends_for(a: &Step, b: &Step) -> bool {
-    if !a.cond.covers(&b.cond) {
+    // A step of a merged invocation takes packets only from steps of that invocation.
+    if a.region.is_some_and(|r| !b.frames.contains(&r)) {
         return false;
     }
-    if a.target == Target::Return {
+    let ends = match a.target {
         // A RETURN ends its own chain invocation: b must run inside it.
-        let frame = a.frames.last();
-        return frame.is_some_and(|f| b.frames.contains(f));
-    }
-    a.target.is_terminal()
+        Target::Return => a.frames.last().is_some_and(|f| b.frames.contains(f)),
+        _ => a.target.is_terminal(),
+    };
+    ends && a.cond.covers(&b.cond)
 }
 
 /// The destination ports a step requires: the intersection of its positive port conditions
@@ -384,6 +470,16 @@ mod tests {
 
     fn dnat(step: &Step) -> bool {
         matches!(step.target, Target::Dnat { .. })
+    }
+
+    /// The steps of `hook`, and whether the walk was complete.
+    fn walk<'t>(t: &'t Table, parsed: &[(Match, Target)], hook: &str) -> (Vec<Step<'t>>, bool) {
+        let w = walker::walk(t, parsed, hook, &Budget::new(LIMITS));
+        (w.steps, w.cuts.is_empty())
+    }
+
+    fn shadows(steps: &[Step], interesting: impl Fn(&Step) -> bool) -> Vec<Found> {
+        super::shadows(steps, interesting, &Budget::new(LIMITS)).0
     }
 
     #[test]

@@ -81,10 +81,20 @@ pub fn render(report: &Report) -> String {
         if report.complete {
             ""
         } else {
-            " (walk cut short: too many rules)"
+            " (walk cut short: see below)"
         }
     );
     wrap(&mut out, &summary, "", "  ");
+    for n in &report.not_followed {
+        let r = &n.rule;
+        let place = format!(
+            "not followed past {}/{} {} {} #{} (from {}): {}; nothing is claimed about the \
+             rules it leads to:",
+            r.backend, r.family, r.table, r.chain, r.position, n.hook, n.reason
+        );
+        wrap(&mut out, &place, "", "  ");
+        wrap(&mut out, &r.line, "    ", "      ");
+    }
     out
 }
 

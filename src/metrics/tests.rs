@@ -72,6 +72,7 @@ fn names_follow_the_conventions() {
         rules_read: 0,
         complete: true,
         findings: Vec::new(),
+        not_followed: Vec::new(),
         duration_seconds: 0.0,
     };
     let sweep = super::sweep(&report, UNIX_EPOCH);
@@ -175,6 +176,7 @@ fn doctor_series_count_every_kind_and_severity() {
             finding(Kind::DeadTarget, Severity::Error),
             finding(Kind::Shadowed, Severity::Warning),
         ],
+        not_followed: Vec::new(),
         duration_seconds: 2.0,
     };
     let text = super::doctor(&report, UNIX_EPOCH).render();

@@ -1,6 +1,9 @@
 //! A built-in chain evaluated for a packet the way the kernel does it, down to a verdict
 //! ([`fate`]), with only what [`Packet::test`] can decide.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use super::*;
 use crate::save::{ChainIndex, SavedRule, Table};
 
@@ -29,6 +32,7 @@ pub enum Fate<'t> {
 }
 
 /// How far one chain got.
+#[derive(Clone, Copy)]
 enum Flow<'t> {
     Verdict(Fate<'t>),
     /// The end of the chain, or a RETURN: back to the caller.
@@ -51,6 +55,7 @@ pub fn fate<'t>(
         index: table.index(),
         parsed,
         packet,
+        memo: RefCell::default(),
     };
     match eval.chain(builtin, 0) {
         Flow::Verdict(fate) => fate,
@@ -66,6 +71,10 @@ struct Eval<'t, 'p> {
     index: ChainIndex<'t>,
     parsed: &'p [(Match, Target)],
     packet: &'p Packet,
+    /// How far each chain got at each depth: one packet goes the same way through a chain
+    /// every time, so a chain reached many ways (30 chains each jumping 4 ways to the next)
+    /// is evaluated once per depth, not once per path.
+    memo: RefCell<HashMap<(usize, usize), Flow<'t>>>,
 }
 
 impl<'t> Eval<'t, '_> {
@@ -87,6 +96,21 @@ impl<'t> Eval<'t, '_> {
     }
 
     fn chain(&self, name: &str, depth: usize) -> Flow<'t> {
+        // A chain is known by its rule list (each chain has its own; an empty one is `Back`
+        // whichever it is).
+        let key = (
+            self.index.rules(name).map_or(0, |r| r.as_ptr() as usize),
+            depth,
+        );
+        if let Some(flow) = self.memo.borrow().get(&key) {
+            return *flow;
+        }
+        let flow = self.evaluate(name, depth);
+        self.memo.borrow_mut().insert(key, flow);
+        flow
+    }
+
+    fn evaluate(&self, name: &str, depth: usize) -> Flow<'t> {
         for (k, rule, m, target) in self.rules(name, 0) {
             let tri = self.packet.test(m);
             if tri == Tri::No {

@@ -395,6 +395,28 @@ mod tests {
     }
 
     #[test]
+    fn a_branching_ladder_is_evaluated_once_per_chain() {
+        // FORWARD → L0, each chain jumping 4 ways (each may apply) to the next, the last
+        // deciding nothing for the packet: 4^11 ways through, each ending at the policy.
+        let mut text = String::from("*filter\n:FORWARD DROP [0:0]\n");
+        for i in 0..12 {
+            text += &format!(":L{i} - [0:0]\n");
+        }
+        text += "-A FORWARD -j L0\n";
+        for i in 0..11 {
+            for k in 1..=4 {
+                text += &format!("-A L{i} -m mark --mark {k:#x}/{k:#x} -j L{}\n", i + 1);
+            }
+        }
+        text += "-A L11 -p udp -j DROP\nCOMMIT\n";
+        let started = std::time::Instant::now();
+        assert_eq!(fate_of(&text, &dnatted()), "dropped policy");
+        // Once per chain is well under a millisecond; once per path, tens of seconds.
+        let took = started.elapsed();
+        assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+    }
+
+    #[test]
     fn conditions_against_a_host_port() {
         let locals: Vec<IpNet> = ["10.78.0.1/32", "127.0.0.0/8"]
             .iter()

@@ -101,7 +101,8 @@ impl Doc {
 
     /// The exit status matches the worst severity, and the report has the documented shape:
     /// `{sources, rules_read, complete, findings: [{severity, kind, port?, protocol?, summary,
-    /// rules: [{backend, family, table, chain, position, line, hooks?}], evidence?, fix?}]}`.
+    /// rules: [{backend, family, table, chain, position, line, hooks?}], evidence?, fix?}],
+    /// not_followed?: [{hook, rule, reason}]}` (`not_followed` exactly when not complete).
     pub fn check_schema(&self) {
         let r = &self.report;
         let keys = |v: &Value| -> Vec<String> {
@@ -111,18 +112,19 @@ impl Doc {
                 .cloned()
                 .collect()
         };
-        assert_eq!(
-            keys(r),
-            [
-                "sources",
-                "rules_read",
-                "complete",
-                "findings",
-                "duration_seconds"
-            ],
-            "{}",
-            self.show()
-        );
+        let cut = r["complete"] == false;
+        let mut expected = vec!["sources", "rules_read", "complete", "findings"];
+        expected.extend(cut.then_some("not_followed"));
+        expected.push("duration_seconds");
+        assert_eq!(keys(r), expected, "{}", self.show());
+        for n in r["not_followed"].as_array().into_iter().flatten() {
+            assert_eq!(keys(n), ["hook", "rule", "reason"], "{}", self.show());
+            assert!(
+                n["rule"]["line"].is_string() && n["reason"].is_string(),
+                "{}",
+                self.show()
+            );
+        }
         assert!(
             r["sources"]
                 .as_array()

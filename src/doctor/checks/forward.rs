@@ -33,9 +33,13 @@ impl Checks<'_> {
             .filter_map(|set| {
                 let t = set.table("nat")?;
                 let parsed = paths::parse_table(t);
-                let walk = paths::Walk::new(t, &parsed, "PREROUTING", |s| {
-                    shadowed::interesting("nat", s)
-                });
+                let walk = paths::Walk::within(
+                    t,
+                    &parsed,
+                    "PREROUTING",
+                    |s| shadowed::interesting("nat", s),
+                    &self.budget,
+                );
                 Some(Walked {
                     set,
                     table: "nat",
@@ -44,6 +48,9 @@ impl Checks<'_> {
                 })
             })
             .collect();
+        for w in &own {
+            self.not_followed.extend(w.not_followed());
+        }
         let mut found = Vec::new();
         for w in self
             .walks

@@ -92,13 +92,14 @@ impl Checks<'_> {
 }
 
 /// The steps on a walk that would take some of a listener's packets and name its port, in
-/// order.
+/// order (steps of merged invocations left out: their conditions overstate their packets).
 fn takers<'w>(w: &'w Walked, packets: &Match, port: u16) -> Vec<&'w Step<'w>> {
     w.walk
         .steps()
         .iter()
         .filter(|s| {
-            (s.target.is_terminal() || s.target == Target::Return)
+            s.exact()
+                && (s.target.is_terminal() || s.target == Target::Return)
                 && names_port(&s.cond, port)
                 && !s.cond.and(packets).is_empty()
         })

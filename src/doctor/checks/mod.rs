@@ -18,7 +18,7 @@ use std::net::IpAddr;
 
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
 use super::paths::{self, Step};
-use super::{DoctorOptions, Finding, Kind, RuleRef, Ruleset, Severity};
+use super::{DoctorOptions, Finding, Kind, NotFollowed, RuleRef, Ruleset, Severity};
 use crate::backend::{Backend, Detected};
 use crate::family::Family;
 use crate::layout::{Owner, is_owned_chain, owner};
@@ -97,7 +97,9 @@ pub struct Checks<'a> {
     host_backend: Detected,
     walks: Vec<Walked<'a>>,
     findings: Vec<Finding>,
-    complete: bool,
+    not_followed: Vec<NotFollowed>,
+    /// Shared by every walk of the run.
+    budget: paths::Budget,
 }
 
 /// One hook of one table of one ruleset, walked. Its steps and shadows are only reachable
@@ -110,23 +112,35 @@ struct Walked<'a> {
 }
 
 impl<'a> Checks<'a> {
-    pub fn new(rulesets: &'a [Ruleset], host: Option<&'a Host>, host_backend: Detected) -> Self {
+    pub fn new(
+        rulesets: &'a [Ruleset],
+        host: Option<&'a Host>,
+        host_backend: Detected,
+        limits: paths::Limits,
+    ) -> Self {
+        let budget = paths::Budget::new(limits);
         let mut walks = Vec::new();
-        let mut complete = true;
+        let mut not_followed = Vec::new();
         for set in rulesets {
             for (table, hooks) in [("nat", &NAT_HOOKS[..]), ("filter", &FILTER_HOOKS[..])] {
                 let Some(t) = set.table(table) else { continue };
                 let parsed = paths::parse_table(t);
                 for hook in hooks {
-                    let walk =
-                        paths::Walk::new(t, &parsed, hook, |s| shadowed::interesting(table, s));
-                    complete &= walk.complete();
-                    walks.push(Walked {
+                    let walk = paths::Walk::within(
+                        t,
+                        &parsed,
+                        hook,
+                        |s| shadowed::interesting(table, s),
+                        &budget,
+                    );
+                    let w = Walked {
                         set,
                         table,
                         hook,
                         walk,
-                    });
+                    };
+                    not_followed.extend(w.not_followed());
+                    walks.push(w);
                 }
             }
         }
@@ -136,12 +150,30 @@ impl<'a> Checks<'a> {
             host_backend,
             walks,
             findings: Vec::new(),
-            complete,
+            not_followed,
+            budget,
         }
     }
 
-    pub fn finish(self) -> (Vec<Finding>, bool) {
-        (self.findings, self.complete)
+    pub fn finish(self) -> (Vec<Finding>, Vec<NotFollowed>) {
+        (self.findings, self.not_followed)
+    }
+}
+
+impl Walked<'_> {
+    /// Where this walk was cut short, for the report.
+    fn not_followed(&self) -> impl Iterator<Item = NotFollowed> + '_ {
+        self.walk.cuts().iter().map(|cut| NotFollowed {
+            hook: self.hook,
+            rule: RuleRef::new(
+                self.set,
+                self.table,
+                &cut.rule.chain,
+                cut.position,
+                &cut.rule.args,
+            ),
+            reason: cut.reason,
+        })
     }
 }
 
