@@ -16,14 +16,11 @@
 use std::io;
 
 use super::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELRULE, NftError,
-    NftRule, Session, genmsg, rule_message,
+    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NftError, NftRule, Session,
+    batch_marker, rule_message,
 };
 use crate::family::Family;
 use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
-
-/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
-const NFNL_BATCH_GENID: u16 = 1;
 
 /// The rules to delete from one chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,14 +108,8 @@ fn batch(
     messages: usize,
 ) -> Vec<u8> {
     let mut m = Vec::with_capacity(64 * (messages + 2));
-    let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
-        let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
-        genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
-        if kind == NFNL_MSG_BATCH_BEGIN {
-            netlink::put_attr(m, NFNL_BATCH_GENID, &generation.to_be_bytes());
-        }
-        netlink::finish(m, start);
-    };
+    let marker =
+        |m: &mut Vec<u8>, kind: u16, seq: u32| batch_marker(m, kind, seq, Some(generation));
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
     let mut seq = first;
     let each = victims.iter().flat_map(|v| {
@@ -178,7 +169,8 @@ mod tests {
             [10, 11, 12, 13]
         );
         // The generation rides on BATCH_BEGIN.
-        let genid = netlink::attr(&messages[0].payload[4..], NFNL_BATCH_GENID).unwrap();
+        let genid =
+            netlink::attr(&messages[0].payload[4..], crate::nftables::NFNL_BATCH_GENID).unwrap();
         assert_eq!(genid, 77u32.to_be_bytes());
         // The flush names no handle; the other deletion names handle 5.
         let body = |i: usize| &messages[i].payload[4..];

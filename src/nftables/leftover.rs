@@ -15,15 +15,13 @@
 use std::io;
 
 use super::own::{NFT_MSG_DELTABLE, NFT_MSG_GETTABLE};
-use super::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NftError, Session};
-use super::{genmsg, subsys};
+use super::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NftError, Session};
+use super::{batch_marker, genmsg, subsys};
 use crate::family::Family;
 use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
 
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_TABLE_USE: u16 = 3;
-/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
-const NFNL_BATCH_GENID: u16 = 1;
 
 /// iptables' built-in chains of the tables natledger writes.
 pub fn builtin_chains(table: &str) -> &'static [&'static str] {
@@ -129,14 +127,8 @@ impl Session<'_> {
     fn delete_table(&mut self, family: Family, table: &str, generation: u32) -> io::Result<()> {
         let first = self.sock.reserve(3);
         let mut m = Vec::with_capacity(128);
-        let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
-            let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
-            genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
-            if kind == NFNL_MSG_BATCH_BEGIN {
-                netlink::put_attr(m, NFNL_BATCH_GENID, &generation.to_be_bytes());
-            }
-            netlink::finish(m, start);
-        };
+        let marker =
+            |m: &mut Vec<u8>, kind: u16, seq: u32| batch_marker(m, kind, seq, Some(generation));
         marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
         let start = netlink::begin(
             &mut m,

@@ -267,14 +267,24 @@ fn dump_request(seq: u32, family: Family, table: &str, chain: &str) -> Vec<u8> {
     m
 }
 
+/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
+pub(crate) const NFNL_BATCH_GENID: u16 = 1;
+
+/// A batch's BATCH_BEGIN or BATCH_END (`kind`). A BEGIN given a generation is valid only at
+/// it (`NFNL_BATCH_GENID`): the kernel refuses the whole batch when anyone committed since.
+pub(crate) fn batch_marker(m: &mut Vec<u8>, kind: u16, seq: u32, generation: Option<u32>) {
+    let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
+    genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
+    if let (NFNL_MSG_BATCH_BEGIN, Some(generation)) = (kind, generation) {
+        netlink::put_attr(m, NFNL_BATCH_GENID, &generation.to_be_bytes());
+    }
+    netlink::finish(m, start);
+}
+
 /// BATCH_BEGIN, one DELRULE per victim (sequence numbers `first + 1 ..`), BATCH_END.
 fn delete_batch(first: u32, family: Family, victims: &[(&str, &str, u64)]) -> Vec<u8> {
     let mut m = Vec::with_capacity(64 * (victims.len() + 2));
-    let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
-        let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
-        genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
-        netlink::finish(m, start);
-    };
+    let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| batch_marker(m, kind, seq, None);
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
     let mut seq = first;
     for (i, (table, chain, handle)) in victims.iter().enumerate() {

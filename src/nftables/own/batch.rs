@@ -14,9 +14,8 @@
 use std::io;
 
 use super::super::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES, NFT_MSG_DELRULE,
-    NFT_MSG_NEWRULE, NFTA_RULE_HANDLE, NFTA_RULE_USERDATA, NftError, Session, genmsg, rule_message,
-    subsys,
+    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NFT_MSG_NEWRULE, NFTA_RULE_HANDLE,
+    NFTA_RULE_USERDATA, NftError, Session, batch_marker, genmsg, rule_message, subsys,
 };
 use super::picture::{Message, Place, plan};
 use super::{
@@ -33,8 +32,6 @@ const NFTA_RULE_POSITION: u16 = 6;
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_CHAIN_TABLE: u16 = 1;
 const NFTA_CHAIN_NAME: u16 = 3;
-/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
-const NFNL_BATCH_GENID: u16 = 1;
 /// How many times a batch is planned again after someone else committed in between.
 const ATTEMPTS: usize = 5;
 
@@ -60,14 +57,8 @@ fn encode(
     messages: &[Message],
 ) -> Result<Vec<u8>, NftError> {
     let mut m = Vec::with_capacity(256 * (messages.len() + 2));
-    let marker = |m: &mut Vec<u8>, kind: u16, seq: u32| {
-        let start = netlink::begin(m, kind, NLM_F_REQUEST, seq);
-        genmsg(m, libc::AF_UNSPEC as u8, NFNL_SUBSYS_NFTABLES);
-        if kind == NFNL_MSG_BATCH_BEGIN {
-            netlink::put_attr(m, NFNL_BATCH_GENID, &generation.to_be_bytes());
-        }
-        netlink::finish(m, start);
-    };
+    let marker =
+        |m: &mut Vec<u8>, kind: u16, seq: u32| batch_marker(m, kind, seq, Some(generation));
     marker(&mut m, NFNL_MSG_BATCH_BEGIN, first);
     let mut seq = first;
     for (i, message) in messages.iter().enumerate() {
