@@ -17,6 +17,10 @@
 //!   creates is 0700 and marked; an empty existing one (an operator's `mkdir`, 0755) is
 //!   marked and used, its mode unchanged, `containers/` 0700; create and poststop restore the
 //!   dumps.
+//! - `first_uses_at_once_all_succeed`: 12 CNI STATUS calls at once (each takes the lock) on a
+//!   new directory and on an older release's, 10 rounds each: every one succeeds (one that
+//!   read no marker and then listed the marker another had just written was refused as
+//!   foreign).
 
 mod common;
 
@@ -277,4 +281,44 @@ fn a_new_directory_is_marked_and_an_empty_one_adopted_as_it_is() {
         assert_eq!(node.dump(), dump);
         assert_eq!(std::fs::metadata(&empty).unwrap().mode() & 0o7777, 0o755);
     });
+}
+
+#[test]
+fn first_uses_at_once_all_succeed() {
+    let mut node = Node::new(Backend::Nftables);
+    let c = node.topo.add_container(2);
+    let node = &node;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-dir-older");
+    for older in [false, true] {
+        for round in 0..10 {
+            let state = node.dir.path().join(format!("race-{older}-{round}"));
+            if older {
+                let copied = std::process::Command::new("cp")
+                    .arg("-a")
+                    .arg(&fixture)
+                    .arg(&state)
+                    .status()
+                    .unwrap();
+                assert!(copied.success());
+                for d in [state.clone(), state.join("containers")] {
+                    chmod(&d, 0o755);
+                }
+            }
+            let mut config = cni_config(node, "testnet", &c, 8080);
+            config["stateDir"] = json!(state);
+            let outs: Vec<Output> = std::thread::scope(|s| {
+                let calls: Vec<_> = (0..12)
+                    .map(|_| s.spawn(|| cni_call(node, "STATUS", CID, None, &config)))
+                    .collect();
+                calls.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            for out in &outs {
+                assert_ok(
+                    out,
+                    &format!("STATUS at once (older: {older}, round {round})"),
+                );
+            }
+            assert!(state.join("natledger-state").exists());
+        }
+    }
 }

@@ -194,13 +194,22 @@ pub fn judge(dir: &Path) -> Result<Ownership, LedgerError> {
         Err(e) => return Err(super::io("use state directory", dir)(e)),
     }
     let marker = dir.join(MARKER);
-    match safefile::read(&marker, safefile::Links::Refuse, safefile::Cap::State) {
-        Ok(bytes) if is_marker(&bytes) => return Ok(Ownership::Marked),
-        Ok(_) => return Err(foreign(Foreign::Marker)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(super::io("read", &marker)(e)),
+    let read_marker =
+        || match safefile::read(&marker, safefile::Links::Refuse, safefile::Cap::State) {
+            Ok(bytes) if is_marker(&bytes) => Ok(Some(Ownership::Marked)),
+            Ok(_) => Err(foreign(Foreign::Marker)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(super::io("read", &marker)(e)),
+        };
+    if let Some(marked) = read_marker()? {
+        return Ok(marked);
     }
     let top = list(dir).map_err(super::io("read", dir))?;
+    // Another natledger marked it between the read and the listing (the first uses of a new
+    // or an older release's directory, at once): judged by the marker, as it now has one.
+    if top.iter().any(|e| e.name == MARKER) {
+        return read_marker()?.ok_or_else(|| foreign(Foreign::Entry(Echo::from(MARKER))));
+    }
     let ownership = judge_top(&top).map_err(foreign)?;
     if ownership == Ownership::Older {
         let containers = dir.join("containers");
