@@ -12,6 +12,10 @@
 //!   naming the old pid, exit 0 with one warning naming c1 and the live pid, change nothing
 //!   (dumps, manifest, traffic to the new instance); sweep keeps it; once its process is gone
 //!   its poststop removes everything (dump as before).
+//! - `a_poststop_while_the_process_is_still_exiting_removes`: as crun's and youki's
+//!   `delete --force` do, the container's process is killed while its poststop (naming no
+//!   pid) already runs (here 300 ms in): the poststop waits for it to be gone (at most a
+//!   second) and removes everything (dump as before), with no warning.
 //! - `enospc_by_inodes_at_every_step`, `enospc_by_size_at_every_step`: the state directory on
 //!   a small tmpfs mounted over the node's temp dir, filled to leave 0, 1, 2, … inodes or 0,
 //!   P, 2P+ pages (P: the pages of the manifest of 300 mappings) before a create: each
@@ -209,6 +213,33 @@ fn a_stale_poststop_keeps_the_live_instance() {
         let out = node.hook_state("poststop", &stopped("c1", &bundle));
         assert_ok(&out, "poststop after the process is gone");
         assert_eq!(node.dump(), before, "{backend:?}");
+        assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+    });
+}
+
+#[test]
+fn a_poststop_while_the_process_is_still_exiting_removes() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c");
+        node.warm_up();
+        let before = node.dump();
+        let ext = node.topo.ext().to_string();
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        node.create("c1", Some(pid), &[(PORTS, "8080:80")]);
+        assert_eq!(tcp_request(&ext, sock(NODE_V4, 8080), T).unwrap(), "c");
+        let bundle = node.dir.path().join("bundles/c1");
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            kill_pid(pid);
+        });
+        let out = node.hook_state("poststop", &stopped("c1", &bundle));
+        killer.join().unwrap();
+        assert_ok(&out, "poststop while the process exits");
+        let err = stderr(&out);
+        assert!(!err.contains("warning"), "{backend:?}: {err}");
+        assert_eq!(node.dump(), before, "{backend:?}: the rules stayed");
         assert!(node.manifests().is_empty(), "{:?}", node.manifests());
     });
 }

@@ -68,8 +68,22 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
             Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
         }
     }
+    // A runtime that kills the container's process and runs poststop at once (crun's and
+    // youki's `delete --force`: SIGKILL, no wait) reaches here while that process is still
+    // exiting. Waited for here, outside the lock, a bounded time; `stop` judges again.
+    if let Ok(Some(manifest)) = ctx.ledger.load(&id) {
+        let deadline = std::time::Instant::now() + EXIT_GRACE;
+        while stale(&manifest, state.pid).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
     stop(ctx, &id, Stopping::Poststop { pid: state.pid })
 }
+
+/// How long a poststop waits for the container's recorded process to finish exiting before
+/// it judges the poststop an earlier instance's ([`Removed::Stale`]). A killed process is
+/// gone within milliseconds; a really stale poststop costs this once.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A container or CNI attachment stops, whoever says so (poststop, a CNI DEL or GC): delete
 /// exactly the rules natledger wrote for it, wherever they are now, then its manifest; unless
