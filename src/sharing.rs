@@ -3,10 +3,11 @@
 //! A Kubernetes pod (containerd and CRI-O copy the pod's annotations into the sandbox's spec
 //! and every app container's), a podman pod, Docker's `--network container:X` and runc bundles
 //! naming one netns path all put several containers in one network namespace. Where they ask
-//! for the same mapping, the rules exist once: the first container to ask installs them (the
-//! *holder*, whose tag they carry) and every later one in that namespace *shares* them. The
-//! rules stay while any of them lives, and go when the last one is gone, so an app
-//! container's stop or crash never cuts the pod's port.
+//! for the same ports forwarded the same way, the rules exist once (judged port by port: a
+//! range is cut at the holder's mappings, `ops::create::share`): the first container to ask
+//! installs them (the *holder*, whose tag they carry) and every later one in that namespace
+//! *shares* them. The rules stay while any of them lives, and go when the last one is gone,
+//! so an app container's stop or crash never cuts the pod's port.
 //!
 //! How sharing is recorded (see [`crate::ledger::Manifest`]):
 //!

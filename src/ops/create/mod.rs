@@ -18,7 +18,7 @@ use crate::netns;
 use crate::oci::{
     ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
 };
-use crate::portspec::bounds::{Bound, MAX_RULES, check_count};
+use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::procfs;
 use crate::rule::Rule;
@@ -32,8 +32,11 @@ use crate::conntrack::Flows;
 mod checks;
 mod install;
 mod limits;
+mod share;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_share;
 
 use checks::*;
 use install::*;
@@ -199,7 +202,8 @@ fn install_locked(
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
     let mut claims = judge_claims(ctx, input, &manifest)?;
-    manifest.mappings.retain(|m| !claims.shares(m));
+    // What is left of a range split around shared ports, merged again where consecutive.
+    manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
     manifest.shares = std::mem::take(&mut claims.shared);
     if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
         manifest.addresses = (input.addresses)()?;
@@ -236,10 +240,18 @@ fn install_locked(
         .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
         .collect();
     if !manifest.mappings.is_empty() && !adopted {
+        // Each keeper with the own mapping its port is in (one split around shared ports
+        // keeps the pieces that remain).
         let keepers: Vec<(Listener, PortMapping)> = keepers
             .iter()
-            .filter(|(_, m)| manifest.mappings.contains(m))
-            .cloned()
+            .filter_map(|(l, m)| {
+                let own = manifest.mappings.iter().find(|o| {
+                    o.protocol == m.protocol
+                        && o.host_ip == m.host_ip
+                        && (o.host_ports.start..=o.host_ports.end).contains(&l.port)
+                })?;
+                Some((l.clone(), own.clone()))
+            })
             .collect();
         check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?;
     }
@@ -443,7 +455,10 @@ struct Claims {
     /// Manifests whose rules go first, and why: holders of a clashing port whose container
     /// and sharers are all dead, and an earlier create of this same container.
     dead: Vec<(Manifest, String)>,
-    /// Mappings this container shares with a live group in its network namespace.
+    /// The mappings this container holds itself: its own, less the ports it shares.
+    own: Vec<PortMapping>,
+    /// Mappings this container shares with a live group in its network namespace (pieces
+    /// of its mappings, each inside one of the holder's: `share::split_shared`).
     shared: Vec<Shared>,
     /// The holders of `shared`, to record this container in their `shared_by`.
     holders: Vec<Manifest>,
@@ -452,15 +467,10 @@ struct Claims {
     restarted: Option<Manifest>,
 }
 
-impl Claims {
-    fn shares(&self, mapping: &PortMapping) -> bool {
-        self.shared.iter().any(|s| s.mappings.contains(mapping))
-    }
-}
-
 /// Judge host-port claims, changing nothing: a live holder of the same address, port and
 /// protocol refuses the start, unless this container is in the holder's network namespace
-/// (`crate::sharing`) and asks for the very same mapping, which it then shares; a holder whose
+/// (`crate::sharing`) and asks for ports the holder forwards the same way, which it then
+/// shares port by port (`share::split_shared`: a range is cut around them); a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
 /// container id (a retried create) is replaced the same way.
 fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims, Error> {
@@ -473,6 +483,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
     }
     let needs = Needs::judge(&others);
     let mut claims = Claims {
+        own: me.mappings.clone(),
         dead: Vec::new(),
         shared: Vec::new(),
         holders: Vec::new(),
@@ -514,12 +525,11 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             ));
             continue;
         }
-        let clashes: Vec<&PortMapping> = me
-            .mappings
+        let clash = claims
+            .own
             .iter()
-            .filter(|m| other.mappings.iter().any(|o| m.conflicts_with(o)))
-            .collect();
-        let Some(first) = clashes.first() else {
+            .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
+        let Some(first) = clash.cloned() else {
             continue;
         };
         if !needs.needed(id) {
@@ -538,24 +548,14 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         // never finished, nor what a failed removal left).
         if membership != Membership::Same || other.phase != Phase::Installed {
             return Err(Error::PortClaimed {
-                mapping: (*first).clone(),
+                mapping: first,
                 holder: keeper.container_id.clone(),
                 origin: keeper.origin(),
                 membership,
             });
         }
-        let mut shared = Vec::new();
-        for mapping in clashes {
-            if !other.mappings.contains(mapping) {
-                let held = other.mappings.iter().find(|o| mapping.conflicts_with(o));
-                return Err(Error::MappingDiffers {
-                    mapping: mapping.clone(),
-                    held: held.expect("a clash has a mapping it clashes with").clone(),
-                    holder: id.clone(),
-                });
-            }
-            shared.push(mapping.clone());
-        }
+        let (own, shared) = share::split_shared(&claims.own, &other.mappings, id)?;
+        claims.own = own;
         claims.shared.push(Shared {
             holder: id.clone(),
             mappings: shared,

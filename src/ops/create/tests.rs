@@ -142,7 +142,7 @@ fn tags_name_the_container() {
 
 /// A hook input for container `id` of pod `pod`, whose process is this test's own: every such
 /// container is in one network namespace, and alive.
-fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str) -> HookInput {
+pub(super) fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str) -> HookInput {
     let mut input = input(dir);
     input.id = id.parse().unwrap();
     input.pid = Some(std::process::id() as i32);
