@@ -19,6 +19,7 @@
 //! - Both rules are assumed to come from the same table and family.
 
 use std::net::IpAddr;
+use std::rc::Rc;
 
 use crate::rule::IpNet;
 
@@ -46,7 +47,9 @@ pub enum Cond {
     /// Anything not modelled (e.g. `-m mark --mark 0x1`, `-m conntrack --ctstate NEW`,
     /// `-m set --match-set x dst`, `-f`): the exact tokens of that option and its module,
     /// `--match` written `-m`, joined by single spaces (tokens with blanks or quotes quoted).
-    Other(String),
+    /// Shared, not copied, by the conditions of every path through the rule (it can be long:
+    /// `-m bpf --bytecode`, `-m string --hex-string`).
+    Other(Rc<str>),
 }
 
 /// A set of ports as sorted, merged inclusive ranges.
@@ -523,7 +526,7 @@ fn values_end(args: &[String], i: usize) -> usize {
 }
 
 /// Tokens joined by single spaces; empty ones dropped, ones with blanks or quotes quoted.
-fn render<'a>(tokens: impl IntoIterator<Item = &'a str>) -> String {
+fn render<'a>(tokens: impl IntoIterator<Item = &'a str>) -> Rc<str> {
     let quote = |t: &str| {
         let plain = !t.contains(|c: char| c.is_whitespace() || c == '"' || c == '\\');
         if plain {
@@ -537,7 +540,7 @@ fn render<'a>(tokens: impl IntoIterator<Item = &'a str>) -> String {
         .filter(|t| !t.is_empty())
         .map(quote)
         .collect();
-    tokens.join(" ")
+    tokens.join(" ").into()
 }
 
 /// A condition taken apart: (field, negated, value). Conditions on the same field compare.

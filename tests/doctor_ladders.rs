@@ -20,6 +20,12 @@
 //! - `a_ladder_deeper_than_doctor_follows_is_named`: 40 chains x 2 in iptables-legacy:
 //!   doctor exits normally, not complete, and names the jumps it did not follow
 //!   (`not_followed`, JSON and text) and claims nothing about the chains below.
+//! - `long_conditions_on_many_paths_under_1gib` (a `--from` dump, no namespace): 1024
+//!   PREROUTING jumps, each with one long legal match (`-m bpf` of 64 instructions, then
+//!   `-m string --hex-string` of 128 bytes), into 1024 chains that each RETURN on a mark and
+//!   jump to one chain of 2100 MARK rules, walked again from each: some 2 million steps, each
+//!   on a path carrying the long match. Doctor exits normally, claims nothing, and if it
+//!   stops, says where (`too-many-steps`).
 
 mod common;
 
@@ -212,4 +218,71 @@ fn a_ladder_deeper_than_doctor_follows_is_named() {
             && text.contains("not followed past legacy/ipv4 nat L30 #1 (from PREROUTING)"),
         "{text}"
     );
+}
+
+/// The review's ruleset (issue 22): every path condition holds one long match text.
+fn long_conditions(long_match: &str) -> String {
+    let (k, r) = (1024, 2100);
+    let mut out = String::from("*nat\n:PREROUTING ACCEPT [0:0]\n:B - [0:0]\n");
+    for i in 0..k {
+        out += &format!(":M{i} - [0:0]\n");
+    }
+    for i in 0..k {
+        out += &format!("-A PREROUTING {long_match} -j M{i}\n");
+    }
+    for i in 0..k {
+        out += &format!("-A M{i} -m mark --mark 0x1/0x1 -j RETURN\n-A M{i} -j B\n");
+    }
+    for j in 0..r {
+        out += &format!("-A B -j MARK --set-xmark {:#x}/0xffffffff\n", j + 2);
+    }
+    out + "COMMIT\n"
+}
+
+#[test]
+fn long_conditions_on_many_paths_under_1gib() {
+    let bpf = ["48 0 0 9", "21 0 1 6", "6 0 0 1", "6 0 0 0"]
+        .repeat(16)
+        .join(",");
+    let hex = "41".repeat(128);
+    for long_match in [
+        format!("-m bpf --bytecode \"64,{bpf}\""),
+        format!("-m string --hex-string \"|{hex}|\" --algo bm --to 65535"),
+    ] {
+        let case = &long_match[..16];
+        let mut dump = tempfile::NamedTempFile::new().unwrap();
+        std::io::Write::write_all(&mut dump, long_conditions(&long_match).as_bytes()).unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let from = format!("legacy:{}", dump.path().display());
+        let out = std::process::Command::new("timeout")
+            .args(["300", "prlimit", "--as=1073741824", BIN, "doctor", "--json"])
+            .arg("--state-dir")
+            .arg(state.path())
+            .args(["--from", &from])
+            .output()
+            .unwrap();
+        assert!(
+            matches!(out.status.code(), Some(0..=2)),
+            "{case}: doctor did not exit normally ({}): {}",
+            out.status,
+            stderr(&out)
+        );
+        let d = Doc::of(out, true);
+        assert_eq!(d.report["rules_read"], 1024 + 2048 + 2100, "{case}");
+        // No rule here takes another's packets: nothing is claimed.
+        assert!(d.findings().is_empty(), "{case}\n{}", d.show());
+        let cut = d.report["not_followed"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if d.report["complete"] == false {
+            assert!(
+                !cut.is_empty() && cut.iter().all(|n| n["reason"] == "too-many-steps"),
+                "{case}\n{}",
+                d.show()
+            );
+        } else {
+            assert!(cut.is_empty(), "{case}\n{}", d.show());
+        }
+    }
 }

@@ -384,7 +384,7 @@ fn check_opaque(what: &str, line: &str, name: &str, args: &[String]) {
     );
     let (m, _) = parse_rule(args);
     assert!(
-        m.conds.contains(&Cond::Other(marker.clone())),
+        m.conds.contains(&Cond::Other(marker.as_str().into())),
         "{what}: {decoded}: {:?}",
         m.conds
     );

@@ -38,7 +38,8 @@ pub struct Limits {
     /// Walks of one chain at most, exact and merged; a jump past them is not followed.
     pub walks_per_chain: usize,
     /// Steps plus the conditions they carry, over every walk sharing a [`Budget`] (each
-    /// costs some 100 bytes).
+    /// costs some 100 bytes), plus one per [`CELL_BYTES`] of text a step holds of its own
+    /// (a long opaque match is shared by every path through its rule, not copied).
     pub cells: usize,
     /// Comparisons of one rule's path conditions with another's (in the search for shadows,
     /// and for chains entered again), a comparison of many conditions counting as several.
@@ -53,6 +54,9 @@ pub const LIMITS: Limits = Limits {
     cells: 4_000_000,
     comparisons: 20_000_000,
 };
+
+/// The bytes one cell stands for.
+pub const CELL_BYTES: usize = 100;
 
 /// Pairs of conditions a comparison pays for (a rule of a few conditions against another).
 const PAIRS_PER_COMPARISON: usize = 16;
@@ -74,8 +78,36 @@ impl Budget {
         }
     }
 
-    fn spend(&self, cells: usize) -> bool {
-        take(&self.cells, cells)
+    /// Pay for a step with path conditions `cond` and `target`: a cell, one per condition,
+    /// and one per [`CELL_BYTES`] of the text they own.
+    fn step(&self, cond: &Match, target: &Target) -> bool {
+        let text = |s: &str| s.len();
+        let owned: usize = cond
+            .conds
+            .iter()
+            .map(|c| match c {
+                Cond::Protocol { proto: s, .. }
+                | Cond::InIface { name: s, .. }
+                | Cond::OutIface { name: s, .. } => text(s),
+                Cond::DPorts { ports, .. } | Cond::SPorts { ports, .. } => 4 * ports.0.len(),
+                Cond::DstType { types, .. } | Cond::SrcType { types, .. } => {
+                    types.iter().map(|t| 24 + text(t)).sum()
+                }
+                // Shared with the parsed rule, or held inline.
+                Cond::Other(_) | Cond::Src { .. } | Cond::Dst { .. } => 0,
+            })
+            .sum();
+        let owned = owned
+            + match target {
+                Target::Jump(s)
+                | Target::Goto(s)
+                | Target::Other(s)
+                | Target::Dnat { to: s }
+                | Target::Snat { to: s }
+                | Target::Redirect { to_ports: Some(s) } => text(s),
+                _ => 0,
+            };
+        take(&self.cells, 1 + cond.conds.len() + owned / CELL_BYTES)
     }
 
     /// Pay for comparing conditions `a` with `b` (they cost by the pairs of their conditions).

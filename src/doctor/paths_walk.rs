@@ -174,7 +174,7 @@ impl<'t> Walker<'t, '_, '_> {
             }
             // Paid before the check that may skip it: the check costs too.
             let cond = cond.and(entry.own);
-            if !self.budget.spend(1 + cond.conds.len()) {
+            if !self.budget.step(&cond, entry.target) {
                 self.stop(entry, stack);
                 break;
             }

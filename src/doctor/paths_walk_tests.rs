@@ -1,6 +1,7 @@
 //! The walk on synthetic rulesets: ladders of chains branching to the next (polynomial work,
 //! the shadow at the bottom still found), merged invocations and skipped repeats claiming
-//! nothing they cannot prove, and every bound reported where it stopped.
+//! nothing they cannot prove, and every bound reported where it stopped (text a step holds
+//! of its own paid for too).
 
 use super::super::*;
 use crate::save::parse_dump;
@@ -274,4 +275,21 @@ fn a_spent_budget_stops_the_walk_where_it_is_and_claims_nothing_after() {
         .collect();
     assert_eq!(cuts, [("L2", 2, CutReason::TooManyComparisons)]);
     assert!(claims(&w).is_empty());
+}
+
+#[test]
+fn text_a_step_holds_of_its_own_is_paid_for() {
+    // Each step holds a 1,000-byte target text: 1 + 2 conditions + 10 cells of text.
+    let to = "1".repeat(1000);
+    let rule = format!("-A PREROUTING -p tcp -m tcp --dport 80 -j DNAT --to-destination {to}\n");
+    let t = table(&format!(":PREROUTING ACCEPT [0:0]\n{}", rule.repeat(3)));
+    let parsed = parse_table(&t);
+    let limits = Limits {
+        cells: 30,
+        ..LIMITS
+    };
+    let w = walk_within(&t, &parsed, limits);
+    let cuts: Vec<_> = w.cuts().iter().map(|c| (c.position, c.reason)).collect();
+    assert_eq!(cuts, [(3, CutReason::TooManySteps)]);
+    assert_eq!(w.steps().len(), 2);
 }
