@@ -17,7 +17,13 @@
 //!   manifest over the 64 MiB read cap is judged from its liveness fields; sweep removes its
 //!   tagged rules and the manifest and says so; a live one's stay; a corrupt manifest's rules
 //!   stay, named, until `sweep --all`; the large manifests are read before the lock, so a
-//!   create meanwhile waits at most a few seconds (printed).
+//!   create meanwhile waits at most a few seconds (printed);
+//! - `poststop_removes_the_many_rules_of_a_container_whose_manifest_is_too_large`: a stopped
+//!   container's manifest over the read cap, and 55,000 more DNATs tagged for it (as an older
+//!   release wrote): poststop removes them by their tag, the chain rewritten (flushed, the
+//!   rules that stay appended again), within seconds (printed), every backend; the dumps
+//!   return to what they were without it, foreign rules in natledger's chain and elsewhere
+//!   untouched, another container's port still forwarding.
 
 mod common;
 
@@ -533,4 +539,124 @@ fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
         assert!(!after.contains("natledger:"), "{backend:?}: {after}");
         assert!(node.manifests().is_empty());
     });
+}
+
+/// How many copies of a container's DNAT, tagged for it, [`many_tagged`] adds.
+const MANY: u16 = 55_000;
+
+/// Add [`MANY`] rules tagged for `id` to natledger's DNAT chain (the container's own DNAT for
+/// port `port`, on other ports) with the backend's own tool, as an older release wrote for
+/// that many mappings.
+fn many_tagged(node: &Node, id: &str, port: u16) {
+    let ns = node.topo.node();
+    let (lines, tool, args, head, tail) = if node.backend.is_iptables() {
+        let tool = format!("iptables-{}-save", node.backend.name());
+        let out = run_in(ns, &tool, &["-t", "nat"], None);
+        assert_ok(&out, &tool);
+        let restore = format!("iptables-{}-restore", node.backend.name());
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (text, restore, vec!["--noflush"], "*nat\n", "COMMIT\n")
+    } else {
+        let out = run_in(
+            ns,
+            "nft",
+            &["list", "chain", "ip", "natledger", "NATLEDGER-HOSTPORTS"],
+            None,
+        );
+        assert_ok(&out, "nft list chain");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        (text, "nft".to_string(), vec!["-f", "-"], "", "")
+    };
+    let (dport, tag, prefix) = if node.backend.is_iptables() {
+        ("--dport", format!("--comment \"natledger:{id}\""), "")
+    } else {
+        let prefix = "add rule ip natledger NATLEDGER-HOSTPORTS ";
+        ("dport", format!("comment \"natledger:{id}\""), prefix)
+    };
+    let ours = format!("{dport} {port} ");
+    let line = lines
+        .lines()
+        .map(str::trim)
+        .find(|l| l.contains(&ours) && l.contains(&tag) && l.to_lowercase().contains("dnat"))
+        .unwrap_or_else(|| panic!("the DNAT of {id} in\n{lines}"));
+    let mut text = String::from(head);
+    for p in 10_000..10_000 + MANY {
+        text.push_str(prefix);
+        text.push_str(&line.replace(&ours, &format!("{dport} {p} ")));
+        text.push('\n');
+    }
+    text.push_str(tail);
+    let out = run_in(ns, &tool, &args, Some(text.as_bytes()));
+    assert_ok(&out, &tool);
+}
+
+#[test]
+fn poststop_removes_the_many_rules_of_a_container_whose_manifest_is_too_large() {
+    for backend in Backend::ALL {
+        let mut node = Node::new(backend);
+        let (c2, c3) = (node.topo.add_container(2), node.topo.add_container(3));
+        let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
+        let _s3 = serve_tcp(&c3.ns, c3.sock_v4(80), "other");
+        let (pid2, pid3) = (
+            node.topo.spawn_sleeper(&c2.ns),
+            node.topo.spawn_sleeper(&c3.ns),
+        );
+        node.warm_up();
+        node.create("other", Some(pid3), &[("io.natledger.ports", "9090:80")]);
+        // Foreign rules, in natledger's chain and in another table.
+        let ns = node.topo.node();
+        let out = if backend.is_iptables() {
+            let foreign = "*nat\n-A NATLEDGER-MASQ -p tcp -m tcp --dport 5 -m comment \
+                           --comment someone-else -j RETURN\n-A PREROUTING -p tcp -m tcp \
+                           --dport 6 -j RETURN\nCOMMIT\n";
+            let tool = format!("iptables-{}-restore", backend.name());
+            run_in(ns, &tool, &["--noflush"], Some(foreign.as_bytes()))
+        } else {
+            let foreign = "add rule ip natledger NATLEDGER-MASQ tcp dport 5 return\n\
+                           add table ip other\nadd chain ip other c\n\
+                           add rule ip other c tcp dport 6 return\n";
+            run_in(ns, "nft", &["-f", "-"], Some(foreign.as_bytes()))
+        };
+        assert_ok(&out, "foreign rules");
+        let without_big = node.dump();
+        node.create("big", Some(pid2), &[("io.natledger.ports", "8080:80")]);
+        many_tagged(&node, "big", 8080);
+        let size = inflate(&node, "big");
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 10_001), T).ok().as_deref(),
+            Some("big")
+        );
+        kill_pid(pid2);
+        let before = node.dump();
+        let tagged = before.matches("\"natledger:big\"").count();
+        assert!(tagged > usize::from(MANY), "{tagged}");
+
+        let start = Instant::now();
+        let out = node.poststop("big");
+        let took = start.elapsed();
+        println!(
+            "{backend:?}: poststop of {tagged} tagged rules, manifest {size} B: {:.2} s",
+            took.as_secs_f64()
+        );
+        assert_ok(&out, "poststop");
+        assert_eq!(
+            node.dump(),
+            without_big,
+            "{backend:?}: exactly the big container's rules went, the foreign ones stay"
+        );
+        assert!(!node.manifest_exists("big"));
+        // Rule by rule (each `-D` or handle looked up from the chain's top) this took 14 s on
+        // iptables-nft and 19 s on nftables; the chain rewritten, 4-6 s and 10 s (debug).
+        let bound = if backend.is_iptables() { 12 } else { 20 };
+        assert!(
+            took < Duration::from_secs(bound),
+            "{backend:?}: the poststop took {took:?}"
+        );
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 9090), T).ok().as_deref(),
+            Some("other")
+        );
+        assert_ok(&node.poststop("other"), "poststop");
+    }
 }
