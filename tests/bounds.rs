@@ -24,6 +24,8 @@
 //!   rules that stay appended again), within seconds (printed), every backend; the dumps
 //!   return to what they were without it, foreign rules in natledger's chain and elsewhere
 //!   untouched, another container's port still forwarding;
+//! - `cni_del_removes_the_many_rules_of_an_attachment_whose_manifest_is_too_large`: the same
+//!   through a CNI DEL on iptables-nft (timed, printed);
 //! - `a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing`: such a
 //!   manifest read for its liveness fields: an earlier instance's poststop (its state names
 //!   another pid while the recorded process runs) changes nothing; the container's own
@@ -703,4 +705,30 @@ fn a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing()
     );
     assert!(!node.dump().contains("natledger:big"));
     assert!(!node.manifest_exists("big"));
+}
+
+#[test]
+fn cni_del_removes_the_many_rules_of_an_attachment_whose_manifest_is_too_large() {
+    let mut node = Node::new(Backend::Nft);
+    let c2 = node.topo.add_container(2);
+    let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
+    node.warm_up();
+    let before = node.dump();
+    let config = config(&node, &c2, port_mappings(|_| 80, [8080].into_iter(), None));
+    let (out, _) = cni(&node, "ADD", CID, &c2, &config, 60);
+    assert_ok(&out, "ADD");
+    let id = format!("{CID}+eth0");
+    many_tagged(&node, &id, 8080);
+    let size = inflate(&node, &id);
+    let tagged = node.dump().matches(&format!("\"natledger:{id}\"")).count();
+    assert!(tagged > usize::from(MANY), "{tagged}");
+    let (out, took) = cni(&node, "DEL", CID, &c2, &config, 120);
+    println!(
+        "Nft: CNI DEL of {tagged} tagged rules, manifest {size} B: {:.2} s",
+        took.as_secs_f64()
+    );
+    assert_ok(&out, "DEL");
+    assert_eq!(node.dump(), before, "the tables restored");
+    assert!(node.manifests().is_empty());
+    assert!(took < Duration::from_secs(12), "the DEL took {took:?}");
 }
