@@ -36,7 +36,8 @@ pub struct Removal {
 /// deleting exactly those: on iptables-nft over netlink when the chains hold exactly the
 /// recorded number of tagged rules (no process, [`crate::nftables`]), otherwise with one
 /// `*-restore` (a transaction with an absent rule fails whole and changes nothing); if that
-/// fails, it reads the table and deletes what is present. Only when
+/// fails, it reads the table and deletes what is present (a chain most of which goes
+/// rewritten, as sweep does; on iptables-nft over netlink where it can be). Only when
 /// recorded rules were not all where they were written (or there is no usable manifest) does
 /// it read the other backend too, since a ruleset saved from one backend and restored into
 /// the other brings them along. Reading legacy costs nothing when its nat table does not
@@ -347,7 +348,7 @@ impl Cut<'_> {
     /// operation) and the rules that stay appended again. Deleting rule by rule costs each
     /// rule a walk of its chain (`iptables-nft-restore`'s `-D` compares it with every rule,
     /// the kernel looks its handle up from the chain's top): quadratic in the rules that go
-    /// (50,000: 14 s).
+    /// (55,000 on iptables-nft: 14 s; rewritten, 5 s with everything else poststop does).
     fn ops(&self) -> Vec<Op> {
         let rewrite = !self.foreign
             && !self.kept.is_empty()
