@@ -95,6 +95,32 @@ impl super::Ledger {
     }
 }
 
+impl super::Ledger {
+    /// Container `id`'s manifest, when too large to read whole, summarized without the lock
+    /// (poststop's and a CNI DEL's, as [`Self::summarize_oversized`] is sweep's).
+    pub fn summarize_one(&self, id: &ContainerId) -> Option<Summary> {
+        let path = self.manifest_path(id);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.file_type().is_file() || meta.len() <= safefile::Cap::State.bytes() {
+            return None;
+        }
+        self.check_dirs().ok()?;
+        summarize(&path).ok()
+    }
+
+    /// Under the lock, container `id`'s manifest that [`Self::load`] found too large: `early`
+    /// if the file is still the one it read, else read now; `None` if it cannot be read or
+    /// names another container.
+    pub fn summary_under_lock(&self, id: &ContainerId, early: Option<Summary>) -> Option<Summary> {
+        let path = self.manifest_path(id);
+        match early {
+            Some(s) if Some(s.file) == FileId::at(&path) => Some(s),
+            _ => summarize(&path).ok(),
+        }
+        .filter(|s| s.manifest.container_id == *id)
+    }
+}
+
 impl LedgerError {
     /// A manifest refused only for its size (`safefile::Refused::TooLarge`): [`summarize`]
     /// can still read it.

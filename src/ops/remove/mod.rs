@@ -94,13 +94,21 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 ///
 /// [`CniAttachment::deleted`]: crate::ledger::CniAttachment::deleted
 pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Removed, Error> {
+    // Read before the lock: a manifest too large to read whole takes its time.
+    let early = ctx.ledger.summarize_one(id);
     let locked = ctx.ledger.lock()?;
     // A manifest under another container's name (copied or edited) is not this container's:
     // it stays for the operator and sweep (which keeps the rules of both), and only the rules
     // tagged for this container go.
     let mut foreign_file = false;
+    // A manifest too large to read whole, read for its liveness fields and the holders it
+    // shares (`ledger::summarize`): enough to judge a stale poststop; its rules go by their tag.
+    let mut summary: Option<Manifest> = None;
     let manifest = ctx.ledger.load(id).unwrap_or_else(|e| {
         foreign_file = matches!(e, LedgerError::Mismatch { .. });
+        if e.is_too_large() {
+            summary = ctx.ledger.summary_under_lock(id, early).map(|s| s.manifest);
+        }
         eprintln!(
             "natledger: {e}; removing the rules tagged {} instead",
             tag(id)
@@ -108,7 +116,10 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         None
     });
     if let Stopping::Poststop { pid: named } = by
-        && let Some(live) = manifest.as_ref().and_then(|m| stale(m, named))
+        && let Some(live) = manifest
+            .as_ref()
+            .or(summary.as_ref())
+            .and_then(|m| stale(m, named))
     {
         eprintln!(
             "natledger: warning: ignoring a poststop for container {id}: its process (pid \
@@ -122,6 +133,7 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         .map_or_else(Vec::new, |m| live_sharers(ctx, m, id));
     let holders: Vec<ContainerId> = manifest
         .iter()
+        .chain(&summary)
         .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
         .collect();
     let cache = ctx.ledger.file(forwards::CACHE_FILE);

@@ -1,11 +1,14 @@
 //! The process-less deletes tried first: netlink on iptables-nft, libiptc on legacy.
 
-use crate::backend::{Backend, Native, NativeError};
+use std::collections::HashMap;
+
+use crate::backend::{Backend, Native, NativeError, Tagged};
 use crate::family::Family;
 use crate::layout::{TABLES, tag};
 use crate::ledger::RuleRecord;
 use crate::oci::ContainerId;
 use crate::rule::Rule;
+use crate::save::{Batch, Op};
 
 use super::super::Context;
 
@@ -51,6 +54,47 @@ pub(super) fn delete_native(
             };
             let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
             Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
+        }
+    }
+}
+
+/// Apply `batch` (deletions, each of a rule tagged for `id` in natledger's chains, found by a
+/// read of its table) on iptables-nft over netlink, without a process, when each chain still
+/// holds exactly as many rules tagged for `id` as the batch deletes there
+/// ([`crate::backend::Netfilter::delete_all_tagged_nft`]): a chain all of whose rules go is
+/// flushed by one message, the others lose theirs by handle (which the kernel looks up from
+/// the chain's top: D of N rules cost D×N/2 steps, so many go by a rewrite instead,
+/// `container::Cut`). `false`: nothing changed, the caller uses the restore.
+pub(super) fn delete_found_nft(
+    ctx: &Context,
+    family: Family,
+    id: &ContainerId,
+    batch: &Batch,
+) -> bool {
+    let tag = tag(id);
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for op in &batch.ops {
+        let Op::Delete(chain, _) = op else {
+            return false;
+        };
+        *counts.entry(chain.as_str()).or_default() += 1;
+    }
+    let expected: Vec<Tagged> = counts
+        .into_iter()
+        .map(|(chain, count)| Tagged {
+            table: batch.table,
+            chain,
+            tag: &tag,
+            count,
+        })
+        .collect();
+    match ctx.netfilter.delete_all_tagged_nft(family, &expected) {
+        Ok(Native::Done(_)) => true,
+        Ok(Native::Off | Native::Declined) => false,
+        // Nothing was changed; the restore says what is really wrong.
+        Err(e) => {
+            eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem());
+            false
         }
     }
 }
