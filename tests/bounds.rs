@@ -17,7 +17,7 @@
 mod common;
 
 use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
@@ -25,86 +25,9 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(3);
 const CID: &str = "b0a1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1";
 
-/// `natledger ARGS` in the node as [`Node::natledger`] runs it, with `env`, killed after
-/// `limit` (exit 124), timed.
-fn timed(
-    node: &Node,
-    args: &[&str],
-    stdin: &str,
-    env: &[(&str, &str)],
-    limit: u64,
-) -> (Output, Duration) {
-    let limit = limit.to_string();
-    let state_dir = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
-    let backend = format!("NATLEDGER_BACKEND={}", node.backend.name());
-    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut argv: Vec<&str> = vec![&limit, "env", &state_dir, &backend];
-    argv.extend(env.iter().map(String::as_str));
-    argv.push(BIN);
-    argv.extend_from_slice(args);
-    let start = Instant::now();
-    let out = run_in(node.topo.node(), "timeout", &argv, Some(stdin.as_bytes()));
-    (out, start.elapsed())
-}
-
-/// One CNI call for `(container_id, eth0)` of container `c`, timed, killed after `limit` s.
-fn cni(
-    node: &Node,
-    command: &str,
-    container_id: &str,
-    c: &Container,
-    config: &Value,
-    limit: u64,
-) -> (Output, Duration) {
-    let netns = format!("/run/netns/{}", c.ns);
-    let env = [
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", container_id),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/opt/cni/bin"),
-        ("CNI_NETNS", netns.as_str()),
-    ];
-    timed(node, &[], &config.to_string(), &env, limit)
-}
-
-fn config(node: &Node, c: &Container, mappings: Vec<Value>) -> Value {
-    let netns = format!("/run/netns/{}", c.ns);
-    json!({
-        "cniVersion": "1.0.0", "name": "bounds", "type": "natledger",
-        "backend": node.backend.name(), "stateDir": node.state_dir(),
-        "runtimeConfig": {"portMappings": mappings},
-        "prevResult": cni_prev_result(c, &netns)
-    })
-}
-
-/// `hostPort` `h` to `containerPort` `f(h)` for every port, TCP, optionally on `host_ip`.
-fn port_mappings(
-    f: impl Fn(u16) -> u16,
-    ports: impl Iterator<Item = u16>,
-    host_ip: Option<&str>,
-) -> Vec<Value> {
-    ports
-        .map(|h| {
-            let mut m = json!({"hostPort": h, "containerPort": f(h), "protocol": "tcp"});
-            if let Some(ip) = host_ip {
-                m["hostIP"] = ip.into();
-            }
-            m
-        })
-        .collect()
-}
-
 fn error_object(out: &Output) -> Value {
     assert!(!out.status.success(), "expected a failure: {}", stderr(out));
     serde_json::from_slice(&out.stdout).expect("an error object on stdout")
-}
-
-fn manifest_size(node: &Node, id: &str) -> u64 {
-    let path = node
-        .state_dir()
-        .join("containers")
-        .join(format!("{id}.json"));
-    std::fs::metadata(path).expect("the manifest").len()
 }
 
 #[test]
@@ -115,9 +38,9 @@ fn cni_add_of_every_port_one_by_one_is_one_range() {
         let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
         node.warm_up();
         let before = node.dump();
-        let config = config(&node, &c, port_mappings(|p| p, 1..=65535, None));
+        let config = bounds_config(&node, &c, port_mappings(|p| p, 1..=65535, None));
 
-        let (out, add) = cni(&node, "ADD", CID, &c, &config, 60);
+        let (out, add) = cni_timed(&node, "ADD", CID, &c, &config, 60);
         assert_ok(&out, "ADD of 65,535 mappings");
         let id = format!("{CID}+eth0");
         let manifest = node.manifest(&id);
@@ -136,11 +59,11 @@ fn cni_add_of_every_port_one_by_one_is_one_range() {
             "{backend:?}: port 80 of the range forwards"
         );
 
-        let (out, check) = cni(&node, "CHECK", CID, &c, &config, 60);
+        let (out, check) = cni_timed(&node, "CHECK", CID, &c, &config, 60);
         assert_ok(&out, "CHECK with the mappings of the ADD");
         let mut other = config.clone();
         other["runtimeConfig"]["portMappings"] = json!(port_mappings(|p| p, 1..=65534, None));
-        let (out, _) = cni(&node, "CHECK", CID, &c, &other, 60);
+        let (out, _) = cni_timed(&node, "CHECK", CID, &c, &other, 60);
         let error = error_object(&out);
         let details = error["details"].as_str().unwrap();
         assert!(
@@ -148,7 +71,7 @@ fn cni_add_of_every_port_one_by_one_is_one_range() {
             "{details}"
         );
 
-        let (out, del) = cni(&node, "DEL", CID, &c, &config, 60);
+        let (out, del) = cni_timed(&node, "DEL", CID, &c, &config, 60);
         assert_ok(&out, "DEL");
         println!(
             "{backend:?}: 65,535 consecutive mappings: ADD {:.2} s, manifest {size} B, CHECK \
@@ -189,8 +112,8 @@ fn cni_add_of_65535_scattered_mappings_is_refused() {
                 "900 port mapping(s) need",
             ),
         ] {
-            let config = config(&node, &c, mappings);
-            let (out, took) = cni(&node, "ADD", CID, &c, &config, 60);
+            let config = bounds_config(&node, &c, mappings);
+            let (out, took) = cni_timed(&node, "ADD", CID, &c, &config, 60);
             let error = error_object(&out);
             assert_eq!(error["code"], 7, "{backend:?} {what}: {error}");
             assert_eq!(error["msg"], "too many port mappings", "{error}");
@@ -302,12 +225,12 @@ fn the_largest_container_allowed_does_not_hold_up_another() {
         // 1,024 mappings on IPv4 only, none consecutive: 4,096 rules on iptables (3,072 on
         // nftables, which writes no forward accept).
         let ports = |n: u16| (1..=n).map(|p| p * 2 + 10000);
-        let one_more = config(
+        let one_more = bounds_config(
             &node,
             &big,
             port_mappings(|p| p + 1, ports(1025), Some("0.0.0.0")),
         );
-        let (out, _) = cni(&node, "ADD", CID, &big, &one_more, 60);
+        let (out, _) = cni_timed(&node, "ADD", CID, &big, &one_more, 60);
         assert_eq!(
             error_object(&out)["code"],
             7,
@@ -315,16 +238,16 @@ fn the_largest_container_allowed_does_not_hold_up_another() {
         );
         assert_eq!(node.dump(), before);
         let mappings = port_mappings(|p| p + 1, ports(1024), Some("0.0.0.0"));
-        let big_config = config(&node, &big, mappings);
-        let small_config = config(
+        let big_config = bounds_config(&node, &big, mappings);
+        let small_config = bounds_config(
             &node,
             &small,
             port_mappings(|_| 80, [8080].into_iter(), None),
         );
         let (add, small_add) = std::thread::scope(|s| {
-            let add = s.spawn(|| cni(&node, "ADD", CID, &big, &big_config, 60));
+            let add = s.spawn(|| cni_timed(&node, "ADD", CID, &big, &big_config, 60));
             std::thread::sleep(Duration::from_millis(100));
-            let small_add = cni(&node, "ADD", "small", &small, &small_config, 60);
+            let small_add = cni_timed(&node, "ADD", "small", &small, &small_config, 60);
             (add.join().unwrap(), small_add)
         });
         assert_ok(&add.0, "ADD of the largest container");
@@ -339,14 +262,14 @@ fn the_largest_container_allowed_does_not_hold_up_another() {
             Some("c3")
         );
 
-        let (out, check) = cni(&node, "CHECK", CID, &big, &big_config, 60);
+        let (out, check) = cni_timed(&node, "CHECK", CID, &big, &big_config, 60);
         assert_ok(&out, "CHECK");
         let (del, small_again) = std::thread::scope(|s| {
-            let del = s.spawn(|| cni(&node, "DEL", CID, &big, &big_config, 60));
+            let del = s.spawn(|| cni_timed(&node, "DEL", CID, &big, &big_config, 60));
             std::thread::sleep(Duration::from_millis(50));
-            let small_del = cni(&node, "DEL", "small", &small, &small_config, 60);
+            let small_del = cni_timed(&node, "DEL", "small", &small, &small_config, 60);
             assert_ok(&small_del.0, "DEL of the other container");
-            let small_add = cni(&node, "ADD", "small", &small, &small_config, 60);
+            let small_add = cni_timed(&node, "ADD", "small", &small, &small_config, 60);
             (del.join().unwrap(), small_add)
         });
         assert_ok(&del.0, "DEL of the largest container");
@@ -372,7 +295,7 @@ fn the_largest_container_allowed_does_not_hold_up_another() {
                 "{backend:?}: {step} took {took:?}"
             );
         }
-        let (out, _) = cni(&node, "DEL", "small", &small, &small_config, 60);
+        let (out, _) = cni_timed(&node, "DEL", "small", &small, &small_config, 60);
         assert_ok(&out, "DEL");
         assert!(node.manifests().is_empty());
         assert_eq!(node.dump(), before, "{backend:?}: the tables restored");

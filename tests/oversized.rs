@@ -22,91 +22,13 @@
 
 mod common;
 
-use std::process::Output;
 use std::time::{Duration, Instant};
 
 use common::*;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const T: Duration = Duration::from_secs(3);
 const CID: &str = "b0a1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1";
-
-/// `natledger ARGS` in the node as [`Node::natledger`] runs it, with `env`, killed after
-/// `limit` (exit 124), timed.
-fn timed(
-    node: &Node,
-    args: &[&str],
-    stdin: &str,
-    env: &[(&str, &str)],
-    limit: u64,
-) -> (Output, Duration) {
-    let limit = limit.to_string();
-    let state_dir = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
-    let backend = format!("NATLEDGER_BACKEND={}", node.backend.name());
-    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let mut argv: Vec<&str> = vec![&limit, "env", &state_dir, &backend];
-    argv.extend(env.iter().map(String::as_str));
-    argv.push(BIN);
-    argv.extend_from_slice(args);
-    let start = Instant::now();
-    let out = run_in(node.topo.node(), "timeout", &argv, Some(stdin.as_bytes()));
-    (out, start.elapsed())
-}
-
-/// One CNI call for `(container_id, eth0)` of container `c`, timed, killed after `limit` s.
-fn cni(
-    node: &Node,
-    command: &str,
-    container_id: &str,
-    c: &Container,
-    config: &Value,
-    limit: u64,
-) -> (Output, Duration) {
-    let netns = format!("/run/netns/{}", c.ns);
-    let env = [
-        ("CNI_COMMAND", command),
-        ("CNI_CONTAINERID", container_id),
-        ("CNI_IFNAME", "eth0"),
-        ("CNI_PATH", "/opt/cni/bin"),
-        ("CNI_NETNS", netns.as_str()),
-    ];
-    timed(node, &[], &config.to_string(), &env, limit)
-}
-
-fn config(node: &Node, c: &Container, mappings: Vec<Value>) -> Value {
-    let netns = format!("/run/netns/{}", c.ns);
-    json!({
-        "cniVersion": "1.0.0", "name": "bounds", "type": "natledger",
-        "backend": node.backend.name(), "stateDir": node.state_dir(),
-        "runtimeConfig": {"portMappings": mappings},
-        "prevResult": cni_prev_result(c, &netns)
-    })
-}
-
-/// `hostPort` `h` to `containerPort` `f(h)` for every port, TCP, optionally on `host_ip`.
-fn port_mappings(
-    f: impl Fn(u16) -> u16,
-    ports: impl Iterator<Item = u16>,
-    host_ip: Option<&str>,
-) -> Vec<Value> {
-    ports
-        .map(|h| {
-            let mut m = json!({"hostPort": h, "containerPort": f(h), "protocol": "tcp"});
-            if let Some(ip) = host_ip {
-                m["hostIP"] = ip.into();
-            }
-            m
-        })
-        .collect()
-}
-
-fn manifest_size(node: &Node, id: &str) -> u64 {
-    let path = node
-        .state_dir()
-        .join("containers")
-        .join(format!("{id}.json"));
-    std::fs::metadata(path).expect("the manifest").len()
-}
 
 /// Rewrite container `id`'s manifest with its rule records repeated until the file is past
 /// natledger's 64 MiB read cap (as an older release wrote for 65,535 mappings).
@@ -426,15 +348,15 @@ fn cni_del_removes_the_many_rules_of_an_attachment_whose_manifest_is_too_large()
     let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
     node.warm_up();
     let before = node.dump();
-    let config = config(&node, &c2, port_mappings(|_| 80, [8080].into_iter(), None));
-    let (out, _) = cni(&node, "ADD", CID, &c2, &config, 60);
+    let config = bounds_config(&node, &c2, port_mappings(|_| 80, [8080].into_iter(), None));
+    let (out, _) = cni_timed(&node, "ADD", CID, &c2, &config, 60);
     assert_ok(&out, "ADD");
     let id = format!("{CID}+eth0");
     many_tagged(&node, &id, 8080);
     let size = inflate(&node, &id);
     let tagged = node.dump().matches(&format!("\"natledger:{id}\"")).count();
     assert!(tagged > usize::from(MANY), "{tagged}");
-    let (out, took) = cni(&node, "DEL", CID, &c2, &config, 120);
+    let (out, took) = cni_timed(&node, "DEL", CID, &c2, &config, 120);
     println!(
         "Nft: CNI DEL of {tagged} tagged rules, manifest {size} B: {:.2} s",
         took.as_secs_f64()

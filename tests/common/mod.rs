@@ -36,6 +36,7 @@ mod ociimage;
 mod podman;
 mod rootfs;
 mod runc;
+mod timed;
 mod topology;
 mod traffic;
 
@@ -43,7 +44,8 @@ mod traffic;
 #[allow(unused_imports)]
 pub use {
     cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
-    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, topology::*, traffic::*,
+    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, timed::*, topology::*,
+    traffic::*,
 };
 
 use std::ffi::OsStr;
