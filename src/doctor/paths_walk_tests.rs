@@ -3,18 +3,8 @@
 //! nothing they cannot prove, and every bound reported where it stopped (text a step holds
 //! of its own paid for too).
 
+use super::super::tests::{dnat, table};
 use super::super::*;
-use crate::save::parse_dump;
-
-fn table(lines: &str) -> Table {
-    parse_dump(&format!("*nat\n{lines}\nCOMMIT\n"))
-        .unwrap()
-        .remove(0)
-}
-
-fn dnat(step: &Step) -> bool {
-    matches!(step.target, Target::Dnat { .. })
-}
 
 /// How each of a chain's jumps to the next is conditioned.
 #[derive(Clone, Copy, Debug)]
