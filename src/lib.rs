@@ -7,36 +7,18 @@
 //! [`nftables`] over [`netlink`] for iptables-nft deletions), [`ledger`] records what was
 //! written, and [`ops`] puts them together.
 
+pub mod analysis;
 pub mod backend;
-pub mod bundle;
-pub mod cli;
-pub mod cni;
-pub mod conntrack;
-pub mod doctor;
-pub mod durable;
-pub mod echo;
-pub mod exec;
-pub mod family;
+pub mod entry;
 pub mod fault;
-pub mod forwards;
-pub mod host;
-pub mod iptc;
-pub mod layout;
-pub mod ledger;
-pub mod matchset;
-pub mod metrics;
-pub mod netlink;
-pub mod netns;
-pub mod nftables;
-pub mod oci;
+pub mod kernel;
+pub mod model;
 pub mod ops;
-pub mod packet;
-pub mod portspec;
-pub mod procfs;
-pub mod rule;
-pub mod safefile;
-pub mod save;
-pub mod selftest;
-pub mod sharing;
-pub mod wrapper;
-pub mod xt;
+pub mod state;
+
+// The paths before the layers had folders; kept while callers move to the layered paths.
+pub use analysis::{doctor, forwards, matchset, packet, xt};
+pub use entry::{bundle, cli, cni, metrics, selftest, wrapper};
+pub use kernel::{conntrack, exec, host, iptc, netlink, netns, nftables, procfs};
+pub use model::{echo, family, layout, oci, portspec, rule, save};
+pub use state::{durable, ledger, safefile, sharing};

@@ -19,7 +19,38 @@ use natledger::oci::State;
 use natledger::ops::{self, Context, SweepOptions};
 use natledger::{cni, metrics, selftest, wrapper};
 
+/// The library logs through `log`; this prints its records on stderr, one line each, in the
+/// words natledger has always used: `natledger: warning: ...` for warnings, `natledger: ...`
+/// for the rest.
+struct Stderr;
+
+impl log::Log for Stderr {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::max_level()
+    }
+
+    fn log(&self, record: &log::Record) {
+        if !self.enabled(record.metadata()) {
+            return;
+        }
+        match record.level() {
+            log::Level::Warn => eprintln!("natledger: warning: {}", record.args()),
+            _ => eprintln!("natledger: {}", record.args()),
+        }
+    }
+
+    fn flush(&self) {}
+}
+
+static LOGGER: Stderr = Stderr;
+
 fn main() -> ExitCode {
+    let _ = log::set_logger(&LOGGER);
+    log::set_max_level(if std::env::var_os("NATLEDGER_TRACE").is_some() {
+        log::LevelFilter::Trace
+    } else {
+        log::LevelFilter::Info
+    });
     let mut args = std::env::args_os();
     if args
         .next()

@@ -52,26 +52,26 @@ const NFTA_CHAIN_HOOK: u16 = 4;
 const NFTA_CHAIN_POLICY: u16 = 5;
 const NFTA_HOOK_HOOKNUM: u16 = 1;
 
-pub(in crate::nftables) const NFTA_DATA_VALUE: u16 = 1;
-pub(in crate::nftables) const NFTA_DATA_VERDICT: u16 = 2;
-pub(in crate::nftables) const NFTA_VERDICT_CODE: u16 = 1;
-pub(in crate::nftables) const NFTA_VERDICT_CHAIN: u16 = 2;
+pub(in crate::kernel::nftables) const NFTA_DATA_VALUE: u16 = 1;
+pub(in crate::kernel::nftables) const NFTA_DATA_VERDICT: u16 = 2;
+pub(in crate::kernel::nftables) const NFTA_VERDICT_CODE: u16 = 1;
+pub(in crate::kernel::nftables) const NFTA_VERDICT_CHAIN: u16 = 2;
 
 /// `meta` keys.
 const META_MARK: u32 = 3;
-pub(in crate::nftables) const META_IIFNAME: u32 = 6;
+pub(in crate::kernel::nftables) const META_IIFNAME: u32 = 6;
 const META_OIFNAME: u32 = 7;
-pub(in crate::nftables) const META_L4PROTO: u32 = 16;
+pub(in crate::kernel::nftables) const META_L4PROTO: u32 = 16;
 /// Payload bases.
-pub(in crate::nftables) const NETWORK: u32 = 1;
-pub(in crate::nftables) const TRANSPORT: u32 = 2;
+pub(in crate::kernel::nftables) const NETWORK: u32 = 1;
+pub(in crate::kernel::nftables) const TRANSPORT: u32 = 2;
 /// `cmp` operators (`range` uses the first two).
-pub(in crate::nftables) const EQ: u32 = 0;
-pub(in crate::nftables) const NEQ: u32 = 1;
-pub(in crate::nftables) const LT: u32 = 2;
-pub(in crate::nftables) const LTE: u32 = 3;
-pub(in crate::nftables) const GT: u32 = 4;
-pub(in crate::nftables) const GTE: u32 = 5;
+pub(in crate::kernel::nftables) const EQ: u32 = 0;
+pub(in crate::kernel::nftables) const NEQ: u32 = 1;
+pub(in crate::kernel::nftables) const LT: u32 = 2;
+pub(in crate::kernel::nftables) const LTE: u32 = 3;
+pub(in crate::kernel::nftables) const GT: u32 = 4;
+pub(in crate::kernel::nftables) const GTE: u32 = 5;
 
 /// The built-in chains by hook number, the order iptables-nft-save lists base chains in.
 const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];

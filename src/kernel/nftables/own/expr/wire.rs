@@ -10,7 +10,7 @@ use crate::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
 
 /// One expression, as far as natledger's shapes and the debug text need.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::nftables) enum Expr {
+pub(in crate::kernel::nftables) enum Expr {
     Payload {
         base: u32,
         offset: u32,
@@ -67,7 +67,7 @@ pub(in crate::nftables) enum Expr {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::nftables) enum Data {
+pub(in crate::kernel::nftables) enum Data {
     Value(Vec<u8>),
     Verdict { code: i32, chain: Option<String> },
 }
@@ -189,7 +189,7 @@ fn exact_attrs(buf: &[u8]) -> Option<Vec<(u16, &[u8])>> {
 }
 
 /// The contents of NFTA_RULE_EXPRESSIONS as expressions; `None` when malformed.
-pub(in crate::nftables) fn parse_list(expressions: &[u8]) -> Option<Vec<Expr>> {
+pub(in crate::kernel::nftables) fn parse_list(expressions: &[u8]) -> Option<Vec<Expr>> {
     exact_attrs(expressions)?
         .into_iter()
         .map(|(kind, elem)| match kind {

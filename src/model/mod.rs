@@ -1,0 +1,11 @@
+//! The rule model: pure values, no I/O. Address families, port mappings, the typed [`rule`]s
+//! natledger writes and recognises, the chains they go to ([`layout`]), the iptables-save text
+//! form ([`save`]), the OCI hook input ([`oci`]) and how untrusted values are shown ([`echo`]).
+
+pub mod echo;
+pub mod family;
+pub mod layout;
+pub mod oci;
+pub mod portspec;
+pub mod rule;
+pub mod save;
