@@ -54,7 +54,7 @@ at_usr hooks/natledger.json "$root/usr/share/containers/oci/hooks.d/natledger.js
 for unit in packaging/systemd/*; do
   at_usr "$unit" "$root/lib/systemd/system/$(basename "$unit")"
 done
-# The maintainer scripts run the install script's own steps (README, "Debian package").
+# The maintainer scripts run the install script's own steps (docs/packaging.md).
 install -D -m 0755 scripts/cni-link.sh "$root/usr/lib/natledger/cni-link.sh"
 install -D -m 0755 scripts/units.sh "$root/usr/lib/natledger/units.sh"
 sed -i '1s|^#!/usr/bin/env bash$|#!/bin/bash|' "$root"/usr/lib/natledger/*.sh
@@ -91,8 +91,8 @@ else
   warn "no natledger-docs binary (cargo build --release --bin natledger-docs): the package has no man pages or completions"
 fi
 
-# A static binary is deliberate (README, "Speed": the hook starts on every container start
-# and stop, and makes no NSS lookup; scripts/build-release.sh checks it).
+# A static binary is deliberate (docs/performance.md, "The released binary": the hook starts
+# on every container start and stop, and makes no NSS lookup; scripts/build-release.sh checks it).
 if file -L "$root/usr/bin/natledger" | grep -q 'statically linked'; then
   install -D -m 0644 /dev/stdin "$root/usr/share/lintian/overrides/natledger" <<'OVERRIDES'
 # Static on purpose: a faster start for a process run on every container start and stop;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build the released natledger binary: static glibc, non-PIE (scripts/release-env.sh; README,
-# "Speed"), then check that it is what it should be: a static, non-PIE executable that starts,
+# Build the released natledger binary: static glibc, non-PIE (scripts/release-env.sh;
+# docs/performance.md), then check that it is what it should be: a static, non-PIE
+# executable that starts,
 # and that links none of glibc's NSS lookups (a statically linked glibc would dlopen NSS
 # modules of the build host's glibc version for them: getaddrinfo, getpwnam, ...).
 # Usage: scripts/build-release.sh [extra cargo build arguments]

@@ -16,7 +16,8 @@ command -v cargo >/dev/null || {
   echo "scripts/install.sh: needs a Rust toolchain, 1.88 or newer (rustup)" >&2
   exit 1
 }
-# The released build: static glibc, non-PIE, checked to link no NSS lookups (README, "Speed").
+# The released build: static glibc, non-PIE, checked to link no NSS lookups
+# (docs/performance.md, "The released binary").
 bin=$(scripts/build-release.sh | tail -n 1)
 install -D -m 0755 "$bin" "$PREFIX/bin/natledger"
 # The wrapper runtime for Docker and containerd is the same binary under another name.
@@ -29,12 +30,13 @@ at_prefix() {
   chmod 0644 "$2"
 }
 # CNI runtimes (podman's CNI backend, containerd's CRI, nerdctl) find a plugin by its type in
-# their plugin directory: link natledger there (README, "As a CNI plugin").
+# their plugin directory: link natledger there (docs/cni.md).
 scripts/cni-link.sh install "$PREFIX/bin/natledger"
 # podman and CRI-O read hooks.d; the hook path must be absolute (poststop has no PATH).
 install -d /usr/share/containers/oci/hooks.d
 at_prefix hooks/natledger.json /usr/share/containers/oci/hooks.d/natledger.json
-# systemd: sweep at boot, after a runtime stops, and every 15 minutes (README, "systemd units").
+# systemd: sweep at boot, after a runtime stops, and every 15 minutes
+# (docs/sweep.md, "systemd units").
 for unit in packaging/systemd/*; do
   at_prefix "$unit" "/etc/systemd/system/$(basename "$unit")"
 done

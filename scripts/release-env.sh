@@ -1,5 +1,6 @@
 # Sourced by scripts/build-release.sh and scripts/test-release.sh: how the released binary is
-# built (README, "Speed"). glibc statically linked (+crt-static; libc6-dev provides libc.a)
+# built (docs/performance.md, "The released binary"). glibc statically linked (+crt-static;
+# libc6-dev provides libc.a)
 # and not position-independent (relocation-model=static): no dynamic loader, no relocations,
 # about 0.5 ms less per hook process. Only with an explicit --target, so that build scripts
 # and proc macros (which must be dynamic) are built without these flags.

@@ -9,7 +9,7 @@ PREFIX=${PREFIX:-/usr/local}
 # First, no new rules: podman and CRI-O stop calling the hook for new containers.
 rm -f /usr/share/containers/oci/hooks.d/natledger.json
 # A conflist still naming natledger fails every ADD and DEL once the plugin is gone: say so
-# (switch it back to portmap first, README "As a CNI plugin").
+# (switch it back to portmap first, docs/cni.md).
 for conf in /etc/cni/net.d/* /etc/containers/networks/*; do
   if [ -f "$conf" ] && grep -q '"type": *"natledger"' "$conf"; then
     echo "scripts/uninstall.sh: warning: $conf names the natledger CNI plugin" >&2

@@ -1,11 +1,17 @@
 //! natledger: host-port forwards for containers that are removed exactly, whatever fails.
 //!
-//! See ARCHITECTURE.md for the code map and the invariants. In short:
-//! [`oci`] reads hook input, [`portspec`] parses mappings, [`layout`] turns them into typed
-//! [`rule`]s, [`backend`] reads and writes iptables through [`exec`] using the [`save`]
-//! format (or, in the hooks' steady state, natively: [`iptc`] for iptables-legacy,
-//! [`nftables`] over [`netlink`] for iptables-nft deletions), [`ledger`] records what was
-//! written, and [`ops`] puts them together.
+//! The folders are layers; each uses only the ones below it (ARCHITECTURE.md has the code
+//! map and the invariants):
+//! - [`entry`]: the ways in (command line, CNI plugin, wrapper runtime, selftest, metrics);
+//! - [`ops`]: the operations (create, remove, sweep, list), backend-independent: claims, the
+//!   ledger lock, write-ahead, rollback, flows and [`fault`] points;
+//! - [`backend`]: one driver per backend (iptables-legacy, iptables-nft, natledger's own
+//!   nftables tables) that reads and writes rules;
+//! - [`analysis`]: reading any owner's rules (doctor, other owners' forwards), never writing;
+//! - [`state`]: the ledger of manifests under its lock, and the file primitives;
+//! - [`kernel`]: netlink, nf_tables, iptables-legacy's socket options, conntrack,
+//!   namespaces, `/proc`, helper processes;
+//! - [`model`]: pure values: families, port mappings, typed rules, natledger's chain layout.
 
 pub mod analysis;
 pub mod backend;
