@@ -1,6 +1,7 @@
 //! Interfaces to the kernel and to other processes: netlink and nf_tables, iptables-legacy's
-//! socket options ([`iptc`]), conntrack, network namespaces, `/proc`, helper processes
-//! ([`exec`]) and the host facts `doctor` cites ([`host`]). Nothing here decides policy.
+//! socket options ([`iptc`]), the xtables match and target decoders both rule readers share
+//! ([`xt`]), conntrack, network namespaces, `/proc`, helper processes ([`exec`]) and the host
+//! facts `doctor` cites ([`host`]). Nothing here decides policy.
 
 pub mod conntrack;
 pub mod exec;
@@ -10,3 +11,4 @@ pub mod netlink;
 pub mod netns;
 pub mod nftables;
 pub mod procfs;
+pub mod xt;

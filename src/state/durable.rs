@@ -1,5 +1,5 @@
 //! Durable file replacement, shared by the ledger (manifests), bundle edits (config.json) and
-//! metrics files (`crate::metrics`): write a temp file beside the target, fsync it, rename it
+//! metrics files: write a temp file beside the target, fsync it, rename it
 //! over the target, fsync the directory. A crash leaves the old file or the new one, never a
 //! mix; a failure (a full file system) leaves the old file and removes the temp file.
 

@@ -164,8 +164,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// Every kind, for the series that report each one (`crate::metrics`): a new kind goes
-    /// here too.
+    /// Every kind, for the metrics series that report each one: a new kind goes here too.
     pub const ALL: [Kind; 8] = [
         Kind::Shadowed,
         Kind::DeadTarget,

@@ -1,6 +1,6 @@
-//! Netlink framing and the socket, shared by the kernel interfaces natledger speaks without
-//! a helper process: sock_diag ([`crate::host`], listening sockets), nf_tables
-//! ([`crate::nftables`], deleting a container's rules) and ctnetlink ([`crate::conntrack`]).
+//! Netlink framing and the socket, the lowest kernel layer: the protocols natledger speaks
+//! without a helper process (sock_diag for listening sockets, nf_tables for deleting a
+//! container's rules, ctnetlink for flows) are built on it in their own modules.
 //!
 //! A message is a 16-byte `nlmsghdr` (length, type, flags, sequence, port id) and a payload,
 //! padded to 4 bytes; attributes inside a payload are `nlattr`s (length, type, data), padded

@@ -155,7 +155,7 @@ pub struct Manifest {
     /// these manifests to find a live sharer (each is checked against its `shares`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_by: Vec<ContainerId>,
-    /// Set when the container is a CNI attachment (`crate::cni`): its manifest is named by
+    /// Set when the container is a CNI attachment (added by the CNI plugin): its manifest is named by
     /// the attachment's ledger id, and has no pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cni: Option<CniAttachment>,

@@ -1,18 +1,18 @@
 //! Rules of any owner as `iptables-save` prints them: the tokens after `-A CHAIN`.
 //!
-//! Both kernel readers end here: [`crate::iptc::render`] (iptables-legacy, `ipt_entry` /
-//! `ip6t_entry` blobs) and [`crate::nftables::read`] (iptables-nft, nf_tables expressions).
-//! They fill a [`Header`] (`-s -d -i -o -p -f`, as the entry header or the native
-//! expressions hold it) and hand every xtables match and target info struct (an entry's
-//! matches, or an nf_tables compat `match`/`target` expression) to [`push_match`] and
-//! [`push_target`]: one decoder per struct, serving both backends and both families.
+//! Both kernel readers end here: iptables-legacy's (`ipt_entry` / `ip6t_entry` blobs) and
+//! iptables-nft's (nf_tables expressions). They fill a [`Header`] (`-s -d -i -o -p -f`, as
+//! the entry header or the native expressions hold it) and hand every xtables match and
+//! target info struct (an entry's matches, or an nf_tables compat `match`/`target`
+//! expression) to [`push_match`] and [`push_target`]: one decoder per struct, serving both
+//! backends and both families.
 //!
 //! Each decoder prints what iptables 1.8.9's `save` function of that extension prints, token
-//! for token, so [`crate::matchset::parse_rule`] reads the kernel's rules as it reads
-//! `*-save` dumps. What a decoder does not know (an extension, a revision, a flag) is never
-//! guessed: a match becomes `-m NAME --natledger-opaque` (matchset: an unknown condition, "may
-//! match") and a target `-j NAME` (its options do not decide what matches). A rule is never
-//! rendered narrower than the kernel's.
+//! for token, so the analysis that reads `*-save` dumps reads the kernel's rules the same
+//! way. What a decoder does not know (an extension, a revision, a flag) is never guessed: a
+//! match becomes `-m NAME --natledger-opaque` (matchset: an unknown condition, "may match")
+//! and a target `-j NAME` (its options do not decide what matches). A rule is never rendered
+//! narrower than the kernel's.
 
 mod matches;
 mod targets;
