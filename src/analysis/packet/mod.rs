@@ -336,7 +336,11 @@ mod tests {
 
     fn fate_of(text: &str, packet: &Packet) -> String {
         let t = table(text);
-        let parsed: Vec<_> = t.rules.iter().map(|r| matchset::parse_rule(&r.args)).collect();
+        let parsed: Vec<_> = t
+            .rules
+            .iter()
+            .map(|r| matchset::parse_rule(&r.args))
+            .collect();
         match fate(&t, &parsed, "FORWARD", packet) {
             Fate::Accepted(r) => format!("accepted {}", r.map_or("policy", |r| &r.chain)),
             Fate::Dropped(r) => format!("dropped {}", r.map_or("policy", |r| &r.chain)),

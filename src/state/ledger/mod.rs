@@ -8,7 +8,7 @@
 //! ├── natledger-state           the marker: natledger made or adopted this directory (`owner`)
 //! ├── lock                      flock(2) target; every change to rules or manifests holds it
 //! ├── forwards.json             other owners' iptables-nft forwards, valid for one nf_tables
-//! │                             generation (a cache: `crate::forwards`; read and written
+//! │                             generation (the forwards analysis' cache; read and written
 //! │                             under the lock, never synced, safe to delete)
 //! └── containers/
 //!     ├── <container-id>.json   manifest, schema 1 (see `Manifest`)
