@@ -60,8 +60,8 @@ pub fn pod_of(annotations: &HashMap<String, String>) -> Option<String> {
 
 /// Whose rules are still needed, judged over every readable manifest: a manifest's rules are
 /// needed while its container lives or while any live container shares them. Liveness is
-/// read from procfs only when asked, once per container: create asks about the few
-/// manifests that claim its ports, not about every container on the host.
+/// read from the host (its procfs) only when asked, once per container: create asks about
+/// the few manifests that claim its ports, not about every container on the host.
 pub struct Needs<'a> {
     host: &'a dyn Host,
     by_id: HashMap<&'a ContainerId, &'a Manifest>,
