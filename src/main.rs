@@ -233,7 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::List { json } => {
             let mut entries = Vec::new();
-            for entry in ops::list(&ledger)? {
+            for entry in ops::list(&natledger::kernel::machine::Machine, &ledger)? {
                 match entry {
                     Ok(e) => entries.push(e),
                     Err(e) => eprintln!("natledger: {e}"),

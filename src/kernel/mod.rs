@@ -1,14 +1,17 @@
 //! Interfaces to the kernel and to other processes: netlink and nf_tables, iptables-legacy's
 //! socket options ([`iptc`]), the xtables match and target decoders both rule readers share
 //! ([`xt`]), conntrack, network namespaces, `/proc`, helper processes ([`exec`]) and the host
-//! facts `doctor` cites ([`host`]). Nothing here decides policy.
+//! facts `doctor` cites ([`host`]); [`machine`] is the seam through which the operations read
+//! the host. Nothing here decides policy.
 
 pub mod conntrack;
 pub mod exec;
 pub mod host;
 pub mod iptc;
+pub mod machine;
 pub mod netlink;
 pub mod netns;
+pub mod netns_id;
 pub mod nftables;
 pub mod procfs;
 pub mod xt;

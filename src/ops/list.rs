@@ -1,10 +1,11 @@
 //! `natledger list`: every manifest, with whether its container is alive (a CNI attachment:
-//! its network namespace, see `crate::procfs`), and for an attachment its network and ifname.
+//! its network namespace, see `crate::state::liveness`), and for an attachment its network and ifname.
 
 use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::kernel::machine::Host;
 use crate::ledger::{Ledger, LedgerError, Manifest};
 use crate::oci::ContainerId;
 use crate::sharing::Needs;
@@ -21,9 +22,12 @@ pub struct ListEntry {
 }
 
 /// Every manifest in the ledger (read without the lock: a snapshot for people and scripts).
-pub fn list(ledger: &Ledger) -> Result<Vec<Result<ListEntry, LedgerError>>, LedgerError> {
+pub fn list(
+    host: &dyn Host,
+    ledger: &Ledger,
+) -> Result<Vec<Result<ListEntry, LedgerError>>, LedgerError> {
     let entries = ledger.list()?;
-    let needs = Needs::judge(entries.iter().filter_map(|m| m.as_ref().ok()));
+    let needs = Needs::judge(host, entries.iter().filter_map(|m| m.as_ref().ok()));
     let judged: Vec<Result<(bool, Vec<ContainerId>), ()>> = entries
         .iter()
         .map(|m| {
@@ -112,22 +116,23 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::kernel::machine::fake::{FakeHost, netns};
     use crate::ledger::tests::{cni_sample, sample};
-    use crate::sharing::NetnsId;
 
     #[test]
     fn attachments_are_judged_by_their_netns_and_shown_with_network_and_ifname() {
         let dir = tempfile::tempdir().unwrap();
         let ledger = Ledger::new(dir.path());
-        let net = Path::new("/proc/self/ns/net");
-        let live = cni_sample("live", net, NetnsId::of_path(net));
+        let net = Path::new("/run/netns/cni-1");
+        let host = FakeHost::default().with_namespace("/run/netns/cni-1", netns(1));
+        let live = cni_sample("live", net, Some(netns(1)));
         let gone = cni_sample("gone", Path::new("/run/netns/natledger-gone"), live.netns);
         {
             let locked = ledger.lock().unwrap();
             locked.store(&live).unwrap();
             locked.store(&gone).unwrap();
         }
-        let entries: Vec<ListEntry> = list(&ledger)
+        let entries: Vec<ListEntry> = list(&host, &ledger)
             .unwrap()
             .into_iter()
             .map(Result::unwrap)

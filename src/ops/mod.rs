@@ -24,19 +24,23 @@ use crate::backend::{Backend, BackendError, Netfilter};
 use crate::echo::{Echo, MESSAGE, limit};
 use crate::exec::Runner;
 use crate::family::Family;
+use crate::kernel::machine::{Host, Machine};
 use crate::ledger::{Ledger, LedgerError};
 use crate::netns::NetnsError;
 use crate::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
 use crate::portspec::{PortMapping, SpecError};
 use crate::sharing::Membership;
 
-/// What every operation needs: where the ledger is, which backend new rules go to, and how
-/// to run processes.
+/// What every operation needs: where the ledger is, which backend new rules go to, how
+/// to run processes, and what it reads of the host.
 pub struct Context<'r> {
     pub ledger: Ledger,
     /// The backend create-runtime writes to. Removal looks in both.
     pub backend: Backend,
     pub netfilter: Netfilter<'r>,
+    /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what
+    /// [`Context::new`] sets), or a unit test's fake.
+    pub host: &'r dyn Host,
 }
 
 impl<'r> Context<'r> {
@@ -45,6 +49,7 @@ impl<'r> Context<'r> {
             ledger,
             backend,
             netfilter: Netfilter::new(runner),
+            host: &Machine,
         }
     }
 

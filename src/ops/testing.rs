@@ -1,9 +1,40 @@
-//! Test helpers for the operations: a scripted process runner and a hook input.
+//! Test helpers for the operations: a scripted process runner, a fake host where the test's
+//! container runs, and a hook input.
 
 use std::cell::RefCell;
 
+use crate::backend::Backend;
 use crate::exec::{Invocation, Outcome, Runner};
+pub(crate) use crate::kernel::machine::fake::{FakeHost, netns};
+use crate::ledger::Ledger;
 use crate::oci::HookInput;
+use crate::ops::Context;
+
+/// The pid of the test's container process, and its start time, on [`fake_host`].
+pub(crate) const PID: i32 = 4242;
+pub(crate) const START: u64 = 1000;
+/// A CNI attachment's namespace path on [`fake_host`], naming the container's namespace.
+pub(crate) const NETNS_PATH: &str = "/run/netns/cni-1";
+
+/// A host where the container process [`PID`] runs in network namespace `netns(1)`, which
+/// [`NETNS_PATH`] names too; no listeners.
+pub(crate) fn fake_host() -> FakeHost {
+    FakeHost::default()
+        .with_process(PID, START, netns(1))
+        .with_namespace(NETNS_PATH, netns(1))
+}
+
+/// [`Context::new`] on a fake host.
+pub(crate) fn context<'r>(
+    ledger: Ledger,
+    backend: Backend,
+    runner: &'r dyn Runner,
+    host: &'r FakeHost,
+) -> Context<'r> {
+    let mut ctx = Context::new(ledger, backend, runner);
+    ctx.host = host;
+    ctx
+}
 
 /// A scripted runner: answers each call with the next outcome and records the call.
 pub(crate) struct Script {
@@ -47,11 +78,11 @@ pub(crate) fn fail() -> Outcome {
     }
 }
 
-/// Container c1, whose process is this test's own (a createRuntime state always has a pid).
+/// Container c1, whose process is [`PID`] (a createRuntime state always has a pid).
 pub(crate) fn input(dir: &std::path::Path) -> HookInput {
     HookInput {
         id: "c1".parse().unwrap(),
-        pid: Some(std::process::id() as i32),
+        pid: Some(PID),
         bundle: Some(dir.into()),
         annotations: [
             ("io.natledger.ports".to_string(), "8080:80".to_string()),

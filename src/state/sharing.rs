@@ -38,82 +38,15 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
+use crate::kernel::machine::Host;
 use crate::ledger::Manifest;
 use crate::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
-use crate::procfs;
+use crate::state::liveness;
 
-/// A network namespace: the device and inode of its nsfs file. Unique among the namespaces
-/// that exist at one moment; an inode may be reused once its namespace is gone.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct NetnsId {
-    pub dev: u64,
-    pub ino: u64,
-}
-
-impl NetnsId {
-    /// The network namespace `pid` is in now (`None` when it cannot be read).
-    pub fn of_pid(pid: i32) -> Option<NetnsId> {
-        NetnsId::of_path(Path::new(&format!("/proc/{pid}/ns/net")))
-    }
-
-    /// The network namespace a path names: `/proc/PID/ns/net`, or a bind mount of one
-    /// (`/run/netns/NAME`, a CNI runtime's `CNI_NETNS`). `None` when it cannot be read.
-    pub fn of_path(path: &Path) -> Option<NetnsId> {
-        let meta = std::fs::metadata(path).ok()?;
-        Some(NetnsId {
-            dev: meta.dev(),
-            ino: meta.ino(),
-        })
-    }
-
-    /// Whether `path` (a CNI attachment's recorded `CNI_NETNS`) still names this namespace,
-    /// the one it named when recorded. The one judgement of a recorded namespace path: both
-    /// liveness ([`crate::procfs::netns_alive`]) and membership ([`attachment_netns`]) read
-    /// it.
-    pub fn still_at(self, path: &Path) -> NetnsAtPath {
-        self.compare(std::fs::metadata(path).map(|m| NetnsId {
-            dev: m.dev(),
-            ino: m.ino(),
-        }))
-    }
-
-    /// [`NetnsId::still_at`] on what reading the path gave.
-    fn compare(self, now: std::io::Result<NetnsId>) -> NetnsAtPath {
-        match now {
-            Ok(now) if now == self => NetnsAtPath::Same,
-            // A namespace file again (nsfs: this one's device) of another inode: the name was
-            // reused.
-            Ok(now) if now.dev == self.dev => NetnsAtPath::Gone,
-            // Not a namespace file from here: a mount namespace that does not see the
-            // runtime's bind mount shows the empty file under it.
-            Ok(_) => NetnsAtPath::Unknown,
-            // ENOTDIR: a directory on the path is now something else.
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                NetnsAtPath::Gone
-            }
-            Err(_) => NetnsAtPath::Unknown,
-        }
-    }
-}
-
-/// What a recorded network namespace path names now ([`NetnsId::still_at`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NetnsAtPath {
-    /// The recorded namespace.
-    Same,
-    /// Positive evidence that the recorded namespace is not there: the path is gone
-    /// (`ENOENT`, `ENOTDIR`) or is a namespace file (the recorded device) of another inode.
-    Gone,
-    /// Cannot judge: unreadable for another reason (`EACCES`, `ELOOP`, ...), or a file that
-    /// is no namespace file from here (another device).
-    Unknown,
-}
+// Where they were before the layers had folders.
+pub use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
 
 /// The pod a container belongs to, as containerd's or CRI-O's annotations name it (the
 /// sandbox's id; a sandbox names itself).
@@ -127,9 +60,10 @@ pub fn pod_of(annotations: &HashMap<String, String>) -> Option<String> {
 
 /// Whose rules are still needed, judged over every readable manifest: a manifest's rules are
 /// needed while its container lives or while any live container shares them. Liveness is
-/// read from procfs only when asked, once per container: create asks about the few
-/// manifests that claim its ports, not about every container on the host.
+/// read from the host (its procfs) only when asked, once per container: create asks about
+/// the few manifests that claim its ports, not about every container on the host.
 pub struct Needs<'a> {
+    host: &'a dyn Host,
     by_id: HashMap<&'a ContainerId, &'a Manifest>,
     /// Holder → the containers whose manifests say they share its rules (alive or not).
     sharing: HashMap<&'a ContainerId, Vec<&'a Manifest>>,
@@ -137,7 +71,10 @@ pub struct Needs<'a> {
 }
 
 impl<'a> Needs<'a> {
-    pub fn judge(manifests: impl IntoIterator<Item = &'a Manifest>) -> Needs<'a> {
+    pub fn judge(
+        host: &'a dyn Host,
+        manifests: impl IntoIterator<Item = &'a Manifest>,
+    ) -> Needs<'a> {
         let mut by_id = HashMap::new();
         let mut sharing: HashMap<&ContainerId, Vec<&Manifest>> = HashMap::new();
         for m in manifests {
@@ -147,6 +84,7 @@ impl<'a> Needs<'a> {
             }
         }
         Needs {
+            host,
             by_id,
             sharing,
             alive: RefCell::new(HashMap::new()),
@@ -163,7 +101,7 @@ impl<'a> Needs<'a> {
             .alive
             .borrow_mut()
             .entry(key)
-            .or_insert_with(|| manifest.alive())
+            .or_insert_with(|| manifest.alive(self.host))
     }
 
     /// The live containers that share `id`'s rules.
@@ -209,7 +147,12 @@ impl std::fmt::Display for Membership {
 /// Whether the joiner (the manifest a create is about to write: its `netns` read now, its
 /// `pod`) belongs to `holder`'s live group (`members`: the holder if it lives, and its live
 /// sharers).
-pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -> Membership {
+pub fn membership(
+    host: &dyn Host,
+    joiner: &Manifest,
+    holder: &Manifest,
+    members: &[&Manifest],
+) -> Membership {
     let pods_differ = |m: &Manifest| matches!((joiner.pod.as_deref(), m.pod.as_deref()), (Some(a), Some(b)) if a != b);
     if pods_differ(holder) || members.iter().any(|m| pods_differ(m)) {
         return Membership::OtherPod;
@@ -217,7 +160,10 @@ pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -
     let Some(netns) = joiner.netns else {
         return Membership::Unknown;
     };
-    let theirs: Vec<NetnsId> = members.iter().filter_map(|m| current_netns(m)).collect();
+    let theirs: Vec<NetnsId> = members
+        .iter()
+        .filter_map(|m| current_netns(host, m))
+        .collect();
     if theirs.contains(&netns) {
         Membership::Same
     } else if theirs.is_empty() {
@@ -233,38 +179,50 @@ pub fn membership(joiner: &Manifest, holder: &Manifest, members: &[&Manifest]) -
 /// a pid recorded in this pid namespace (another one's pid numbers name other processes
 /// here), and only if the process still has its recorded start time after the read (the pid
 /// was not reused meanwhile).
-fn current_netns(member: &Manifest) -> Option<NetnsId> {
+fn current_netns(host: &dyn Host, member: &Manifest) -> Option<NetnsId> {
     if let Some(cni) = &member.cni {
-        return attachment_netns(cni.netns_path.as_deref(), member.netns);
+        return attachment_netns(host, cni.netns_path.as_deref(), member.netns);
     }
     let pid = member.pid?;
-    if member.pid_namespace != procfs::pid_namespace() {
+    if member.pid_namespace != host.pid_namespace() {
         return None;
     }
-    let netns = NetnsId::of_pid(pid)?;
+    let netns = host.netns_of_pid(pid)?;
     let start = member.pid_start_time?;
-    (procfs::start_time(pid) == Some(start)).then_some(netns)
+    (host.process(pid).start_time() == Some(start)).then_some(netns)
 }
 
 /// An attachment's namespace, judged from what ADD recorded (its path and the namespace that
-/// path named then) by [`NetnsId::still_at`]: the recorded namespace while its path still
+/// path named then) by [`liveness::netns_at_path`]: the recorded namespace while its path still
 /// names it, else none (the path is gone, unreadable, or names another namespace now: the
 /// attachment's is gone, and its identity may since name another one; or nothing recorded).
-pub fn attachment_netns(path: Option<&Path>, recorded: Option<NetnsId>) -> Option<NetnsId> {
+pub fn attachment_netns(
+    host: &dyn Host,
+    path: Option<&Path>,
+    recorded: Option<NetnsId>,
+) -> Option<NetnsId> {
     let (path, recorded) = path.zip(recorded)?;
-    (recorded.still_at(path) == NetnsAtPath::Same).then_some(recorded)
+    (liveness::netns_at_path(host, path, recorded) == NetnsAtPath::Same).then_some(recorded)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::machine::fake::{FakeHost, PID_NAMESPACE, netns};
+
+    /// A host container's process and the namespace paths of these tests.
+    const PID: i32 = 4242;
+    const START: u64 = 1000;
+    const NET: &str = "/run/netns/cni-1";
+
+    fn host() -> FakeHost {
+        FakeHost::default()
+            .with_process(PID, START, netns(1))
+            .with_namespace(NET, netns(1))
+    }
 
     #[test]
-    fn a_process_netns_is_read_and_pods_come_from_either_runtime() {
-        let me = std::process::id() as i32;
-        let mine = NetnsId::of_pid(me).expect("own netns");
-        assert_eq!(NetnsId::of_pid(me), Some(mine));
-        assert_eq!(NetnsId::of_pid(i32::MAX), None);
+    fn pods_come_from_either_runtime() {
         let map = |k: &str, v: &str| HashMap::from([(k.to_string(), v.to_string())]);
         assert_eq!(pod_of(&map(CRI_SANDBOX_ID, "s1")).as_deref(), Some("s1"));
         assert_eq!(pod_of(&map(CRIO_SANDBOX_ID, "s2")).as_deref(), Some("s2"));
@@ -299,81 +257,117 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_recorded_path_is_judged_same_gone_or_unknown() {
-        let a = NetnsId { dev: 4, ino: 100 };
-        let b = NetnsId { dev: 4, ino: 200 };
-        let plain = NetnsId { dev: 9, ino: 100 };
-        let err = |kind| Err(std::io::Error::from(kind));
-        assert_eq!(a.compare(Ok(a)), NetnsAtPath::Same);
-        assert_eq!(a.compare(Ok(b)), NetnsAtPath::Gone, "another namespace");
-        assert_eq!(a.compare(Ok(plain)), NetnsAtPath::Unknown, "no nsfs file");
-        assert_eq!(a.compare(err(ErrorKind::NotFound)), NetnsAtPath::Gone);
-        assert_eq!(a.compare(err(ErrorKind::NotADirectory)), NetnsAtPath::Gone);
-        assert_eq!(
-            a.compare(err(ErrorKind::PermissionDenied)),
-            NetnsAtPath::Unknown
-        );
+    /// A hook container whose process is [`PID`], in namespace `netns(1)`.
+    fn container() -> Manifest {
+        let mut m = attachment("/unused", Some(netns(1)));
+        m.cni = None;
+        m.container_id = "app".parse().unwrap();
+        m.pid = Some(PID);
+        m.pid_start_time = Some(START);
+        m.pid_namespace = Some(PID_NAMESPACE);
+        m
     }
 
     #[test]
     fn an_attachment_is_in_the_namespace_its_path_still_names() {
-        let net = Path::new("/proc/self/ns/net");
-        let a = NetnsId::of_path(net).unwrap();
-        let b = NetnsId::of_path(Path::new("/proc/self/ns/uts")).unwrap();
-        assert_eq!(attachment_netns(Some(net), Some(a)), Some(a));
+        let host = host();
+        let net = Some(Path::new(NET));
+        let (a, b) = (netns(1), netns(2));
+        assert_eq!(attachment_netns(&host, net, Some(a)), Some(a));
         // The path names another namespace now, or none: no evidence of where it is.
-        assert_eq!(attachment_netns(Some(net), Some(b)), None);
-        let gone = Path::new("/run/netns/natledger-no-such-namespace");
-        assert_eq!(attachment_netns(Some(gone), Some(a)), None);
+        assert_eq!(attachment_netns(&host, net, Some(b)), None);
+        let gone = Some(Path::new("/run/netns/natledger-no-such-namespace"));
+        assert_eq!(attachment_netns(&host, gone, Some(a)), None);
         // ADD could not read the namespace, or had no path: nothing to compare with.
-        assert_eq!(attachment_netns(Some(net), None), None);
-        assert_eq!(attachment_netns(None, Some(a)), None);
+        assert_eq!(attachment_netns(&host, net, None), None);
+        assert_eq!(attachment_netns(&host, None, Some(a)), None);
     }
 
-    /// A container joining the namespace a CNI attachment's path names (here this process's
-    /// own) is a member of its group; an attachment whose path is gone or names another
-    /// namespace than ADD recorded gives no evidence.
+    /// A container's namespace is its process's, only while that process is the recorded
+    /// one (same start time) in this pid namespace.
+    #[test]
+    fn a_containers_namespace_is_its_recorded_process_s() {
+        let host = host();
+        let m = container();
+        assert_eq!(current_netns(&host, &m), Some(netns(1)));
+        let reused = Manifest {
+            pid_start_time: Some(START + 1),
+            ..m.clone()
+        };
+        assert_eq!(current_netns(&host, &reused), None, "another process");
+        let elsewhere = Manifest {
+            pid_namespace: Some(1),
+            ..m.clone()
+        };
+        assert_eq!(
+            current_netns(&host, &elsewhere),
+            None,
+            "another pid namespace"
+        );
+        let gone = Manifest {
+            pid: Some(PID + 1),
+            ..m
+        };
+        assert_eq!(current_netns(&host, &gone), None);
+    }
+
+    /// A container joining the namespace a CNI attachment's path names is a member of its
+    /// group; an attachment whose path is gone or names another namespace than ADD recorded
+    /// gives no evidence.
     #[test]
     fn membership_of_an_attachment_comes_from_its_recorded_path() {
-        let mine = NetnsId::of_pid(std::process::id() as i32).unwrap();
-        let joiner = {
-            let mut m = attachment("/unused", Some(mine));
-            m.cni = None;
-            m.pid = Some(std::process::id() as i32);
-            m
-        };
-        let holder = attachment("/proc/self/ns/net", Some(mine));
-        assert_eq!(current_netns(&holder), Some(mine));
-        assert_eq!(membership(&joiner, &holder, &[&holder]), Membership::Same);
+        let host = host();
+        let mine = netns(1);
+        let joiner = container();
+        let holder = attachment(NET, Some(mine));
+        assert_eq!(current_netns(&host, &holder), Some(mine));
+        let member = |j: &Manifest, h: &Manifest| membership(&host, j, h, &[h]);
+        assert_eq!(member(&joiner, &holder), Membership::Same);
         // A joiner in another namespace.
         let mut elsewhere = joiner.clone();
-        elsewhere.netns = Some(NetnsId {
-            dev: mine.dev,
-            ino: mine.ino + 1,
-        });
-        assert_eq!(
-            membership(&elsewhere, &holder, &[&holder]),
-            Membership::OtherNamespace
-        );
+        elsewhere.netns = Some(netns(2));
+        assert_eq!(member(&elsewhere, &holder), Membership::OtherNamespace);
         let gone = attachment("/run/netns/natledger-no-such-namespace", Some(mine));
-        assert_eq!(membership(&joiner, &gone, &[&gone]), Membership::Unknown);
-        let moved = attachment(
-            "/proc/self/ns/net",
-            Some(NetnsId {
-                dev: mine.dev,
-                ino: mine.ino + 1,
-            }),
-        );
-        assert_eq!(membership(&joiner, &moved, &[&moved]), Membership::Unknown);
+        assert_eq!(member(&joiner, &gone), Membership::Unknown);
+        let moved = attachment(NET, Some(netns(2)));
+        assert_eq!(member(&joiner, &moved), Membership::Unknown);
+        // A pod id that differs says no, whatever the namespaces.
+        let mut other_pod = joiner.clone();
+        other_pod.pod = Some("p2".into());
+        let mut in_pod = holder.clone();
+        in_pod.pod = Some("p1".into());
+        assert_eq!(member(&other_pod, &in_pod), Membership::OtherPod);
     }
 
     /// An attachment has no process: it lives until its DEL is recorded.
     #[test]
     fn an_attachment_is_alive_until_its_del() {
-        let mut m = attachment("/proc/self/ns/net", None);
-        assert!(m.alive());
+        let host = host();
+        let mut m = attachment(NET, None);
+        assert!(m.alive(&host));
         m.cni.as_mut().unwrap().deleted = true;
-        assert!(!m.alive());
+        assert!(!m.alive(&host));
+    }
+
+    /// A holder's rules are needed while it lives or a live container shares them.
+    #[test]
+    fn needs_follow_the_live_sharers() {
+        let host = host();
+        let mut holder = container();
+        holder.container_id = "sandbox".parse().unwrap();
+        holder.pid = Some(PID + 1);
+        let mut sharer = container();
+        sharer.shares = vec![crate::ledger::Shared {
+            holder: holder.container_id.clone(),
+            mappings: holder.mappings.clone(),
+        }];
+        let all = [holder.clone(), sharer.clone()];
+        let needs = Needs::judge(&host, &all);
+        assert!(!needs.alive(&holder.container_id));
+        assert!(needs.needed(&holder.container_id));
+        assert_eq!(needs.sharers(&holder.container_id).len(), 1);
+        host.set_process(PID, crate::kernel::machine::Process::Gone);
+        let needs = Needs::judge(&host, &all);
+        assert!(!needs.needed(&holder.container_id));
     }
 }

@@ -99,6 +99,7 @@ pub(super) fn check_forwards(
 /// keeper (docker-proxy, kube-proxy, …) listens for another owner's forward of the port:
 /// returned, with its mapping, for [`check_forwards`] to judge with that forward.
 pub(super) fn check_listeners(
+    ctx: &Context,
     input: &Creating,
     mappings: &[PortMapping],
 ) -> Result<Vec<(Listener, PortMapping)>, Error> {
@@ -110,9 +111,9 @@ pub(super) fn check_listeners(
                 None => true,
             }
     };
-    let listeners = host::listeners_where(&host::Roots::default(), |l| {
-        mappings.iter().any(|m| clash(l, m))
-    });
+    let listeners = ctx
+        .host
+        .listeners(&|l| mappings.iter().any(|m| clash(l, m)));
     let refuse = input.refuse_conflicts;
     let mut keepers = Vec::new();
     for l in listeners {

@@ -10,17 +10,16 @@ use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
+use crate::kernel::netns::is_global_unicast;
 use crate::layout::{
     FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
 };
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
-use crate::netns;
 use crate::oci::{
     ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
 };
 use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
-use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
 use crate::sharing::{self, Membership, Needs, NetnsId};
@@ -35,6 +34,8 @@ mod limits;
 mod share;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_host;
 #[cfg(test)]
 mod tests_share;
 
@@ -70,7 +71,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         }
         Some(pid) => pid,
     };
-    let lookup = || container_addresses(input);
+    let lookup = || container_addresses(ctx, input);
     // Bounded before the conflicts are judged: that is quadratic in the merged mappings.
     let mappings = parse_entries(spec)?;
     check_count(&mappings).map_err(|bound| limits::too_large(&input.id, bound))?;
@@ -83,7 +84,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         addresses: &lookup,
         refuse_conflicts: refuse_conflicts(input),
         pod: sharing::pod_of(&input.annotations),
-        netns: NetnsId::of_pid(pid),
+        netns: ctx.host.netns_of_pid(pid),
         cni: None,
     };
     create(ctx, &creating)
@@ -123,12 +124,17 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         Err(e) => return Err(e),
     };
     limits::check_rules(ctx.backend, &input.id, &mappings, &addresses)?;
-    let keepers = check_listeners(input, &mappings)?;
+    let keepers = check_listeners(ctx, input, &mappings)?;
     let pid_start_time = match input.pid {
-        Some(pid) => Some(procfs::start_time(pid).ok_or_else(|| Error::NotRunning {
-            id: input.id.clone(),
-            pid,
-        })?),
+        Some(pid) => Some(
+            ctx.host
+                .process(pid)
+                .start_time()
+                .ok_or_else(|| Error::NotRunning {
+                    id: input.id.clone(),
+                    pid,
+                })?,
+        ),
         None => None,
     };
     let locked = ctx.ledger.lock()?;
@@ -140,9 +146,9 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         pid: input.pid,
         pid_start_time,
         boot_id: (input.pid.is_some() || input.netns.is_some())
-            .then(procfs::boot_id)
+            .then(|| ctx.host.boot_id())
             .flatten(),
-        pid_namespace: input.pid.and_then(|_| procfs::pid_namespace()),
+        pid_namespace: input.pid.and_then(|_| ctx.host.pid_namespace()),
         phase: Phase::Installing,
         mappings,
         addresses,
@@ -163,7 +169,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
-    allow_loopback_sources(ctx.backend, &manifest);
+    allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
         eprintln!(
@@ -324,7 +330,7 @@ fn install_locked(
 }
 
 /// `io.natledger.ip`, or the addresses found inside the container's network namespace.
-fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
+fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IpAddr>, Error> {
     if let Some(value) = input.annotations.get(IP_ANNOTATION) {
         let bad = |reason: String| Error::BadIpAnnotation {
             value: Echo::from(value.as_str()),
@@ -338,13 +344,13 @@ fn container_addresses(input: &HookInput) -> Result<Vec<IpAddr>, Error> {
                     .map_err(|e| bad(format!("{s:?}: {e}")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if let Some(ip) = addrs.iter().find(|ip| !netns::is_global_unicast(**ip)) {
+        if let Some(ip) = addrs.iter().find(|ip| !is_global_unicast(**ip)) {
             return Err(bad(format!("{ip} is not a global unicast address")));
         }
         return Ok(addrs);
     }
     let pid = input.pid.ok_or_else(|| Error::NoPid(input.id.clone()))?;
-    let addrs = netns::container_addresses(pid)?;
+    let addrs = ctx.host.container_addresses(pid)?;
     if addrs.is_empty() {
         return Err(Error::NoAddress {
             pid,
@@ -405,7 +411,8 @@ fn plan(
 /// to nothing but the node's own connections. A failure only costs the localhost path, so
 /// it is a warning. On the nftables backend every IPv4 create writes or checks the guard in
 /// the same transaction as its rules.
-fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
+fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
+    let backend = ctx.backend;
     let wanted = manifest
         .mappings
         .iter()
@@ -431,7 +438,7 @@ fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
         IpAddr::V6(_) => None,
     });
     if let (true, Some(v4)) = (wanted && guarded, v4) {
-        match netns::enable_route_localnet(v4) {
+        match ctx.host.enable_route_localnet(v4) {
             Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
             Ok(None) => {}
             Err(e) => eprintln!("natledger: warning: 127.0.0.1 will not reach {v4}: {e}"),
@@ -481,7 +488,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             Err(e) => eprintln!("natledger: warning: skipping {e}"),
         }
     }
-    let needs = Needs::judge(&others);
+    let needs = Needs::judge(ctx.host, &others);
     let mut claims = Claims {
         own: me.mappings.clone(),
         dead: Vec::new(),
@@ -506,7 +513,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             // refused, like anyone else asking for a held port.
             let sharers = needs.sharers(id);
             if let Some(keeper) = sharers.first() {
-                let membership = sharing::membership(me, other, &sharers);
+                let membership = sharing::membership(ctx.host, me, other, &sharers);
                 if membership != Membership::Same {
                     return Err(Error::PortClaimed {
                         mapping: other.mappings.first().cloned().unwrap_or_else(|| {
@@ -543,7 +550,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             members.insert(0, other);
         }
         let keeper = members[0];
-        let membership = sharing::membership(me, other, &members);
+        let membership = sharing::membership(ctx.host, me, other, &members);
         // Only a complete set of rules is shared (not one written ahead by a create that
         // never finished, nor what a failed removal left).
         if membership != Membership::Same || other.phase != Phase::Installed {

@@ -12,11 +12,13 @@ fn stdin_of(inv: &Invocation) -> String {
 #[test]
 fn with_the_shared_chains_present_create_is_one_restore() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     let created = create_runtime(&ctx, &input(dir.path())).unwrap();
     assert_eq!(created, Created::Installed { rules: 4 });
@@ -40,6 +42,7 @@ fn with_the_shared_chains_present_create_is_one_restore() {
 #[test]
 fn without_them_create_reads_and_creates_only_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
                 :NATLEDGER-MASQ - [0:0]\n\
                 -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
@@ -50,10 +53,11 @@ fn without_them_create_reads_and_creates_only_what_is_missing() {
                   -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
                   -A FORWARD -o docker0 -j DOCKER\nCOMMIT\n";
     let script = Script::new(vec![fail(), ok(filter), ok(""), ok(dump), ok("")]);
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     create_runtime(&ctx, &input(dir.path())).unwrap();
     let calls = script.calls.borrow();
@@ -80,14 +84,16 @@ fn without_them_create_reads_and_creates_only_what_is_missing() {
 #[test]
 fn a_failed_install_leaves_no_manifest() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     // The fast transaction fails, then reading the tables fails (the filter table only
     // costs its accept, the nat table the start): nothing was applied, so the rollback
     // starts no process and only drops the manifest.
     let script = Script::new(vec![fail(), fail(), fail()]);
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
     assert!(
@@ -101,13 +107,15 @@ fn a_failed_install_leaves_no_manifest() {
 #[test]
 fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let nat =
         "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n";
     let script = Script::new(vec![fail(), fail(), ok(nat), ok("")]);
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     let created = create_runtime(&ctx, &input(dir.path())).unwrap();
     assert_eq!(created, Created::Installed { rules: 3 });
@@ -122,11 +130,13 @@ fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
 #[test]
 fn no_annotation_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let script = Script::new(vec![]);
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     let mut plain = input(dir.path());
     plain.annotations.clear();
@@ -145,7 +155,7 @@ fn tags_name_the_container() {
 pub(super) fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str) -> HookInput {
     let mut input = input(dir);
     input.id = id.parse().unwrap();
-    input.pid = Some(std::process::id() as i32);
+    input.pid = Some(PID);
     input
         .annotations
         .insert("io.natledger.ports".into(), ports.into());
@@ -158,12 +168,13 @@ pub(super) fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str
 #[test]
 fn containers_of_one_network_namespace_share_the_rules() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let ledger = || Ledger::new(dir.path());
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
 
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(ledger(), nft, &script);
+    let ctx = context(ledger(), nft, &script, &host);
     let sandbox = pod_member(dir.path(), "sandbox", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &sandbox).unwrap(),
@@ -172,7 +183,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
 
     // The app container asks for the same mapping: it shares, and runs nothing.
     let script = Script::new(Vec::new());
-    let ctx = Context::new(ledger(), nft, &script);
+    let ctx = context(ledger(), nft, &script, &host);
     let app = pod_member(dir.path(), "app", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &app).unwrap(),
@@ -211,7 +222,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
 
     // A sidecar with a port of its own: that one is its own rule, the shared one is shared.
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(ledger(), nft, &script);
+    let ctx = context(ledger(), nft, &script, &host);
     let sidecar = pod_member(dir.path(), "sidecar", "sandbox", "8080:80,9090:90");
     assert_eq!(
         create_runtime(&ctx, &sidecar).unwrap(),
@@ -227,12 +238,12 @@ fn containers_of_one_network_namespace_share_the_rules() {
 
     // The holder's poststop keeps its rules while a sharer lives, and runs nothing.
     let script = Script::new(Vec::new());
-    let ctx = Context::new(ledger(), nft, &script);
+    let ctx = context(ledger(), nft, &script, &host);
     let stopped = |id: &str| crate::oci::State {
         id: id.into(),
         status: "stopped".into(),
         // As a runtime that names the stopped process (this test's own).
-        pid: Some(std::process::id() as i32),
+        pid: Some(PID),
         bundle: Some(dir.path().into()),
         annotations: None,
     };
@@ -268,7 +279,7 @@ fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
         id: id.into(),
         status: "stopped".into(),
         // As a runtime that names the stopped process (this test's own).
-        pid: Some(std::process::id() as i32),
+        pid: Some(PID),
         bundle: Some(dir.into()),
         annotations: None,
     }
@@ -280,10 +291,11 @@ fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
 #[test]
 fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(&ctx, &pod_member(dir.path(), "app", "p", "8080:80")).unwrap();
     let before = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
@@ -294,7 +306,7 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     mark_dead(dir.path(), "sandbox");
 
     let script = Script::new(Vec::new());
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     let again = create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80"));
     assert_eq!(again.unwrap(), Created::Installed { rules: 4 });
     assert!(
@@ -318,10 +330,11 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
 #[test]
 fn each_holder_goes_with_the_last_member_that_needed_it() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
     let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(
         &ctx,
@@ -331,7 +344,7 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     create_runtime(&ctx, &pod_member(dir.path(), "t", "p", "9090:90")).unwrap();
     let poststop = |id: &str| {
         let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), id)).unwrap();
         mark_dead(dir.path(), id);
         let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
@@ -347,7 +360,7 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     };
     assert!(only(&deleted, "natledger:sandbox"), "{deleted:#?}");
     let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     crate::ops::poststop(&ctx, &stopped(dir.path(), "t")).unwrap();
     for gone in ["t", "sidecar", "sandbox"] {
         assert!(!ctx.ledger.has_manifest(&id(gone)), "{gone}'s manifest");
@@ -361,11 +374,13 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
 #[test]
 fn a_create_without_a_usable_pid_is_refused() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let script = Script::new(Vec::new());
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &script,
+        &host,
     );
     for (pid, says) in [
         (None, "has no pid"),
@@ -386,13 +401,14 @@ fn a_create_without_a_usable_pid_is_refused() {
 #[test]
 fn a_poststop_while_the_recorded_process_runs_is_stale() {
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
-    let me = std::process::id() as i32;
+    let me = PID;
     let script = Script::new(Vec::new());
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     for named in [None, Some(0), Some(me + 1)] {
         let mut state = stopped(dir.path(), "c1");
         state.pid = named;
@@ -402,7 +418,7 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
     assert!(script.calls.borrow().is_empty(), "nothing deleted");
     assert!(ctx.ledger.has_manifest(&"c1".parse().unwrap()));
     let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
     let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), "c1")).unwrap();
     assert_eq!(removed, crate::ops::Removed::Done { rules: 4 });
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
@@ -427,15 +443,17 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
         }
     }
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let tmp = dir.path().join("containers/.c1.tmp");
     let runner = BlockUpdate {
         script: Script::new(vec![ok(""), ok(""), ok("")]),
         tmp: &tmp,
     };
-    let ctx = Context::new(
+    let ctx = context(
         Ledger::new(dir.path()),
         crate::backend::Backend::Nft,
         &runner,
+        &host,
     );
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
     assert!(err.to_string().contains(".c1.tmp"), "{err}");
@@ -454,6 +472,7 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
 fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock() {
     use crate::portspec::bounds::Bound;
     let dir = tempfile::tempdir().unwrap();
+    let host = fake_host();
     let state = dir.path().join("state");
     let with_ports = |spec: String| {
         let mut input = input(dir.path());
@@ -497,7 +516,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
         ),
     ] {
         let script = Script::new(Vec::new());
-        let ctx = Context::new(Ledger::new(&state), backend, &script);
+        let ctx = context(Ledger::new(&state), backend, &script, &host);
         match create_runtime(&ctx, &with_ports(spec.join(","))) {
             Err(Error::TooLarge { id, bound }) => {
                 assert_eq!(id.to_string(), "c1");
@@ -511,7 +530,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
 
     // The same shifted run on iptables: one range mapping, its seven rules (two families).
     let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = Context::new(Ledger::new(&state), Backend::Nft, &script);
+    let ctx = context(Ledger::new(&state), Backend::Nft, &script, &host);
     let spec: Vec<String> = (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect();
     let created = create_runtime(&ctx, &with_ports(spec.join(","))).unwrap();
     assert_eq!(created, Created::Installed { rules: 7 });

@@ -25,15 +25,17 @@ const NFT: Backend = Backend::Nft;
 
 /// The pod's sandbox holding `spec` (one restore), in a fresh state directory.
 fn sandbox(dir: &std::path::Path, spec: &str) {
+    let host = fake_host();
     let script = Script::new(vec![ok("")]);
-    let ctx = Context::new(Ledger::new(dir), NFT, &script);
+    let ctx = context(Ledger::new(dir), NFT, &script, &host);
     create_runtime(&ctx, &pod_member(dir, "sandbox", "sandbox", spec)).unwrap();
 }
 
 /// A member asking for `spec`, with `restores` restores scripted; what it did and wrote.
 fn member(dir: &std::path::Path, spec: &str, restores: usize) -> (Result<Created, String>, usize) {
+    let host = fake_host();
     let script = Script::new(vec![ok(""); restores]);
-    let ctx = Context::new(Ledger::new(dir), NFT, &script);
+    let ctx = context(Ledger::new(dir), NFT, &script, &host);
     let created =
         create_runtime(&ctx, &pod_member(dir, "app", "sandbox", spec)).map_err(|e| e.to_string());
     let calls = script.calls.borrow().len();

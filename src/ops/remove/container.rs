@@ -381,9 +381,10 @@ mod tests {
     #[test]
     fn a_failed_nat_removal_keeps_the_accept() {
         let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
         let id: ContainerId = "c1".parse().unwrap();
         let created = Script::new(vec![ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &created);
+        let ctx = context(Ledger::new(dir.path()), Backend::Nft, &created, &host);
         create_runtime(&ctx, &input(dir.path())).unwrap();
         let manifest = ctx.ledger.load(&id).unwrap().unwrap();
         let recorded: Vec<&RuleRecord> = manifest.rules.iter().collect();
@@ -391,7 +392,7 @@ mod tests {
 
         // The exact delete of the nat rules fails, and so does the read of the nat table.
         let removing = Script::new(vec![fail(), fail()]);
-        let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &removing);
+        let ctx = context(Ledger::new(dir.path()), Backend::Nft, &removing, &host);
         let found = remove_in(
             &ctx,
             Backend::Nft,
@@ -440,8 +441,9 @@ mod tests {
                 stays
             );
             let dir = tempfile::tempdir().unwrap();
+            let host = fake_host();
             let script = Script::new(vec![ok(&dump), ok("")]);
-            let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &script);
+            let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
             let gone =
                 remove_table(&ctx, Backend::Nft, Family::Ipv4, NAT, &id, &[], false).unwrap();
             assert_eq!((gone.deleted, gone.complete), (REWRITE_AT + 1, true));
@@ -481,10 +483,11 @@ mod tests {
                 line.repeat(copies)
             );
             let dir = tempfile::tempdir().unwrap();
+            let host = fake_host();
             // The exact delete fails (a copy is missing), the read answers, the delete of
             // what was found succeeds.
             let script = Script::new(vec![fail(), ok(&dump), ok("")]);
-            let ctx = Context::new(Ledger::new(dir.path()), Backend::Nft, &script);
+            let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
             let gone =
                 remove_table(&ctx, Backend::Nft, Family::Ipv4, NAT, &id, &recorded, true).unwrap();
             assert_eq!((gone.deleted, gone.complete), (copies, complete));

@@ -32,7 +32,7 @@ pub(super) fn release_holders(
                 continue;
             }
         };
-        if holder.alive() || !live_sharers(ctx, &holder, stopped).is_empty() {
+        if holder.alive(ctx.host) || !live_sharers(ctx, &holder, stopped).is_empty() {
             continue;
         }
         let removal = remove_container(ctx, locked, &holder_id, Some(&holder));
@@ -64,7 +64,9 @@ pub(super) fn live_sharers(
         .iter()
         .filter(|id| *id != except)
         .filter(|id| match ctx.ledger.load(id) {
-            Ok(Some(m)) => m.alive() && m.shares.iter().any(|s| s.holder == holder.container_id),
+            Ok(Some(m)) => {
+                m.alive(ctx.host) && m.shares.iter().any(|s| s.holder == holder.container_id)
+            }
             Ok(None) => false,
             Err(_) => true,
         })
@@ -80,7 +82,6 @@ mod tests {
     use crate::ops::{Context, Created, Creating, Removed, create, create_runtime};
     use crate::ops::{poststop, remove_recorded};
     use crate::portspec::parse_mappings;
-    use crate::sharing::NetnsId;
 
     use super::*;
 
@@ -91,7 +92,7 @@ mod tests {
     /// A CNI attachment of this process's network namespace holding 8080:80, as ADD makes it.
     fn add_attachment(ctx: &Context) -> Created {
         let addresses = || Ok(vec!["10.77.0.2".parse().unwrap()]);
-        let path = std::path::PathBuf::from("/proc/self/ns/net");
+        let path = std::path::PathBuf::from(NETNS_PATH);
         create(
             ctx,
             &Creating {
@@ -102,7 +103,7 @@ mod tests {
                 addresses: &addresses,
                 refuse_conflicts: false,
                 pod: None,
-                netns: NetnsId::of_path(&path),
+                netns: ctx.host.netns_at(&path).ok(),
                 cni: Some(CniAttachment {
                     container_id: "cid".into(),
                     ifname: "eth0".into(),
@@ -119,7 +120,7 @@ mod tests {
     fn hook_container(dir: &std::path::Path) -> crate::oci::HookInput {
         let mut input = input(dir);
         input.id = id("app");
-        input.pid = Some(std::process::id() as i32);
+        input.pid = Some(PID);
         input
     }
 
@@ -128,7 +129,7 @@ mod tests {
             id: id.into(),
             status: "stopped".into(),
             // As a runtime that names the stopped process (this test's own).
-            pid: Some(std::process::id() as i32),
+            pid: Some(PID),
             bundle: Some(dir.into()),
             annotations: None,
         }
@@ -148,13 +149,14 @@ mod tests {
     #[test]
     fn an_attachments_del_keeps_its_rules_for_a_hook_container_of_its_namespace() {
         let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
         let nft = Backend::Nft;
         let script = Script::new(vec![ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
 
         let script = Script::new(Vec::new());
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         let shared = create_runtime(&ctx, &hook_container(dir.path())).unwrap();
         assert_eq!(shared, Created::Installed { rules: 0 });
         let app = ctx.ledger.load(&id("app")).unwrap().unwrap();
@@ -170,7 +172,7 @@ mod tests {
         );
         assert!(script.calls.borrow().is_empty(), "nothing deleted");
         let attachment = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
-        assert!(attachment.cni.as_ref().unwrap().deleted && !attachment.alive());
+        assert!(attachment.cni.as_ref().unwrap().deleted && !attachment.alive(ctx.host));
         // A second DEL keeps them too.
         assert!(matches!(
             remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
@@ -184,7 +186,7 @@ mod tests {
             "nothing deleted or written"
         );
         let again = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
-        assert!(!again.cni.as_ref().unwrap().deleted && again.alive());
+        assert!(!again.cni.as_ref().unwrap().deleted && again.alive(ctx.host));
         assert_eq!(again.rules, attachment.rules);
         assert!(matches!(
             remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
@@ -192,7 +194,7 @@ mod tests {
         ));
 
         let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         poststop(&ctx, &stopped(dir.path(), "app")).unwrap();
         let deleted = stdin_of(&script);
         assert!(
@@ -210,14 +212,15 @@ mod tests {
     #[test]
     fn a_hook_containers_stop_keeps_a_live_attachments_rules() {
         let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
         let nft = Backend::Nft;
         let script = Script::new(vec![ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         add_attachment(&ctx);
         create_runtime(&ctx, &hook_container(dir.path())).unwrap();
 
         let script = Script::new(Vec::new());
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         assert_eq!(
             poststop(&ctx, &stopped(dir.path(), "app")).unwrap(),
             Removed::Done { rules: 0 }
@@ -225,7 +228,7 @@ mod tests {
         assert!(script.calls.borrow().is_empty(), "nothing deleted");
 
         let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = Context::new(Ledger::new(dir.path()), nft, &script);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
         assert!(matches!(
             remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
             Removed::Done { .. }

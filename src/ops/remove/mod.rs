@@ -18,7 +18,7 @@ use crate::forwards;
 use crate::layout::tag;
 use crate::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::oci::{ContainerId, HookInput, State};
-use crate::procfs;
+use crate::state::liveness;
 
 use super::{Context, Error, flows};
 use holders::{live_sharers, release_holders};
@@ -73,7 +73,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
     // exiting. Waited for here, outside the lock, a bounded time; `stop` judges again.
     if let Ok(Some(manifest)) = ctx.ledger.load(&id) {
         let deadline = std::time::Instant::now() + EXIT_GRACE;
-        while stale(&manifest, state.pid).is_some() && std::time::Instant::now() < deadline {
+        while stale(ctx, &manifest, state.pid).is_some() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
@@ -119,7 +119,7 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         && let Some(live) = manifest
             .as_ref()
             .or(summary.as_ref())
-            .and_then(|m| stale(m, named))
+            .and_then(|m| stale(ctx, m, named))
     {
         eprintln!(
             "natledger: warning: ignoring a poststop for container {id}: its process (pid \
@@ -175,23 +175,16 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
 }
 
 /// The pid whose process makes a poststop stale: the container's recorded process provably
-/// still runs ([`procfs::runs`]: same pid namespace, pid and start time), and the poststop's
+/// still runs ([`liveness::runs`]: same pid namespace, pid and start time), and the poststop's
 /// state does not name that process. Without proof (no pid or start time recorded, another
 /// pid namespace, an unreadable stat) the poststop is the container's, as before; a CNI
 /// attachment has no process to judge.
-fn stale(manifest: &Manifest, named: Option<i32>) -> Option<i32> {
+fn stale(ctx: &Context, manifest: &Manifest, named: Option<i32>) -> Option<i32> {
     let pid = manifest.pid.filter(|p| *p > 0)?;
     if manifest.cni.is_some() || named == Some(pid) {
         return None;
     }
-    procfs::runs(procfs::Recorded {
-        pid: manifest.pid,
-        start_time: manifest.pid_start_time,
-        boot_id: manifest.boot_id.as_deref(),
-        pid_namespace: manifest.pid_namespace,
-        netns: None,
-    })
-    .then_some(pid)
+    liveness::runs(ctx.host, manifest.recorded()).then_some(pid)
 }
 
 /// Record a CNI attachment's DEL in its kept manifest, so that it counts as gone

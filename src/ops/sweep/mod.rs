@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 use crate::backend::{Backend, BackendError};
 use crate::family::Family;
 use crate::fault;
+use crate::kernel::machine::Host;
 use crate::layout::{FILTER, NAT, TABLES};
 use crate::ledger::{FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
-use crate::procfs;
 use crate::sharing::Needs;
 
 use super::{Context, Error, flows};
@@ -61,7 +61,7 @@ const POLL: Duration = Duration::from_millis(100);
 pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     let started = Instant::now();
     if let (Some(limit), false) = (opts.wait, opts.all) {
-        wait_for_exits(&ctx.ledger, limit);
+        wait_for_exits(ctx.host, &ctx.ledger, limit);
     }
     // Read before the lock: a manifest too large to read whole takes its time.
     let early = ctx.ledger.summarize_oversized();
@@ -141,7 +141,7 @@ fn judge(
 ) -> Result<Judged, Error> {
     let mut early: HashMap<PathBuf, Summary> = early.into_iter().collect();
     // Without /proc every container would look dead.
-    procfs::check_readable().map_err(Error::Procfs)?;
+    ctx.host.check_procfs().map_err(Error::Procfs)?;
     let scan = ctx.ledger.scan()?;
     let mut judged = Judged {
         claims: Claims {
@@ -216,7 +216,7 @@ fn judge(
     // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
     // read may (named in `shared_by`: what it shares is unknown).
     let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
-        let needs = Needs::judge(readable.iter().map(|(_, m)| m));
+        let needs = Needs::judge(ctx.host, readable.iter().map(|(_, m)| m));
         readable
             .iter()
             .map(|(_, m)| {
@@ -417,7 +417,7 @@ fn where_(records: &[RuleRecord]) -> String {
 /// Give containers that are exiting (their runtime was just stopped) up to `limit` to die,
 /// polling their recorded pids. Ends when none is left alive, when `limit` passes, or when
 /// none has exited for [`QUIET`]. Runs without the lock, so hooks are not held up.
-pub fn wait_for_exits(ledger: &Ledger, limit: Duration) {
+pub fn wait_for_exits(host: &dyn Host, ledger: &Ledger, limit: Duration) {
     let start = Instant::now();
     let mut last_exit = start;
     let mut previous = usize::MAX;
@@ -427,7 +427,7 @@ pub fn wait_for_exits(ledger: &Ledger, limit: Duration) {
             .map(|all| {
                 all.into_iter()
                     .flatten()
-                    .filter(|m| m.pid.is_some() && m.alive())
+                    .filter(|m| m.pid.is_some() && m.alive(host))
                     .count()
             })
             .unwrap_or(0);

@@ -39,11 +39,12 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Backend;
 use crate::durable;
 use crate::family::Family;
+use crate::kernel::machine::Host;
+use crate::kernel::netns_id::NetnsId;
 use crate::oci::ContainerId;
 use crate::portspec::PortMapping;
-use crate::procfs;
 use crate::safefile;
-use crate::sharing::NetnsId;
+use crate::state::liveness::{self, Recorded};
 use owner::{MARKER, Ownership};
 
 pub mod owner;
@@ -236,19 +237,25 @@ pub struct Locked<'a> {
 
 impl Manifest {
     /// Whether the container's process still runs, or for a CNI attachment its network
-    /// namespace is still the one at its recorded path (see [`procfs::is_alive`]); an
+    /// namespace is still the one at its recorded path (see [`liveness::is_alive`]); an
     /// attachment whose DEL ran is gone. The one judgement sweep, create's claims, `list` and
     /// doctor use. A hook container's manifest without a pid (written by a release that
     /// accepted a create without one) is dead: nothing could ever show it gone, and it would
     /// hold its ports forever.
-    pub fn alive(&self) -> bool {
+    pub fn alive(&self, host: &dyn Host) -> bool {
         if self.cni.as_ref().is_some_and(|c| c.deleted) {
             return false;
         }
         if self.cni.is_none() && self.pid.is_none_or(|p| p <= 0) {
             return false;
         }
-        procfs::is_alive(procfs::Recorded {
+        liveness::is_alive(host, self.recorded())
+    }
+
+    /// The process (or, for a CNI attachment, the namespace path) this manifest records, for
+    /// [`liveness`] to judge.
+    pub fn recorded(&self) -> Recorded<'_> {
+        Recorded {
             pid: self.pid,
             start_time: self.pid_start_time,
             boot_id: self.boot_id.as_deref(),
@@ -258,7 +265,7 @@ impl Manifest {
                 .as_ref()
                 .and_then(|c| c.netns_path.as_deref())
                 .zip(self.netns),
-        })
+        }
     }
 }
 

@@ -14,9 +14,9 @@ use serde::de::{IgnoredAny, SeqAccess, Visitor};
 
 use crate::backend::Backend;
 use crate::family::Family;
+use crate::kernel::netns_id::NetnsId;
 use crate::oci::ContainerId;
 use crate::safefile;
-use crate::sharing::NetnsId;
 
 use super::{CniAttachment, LedgerError, Manifest, Phase, SCHEMA, Shared};
 

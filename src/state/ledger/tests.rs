@@ -435,7 +435,7 @@ pub(crate) fn cni_sample(cid: &str, netns_path: &Path, netns: Option<NetnsId>) -
         pid: None,
         pid_start_time: None,
         pid_namespace: None,
-        boot_id: procfs::boot_id(),
+        boot_id: Some(crate::kernel::machine::fake::BOOT_ID.into()),
         netns,
         cni: Some(CniAttachment {
             container_id: cid.to_string(),
@@ -450,8 +450,10 @@ pub(crate) fn cni_sample(cid: &str, netns_path: &Path, netns: Option<NetnsId>) -
 
 #[test]
 fn an_attachment_is_shown_by_network_ifname_and_container() {
-    let net = Path::new("/proc/self/ns/net");
-    let m = cni_sample("abc", net, NetnsId::of_path(net));
+    use crate::kernel::machine::fake::{FakeHost, netns};
+    let net = Path::new("/run/netns/cni-1");
+    let host = FakeHost::default().with_namespace("/run/netns/cni-1", netns(1));
+    let m = cni_sample("abc", net, Some(netns(1)));
     assert_eq!(m.origin(), "cni net=podman ifname=eth0 container=abc");
     assert_eq!(sample().origin(), "pid 4242");
     let odd = CniAttachment {
@@ -465,16 +467,19 @@ fn an_attachment_is_shown_by_network_ifname_and_container() {
     );
     // Its liveness is its namespace's: alive while the path names the recorded one, dead
     // once it is gone or names another; no identity recorded: cannot judge.
-    assert!(m.alive());
-    let uts = NetnsId::of_path(Path::new("/proc/self/ns/uts"));
-    assert!(!cni_sample("abc", net, uts).alive());
-    assert!(!cni_sample("abc", Path::new("/run/netns/natledger-gone"), m.netns).alive());
-    assert!(cni_sample("abc", Path::new("/run/netns/natledger-gone"), None).alive());
+    assert!(m.alive(&host));
+    assert!(!cni_sample("abc", net, Some(netns(2))).alive(&host));
+    let gone = Path::new("/run/netns/natledger-gone");
+    assert!(!cni_sample("abc", gone, m.netns).alive(&host));
+    assert!(cni_sample("abc", gone, None).alive(&host));
     let earlier_boot = Manifest {
         boot_id: Some("another-boot".into()),
         ..m.clone()
     };
-    assert!(!earlier_boot.alive(), "a namespace seen in another boot");
+    assert!(
+        !earlier_boot.alive(&host),
+        "a namespace seen in another boot"
+    );
 }
 
 /// A hook container's manifest without a pid (an older release accepted such a create) is
@@ -482,6 +487,8 @@ fn an_attachment_is_shown_by_network_ifname_and_container() {
 /// namespace; one whose namespace could not be recorded still cannot be judged.
 #[test]
 fn a_container_without_a_pid_is_dead_but_an_attachment_is_judged_by_its_namespace() {
+    use crate::kernel::machine::fake::{FakeHost, netns};
+    let host = FakeHost::default().with_namespace("/run/netns/cni-1", netns(1));
     for pid in [None, Some(0), Some(-1)] {
         let pidless = Manifest {
             pid,
@@ -489,9 +496,9 @@ fn a_container_without_a_pid_is_dead_but_an_attachment_is_judged_by_its_namespac
             netns: None,
             ..sample()
         };
-        assert!(!pidless.alive(), "pid {pid:?}");
+        assert!(!pidless.alive(&host), "pid {pid:?}");
     }
-    let net = Path::new("/proc/self/ns/net");
-    assert!(cni_sample("abc", net, NetnsId::of_path(net)).alive());
-    assert!(cni_sample("abc", net, None).alive());
+    let net = Path::new("/run/netns/cni-1");
+    assert!(cni_sample("abc", net, Some(netns(1))).alive(&host));
+    assert!(cni_sample("abc", net, None).alive(&host));
 }

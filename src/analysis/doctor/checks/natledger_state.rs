@@ -1,6 +1,7 @@
 //! Check 5: natledger's own state against the rules.
 
 use super::*;
+use crate::kernel::machine::Machine;
 use crate::layout::TABLES;
 use crate::sharing::Needs;
 
@@ -27,7 +28,7 @@ impl Checks<'_> {
         }
         // A dead container's rules are still needed while a live container in its network
         // namespace shares them (`crate::sharing`).
-        let needs = Needs::judge(&host.manifests);
+        let needs = Needs::judge(&Machine, &host.manifests);
         let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) = host
             .manifests
             .iter()

@@ -1,0 +1,81 @@
+//! [`Machine`]: the host seam read from this machine.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
+
+use super::{Host, Process};
+use crate::kernel::host::{self, Listener, Roots};
+use crate::kernel::netns::{self, NetnsError};
+use crate::kernel::netns_id::NetnsId;
+use crate::kernel::procfs;
+
+/// This machine, as seen from the calling thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Machine;
+
+impl Host for Machine {
+    fn boot_id(&self) -> Option<String> {
+        procfs::boot_id()
+    }
+
+    fn pid_namespace(&self) -> Option<u64> {
+        procfs::pid_namespace()
+    }
+
+    fn process(&self, pid: i32) -> Process {
+        if pid <= 0 || kill(Pid::from_raw(pid), None) == Err(Errno::ESRCH) {
+            return Process::Gone;
+        }
+        match procfs::stat(pid) {
+            None => Process::Hidden,
+            Some((state, start_time)) => Process::Seen {
+                start_time,
+                zombie: state == "Z",
+            },
+        }
+    }
+
+    fn check_procfs(&self) -> std::io::Result<()> {
+        procfs::check_readable()
+    }
+
+    fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId> {
+        NetnsId::at(path)
+    }
+
+    fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
+        netns::container_addresses(pid)
+    }
+
+    fn listeners(&self, keep: &dyn Fn(&Listener) -> bool) -> Vec<Listener> {
+        host::listeners_where(&Roots::default(), keep)
+    }
+
+    fn enable_route_localnet(&self, dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
+        netns::enable_route_localnet(dest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The real reader on the one process a test may read: its own.
+    #[test]
+    fn this_process_is_seen_and_a_free_pid_is_gone() {
+        let me = std::process::id() as i32;
+        assert!(matches!(
+            Machine.process(me),
+            Process::Seen { zombie: false, .. }
+        ));
+        assert_eq!(Machine.process(i32::MAX), Process::Gone);
+        assert_eq!(Machine.process(0), Process::Gone);
+        assert_eq!(Machine.process(-1), Process::Gone);
+        assert!(Machine.netns_of_pid(me).is_some());
+        assert!(Machine.check_procfs().is_ok());
+    }
+}
