@@ -111,7 +111,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         "/run/natledger-selftest-{}-{backend}",
         std::process::id()
     ));
-    let runner = SystemRunner::from_env();
+    let runner = SystemRunner::default();
     let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
     let name = |what: &str| format!("{backend}: {what}");
 

@@ -428,7 +428,7 @@ pub fn find(
     mappings: &[PortMapping],
     families: &[Family],
 ) -> (Vec<Forward>, Vec<Unread>) {
-    let trace = std::env::var_os("NATLEDGER_TRACE").is_some();
+    let trace = log::log_enabled!(log::Level::Debug);
     let mut found: Vec<Forward> = Vec::new();
     let mut unread = Vec::new();
     for family in families.iter().copied() {
@@ -451,9 +451,9 @@ pub fn find(
                 let ms = start.elapsed().as_secs_f64() * 1000.0;
                 match &read {
                     Ok((_, how)) => {
-                        eprintln!("natledger: forwards: {backend} {family}: {how} in {ms:.1} ms")
+                        log::debug!("forwards: {backend} {family}: {how} in {ms:.1} ms")
                     }
-                    Err(e) => eprintln!("natledger: forwards: {backend} {family}: {e}"),
+                    Err(e) => log::debug!("forwards: {backend} {family}: {e}"),
                 }
             }
             let candidates = match read {

@@ -112,7 +112,7 @@ mod message;
 mod tests;
 
 use filter::*;
-pub use filter::{DUMP_ENV, FILTER_BOTH_FAMILIES_FROM};
+pub use filter::{Choice as DumpChoice, DUMP_ENV, FILTER_BOTH_FAMILIES_FROM, set_dump_choice};
 pub use message::parse_entry;
 use message::*;
 
@@ -253,7 +253,7 @@ pub fn forget(sock: &mut Socket, flows: &[Flows]) -> Result<usize, ConntrackErro
 /// refuses a filter (no dump began), every entry is looked at instead, in one unfiltered
 /// dump: the filter only ever narrows what `matches` judges.
 fn matching(sock: &mut Socket, flows: &[Flows], locals: &LocalAddrs) -> io::Result<Vec<Entry>> {
-    let choice = Choice::from_env();
+    let choice = Choice::current();
     let refusable = choice == Choice::Refused;
     let mut found = Vec::new();
     for dump in plan(flows, choice, || entry_count().ok().flatten()) {

@@ -251,9 +251,26 @@ fn edit(
     Ok(Outcome::Done(count))
 }
 
-/// `/run/xtables.lock` (or `$XTABLES_LOCKFILE`), held exclusively as iptables-legacy does.
+static LOCK_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// The process's iptables lock, set once at start from `XTABLES_LOCKFILE`
+/// (`entry::settings`); a later call changes nothing.
+pub fn set_lock_path(path: std::path::PathBuf) {
+    let _ = LOCK_PATH.set(path);
+}
+
+/// The lock every iptables user takes (iptables' `XT_LOCK_NAME`): what [`set_lock_path`]
+/// set, else `/run/xtables.lock`.
+pub fn lock_path() -> std::path::PathBuf {
+    LOCK_PATH
+        .get()
+        .cloned()
+        .unwrap_or_else(|| XTABLES_LOCK.into())
+}
+
+/// [`lock_path`], held exclusively as iptables-legacy does.
 fn xtables_lock() -> Result<File, IptcError> {
-    let path = std::env::var("XTABLES_LOCKFILE").unwrap_or_else(|_| XTABLES_LOCK.to_string());
+    let path = lock_path().display().to_string();
     let err = |source| IptcError::Lock {
         path: path.clone(),
         source,

@@ -3,15 +3,14 @@
 
 use super::*;
 
-/// Whether the container or the host asked to refuse a start over a conflict
-/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`); else a warning.
-pub(super) fn refuse_conflicts(input: &HookInput) -> bool {
-    let setting = input
-        .annotations
-        .get(PORT_CONFLICT_ANNOTATION)
-        .cloned()
-        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
-    setting.as_deref() == Some("refuse")
+/// Whether the container asked to refuse a start over a conflict
+/// (`io.natledger.port-conflict=refuse`), or, without its annotation, the host
+/// (`--port-conflict refuse`, [`Context::refuse_conflicts`]); else a warning.
+pub(super) fn refuse_conflicts(ctx: &Context, input: &HookInput) -> bool {
+    match input.annotations.get(PORT_CONFLICT_ANNOTATION) {
+        Some(setting) => setting == "refuse",
+        None => ctx.refuse_conflicts,
+    }
 }
 
 /// Another owner's DNAT or REDIRECT for a mapped host port, in either backend

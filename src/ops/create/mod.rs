@@ -15,9 +15,7 @@ use crate::layout::{
 };
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
-use crate::oci::{
-    ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
-};
+use crate::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
 use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::procfs;
@@ -81,7 +79,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         bundle: input.bundle.clone(),
         mappings,
         addresses: &lookup,
-        refuse_conflicts: refuse_conflicts(input),
+        refuse_conflicts: refuse_conflicts(ctx, input),
         pod: sharing::pod_of(&input.annotations),
         netns: NetnsId::of_pid(pid),
         cni: None,
