@@ -9,6 +9,7 @@
 
 pub mod analysis;
 pub mod backend;
+pub mod chain;
 pub mod entry;
 pub mod fault;
 pub mod kernel;

@@ -246,7 +246,7 @@ fn edit(
     // Another writer may change the table from here on: the counters are in.
     drop(lock);
     if let Err(e) = added {
-        eprintln!("natledger: warning: rule counters of the {table} table were reset: {e}");
+        log::warn!("rule counters of the {table} table were reset: {e}");
     }
     Ok(Outcome::Done(count))
 }

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::backend::{Backend, BackendError, Native};
+use crate::chain::Chain;
 use crate::echo::Echo;
 use crate::family::Family;
 use crate::fault;
@@ -164,8 +165,8 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     allow_loopback_sources(ctx.backend, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
-        eprintln!(
-            "natledger: {} shares {} with container {} (same network namespace)",
+        log::info!(
+            "{} shares {} with container {} (same network namespace)",
             manifest.container_id,
             mappings.join(","),
             shared.holder
@@ -226,8 +227,8 @@ fn install_locked(
             manifest.phase = Phase::Installed;
             adopted = true;
         } else {
-            eprintln!(
-                "natledger: warning: container {} restarts with other rules than those live \
+            log::warn!(
+                "container {} restarts with other rules than those live \
                  container(s) of its namespace share; they are written again",
                 input.id
             );
@@ -417,8 +418,8 @@ fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
     let guarded =
         own.iter().any(|r| r.table == FILTER) || (backend == Backend::Nftables && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
-        eprintln!(
-            "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \
+        log::warn!(
+            "127.0.0.1 will not reach this container: the ipv4 filter \
              table was not written, so the localhost guard is not known to be in place and \
              route_localnet stays as it is"
         );
@@ -430,9 +431,9 @@ fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
     });
     if let (true, Some(v4)) = (wanted && guarded, v4) {
         match netns::enable_route_localnet(v4) {
-            Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
+            Ok(Some(iface)) => log::info!("set route_localnet=1 on {iface}"),
             Ok(None) => {}
-            Err(e) => eprintln!("natledger: warning: 127.0.0.1 will not reach {v4}: {e}"),
+            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Chain(&e)),
         }
     }
 }
@@ -476,7 +477,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
     for entry in ctx.ledger.list()? {
         match entry {
             Ok(m) => others.push(m),
-            Err(e) => eprintln!("natledger: warning: skipping {e}"),
+            Err(e) => log::warn!("skipping {}", Chain(&e)),
         }
     }
     let needs = Needs::judge(&others);
@@ -572,14 +573,14 @@ fn release_dead(ctx: &Context, locked: &Locked, dead: Vec<(Manifest, String)>) -
         let removal = remove_container(ctx, locked, &id, Some(&manifest));
         flows.extend(removal.flows.iter().copied());
         if removal.removed > 0 {
-            eprintln!(
-                "natledger: removed {} rule(s) of container {id} ({why})",
+            log::info!(
+                "removed {} rule(s) of container {id} ({why})",
                 removal.removed
             );
         }
         if let Err(e) = settle(locked, &id, Some(manifest), removal) {
             // The new rules go first in the chain, so leftovers cannot shadow them.
-            eprintln!("natledger: warning: {e}");
+            log::warn!("{}", Chain(&e));
         }
     }
     flows

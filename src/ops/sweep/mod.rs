@@ -30,6 +30,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError};
+use crate::chain::Chain;
 use crate::family::Family;
 use crate::fault;
 use crate::layout::{FILTER, NAT, TABLES};
@@ -288,7 +289,10 @@ fn sweep_table(
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
             Err(e) if attempt == 0 => {
-                eprintln!("natledger: {backend}/{family}/{name}: {e}; reading the table again");
+                log::info!(
+                    "{backend}/{family}/{name}: {}; reading the table again",
+                    Chain(&e)
+                );
             }
             Err(e) => return report.failed(e.to_string()),
         }
