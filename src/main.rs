@@ -71,16 +71,10 @@ fn main() -> ExitCode {
 /// The longest error line printed.
 const LINE: usize = 4096;
 
-/// An error and its causes on one line, each said once: `top: cause: cause`.
+/// An error and its causes on one line, `top: cause: cause`: each error's message says only
+/// its own part (`natledger::chain`).
 fn chain(error: &anyhow::Error) -> String {
-    let mut line = error.to_string();
-    for cause in error.chain().skip(1) {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line = format!("{line}: {text}");
-        }
-    }
-    line
+    format!("{error:#}")
 }
 
 /// The wrapper runtime (`natledger-runtime`); returns only if the real runtime could not be
@@ -313,7 +307,7 @@ fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     for entry in ops::list(&Ledger::new(settings.state_dir.clone()))? {
         match entry {
             Ok(e) => entries.push(e),
-            Err(e) => log::error!("{}", chain(&e.into())),
+            Err(e) => log::error!("{}", natledger::chain::Chain(&e)),
         }
     }
     if json {

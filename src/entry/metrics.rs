@@ -187,7 +187,7 @@ pub enum Written {
 }
 
 #[derive(Debug, Error)]
-#[error("writing metrics: {action} {}: {source}", path.display())]
+#[error("writing metrics: {action} {}", path.display())]
 pub struct WriteError {
     pub action: &'static str,
     pub path: PathBuf,

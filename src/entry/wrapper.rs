@@ -40,11 +40,11 @@ pub enum WrapperError {
     NoRuntime,
     #[error("the runtime {} is natledger itself; name the real one", .0.display())]
     Loop(PathBuf),
-    #[error("cannot find the natledger binary: {0}")]
-    SelfPath(std::io::Error),
+    #[error("cannot find the natledger binary")]
+    SelfPath(#[source] std::io::Error),
     #[error(transparent)]
     Bundle(#[from] BundleError),
-    #[error("cannot run {}: {source}", runtime.display())]
+    #[error("cannot run {}", runtime.display())]
     Exec {
         runtime: PathBuf,
         source: std::io::Error,

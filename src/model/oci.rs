@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::echo::{Echo, MESSAGE, limit};
+use crate::echo::Echo;
 
 pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
 pub const IP_ANNOTATION: &str = "io.natledger.ip";
@@ -29,18 +29,18 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
-    #[error("cannot read the container state from stdin: {0}")]
-    StateRead(std::io::Error),
-    #[error("malformed container state on stdin: {}", limit(&.0.to_string(), MESSAGE))]
-    StateJson(serde_json::Error),
+    #[error("cannot read the container state from stdin")]
+    StateRead(#[source] std::io::Error),
+    #[error("malformed container state on stdin")]
+    StateJson(#[source] serde_json::Error),
     #[error("unsafe container id {0}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
     UnsafeId(Echo),
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     ConfigRead {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a valid OCI config: {}", path.display(), limit(&source.to_string(), MESSAGE))]
+    #[error("{} is not a valid OCI config", path.display())]
     ConfigJson {
         path: PathBuf,
         source: serde_json::Error,

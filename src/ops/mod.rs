@@ -150,8 +150,8 @@ pub enum Error {
     ForwardsUnchecked(String),
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
-    #[error("cannot judge whether containers live: /proc is not readable: {0}")]
-    Procfs(std::io::Error),
+    #[error("cannot judge whether containers live: /proc is not readable")]
+    Procfs(#[source] std::io::Error),
     #[error("container {id} asks for more than natledger records per container")]
     TooLarge {
         id: ContainerId,

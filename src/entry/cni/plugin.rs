@@ -59,11 +59,11 @@ impl Natledger {
 }
 
 fn failed(what: &'static str, e: ops::Error) -> CniError {
-    CniError::new(Code::Failed, what, e.to_string())
+    CniError::new(Code::Failed, what, crate::chain::text(&e))
 }
 
 fn failed_ledger(what: &'static str, e: LedgerError) -> CniError {
-    CniError::new(Code::Failed, what, e.to_string())
+    CniError::new(Code::Failed, what, crate::chain::text(&e))
 }
 
 impl Plugin for Natledger {
@@ -259,7 +259,7 @@ impl Plugin for Natledger {
                     .iter()
                     .any(|v| v.container_id == cni.container_id && v.ifname == cni.ifname);
             if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
-                errors.push(e.to_string());
+                errors.push(crate::chain::text(&e));
             }
         }
         if errors.is_empty() {
@@ -286,7 +286,9 @@ impl Plugin for Natledger {
                 details,
             )
         };
-        ledger.lock().map_err(|e| unavailable(e.to_string()))?;
+        ledger
+            .lock()
+            .map_err(|e| unavailable(crate::chain::text(&e)))?;
         let backend = settings.backend.resolve();
         if !backend.is_iptables() {
             return crate::netlink::Socket::netfilter()
@@ -294,7 +296,7 @@ impl Plugin for Natledger {
                 .map_err(|e| unavailable(format!("cannot open a netfilter netlink socket: {e}")));
         }
         for family in Family::ALL {
-            tool(backend, family, "restore").map_err(|e| unavailable(e.to_string()))?;
+            tool(backend, family, "restore").map_err(|e| unavailable(crate::chain::text(&e)))?;
         }
         Ok(())
     }

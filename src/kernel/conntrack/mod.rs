@@ -201,12 +201,12 @@ impl LocalAddrs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConntrackError {
-    #[error("reading the network namespace's local addresses: {0}")]
+    #[error("reading the network namespace's local addresses")]
     LocalAddrs(#[source] io::Error),
-    #[error("listing the conntrack table over netlink: {0}")]
+    #[error("listing the conntrack table over netlink")]
     Dump(#[source] io::Error),
     #[error(
-        "deleting {count} conntrack entries over netlink ({deleted} deleted, {refused} refused): {source}"
+        "deleting {count} conntrack entries over netlink ({deleted} deleted, {refused} refused)"
     )]
     Delete {
         count: usize,

@@ -46,14 +46,14 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IptcError {
-    #[error("{family} iptables-legacy {table} table: {op}: {source}")]
+    #[error("{family} iptables-legacy {table} table: {op}")]
     Kernel {
         family: Family,
         table: &'static str,
         op: &'static str,
         source: io::Error,
     },
-    #[error("cannot take {path} within 5 s: {source}")]
+    #[error("cannot take {path} within 5 s")]
     Lock { path: String, source: io::Error },
 }
 

@@ -186,7 +186,7 @@ fn judge(
                             m.container_id
                         )
                     }
-                    Err(e) => e.to_string(),
+                    Err(e) => crate::chain::text(&e),
                 };
                 unreadable_ids.extend(ids.iter().cloned());
                 if !opts.all {
@@ -277,7 +277,7 @@ fn sweep_table(
             Err(BackendError::ToolNotFound { .. }) => {
                 return report.with_state(TableState::NotInstalled);
             }
-            Err(e) => return report.failed(e.to_string()),
+            Err(e) => return report.failed(crate::chain::text(&e)),
         };
         let plan = plan(backend, &table, family, claims);
         report.blocked = plan.blocked.clone();
@@ -294,7 +294,7 @@ fn sweep_table(
                     Chain(&e)
                 );
             }
-            Err(e) => return report.failed(e.to_string()),
+            Err(e) => return report.failed(crate::chain::text(&e)),
         }
     }
     unreachable!("the second attempt returns")
@@ -358,7 +358,7 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
             left.phase = Phase::Removing;
             left.rules = remaining;
             if let Err(e) = locked.store(&left) {
-                report.errors.push(e.to_string());
+                report.errors.push(crate::chain::text(&e));
             }
         }
     }
@@ -376,7 +376,7 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
     } else {
         gone.extend(judged.temps);
         for e in locked.remove_files(&gone) {
-            report.errors.push(e.to_string());
+            report.errors.push(crate::chain::text(&e));
         }
         for (path, fate) in &mut fates {
             if *fate == Fate::Removed && path.exists() {
