@@ -214,7 +214,7 @@ pub enum Command {
         #[arg(long, default_value_t = crate::wrapper::HOOK_TIMEOUT)]
         timeout: u32,
     },
-    /// Wrapper runtime for Docker and containerd: adds the hooks, then execs runc
+    /// Wrapper runtime (Docker, containerd): adds the hooks, execs runc
     ///
     /// Wrapper runtime for Docker and containerd (also reached as `natledger-runtime`):
     /// [--natledger-runtime PATH] [--natledger-hook-env KEY=VALUE]... RUNC-ARGS...; on
