@@ -166,7 +166,7 @@ impl<'r> Netfilter<'r> {
             forwards: false,
             nft_commits: std::cell::Cell::new(0),
             nft_deleted: std::cell::Cell::new(false),
-            trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
+            trace: log::log_enabled!(log::Level::Debug),
         }
     }
 

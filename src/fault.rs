@@ -4,6 +4,10 @@
 //! The points sit between the steps whose order the crash-safety invariants depend on
 //! (ARCHITECTURE.md): manifest written ahead, each transaction applied, manifest updated.
 //! Reading one environment variable once is the whole cost when it is unset.
+//!
+//! This is the one environment read left in the library (every other setting is resolved in
+//! `main`, `natledger::settings`): the points sit deep in the operations, where passing a
+//! test-only value through every caller would cost more than it gives.
 
 use std::sync::OnceLock;
 
@@ -51,7 +55,7 @@ pub fn point(name: &str) {
     static WANTED: OnceLock<Option<String>> = OnceLock::new();
     let wanted = WANTED.get_or_init(|| std::env::var(ENV).ok());
     if wanted.as_deref() == Some(name) {
-        eprintln!("natledger: {ENV}={name}: killing myself");
+        log::error!("{ENV}={name}: killing myself");
         let _ = raise(Signal::SIGKILL);
     }
 }

@@ -15,6 +15,7 @@
 
 pub mod analysis;
 pub mod backend;
+pub mod chain;
 pub mod entry;
 pub mod fault;
 pub mod kernel;
@@ -24,7 +25,7 @@ pub mod state;
 
 // The paths before the layers had folders; kept while callers move to the layered paths.
 pub use analysis::{doctor, forwards, matchset, packet};
-pub use entry::{bundle, cli, cni, metrics, selftest, wrapper};
+pub use entry::{bundle, cli, cni, metrics, selftest, settings, wrapper};
 pub use kernel::{conntrack, exec, host, iptc, netlink, netns, nftables, procfs, xt};
 pub use model::{echo, family, layout, oci, portspec, rule, save};
 pub use state::{durable, ledger, safefile, sharing};

@@ -1,6 +1,9 @@
-//! The `natledger` command: argument parsing and error printing; the work is in the library.
+//! The `natledger` command: the ways in (the wrapper runtime, the CNI plugin, the command
+//! line), the settings resolved once (`natledger::settings`), one function per command, and
+//! the error chain printed once. The work is in the library.
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -10,13 +13,14 @@ use nix::sys::resource::{UsageWho, getrusage};
 
 use natledger::backend::{self, Netfilter};
 use natledger::bundle::{self, HookSpec, Injected};
-use natledger::cli::{Cli, Command};
-use natledger::doctor::{self, DoctorOptions, evidence::Roots};
+use natledger::cli::{self, Cli, Command};
+use natledger::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
 use natledger::echo::limit;
 use natledger::exec::SystemRunner;
 use natledger::ledger::Ledger;
-use natledger::oci::State;
+use natledger::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
+use natledger::settings::{self, Settings};
 use natledger::{cni, metrics, selftest, wrapper};
 
 /// The library logs through `log`; this prints its records on stderr, one line each, in the
@@ -44,88 +48,107 @@ impl log::Log for Stderr {
 
 static LOGGER: Stderr = Stderr;
 
+/// The process environment, read here only.
+fn env(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
 fn main() -> ExitCode {
     let _ = log::set_logger(&LOGGER);
-    log::set_max_level(if std::env::var_os("NATLEDGER_TRACE").is_some() {
-        log::LevelFilter::Trace
-    } else {
-        log::LevelFilter::Info
-    });
     let mut args = std::env::args_os();
-    if args
-        .next()
-        .is_some_and(|argv0| wrapper::called_as_wrapper(&argv0))
-    {
-        return runtime(args.collect());
+    let argv0 = args.next();
+    if argv0.is_some_and(|argv0| wrapper::called_as_wrapper(&argv0)) {
+        wrapper_runtime(args.collect())
+    } else if cni::requested(&env, args.len() == 0) {
+        // Run by a CNI runtime (found by its `type` in CNI_PATH): a chained plugin, answering
+        // on stdout with the result or the error object.
+        cni_plugin()
+    } else {
+        command_line()
     }
-    // Run by a CNI runtime (found by its `type` in CNI_PATH): a chained plugin, answering on
-    // stdout with the result or the error object.
-    if cni::requested() {
-        let output = cni::run_process(&cni::plugin::Natledger);
-        out(&output.stdout);
-        return ExitCode::from(output.code);
-    }
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        // Monitoring reads doctor's exit status: a usage error is doctor failing (3), not
-        // "errors found" (clap's 2).
-        Err(e) if e.use_stderr() && std::env::args().any(|a| a == "doctor") => {
-            let _ = e.print();
-            return ExitCode::from(doctor::EXIT_FAILED);
-        }
-        Err(e) => e.exit(),
-    };
-    let code = match run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            // Library errors cut the input they quote (`natledger::echo`); this is the net.
-            eprintln!("natledger: {}", limit(&one_line(&e), LINE));
-            ExitCode::FAILURE
-        }
-    };
-    if std::env::var_os("NATLEDGER_TRACE").is_some() {
-        // This process alone (its iptables children are not counted).
-        let usage = getrusage(UsageWho::RUSAGE_SELF);
-        if let Ok(usage) = usage {
-            eprintln!("natledger: peak rss {} KiB", usage.max_rss());
-        }
-    }
-    code
 }
 
 /// The longest error line printed.
 const LINE: usize = 4096;
 
-/// The error and its causes on one line. Library errors already name their cause in their
-/// own message (they are read on their own too), so a cause whose text is already there is
-/// not repeated.
-fn one_line(error: &anyhow::Error) -> String {
-    let mut line = error.to_string();
-    for cause in error.chain().skip(1) {
-        let text = cause.to_string();
-        if !line.contains(&text) {
-            line = format!("{line}: {text}");
-        }
-    }
-    line
+/// An error and its causes on one line, `top: cause: cause`: each error's message says only
+/// its own part (`natledger::chain`).
+fn chain(error: &anyhow::Error) -> String {
+    format!("{error:#}")
 }
 
-/// The wrapper runtime; returns only if the real runtime could not be started.
-fn runtime(args: Vec<OsString>) -> ExitCode {
-    let error = wrapper::run(args);
-    eprintln!("natledger-runtime: {}", limit(&error.to_string(), LINE));
+/// The wrapper runtime (`natledger-runtime`); returns only if the real runtime could not be
+/// started.
+fn wrapper_runtime(args: Vec<OsString>) -> ExitCode {
+    let error = match Settings::from_env(&env) {
+        Ok(settings) => {
+            settings.install();
+            anyhow::Error::new(wrapper::run(args, settings.runtime))
+        }
+        Err(e) => anyhow::anyhow!(settings::one_line(&e)),
+    };
+    eprintln!("natledger-runtime: {}", limit(&chain(&error), LINE));
     ExitCode::FAILURE
 }
 
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let ledger = Ledger::new(cli.state_dir);
-    match cli.command {
-        Command::Hook { stage } => {
-            let state = State::read(std::io::stdin().lock())?;
-            let runner = SystemRunner::from_env();
-            let ctx = Context::for_hooks(ledger, cli.backend.resolve(), &runner);
-            ops::run_hook(&ctx, stage, state)?;
+/// The CNI plugin: its settings from its environment (a bad one is its error object).
+fn cni_plugin() -> ExitCode {
+    let settings = Settings::from_env(&env);
+    if let Ok(settings) = &settings {
+        settings.install();
+    }
+    let output = cni::run_process(&env, &cni::plugin::Natledger::new(settings));
+    out(&output.stdout);
+    ExitCode::from(output.code)
+}
+
+/// The command line: parsed, its settings resolved, its command run.
+fn command_line() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(e),
+    };
+    let settings = match Settings::new(&cli.global, &env) {
+        Ok(settings) => settings,
+        Err(e) => return usage(e),
+    };
+    settings.install();
+    let code = match run(cli.command, &settings) {
+        Ok(code) => code,
+        Err(e) => {
+            // Library errors cut the input they quote (`natledger::echo`); this is the net.
+            eprintln!("natledger: {}", limit(&chain(&e), LINE));
+            ExitCode::FAILURE
         }
+    };
+    // This process alone (its iptables children are not counted).
+    if log::log_enabled!(log::Level::Debug)
+        && let Ok(usage) = getrusage(UsageWho::RUSAGE_SELF)
+    {
+        log::debug!("peak rss {} KiB", usage.max_rss());
+    }
+    code
+}
+
+/// A usage error exits 2 as clap's do, but doctor's: monitoring reads doctor's exit status,
+/// and a usage error is doctor failing (3), not "errors found" (2). Which command the error
+/// belongs to is what clap parses, whatever the words of the arguments.
+fn usage(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        e.exit(); // --help, --version
+    }
+    let matches = cli::command().ignore_errors(true).try_get_matches();
+    if matches.is_ok_and(|m| m.subcommand_name() == Some("doctor")) {
+        let _ = e.print();
+        return ExitCode::from(doctor::EXIT_FAILED);
+    }
+    e.exit()
+}
+
+/// Each command.
+fn run(command: Command, settings: &Settings) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Hook { stage } => hook(settings, stage),
         Command::Sweep {
             dry_run,
             json,
@@ -133,125 +156,171 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             wait,
             metrics_file,
         } => {
-            let runner = SystemRunner::from_env();
-            let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
-            // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-            ctx.netfilter = ctx
-                .netfilter
-                .with_conntrack(true)
-                .with_native(ops::native_allowed());
             let opts = SweepOptions {
                 dry_run,
                 all,
                 wait: wait.map(Duration::from_secs),
             };
-            let report = ops::sweep(&ctx, &opts)?;
-            if json {
-                let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
-                out(&format!("{text}\n"));
-            } else {
-                out(&report.render());
-            }
-            let now = std::time::SystemTime::now();
-            metrics::write_option(metrics_file.as_deref(), &metrics::sweep(&report, now))?;
-            if !report.ok() {
-                anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
-            }
+            sweep(settings, &opts, json, metrics_file)
         }
         Command::Inject {
             bundle,
             binary,
             hook_env,
             timeout,
-        } => {
-            let binary = match binary {
-                Some(b) => b,
-                None => std::env::current_exe().context("finding the natledger binary")?,
-            };
-            let spec = HookSpec {
-                binary: std::path::absolute(&binary)
-                    .with_context(|| format!("{}", binary.display()))?,
-                env: hook_env,
-                timeout,
-            };
-            let done = bundle::inject(&bundle, &spec)?;
-            eprintln!(
-                "natledger: {}: {}",
-                bundle.join("config.json").display(),
-                match done {
-                    Injected::Written => "natledger hooks written",
-                    _ => "natledger hooks already there, unchanged",
-                }
-            );
-        }
-        Command::Runtime { args } => return Err(anyhow::anyhow!(wrapper::run(args))),
+        } => inject(&bundle, binary, hook_env, timeout),
+        Command::Runtime { args } => Err(anyhow::Error::new(wrapper::run(
+            args,
+            settings.runtime.clone(),
+        ))),
         Command::Doctor {
             json,
             port,
             from,
             metrics_file,
-        } => {
-            let runner = SystemRunner::from_env();
-            let opts = DoctorOptions {
-                from,
-                port,
-                ledger,
-                netfilter: Netfilter::new(&runner),
-                host_backend: backend::detect_explained(),
-                roots: Roots::default(),
-            };
-            let report = match doctor::doctor(&opts) {
-                Ok(report) => report,
-                Err(e) => {
-                    eprintln!("natledger: doctor: {e}");
-                    return Ok(ExitCode::from(doctor::EXIT_FAILED));
-                }
-            };
-            if json {
-                let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
-                out(&format!("{text}\n"));
-            } else {
-                out(&doctor::render(&report));
-            }
-            let now = std::time::SystemTime::now();
-            if let Err(e) =
-                metrics::write_option(metrics_file.as_deref(), &metrics::doctor(&report, now))
-            {
-                eprintln!("natledger: doctor: {e}");
-                return Ok(ExitCode::from(doctor::EXIT_FAILED));
-            }
-            return Ok(ExitCode::from(report.exit_code()));
+        } => doctor(settings, from, port, json, metrics_file),
+        Command::Selftest => selftest(settings),
+        Command::List { json } => list(settings, json),
+    }
+}
+
+fn hook(settings: &Settings, stage: Option<Stage>) -> anyhow::Result<ExitCode> {
+    let state = State::read(std::io::stdin().lock())?;
+    let runner = SystemRunner::default();
+    let ledger = Ledger::new(settings.state_dir.clone());
+    let mut ctx = Context::for_hooks(ledger, settings.backend.resolve(), &runner, settings.native);
+    ctx.refuse_conflicts = settings.refuse_conflicts();
+    ops::run_hook(&ctx, stage, state)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sweep(
+    settings: &Settings,
+    opts: &SweepOptions,
+    json: bool,
+    metrics_file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let runner = SystemRunner::default();
+    let ledger = Ledger::new(settings.state_dir.clone());
+    let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
+    // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
+    ctx.netfilter = ctx
+        .netfilter
+        .with_conntrack(true)
+        .with_native(settings.native);
+    let report = ops::sweep(&ctx, opts)?;
+    if json {
+        let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
+        out(&format!("{text}\n"));
+    } else {
+        out(&report.render());
+    }
+    let now = std::time::SystemTime::now();
+    metrics::write_option(metrics_file.as_deref(), &metrics::sweep(&report, now))?;
+    if !report.ok() {
+        anyhow::bail!("sweep incomplete: {} error(s)", report.errors.len());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn inject(
+    bundle: &std::path::Path,
+    binary: Option<PathBuf>,
+    hook_env: Vec<String>,
+    timeout: u32,
+) -> anyhow::Result<ExitCode> {
+    let binary = match binary {
+        Some(b) => b,
+        None => std::env::current_exe().context("finding the natledger binary")?,
+    };
+    let spec = HookSpec {
+        binary: std::path::absolute(&binary).with_context(|| format!("{}", binary.display()))?,
+        env: hook_env,
+        timeout,
+    };
+    let done = bundle::inject(bundle, &spec)?;
+    log::info!(
+        "{}: {}",
+        bundle.join("config.json").display(),
+        match done {
+            Injected::Written => "natledger hooks written",
+            _ => "natledger hooks already there, unchanged",
         }
-        Command::Selftest => {
-            let ok = selftest::run(&cli.backend.explained(), &mut |check| match &check.result {
-                Ok(seen) => out(&format!("ok    {}: {seen}\n", check.name)),
-                Err(why) => out(&format!("FAIL  {}: {why}\n", check.name)),
-            });
-            if !ok {
-                anyhow::bail!("selftest failed");
-            }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Doctor's exit status is its report's; 3 when doctor itself failed.
+fn doctor(
+    settings: &Settings,
+    from: Vec<DumpFile>,
+    port: Option<u16>,
+    json: bool,
+    metrics_file: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    let failed = |e: anyhow::Error| {
+        eprintln!("natledger: doctor: {}", limit(&chain(&e), LINE));
+        Ok(ExitCode::from(doctor::EXIT_FAILED))
+    };
+    let runner = SystemRunner::default();
+    let opts = DoctorOptions {
+        from,
+        port,
+        ledger: Ledger::new(settings.state_dir.clone()),
+        netfilter: Netfilter::new(&runner),
+        host_backend: backend::detect_explained(),
+        roots: Roots::default(),
+    };
+    let report = match doctor::doctor(&opts) {
+        Ok(report) => report,
+        Err(e) => return failed(e.into()),
+    };
+    if json {
+        let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
+        out(&format!("{text}\n"));
+    } else {
+        out(&doctor::render(&report));
+    }
+    let now = std::time::SystemTime::now();
+    if let Err(e) = metrics::write_option(metrics_file.as_deref(), &metrics::doctor(&report, now)) {
+        return failed(e.into());
+    }
+    Ok(ExitCode::from(report.exit_code()))
+}
+
+fn selftest(settings: &Settings) -> anyhow::Result<ExitCode> {
+    let ok = selftest::run(
+        &settings.backend.explained(),
+        &mut |check| match &check.result {
+            Ok(seen) => out(&format!("ok    {}: {seen}\n", check.name)),
+            Err(why) => out(&format!("FAIL  {}: {why}\n", check.name)),
+        },
+    );
+    if !ok {
+        anyhow::bail!("selftest failed");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
+    let mut entries = Vec::new();
+    for entry in ops::list(&natledger::kernel::machine::Machine, &Ledger::new(settings.state_dir.clone()))? {
+        match entry {
+            Ok(e) => entries.push(e),
+            Err(e) => log::error!("{}", natledger::chain::Chain(&e)),
         }
-        Command::List { json } => {
-            let mut entries = Vec::new();
-            for entry in ops::list(&natledger::kernel::machine::Machine, &ledger)? {
-                match entry {
-                    Ok(e) => entries.push(e),
-                    Err(e) => eprintln!("natledger: {e}"),
-                }
-            }
-            if json {
-                let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
-                out(&format!("{text}\n"));
-            } else {
-                let chosen = cli.backend.explained();
-                out(&format!(
-                    "backend for new rules: {} ({})\n{}",
-                    chosen.backend,
-                    chosen.how,
-                    ops::render_table(&entries)
-                ));
-            }
-        }
+    }
+    if json {
+        let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
+        out(&format!("{text}\n"));
+    } else {
+        let chosen = settings.backend.explained();
+        out(&format!(
+            "backend for new rules: {} ({})\n{}",
+            chosen.backend,
+            chosen.how,
+            ops::render_table(&entries)
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -156,6 +156,9 @@ fn cost_of_forget() {
         return;
     };
     let path = path.to_string_lossy();
+    natledger::entry::settings::Settings::from_env(&|name| std::env::var_os(name))
+        .unwrap()
+        .install();
     let median = |mut v: Vec<Duration>| {
         v.sort();
         v[v.len() / 2]

@@ -281,3 +281,63 @@ fn version_names_the_commit() {
         )
     );
 }
+
+/// `--help` gives each command one line; the paragraph is in the long help (`help CMD`) and
+/// the man page.
+#[test]
+fn help_gives_each_command_one_line() {
+    let out = Command::new(NATLEDGER).arg("--help").output().unwrap();
+    let stdout = ok(out, "natledger --help");
+    let commands: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert_eq!(commands.len(), 8, "{stdout}");
+    for line in &commands {
+        assert!(line.len() <= 80, "{line:?} is not one line");
+    }
+    let out = Command::new(NATLEDGER)
+        .args(["help", "doctor"])
+        .output()
+        .unwrap();
+    assert!(ok(out, "natledger help doctor").contains("3 doctor itself failed"));
+}
+
+/// A usage error exits 2 (clap's), doctor's 3 (doctor failing), decided by the command clap
+/// parsed, whatever words the arguments hold; a bad variable is refused as a bad flag value.
+#[test]
+fn usage_errors_exit_2_and_doctors_3_whatever_the_words() {
+    let code = |args: &[&str], env: &[(&str, &str)]| {
+        let out = Command::new(NATLEDGER)
+            .args(args)
+            .envs(env.iter().copied())
+            .env("NATLEDGER_STATE_DIR", "/nonexistent/natledger-docs-test")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(
+        code(&["--state-dir", "doctor", "sweep", "--bogus"], &[]).0,
+        Some(2)
+    );
+    assert_eq!(code(&["doctor", "--bogus"], &[]).0, Some(3));
+    assert_eq!(code(&["doctor", "--port", "x"], &[]).0, Some(3));
+    let (status, stderr) = code(&["list"], &[("NATLEDGER_BACKEND", "nfts")]);
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid value 'nfts' for '--backend <BACKEND>'"),
+        "{stderr}"
+    );
+    let (status, stderr) = code(&["list"], &[("NATLEDGER_TRACE", "maybe")]);
+    assert_eq!(status, Some(2), "{stderr}");
+    // One rule for booleans: 0 is off (no trace's peak RSS line), 1 on.
+    let (_, stderr) = code(&["list", "--json"], &[("NATLEDGER_TRACE", "0")]);
+    assert!(!stderr.contains("peak rss"), "{stderr}");
+    let (_, stderr) = code(&["list", "--json"], &[("NATLEDGER_TRACE", "1")]);
+    assert!(stderr.contains("natledger: peak rss "), "{stderr}");
+}

@@ -21,13 +21,13 @@ use crate::safefile;
 /// A bundle edit that failed, naming the file.
 #[derive(Debug, thiserror::Error)]
 pub enum BundleError {
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not valid JSON: {source}", path.display())]
+    #[error("{} is not valid JSON", path.display())]
     Json {
         path: PathBuf,
         source: serde_json::Error,

@@ -6,7 +6,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{CommandFactory as _, Parser, Subcommand};
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 use crate::backend::BackendChoice;
 use crate::doctor::DumpFile;
@@ -27,13 +28,33 @@ pub fn command() -> clap::Command {
     Cli::command()
 }
 
+/// Environment variables with no flag of their own, for the long help and the man page.
+const ENVIRONMENT: &str = "\
+Environment (read once at start; a flag given beside its variable wins):
+  NATLEDGER_RUNTIME          the real runtime the wrapper runtime execs (default: runc)
+  NATLEDGER_CONNTRACK_DUMP   how flows are found: adaptive (default), filtered, unfiltered
+                             or refused (the fallback on demand, for tests)
+  XTABLES_LOCKFILE           the iptables lock (default: /run/xtables.lock), as iptables reads it
+  NATLEDGER_FAULT            a fault point at which natledger kills itself (crash tests only)
+Booleans (--trace, --no-netlink and their variables) take true/false, yes/no, on/off or 1/0.";
+
 #[derive(Parser)]
 #[command(
     name = "natledger",
     version = VERSION,
-    about = "Container host-port forwards that never outlive their container"
+    about = "Container host-port forwards that never outlive their container",
+    after_long_help = ENVIRONMENT
 )]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The options every command takes, each also read from its environment variable.
+#[derive(Args, Clone, Debug, PartialEq, Eq)]
+pub struct Global {
     /// Where manifests and the lock live.
     #[arg(
         long,
@@ -53,18 +74,105 @@ pub struct Cli {
         default_value = "auto"
     )]
     pub backend: BackendChoice,
-    #[command(subcommand)]
-    pub command: Command,
+    /// What natledger says on stderr: error, warn, info (the default) or more, debug (each
+    /// command run and its time, each table read, the peak RSS) or trace.
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_LOG",
+        value_enum,
+        value_name = "LEVEL"
+    )]
+    pub log_level: Option<LogLevel>,
+    /// Log at debug level (unless --log-level says otherwise).
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_TRACE",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        action = ArgAction::Set,
+        value_parser = BoolishValueParser::new(),
+        hide_default_value = true,
+        hide_possible_values = true
+    )]
+    pub trace: bool,
+    /// Change rules only through the `*-restore` tools: no nf_tables netlink, no
+    /// iptables-legacy socket options.
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_NO_NETLINK",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        default_value = "false",
+        action = ArgAction::Set,
+        value_parser = BoolishValueParser::new(),
+        hide_default_value = true,
+        hide_possible_values = true
+    )]
+    pub no_netlink: bool,
+    /// What a container's start does over another owner's forward of, or a listener on, one
+    /// of its host ports, unless its annotation io.natledger.port-conflict says: warn, or
+    /// refuse the start.
+    #[arg(
+        long,
+        global = true,
+        env = "NATLEDGER_PORT_CONFLICT",
+        value_enum,
+        default_value = "warn"
+    )]
+    pub port_conflict: PortConflict,
+}
+
+/// `--log-level`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogLevel {
+    Off,
+    Error,
+    Warn,
+    Info,
+    Debug,
+    Trace,
+}
+
+impl From<LogLevel> for log::LevelFilter {
+    fn from(level: LogLevel) -> Self {
+        match level {
+            LogLevel::Off => log::LevelFilter::Off,
+            LogLevel::Error => log::LevelFilter::Error,
+            LogLevel::Warn => log::LevelFilter::Warn,
+            LogLevel::Info => log::LevelFilter::Info,
+            LogLevel::Debug => log::LevelFilter::Debug,
+            LogLevel::Trace => log::LevelFilter::Trace,
+        }
+    }
+}
+
+/// `--port-conflict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PortConflict {
+    Warn,
+    Refuse,
 }
 
 #[derive(Subcommand)]
 pub enum Command {
+    /// Run as an OCI hook (createRuntime or poststop)
+    ///
     /// Run as an OCI hook; the container state comes on stdin. Without a stage, the state's
     /// status decides (creating: create-runtime, stopped: poststop).
     Hook {
         #[arg(value_enum)]
         stage: Option<Stage>,
     },
+    /// Remove the rules of dead containers and of no one
+    ///
     /// Remove the rules of dead containers, and every natledger rule no live container
     /// claims, in iptables-legacy and iptables-nft, IPv4 and IPv6. Exit status 0 when
     /// everything due was removed, 1 otherwise (the report says what remains and why).
@@ -89,6 +197,8 @@ pub enum Command {
         #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
         metrics_file: Option<PathBuf>,
     },
+    /// Add natledger's hooks to an OCI bundle's config.json
+    ///
     /// Add natledger's createRuntime and poststop hooks to BUNDLE/config.json (runc, crun),
     /// after any hooks already there. Idempotent; keeps every other field; refuses a
     /// malformed file and leaves it unchanged.
@@ -104,6 +214,8 @@ pub enum Command {
         #[arg(long, default_value_t = crate::wrapper::HOOK_TIMEOUT)]
         timeout: u32,
     },
+    /// Wrapper runtime (Docker, containerd): adds the hooks, execs runc
+    ///
     /// Wrapper runtime for Docker and containerd (also reached as `natledger-runtime`):
     /// [--natledger-runtime PATH] [--natledger-hook-env KEY=VALUE]... RUNC-ARGS...; on
     /// create/run, injects the hooks when the container asks for ports, then execs runc.
@@ -112,6 +224,8 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<OsString>,
     },
+    /// Find the rules that make a port unreachable, whoever wrote them
+    ///
     /// Find the rules that make a port unreachable, whoever wrote them: shadowed rules, dead
     /// DNAT targets, hijacked listeners, rules split across backends, natledger's own state.
     /// Only reads; prints the fixing commands. Exit 0 no problem, 1 warnings only, 2 errors,
@@ -132,10 +246,14 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         metrics_file: Option<PathBuf>,
     },
+    /// Prove natledger works on this host, in namespaces of its own
+    ///
     /// Prove natledger works on this host, in private network namespaces it creates and
     /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
     /// tables as they were. One line per check; exit 1 on any failure.
     Selftest,
+    /// Show every manifest
+    ///
     /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.
     List {
         #[arg(long)]

@@ -187,7 +187,7 @@ pub enum Written {
 }
 
 #[derive(Debug, Error)]
-#[error("writing metrics: {action} {}: {source}", path.display())]
+#[error("writing metrics: {action} {}", path.display())]
 pub struct WriteError {
     pub action: &'static str,
     pub path: PathBuf,
@@ -240,8 +240,8 @@ pub fn write_option(path: Option<&Path>, exposition: &Exposition) -> Result<(), 
         return Ok(());
     };
     if let Written::NoDirectory(dir) = write(path, &exposition.render())? {
-        eprintln!(
-            "natledger: warning: metrics not written: {} does not exist (no textfile collector \
+        log::warn!(
+            "metrics not written: {} does not exist (no textfile collector \
              here?)",
             dir.display()
         );

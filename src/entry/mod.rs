@@ -6,4 +6,5 @@ pub mod cli;
 pub mod cni;
 pub mod metrics;
 pub mod selftest;
+pub mod settings;
 pub mod wrapper;

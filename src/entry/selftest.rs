@@ -89,14 +89,14 @@ pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
             let checks = in_namespace(&pair.path(&pair.node), || backend_checks(backend, &ext));
             match checks {
                 Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
-                Err(e) => check(format!("{backend}"), Err(e.to_string())),
+                Err(e) => check(format!("{backend}"), Err(crate::chain::text(&e))),
             }
         }
         stop.store(true, Ordering::Relaxed);
         match server.join() {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => check("server".into(), Err(e)),
-            Ok(Err(e)) => check("server".into(), Err(e.to_string())),
+            Ok(Err(e)) => check("server".into(), Err(crate::chain::text(&e))),
             Err(_) => check("server".into(), Err("the server thread panicked".into())),
         }
     });
@@ -111,7 +111,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         "/run/natledger-selftest-{}-{backend}",
         std::process::id()
     ));
-    let runner = SystemRunner::from_env();
+    let runner = SystemRunner::default();
     let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
     let name = |what: &str| format!("{backend}: {what}");
 
@@ -129,7 +129,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         .try_for_each(|f| {
             ctx.netfilter
                 .apply(backend, *f, &drop_policy)
-                .map_err(|e| e.to_string())
+                .map_err(|e| crate::chain::text(&e))
         });
     // The first container creates the shared chains and jumps, which stay by design.
     let warm = policy
@@ -155,7 +155,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
             format!("[{UPLINK_V6}]:{HOST_PORT}"),
         ] {
             let answer = in_namespace(ext, || request(&addr))
-                .unwrap_or_else(|e| Err(e.to_string()))
+                .unwrap_or_else(|e| Err(crate::chain::text(&e)))
                 .map(|a| match forward_drop {
                     true => format!("{a}, through FORWARD policy DROP"),
                     false => a,
@@ -195,7 +195,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         match swept {
             Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
             Ok(report) => Err(report.errors.join("; ")),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(crate::chain::text(&e)),
         },
     ));
     let _ = std::fs::remove_dir_all(&state_dir);
@@ -214,7 +214,7 @@ fn create(ctx: &Context, id: &str) -> Result<usize, String> {
             (IP_ANNOTATION.to_string(), format!("{CTR_V4},{CTR_V6}")),
         ]),
     };
-    match ops::create_runtime(ctx, &input).map_err(|e| e.to_string())? {
+    match ops::create_runtime(ctx, &input).map_err(|e| crate::chain::text(&e))? {
         Created::Installed { rules } => Ok(rules),
         Created::Skipped => Err("create-runtime did nothing".into()),
     }
@@ -230,7 +230,7 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
     };
     ops::poststop(ctx, &state)
         .map(drop)
-        .map_err(|e| e.to_string())
+        .map_err(|e| crate::chain::text(&e))
 }
 
 /// Whether the localhost guard is in force: the first rule of IPv4 filter INPUT is
@@ -240,7 +240,7 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
     let table = ctx
         .netfilter
         .read(backend, family, FILTER)
-        .map_err(|e| e.to_string())?
+        .map_err(|e| crate::chain::text(&e))?
         .ok_or("no ipv4 filter table")?;
     let shared = shared_rules(backend, FILTER, family);
     // Each chain starts with its shared rules (the INPUT jump; the guard, which on nftables
@@ -272,7 +272,7 @@ fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
             tables.push(
                 ctx.netfilter
                     .read(backend, family, table)
-                    .map_err(|e| e.to_string())?,
+                    .map_err(|e| crate::chain::text(&e))?,
             );
         }
     }
@@ -281,12 +281,15 @@ fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
 
 fn request(addr: &str) -> Result<String, String> {
     let addr: SocketAddr = addr.parse().map_err(|e| format!("{e}"))?;
-    let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| e.to_string())?;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| crate::chain::text(&e))?;
     stream
         .set_read_timeout(Some(TIMEOUT))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::chain::text(&e))?;
     let mut reply = Vec::new();
-    stream.read_to_end(&mut reply).map_err(|e| e.to_string())?;
+    stream
+        .read_to_end(&mut reply)
+        .map_err(|e| crate::chain::text(&e))?;
     if reply == REPLY {
         Ok("answered by the container".into())
     } else {
@@ -303,7 +306,9 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
     // into the static release build (README, "Speed"); `scripts/build-release.sh` checks.
     let any = SocketAddr::from((Ipv6Addr::UNSPECIFIED, 80));
     let listener = TcpListener::bind(any).map_err(|e| format!("bind {any}: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| crate::chain::text(&e))?;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((mut conn, _)) => {
@@ -313,7 +318,7 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(crate::chain::text(&e)),
         }
     }
     Ok(())
@@ -346,7 +351,7 @@ impl Pair {
             .iter()
             .try_for_each(|path| std::fs::write(path, "1"))
         })
-        .map_err(|e| e.to_string())?
+        .map_err(|e| crate::chain::text(&e))?
         .map_err(|e| format!("cannot enable forwarding in {node}: {e}"))?;
         for step in [
             vec!["-n", node, "link", "set", "lo", "up"],

@@ -40,11 +40,11 @@ pub enum WrapperError {
     NoRuntime,
     #[error("the runtime {} is natledger itself; name the real one", .0.display())]
     Loop(PathBuf),
-    #[error("cannot find the natledger binary: {0}")]
-    SelfPath(std::io::Error),
+    #[error("cannot find the natledger binary")]
+    SelfPath(#[source] std::io::Error),
     #[error(transparent)]
     Bundle(#[from] BundleError),
-    #[error("cannot run {}: {source}", runtime.display())]
+    #[error("cannot run {}", runtime.display())]
     Exec {
         runtime: PathBuf,
         source: std::io::Error,
@@ -137,11 +137,11 @@ pub fn bundle_of(args: &[OsString]) -> Option<PathBuf> {
 /// never natledger itself.
 pub fn resolve_runtime(
     named: Option<PathBuf>,
-    from_env: Option<OsString>,
+    from_env: Option<PathBuf>,
     me: &Path,
 ) -> Result<PathBuf, WrapperError> {
     let runtime = named
-        .or_else(|| from_env.map(PathBuf::from))
+        .or(from_env)
         .or_else(|| {
             RUNTIME_DIRS
                 .iter()
@@ -155,11 +155,12 @@ pub fn resolve_runtime(
     Ok(runtime)
 }
 
-/// Run as the wrapper: inject if asked for, then become the real runtime. Returns only on
-/// failure; the caller reports it and exits non-zero (the runtime then never ran, so the
-/// container did not start).
-pub fn run(args: Vec<OsString>) -> WrapperError {
-    match prepare(args) {
+/// Run as the wrapper: inject if asked for, then become the real runtime (`from_env`: the
+/// one [`RUNTIME_ENV`] names, `Settings::runtime`). Returns only on failure; the caller
+/// reports it and exits non-zero (the runtime then never ran, so the container did not
+/// start).
+pub fn run(args: Vec<OsString>, from_env: Option<PathBuf>) -> WrapperError {
+    match prepare(args, from_env) {
         Ok((runtime, args)) => {
             let source = Command::new(&runtime).args(&args).exec();
             WrapperError::Exec { runtime, source }
@@ -168,16 +169,15 @@ pub fn run(args: Vec<OsString>) -> WrapperError {
     }
 }
 
-fn prepare(args: Vec<OsString>) -> Result<(PathBuf, Vec<OsString>), WrapperError> {
+fn prepare(
+    args: Vec<OsString>,
+    from_env: Option<PathBuf>,
+) -> Result<(PathBuf, Vec<OsString>), WrapperError> {
     let invocation = parse(args)?;
     let me = std::env::current_exe()
         .and_then(|p| p.canonicalize())
         .map_err(WrapperError::SelfPath)?;
-    let runtime = resolve_runtime(
-        invocation.runtime,
-        std::env::var_os(RUNTIME_ENV).filter(|v| !v.is_empty()),
-        &me,
-    )?;
+    let runtime = resolve_runtime(invocation.runtime, from_env, &me)?;
     // No config.json: nothing to add to; the runtime reports the bundle problem itself.
     if let Some(bundle) = bundle_of(&invocation.args).filter(|b| b.join("config.json").exists()) {
         let spec = HookSpec {

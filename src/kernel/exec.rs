@@ -86,25 +86,17 @@ pub trait Runner {
     fn run(&self, invocation: &Invocation) -> std::io::Result<Outcome>;
 }
 
-/// Runs real processes. With `NATLEDGER_TRACE` set, prints each command line to stderr, and
-/// how long it took.
+/// Runs real processes. Logs each command line, and how long it took, at debug level.
 #[derive(Debug, Default)]
 pub struct SystemRunner {
-    trace: bool,
-}
-
-impl SystemRunner {
-    pub fn from_env() -> Self {
-        SystemRunner {
-            trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
-        }
-    }
+    _private: (),
 }
 
 impl Runner for SystemRunner {
     fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
-        if self.trace {
-            eprintln!("natledger: exec {inv}");
+        let trace = log::log_enabled!(log::Level::Debug);
+        if trace {
+            log::debug!("exec {inv}");
         }
         let start = std::time::Instant::now();
         let mut child = Command::new(&inv.program)
@@ -129,9 +121,9 @@ impl Runner for SystemRunner {
             })?,
             _ => child.wait_with_output()?,
         };
-        if self.trace {
+        if trace {
             let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!("natledger:   {ms:.1} ms, {}", out.status);
+            log::debug!("  {ms:.1} ms, {}", out.status);
         }
         Ok(Outcome {
             code: out.status.code(),

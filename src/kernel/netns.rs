@@ -11,16 +11,16 @@ use crate::host;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("cannot open {}: {source} (is the container running?)", path.display())]
+    #[error("cannot open {} (is the container running?)", path.display())]
     Open {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot enter the network namespace {}: {source}", path.display())]
+    #[error("cannot enter the network namespace {}", path.display())]
     Enter { path: PathBuf, source: nix::Error },
-    #[error("cannot list addresses in the network namespace of pid {pid}: {source}")]
+    #[error("cannot list addresses in the network namespace of pid {pid}")]
     List { pid: i32, source: nix::Error },
-    #[error("cannot set {path}: {source}")]
+    #[error("cannot set {path}")]
     Sysctl {
         path: String,
         source: std::io::Error,

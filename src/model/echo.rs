@@ -56,6 +56,19 @@ impl fmt::Debug for Echo {
     }
 }
 
+/// The message of an error about input (serde's quote it), cut as [`limit`] cuts it to
+/// [`MESSAGE`]: the cause of such an error, so that a megabyte of input is not a megabyte of
+/// error.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Cut(String);
+
+impl Cut {
+    pub fn of(error: &dyn std::error::Error) -> Cut {
+        Cut(limit(&error.to_string(), MESSAGE))
+    }
+}
+
 /// `text` cut after `max` characters, with its full size in bytes; control characters
 /// escaped, so that it stays one line.
 pub fn limit(text: &str, max: usize) -> String {

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::echo::{Echo, MESSAGE, limit};
+use crate::echo::{Cut, Echo};
 
 pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
 pub const IP_ANNOTATION: &str = "io.natledger.ip";
@@ -29,22 +29,19 @@ const MAX_STATE_BYTES: u64 = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OciError {
-    #[error("cannot read the container state from stdin: {0}")]
-    StateRead(std::io::Error),
-    #[error("malformed container state on stdin: {}", limit(&.0.to_string(), MESSAGE))]
-    StateJson(serde_json::Error),
+    #[error("cannot read the container state from stdin")]
+    StateRead(#[source] std::io::Error),
+    #[error("malformed container state on stdin")]
+    StateJson(#[source] Cut),
     #[error("unsafe container id {0}: use 1-128 of A-Z a-z 0-9 _ + - . (not starting with '.')")]
     UnsafeId(Echo),
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     ConfigRead {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{} is not a valid OCI config: {}", path.display(), limit(&source.to_string(), MESSAGE))]
-    ConfigJson {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    #[error("{} is not a valid OCI config", path.display())]
+    ConfigJson { path: PathBuf, source: Cut },
     #[error("the container state has no bundle, so config.json cannot be read")]
     NoBundle,
     #[error("unknown container status {0} (expected creating or stopped); name the stage")]
@@ -126,7 +123,7 @@ impl State {
             .take(MAX_STATE_BYTES)
             .read_to_end(&mut bytes)
             .map_err(OciError::StateRead)?;
-        serde_json::from_slice(&bytes).map_err(OciError::StateJson)
+        serde_json::from_slice(&bytes).map_err(|e| OciError::StateJson(Cut::of(&e)))
     }
 
     /// The stage implied by the status, for hooks.d files that give one argument list.
@@ -283,7 +280,10 @@ pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciE
             None | Some(serde_json::Value::Null) => Ok(HashMap::new()),
             Some(value) => serde_json::from_value(value),
         });
-    annotations.map_err(|source| OciError::ConfigJson { path, source })
+    annotations.map_err(|e| OciError::ConfigJson {
+        path,
+        source: Cut::of(&e),
+    })
 }
 
 #[cfg(test)]

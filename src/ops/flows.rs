@@ -57,9 +57,10 @@ pub fn forget(ctx: &Context, flows: &[Flows]) {
                 format!("{}{} port {} ({})", host, f.protocol, f.ports, f.family)
             })
             .collect();
-        eprintln!(
-            "natledger: warning: {e}; clients that keep sending to {} may still reach the \
+        log::warn!(
+            "{}; clients that keep sending to {} may still reach the \
              old destination until they pause",
+            crate::chain::Chain(&e),
             names.join(", ")
         );
     }

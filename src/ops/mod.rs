@@ -41,6 +41,9 @@ pub struct Context<'r> {
     /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what
     /// [`Context::new`] sets), or a unit test's fake.
     pub host: &'r dyn Host,
+    /// A container's start is refused over a conflict unless its annotation says otherwise
+    /// (`--port-conflict refuse`); else warned about.
+    pub refuse_conflicts: bool,
 }
 
 impl<'r> Context<'r> {
@@ -50,15 +53,20 @@ impl<'r> Context<'r> {
             backend,
             netfilter: Netfilter::new(runner),
             host: &Machine,
+            refuse_conflicts: false,
         }
     }
 
     /// The context of a container's hooks and of the CNI plugin's commands: the native paths
-    /// (nf_tables netlink, iptables-legacy socket options) unless `NATLEDGER_NO_NETLINK` is
-    /// set (then every change goes through `*-restore`), conntrack flows forgotten, and
-    /// create's check of other owners' forwards.
-    pub fn for_hooks(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
-        let native = native_allowed();
+    /// (nf_tables netlink, iptables-legacy socket options) when `native` (not
+    /// `--no-netlink`; else every change goes through `*-restore`), conntrack flows
+    /// forgotten, and create's check of other owners' forwards.
+    pub fn for_hooks(
+        ledger: Ledger,
+        backend: Backend,
+        runner: &'r dyn Runner,
+        native: bool,
+    ) -> Self {
         let mut ctx = Context::new(ledger, backend, runner);
         ctx.netfilter = ctx
             .netfilter
@@ -67,12 +75,6 @@ impl<'r> Context<'r> {
             .with_forwards(true);
         ctx
     }
-}
-
-/// Whether the native paths may be used: unless `NATLEDGER_NO_NETLINK` is set (to anything
-/// but empty or `0`).
-pub fn native_allowed() -> bool {
-    std::env::var_os("NATLEDGER_NO_NETLINK").is_none_or(|v| v.is_empty() || v == "0")
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -153,8 +155,8 @@ pub enum Error {
     ForwardsUnchecked(String),
     #[error("another live container (pid {pid}) already uses the id {id}")]
     IdInUse { id: ContainerId, pid: String },
-    #[error("cannot judge whether containers live: /proc is not readable: {0}")]
-    Procfs(std::io::Error),
+    #[error("cannot judge whether containers live: /proc is not readable")]
+    Procfs(#[source] std::io::Error),
     #[error("container {id} asks for more than natledger records per container")]
     TooLarge {
         id: ContainerId,

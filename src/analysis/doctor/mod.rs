@@ -41,12 +41,12 @@ pub enum DoctorError {
         "--from {0:?}: expected BACKEND[/FAMILY]:FILE, BACKEND legacy or nft, FAMILY ipv4 or ipv6"
     )]
     BadFrom(String),
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Parse {
         path: PathBuf,
         source: save::ParseError,

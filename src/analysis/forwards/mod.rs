@@ -428,7 +428,7 @@ pub fn find(
     mappings: &[PortMapping],
     families: &[Family],
 ) -> (Vec<Forward>, Vec<Unread>) {
-    let trace = std::env::var_os("NATLEDGER_TRACE").is_some();
+    let trace = log::log_enabled!(log::Level::Debug);
     let mut found: Vec<Forward> = Vec::new();
     let mut unread = Vec::new();
     for family in families.iter().copied() {
@@ -451,9 +451,9 @@ pub fn find(
                 let ms = start.elapsed().as_secs_f64() * 1000.0;
                 match &read {
                     Ok((_, how)) => {
-                        eprintln!("natledger: forwards: {backend} {family}: {how} in {ms:.1} ms")
+                        log::debug!("forwards: {backend} {family}: {how} in {ms:.1} ms")
                     }
-                    Err(e) => eprintln!("natledger: forwards: {backend} {family}: {e}"),
+                    Err(e) => log::debug!("forwards: {backend} {family}: {e}"),
                 }
             }
             let candidates = match read {
@@ -505,12 +505,12 @@ fn candidates(
     match (backend, nf.native()) {
         (Backend::Nftables, _) => Ok((none(), "natledger's own table".into())),
         (Backend::Legacy, true) => {
-            if !legacy_table_exists(family, NAT).map_err(|e| e.to_string())? {
+            if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
                 return Ok((none(), "no table".into()));
             }
-            let blob = iptc::read(family, NAT).map_err(|e| e.to_string())?;
+            let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
             let mut source = Legacy::new(&blob, locals);
-            let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
+            let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
             let how = format!("{} candidate(s) read from the table", total(&found));
             Ok((found, how))
         }
@@ -560,17 +560,17 @@ fn candidates(
                     Err(cut) => Ok(Err(cut.to_string())),
                 }
             })
-            .map_err(|e| e.to_string())
+            .map_err(|e| crate::chain::text(&e))
             .and_then(|r| r),
         (_, false) => match nf.read_whole(backend, family, NAT) {
             Ok(Some(table)) => {
                 let mut source = Saved::new(&table);
-                let found = walk_each(&mut source, packets).map_err(|e| e.to_string())?;
+                let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
                 let how = format!("{} candidate(s) read with *-save", total(&found));
                 Ok((found, how))
             }
             Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(), "no table".into())),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(crate::chain::text(&e)),
         },
     }
 }

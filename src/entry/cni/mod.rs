@@ -69,16 +69,15 @@ pub trait Plugin {
     fn status(&self, request: &Request) -> Result<(), CniError>;
 }
 
-/// Whether the process environment asks for a CNI plugin (an empty `CNI_COMMAND` too, when
-/// no argument was given: runtimes give none, and it is answered with an error object).
-pub fn requested() -> bool {
-    let no_arguments = std::env::args_os().len() <= 1;
-    env::requested(&|name| std::env::var_os(name), no_arguments)
+/// Whether the process environment (`lookup`) asks for a CNI plugin (an empty
+/// `CNI_COMMAND` too, when no argument was given: runtimes give none, and it is answered
+/// with an error object).
+pub fn requested(lookup: &dyn Fn(&str) -> Option<OsString>, no_arguments: bool) -> bool {
+    env::requested(lookup, no_arguments)
 }
 
-/// The process as a CNI plugin: stdin and the environment in, [`Output`] out.
-pub fn run_process(plugin: &dyn Plugin) -> Output {
-    let lookup = |name: &str| std::env::var_os(name);
+/// The process as a CNI plugin: stdin and the environment (`lookup`) in, [`Output`] out.
+pub fn run_process(lookup: &dyn Fn(&str) -> Option<OsString>, plugin: &dyn Plugin) -> Output {
     let mut stdin = Vec::new();
     match std::io::stdin()
         .lock()
@@ -99,7 +98,7 @@ pub fn run_process(plugin: &dyn Plugin) -> Output {
             return failure(&e, &[]);
         }
     }
-    run(&stdin, &lookup, plugin)
+    run(&stdin, lookup, plugin)
 }
 
 /// One invocation: the environment (code 4), stdin as JSON (6), its version (1), the

@@ -1,51 +1,69 @@
 //! The plugin the binary is: each command on natledger's ledger and backends, through the
 //! same operations as the OCI hooks (`ops::create`, `ops::remove_recorded`).
 
-use std::path::PathBuf;
-
 use super::{CniError, Code, Plugin, Request};
-use crate::backend::{BackendChoice, tool};
+use crate::backend::tool;
+use crate::entry::cli::PortConflict;
+use crate::entry::settings::{self, Settings};
 use crate::exec::SystemRunner;
 use crate::family::Family;
 use crate::ledger::{CniAttachment, Ledger, LedgerError, Phase};
-use crate::oci::PORT_CONFLICT_ENV;
 use crate::ops::{self, Context, Creating};
 use crate::portspec::bounds::canonical;
 use crate::sharing::NetnsId;
 
-/// The state directory when neither the config's `stateDir` nor `NATLEDGER_STATE_DIR` names
-/// one: the hooks' default, so one ledger holds both.
-const STATE_DIR: &str = "/run/natledger";
+/// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
+/// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
+pub struct Natledger {
+    settings: Result<Settings, String>,
+}
 
-/// natledger's commands.
-pub struct Natledger;
-
-/// Where and how: the config's keys first, then the environment the hooks read, then the
-/// defaults.
-fn settings(request: &Request) -> (Ledger, BackendChoice) {
-    let dir = request
-        .conf
-        .state_dir
-        .clone()
-        .or_else(|| std::env::var_os("NATLEDGER_STATE_DIR").map(PathBuf::from))
-        .unwrap_or_else(|| PathBuf::from(STATE_DIR));
-    let backend = request.conf.backend.unwrap_or_else(|| {
-        match std::env::var("NATLEDGER_BACKEND").as_deref() {
-            Ok("legacy") => BackendChoice::Legacy,
-            Ok("nft") => BackendChoice::Nft,
-            Ok("nftables") => BackendChoice::Nftables,
-            _ => BackendChoice::Auto,
+impl Natledger {
+    /// A bad variable is refused by every command but VERSION, in clap's words.
+    pub fn new(settings: Result<Settings, clap::Error>) -> Self {
+        Natledger {
+            settings: settings.map_err(|e| settings::one_line(&e)),
         }
-    });
-    (Ledger::new(dir), backend)
+    }
+
+    /// Where and how: the config's keys first, then the environment the hooks read, then the
+    /// defaults.
+    fn settings(&self, request: &Request) -> Result<Settings, CniError> {
+        let mut settings = self.settings.clone().map_err(|details| {
+            CniError::new(Code::InvalidEnv, "invalid natledger setting", details)
+        })?;
+        if let Some(dir) = &request.conf.state_dir {
+            settings.state_dir.clone_from(dir);
+        }
+        if let Some(backend) = request.conf.backend {
+            settings.backend = backend;
+        }
+        if let Some(refuse) = request.conf.refuse_conflicts {
+            settings.port_conflict = if refuse {
+                PortConflict::Refuse
+            } else {
+                PortConflict::Warn
+            };
+        }
+        Ok(settings)
+    }
+
+    /// The context of the hooks' operations, for `settings`.
+    fn context<'r>(settings: &Settings, runner: &'r SystemRunner) -> Context<'r> {
+        let ledger = Ledger::new(settings.state_dir.clone());
+        let mut ctx =
+            Context::for_hooks(ledger, settings.backend.resolve(), runner, settings.native);
+        ctx.refuse_conflicts = settings.refuse_conflicts();
+        ctx
+    }
 }
 
 fn failed(what: &'static str, e: ops::Error) -> CniError {
-    CniError::new(Code::Failed, what, e.to_string())
+    CniError::new(Code::Failed, what, crate::chain::text(&e))
 }
 
 fn failed_ledger(what: &'static str, e: LedgerError) -> CniError {
-    CniError::new(Code::Failed, what, e.to_string())
+    CniError::new(Code::Failed, what, crate::chain::text(&e))
 }
 
 impl Plugin for Natledger {
@@ -71,9 +89,9 @@ impl Plugin for Natledger {
                 ),
             ));
         }
-        let (ledger, backend) = settings(request);
-        let runner = SystemRunner::from_env();
-        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
+        let settings = self.settings(request)?;
+        let runner = SystemRunner::default();
+        let ctx = Self::context(&settings, &runner);
         let netns_path = request.env.netns.clone();
         let lookup = || Ok(addresses.clone());
         let creating = Creating {
@@ -82,10 +100,7 @@ impl Plugin for Natledger {
             bundle: None,
             mappings: request.conf.mappings.clone(),
             addresses: &lookup,
-            refuse_conflicts: request
-                .conf
-                .refuse_conflicts
-                .unwrap_or_else(|| std::env::var(PORT_CONFLICT_ENV).is_ok_and(|v| v == "refuse")),
+            refuse_conflicts: settings.refuse_conflicts(),
             pod: None,
             netns: netns_path.as_deref().and_then(NetnsId::of_path),
             cni: Some(CniAttachment {
@@ -117,16 +132,17 @@ impl Plugin for Natledger {
         let Ok(id) = attachment.ledger_id() else {
             return Ok(());
         };
-        let (ledger, backend) = settings(request);
+        let settings = self.settings(request)?;
+        let ledger = Ledger::new(settings.state_dir.clone());
         // natledger never writes in a directory it refuses, so nothing of the attachment is
         // recorded there: DEL succeeds (libcni would otherwise stop the conflist's DEL here,
         // and the interface's and the address's DEL would never run), saying why on stderr.
         if let Err(e @ LedgerError::NotOurs { .. }) = ledger.readable() {
-            eprintln!("natledger: {e}; nothing can be recorded there, DEL has nothing to do");
+            log::info!("{e}; nothing can be recorded there, DEL has nothing to do");
             return Ok(());
         }
-        let runner = SystemRunner::from_env();
-        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
+        let runner = SystemRunner::default();
+        let ctx = Self::context(&settings, &runner);
         ops::remove_recorded(&ctx, &id)
             .map(|_| ())
             .map_err(|e| failed("could not remove the port mappings", e))
@@ -146,9 +162,10 @@ impl Plugin for Natledger {
         }
         let attachment = request.attachment().expect("CHECK has an attachment");
         let id = attachment.ledger_id()?;
-        let (ledger, backend) = settings(request);
-        let runner = SystemRunner::from_env();
-        let ctx = Context::new(ledger, backend.resolve(), &runner);
+        let settings = self.settings(request)?;
+        let runner = SystemRunner::default();
+        let ledger = Ledger::new(settings.state_dir.clone());
+        let ctx = Context::new(ledger, settings.backend.resolve(), &runner);
         let manifest = ctx
             .ledger
             .load(&id)
@@ -227,9 +244,9 @@ impl Plugin for Natledger {
                 "GC needs the list of still valid attachments",
             ));
         };
-        let (ledger, backend) = settings(request);
-        let runner = SystemRunner::from_env();
-        let ctx = Context::for_hooks(ledger, backend.resolve(), &runner);
+        let settings = self.settings(request)?;
+        let runner = SystemRunner::default();
+        let ctx = Self::context(&settings, &runner);
         let listed = ctx
             .ledger
             .list()
@@ -242,7 +259,7 @@ impl Plugin for Natledger {
                     .iter()
                     .any(|v| v.container_id == cni.container_id && v.ifname == cni.ifname);
             if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
-                errors.push(e.to_string());
+                errors.push(crate::chain::text(&e));
             }
         }
         if errors.is_empty() {
@@ -260,7 +277,8 @@ impl Plugin for Natledger {
     /// backend's restore tools exist for both families (nftables: a netfilter netlink socket
     /// opens); otherwise 50 with the reason.
     fn status(&self, request: &Request) -> Result<(), CniError> {
-        let (ledger, backend) = settings(request);
+        let settings = self.settings(request)?;
+        let ledger = Ledger::new(settings.state_dir.clone());
         let unavailable = |details: String| {
             CniError::new(
                 Code::Unavailable,
@@ -268,15 +286,17 @@ impl Plugin for Natledger {
                 details,
             )
         };
-        ledger.lock().map_err(|e| unavailable(e.to_string()))?;
-        let backend = backend.resolve();
+        ledger
+            .lock()
+            .map_err(|e| unavailable(crate::chain::text(&e)))?;
+        let backend = settings.backend.resolve();
         if !backend.is_iptables() {
             return crate::netlink::Socket::netfilter()
                 .map(drop)
                 .map_err(|e| unavailable(format!("cannot open a netfilter netlink socket: {e}")));
         }
         for family in Family::ALL {
-            tool(backend, family, "restore").map_err(|e| unavailable(e.to_string()))?;
+            tool(backend, family, "restore").map_err(|e| unavailable(crate::chain::text(&e)))?;
         }
         Ok(())
     }

@@ -42,7 +42,7 @@ pub(super) fn entry_count() -> io::Result<Option<u64>> {
 
 /// How [`forget`] chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Choice {
+pub enum Choice {
     Adaptive,
     Filtered,
     Unfiltered,
@@ -50,15 +50,18 @@ pub(super) enum Choice {
     Refused,
 }
 
+static CHOICE: OnceLock<Choice> = OnceLock::new();
+
+/// The process's choice, set once at start from [`DUMP_ENV`] (`entry::settings`); a later
+/// call changes nothing.
+pub fn set_dump_choice(choice: Choice) {
+    let _ = CHOICE.set(choice);
+}
+
 impl Choice {
-    pub(super) fn from_env() -> Choice {
-        static CHOICE: OnceLock<Choice> = OnceLock::new();
-        *CHOICE.get_or_init(|| match std::env::var(DUMP_ENV).as_deref() {
-            Ok("filtered") => Choice::Filtered,
-            Ok("unfiltered") => Choice::Unfiltered,
-            Ok("refused") => Choice::Refused,
-            _ => Choice::Adaptive,
-        })
+    /// What [`set_dump_choice`] set; adaptive when nothing was.
+    pub(super) fn current() -> Choice {
+        CHOICE.get().copied().unwrap_or(Choice::Adaptive)
     }
 }
 

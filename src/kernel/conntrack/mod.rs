@@ -112,7 +112,7 @@ mod message;
 mod tests;
 
 use filter::*;
-pub use filter::{DUMP_ENV, FILTER_BOTH_FAMILIES_FROM};
+pub use filter::{Choice as DumpChoice, DUMP_ENV, FILTER_BOTH_FAMILIES_FROM, set_dump_choice};
 pub use message::parse_entry;
 use message::*;
 
@@ -201,12 +201,12 @@ impl LocalAddrs {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConntrackError {
-    #[error("reading the network namespace's local addresses: {0}")]
+    #[error("reading the network namespace's local addresses")]
     LocalAddrs(#[source] io::Error),
-    #[error("listing the conntrack table over netlink: {0}")]
+    #[error("listing the conntrack table over netlink")]
     Dump(#[source] io::Error),
     #[error(
-        "deleting {count} conntrack entries over netlink ({deleted} deleted, {refused} refused): {source}"
+        "deleting {count} conntrack entries over netlink ({deleted} deleted, {refused} refused)"
     )]
     Delete {
         count: usize,
@@ -253,7 +253,7 @@ pub fn forget(sock: &mut Socket, flows: &[Flows]) -> Result<usize, ConntrackErro
 /// refuses a filter (no dump began), every entry is looked at instead, in one unfiltered
 /// dump: the filter only ever narrows what `matches` judges.
 fn matching(sock: &mut Socket, flows: &[Flows], locals: &LocalAddrs) -> io::Result<Vec<Entry>> {
-    let choice = Choice::from_env();
+    let choice = Choice::current();
     let refusable = choice == Choice::Refused;
     let mut found = Vec::new();
     for dump in plan(flows, choice, || entry_count().ok().flatten()) {

@@ -23,11 +23,9 @@ use std::path::{Path, PathBuf};
 use super::{Roots, entries};
 
 /// The lock every iptables user takes (iptables' `XT_LOCK_NAME`, overridable with
-/// `XTABLES_LOCKFILE` since iptables 1.6.2).
+/// `XTABLES_LOCKFILE` since iptables 1.6.2): [`crate::iptc::lock_path`].
 pub fn xtables_lock_path() -> PathBuf {
-    std::env::var_os("XTABLES_LOCKFILE")
-        .filter(|p| !p.is_empty())
-        .map_or_else(|| PathBuf::from("/run/xtables.lock"), PathBuf::from)
+    crate::iptc::lock_path()
 }
 
 /// A process holding an `IPPROTO_RAW` socket of this network namespace without the lock.

@@ -46,14 +46,14 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum IptcError {
-    #[error("{family} iptables-legacy {table} table: {op}: {source}")]
+    #[error("{family} iptables-legacy {table} table: {op}")]
     Kernel {
         family: Family,
         table: &'static str,
         op: &'static str,
         source: io::Error,
     },
-    #[error("cannot take {path} within 5 s: {source}")]
+    #[error("cannot take {path} within 5 s")]
     Lock { path: String, source: io::Error },
 }
 
@@ -246,14 +246,31 @@ fn edit(
     // Another writer may change the table from here on: the counters are in.
     drop(lock);
     if let Err(e) = added {
-        eprintln!("natledger: warning: rule counters of the {table} table were reset: {e}");
+        log::warn!("rule counters of the {table} table were reset: {e}");
     }
     Ok(Outcome::Done(count))
 }
 
-/// `/run/xtables.lock` (or `$XTABLES_LOCKFILE`), held exclusively as iptables-legacy does.
+static LOCK_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// The process's iptables lock, set once at start from `XTABLES_LOCKFILE`
+/// (`entry::settings`); a later call changes nothing.
+pub fn set_lock_path(path: std::path::PathBuf) {
+    let _ = LOCK_PATH.set(path);
+}
+
+/// The lock every iptables user takes (iptables' `XT_LOCK_NAME`): what [`set_lock_path`]
+/// set, else `/run/xtables.lock`.
+pub fn lock_path() -> std::path::PathBuf {
+    LOCK_PATH
+        .get()
+        .cloned()
+        .unwrap_or_else(|| XTABLES_LOCK.into())
+}
+
+/// [`lock_path`], held exclusively as iptables-legacy does.
 fn xtables_lock() -> Result<File, IptcError> {
-    let path = std::env::var("XTABLES_LOCKFILE").unwrap_or_else(|_| XTABLES_LOCK.to_string());
+    let path = lock_path().display().to_string();
     let err = |source| IptcError::Lock {
         path: path.clone(),
         source,

@@ -68,30 +68,28 @@ pub struct NftRule {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {
-    #[error("cannot open a netfilter netlink socket: {0}")]
+    #[error("cannot open a netfilter netlink socket")]
     Open(#[source] io::Error),
-    #[error("listing the {family} {table} chain {chain} over netlink: {source}")]
+    #[error("listing the {family} {table} chain {chain} over netlink")]
     List {
         family: Family,
         table: String,
         chain: String,
         source: io::Error,
     },
-    #[error("reading {what} ({family}) over netlink: {source}")]
+    #[error("reading {what} ({family}) over netlink")]
     Read {
         family: Family,
         what: String,
         source: io::Error,
     },
-    #[error("deleting {count} {family} rule(s) over netlink: {source}")]
+    #[error("deleting {count} {family} rule(s) over netlink")]
     Delete {
         family: Family,
         count: usize,
         source: io::Error,
     },
-    #[error(
-        "the nf_tables transaction of {count} message(s) on {family} table natledger failed: {source}"
-    )]
+    #[error("the nf_tables transaction of {count} message(s) on {family} table natledger failed")]
     Write {
         family: Family,
         count: usize,
@@ -113,7 +111,7 @@ pub enum NftError {
         chain: String,
         reason: String,
     },
-    #[error("{family} table natledger, chain {chain}: cannot encode {rule}: {source}")]
+    #[error("{family} table natledger, chain {chain}: cannot encode {rule}")]
     Encode {
         family: Family,
         chain: String,

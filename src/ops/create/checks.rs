@@ -3,15 +3,14 @@
 
 use super::*;
 
-/// Whether the container or the host asked to refuse a start over a conflict
-/// (`io.natledger.port-conflict=refuse`, `NATLEDGER_PORT_CONFLICT=refuse`); else a warning.
-pub(super) fn refuse_conflicts(input: &HookInput) -> bool {
-    let setting = input
-        .annotations
-        .get(PORT_CONFLICT_ANNOTATION)
-        .cloned()
-        .or_else(|| std::env::var(PORT_CONFLICT_ENV).ok());
-    setting.as_deref() == Some("refuse")
+/// Whether the container asked to refuse a start over a conflict
+/// (`io.natledger.port-conflict=refuse`), or, without its annotation, the host
+/// (`--port-conflict refuse`, [`Context::refuse_conflicts`]); else a warning.
+pub(super) fn refuse_conflicts(ctx: &Context, input: &HookInput) -> bool {
+    match input.annotations.get(PORT_CONFLICT_ANNOTATION) {
+        Some(setting) => setting == "refuse",
+        None => ctx.refuse_conflicts,
+    }
 }
 
 /// Another owner's DNAT or REDIRECT for a mapped host port, in either backend
@@ -39,7 +38,10 @@ pub(super) fn check_forwards(
         return Err(Error::ForwardsUnchecked(e.to_string()));
     }
     for e in unread {
-        eprintln!("natledger: warning: {e}; other owners' forwards there were not checked");
+        log::warn!(
+            "{}; other owners' forwards there were not checked",
+            Chain(&e)
+        );
     }
     for (keeper, mapping) in keepers {
         if found.iter().any(|f| f.mapping == *mapping) {
@@ -53,10 +55,12 @@ pub(super) fn check_forwards(
                 addr: keeper.addr,
             });
         }
-        eprintln!(
-            "natledger: warning: {who} holds {} port {}/{} for another owner's forward of it, \
+        log::warn!(
+            "{who} holds {} port {}/{} for another owner's forward of it, \
              which {mapping} would take over for this container",
-            keeper.addr, keeper.port, keeper.protocol
+            keeper.addr,
+            keeper.port,
+            keeper.protocol
         );
     }
     for f in found {
@@ -84,8 +88,8 @@ pub(super) fn check_forwards(
                 line,
             });
         }
-        eprintln!(
-            "natledger: warning: host port {} is already forwarded by another owner's rule in \
+        log::warn!(
+            "host port {} is already forwarded by another owner's rule in \
              {place}: {line}; its traffic would be split between that destination and this \
              container",
             f.mapping
@@ -137,10 +141,12 @@ pub(super) fn check_listeners(
                 addr: l.addr,
             });
         }
-        eprintln!(
-            "natledger: warning: {who} listens on {} port {}/{}, which {mapping} forwards to \
+        log::warn!(
+            "{who} listens on {} port {}/{}, which {mapping} forwards to \
              the container; that process no longer gets those connections",
-            l.addr, l.port, l.protocol
+            l.addr,
+            l.port,
+            l.protocol
         );
     }
     Ok(keepers)

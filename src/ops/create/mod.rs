@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 
 use crate::backend::{Backend, BackendError, Native};
+use crate::chain::Chain;
 use crate::echo::Echo;
 use crate::family::Family;
 use crate::fault;
@@ -15,9 +16,7 @@ use crate::layout::{
     FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
 };
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
-use crate::oci::{
-    ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV,
-};
+use crate::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
 use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::rule::Rule;
@@ -82,7 +81,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         bundle: input.bundle.clone(),
         mappings,
         addresses: &lookup,
-        refuse_conflicts: refuse_conflicts(input),
+        refuse_conflicts: refuse_conflicts(ctx, input),
         pod: sharing::pod_of(&input.annotations),
         netns: ctx.host.netns_of_pid(pid),
         cni: None,
@@ -172,8 +171,8 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
-        eprintln!(
-            "natledger: {} shares {} with container {} (same network namespace)",
+        log::info!(
+            "{} shares {} with container {} (same network namespace)",
             manifest.container_id,
             mappings.join(","),
             shared.holder
@@ -234,8 +233,8 @@ fn install_locked(
             manifest.phase = Phase::Installed;
             adopted = true;
         } else {
-            eprintln!(
-                "natledger: warning: container {} restarts with other rules than those live \
+            log::warn!(
+                "container {} restarts with other rules than those live \
                  container(s) of its namespace share; they are written again",
                 input.id
             );
@@ -426,8 +425,8 @@ fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
     let guarded =
         own.iter().any(|r| r.table == FILTER) || (backend == Backend::Nftables && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
-        eprintln!(
-            "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \
+        log::warn!(
+            "127.0.0.1 will not reach this container: the ipv4 filter \
              table was not written, so the localhost guard is not known to be in place and \
              route_localnet stays as it is"
         );
@@ -439,9 +438,9 @@ fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
     });
     if let (true, Some(v4)) = (wanted && guarded, v4) {
         match ctx.host.enable_route_localnet(v4) {
-            Ok(Some(iface)) => eprintln!("natledger: set route_localnet=1 on {iface}"),
+            Ok(Some(iface)) => log::info!("set route_localnet=1 on {iface}"),
             Ok(None) => {}
-            Err(e) => eprintln!("natledger: warning: 127.0.0.1 will not reach {v4}: {e}"),
+            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Chain(&e)),
         }
     }
 }
@@ -485,7 +484,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
     for entry in ctx.ledger.list()? {
         match entry {
             Ok(m) => others.push(m),
-            Err(e) => eprintln!("natledger: warning: skipping {e}"),
+            Err(e) => log::warn!("skipping {}", Chain(&e)),
         }
     }
     let needs = Needs::judge(ctx.host, &others);
@@ -581,14 +580,14 @@ fn release_dead(ctx: &Context, locked: &Locked, dead: Vec<(Manifest, String)>) -
         let removal = remove_container(ctx, locked, &id, Some(&manifest));
         flows.extend(removal.flows.iter().copied());
         if removal.removed > 0 {
-            eprintln!(
-                "natledger: removed {} rule(s) of container {id} ({why})",
+            log::info!(
+                "removed {} rule(s) of container {id} ({why})",
                 removal.removed
             );
         }
         if let Err(e) = settle(locked, &id, Some(manifest), removal) {
             // The new rules go first in the chain, so leftovers cannot shadow them.
-            eprintln!("natledger: warning: {e}");
+            log::warn!("{}", Chain(&e));
         }
     }
     flows

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use crate::chain::Chain;
 use crate::conntrack::Flows;
 use crate::ledger::{Locked, Manifest};
 use crate::oci::ContainerId;
@@ -28,7 +29,7 @@ pub(super) fn release_holders(
             Ok(Some(holder)) => holder,
             Ok(None) => continue,
             Err(e) => {
-                eprintln!("natledger: warning: {e}; sweep will judge it");
+                log::warn!("{}; sweep will judge it", Chain(&e));
                 continue;
             }
         };
@@ -38,15 +39,15 @@ pub(super) fn release_holders(
         let removal = remove_container(ctx, locked, &holder_id, Some(&holder));
         stale_flows.extend(removal.flows.iter().copied());
         if removal.removed > 0 {
-            eprintln!(
-                "natledger: removed {} rule(s) of container {holder_id} (kept for {stopped}, \
+            log::info!(
+                "removed {} rule(s) of container {holder_id} (kept for {stopped}, \
                  its last live sharer)",
                 removal.removed
             );
         }
         queue.extend(holder.shares.iter().map(|s| s.holder.clone()));
         if let Err(e) = settle(locked, &holder_id, Some(holder), removal) {
-            eprintln!("natledger: warning: {e}");
+            log::warn!("{}", Chain(&e));
         }
     }
 }

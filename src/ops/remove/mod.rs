@@ -13,6 +13,7 @@ mod native;
 
 pub use container::{Removal, remove_container};
 
+use crate::chain::Chain;
 use crate::fault;
 use crate::forwards;
 use crate::layout::tag;
@@ -65,7 +66,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         match HookInput::from_state(state.clone()) {
             Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
             Ok(_) => {}
-            Err(e) => eprintln!("natledger: {e}; looking for rules tagged {}", tag(&id)),
+            Err(e) => log::error!("{}; looking for rules tagged {}", Chain(&e), tag(&id)),
         }
     }
     // A runtime that kills the container's process and runs poststop at once (crun's and
@@ -109,8 +110,9 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         if e.is_too_large() {
             summary = ctx.ledger.summary_under_lock(id, early).map(|s| s.manifest);
         }
-        eprintln!(
-            "natledger: {e}; removing the rules tagged {} instead",
+        log::error!(
+            "{}; removing the rules tagged {} instead",
+            Chain(&e),
             tag(id)
         );
         None
@@ -121,8 +123,8 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
             .or(summary.as_ref())
             .and_then(|m| stale(ctx, m, named))
     {
-        eprintln!(
-            "natledger: warning: ignoring a poststop for container {id}: its process (pid \
+        log::warn!(
+            "ignoring a poststop for container {id}: its process (pid \
              {live}) still runs, so this poststop is an earlier instance's; its rules stay"
         );
         return Ok(Removed::Stale { pid: live });
@@ -142,8 +144,8 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
     let result = match manifest {
         Some(m) if !sharers.is_empty() => {
             let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
-            eprintln!(
-                "natledger: kept {} rule(s) of container {id}: live container(s) {} in its \
+            log::info!(
+                "kept {} rule(s) of container {id}: live container(s) {} in its \
                  network namespace share them",
                 m.rules.len(),
                 names.join(", ")
@@ -210,7 +212,7 @@ pub(super) fn settle(
 ) -> Result<Removed, Error> {
     // The first failure travels in the returned error; print only the others here.
     for failure in removal.failures.iter().skip(1) {
-        eprintln!("natledger: {failure}");
+        log::error!("{}", Chain(failure));
     }
     let Some(first) = removal.failures.first() else {
         locked.remove(id)?;
@@ -218,7 +220,7 @@ pub(super) fn settle(
             rules: removal.removed,
         });
     };
-    let first_error = first.to_string();
+    let first_error = Chain(first).to_string();
     if let Some(mut manifest) = manifest {
         manifest.phase = Phase::Removing;
         manifest.rules = removal.remaining.clone();

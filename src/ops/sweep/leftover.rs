@@ -29,7 +29,7 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
             Ok(Leftover::Deleted | Leftover::Kept | Leftover::Absent) => {}
             Err(e) => {
                 // The cause, unless the message already says it.
-                let text = e.to_string();
+                let text = crate::chain::text(&e);
                 let cause = std::error::Error::source(&e)
                     .map(|c| c.to_string())
                     .filter(|c| !text.contains(c.as_str()))

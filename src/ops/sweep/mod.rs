@@ -30,6 +30,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError};
+use crate::chain::Chain;
 use crate::family::Family;
 use crate::fault;
 use crate::kernel::machine::Host;
@@ -185,7 +186,7 @@ fn judge(
                             m.container_id
                         )
                     }
-                    Err(e) => e.to_string(),
+                    Err(e) => crate::chain::text(&e),
                 };
                 unreadable_ids.extend(ids.iter().cloned());
                 if !opts.all {
@@ -276,7 +277,7 @@ fn sweep_table(
             Err(BackendError::ToolNotFound { .. }) => {
                 return report.with_state(TableState::NotInstalled);
             }
-            Err(e) => return report.failed(e.to_string()),
+            Err(e) => return report.failed(crate::chain::text(&e)),
         };
         let plan = plan(backend, &table, family, claims);
         report.blocked = plan.blocked.clone();
@@ -288,9 +289,12 @@ fn sweep_table(
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
             Err(e) if attempt == 0 => {
-                eprintln!("natledger: {backend}/{family}/{name}: {e}; reading the table again");
+                log::info!(
+                    "{backend}/{family}/{name}: {}; reading the table again",
+                    Chain(&e)
+                );
             }
-            Err(e) => return report.failed(e.to_string()),
+            Err(e) => return report.failed(crate::chain::text(&e)),
         }
     }
     unreachable!("the second attempt returns")
@@ -354,7 +358,7 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
             left.phase = Phase::Removing;
             left.rules = remaining;
             if let Err(e) = locked.store(&left) {
-                report.errors.push(e.to_string());
+                report.errors.push(crate::chain::text(&e));
             }
         }
     }
@@ -372,7 +376,7 @@ fn settle(locked: &Locked, opts: &SweepOptions, judged: Judged, report: &mut Swe
     } else {
         gone.extend(judged.temps);
         for e in locked.remove_files(&gone) {
-            report.errors.push(e.to_string());
+            report.errors.push(crate::chain::text(&e));
         }
         for (path, fate) in &mut fates {
             if *fate == Fate::Removed && path.exists() {

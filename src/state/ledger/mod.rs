@@ -57,13 +57,13 @@ pub const SCHEMA: u32 = 1;
 /// A ledger operation that failed, naming the path.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    #[error("{action} {}: {source}", path.display())]
+    #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("manifest {} is not valid: {source}", path.display())]
+    #[error("manifest {} is not valid", path.display())]
     Corrupt {
         path: PathBuf,
         source: serde_json::Error,

@@ -56,7 +56,7 @@ impl Host {
     pub fn gather(opts: &DoctorOptions) -> Host {
         let (manifests, ledger_error) = match opts.ledger.list() {
             Ok(all) => (all.into_iter().flatten().collect(), None),
-            Err(e) => (Vec::new(), Some(e.to_string())),
+            Err(e) => (Vec::new(), Some(crate::chain::text(&e))),
         };
         Host {
             listeners: evidence::listeners(&opts.roots),

@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use serde_json::{Value, json};
 
 mod attachment;
+mod settings;
 mod validate;
 
 use super::spec::{ErrorResult, VersionResult};

@@ -1,0 +1,283 @@
+//! Settings: the global flags and natledger's environment variables, resolved once, at start,
+//! into one [`Settings`] value that `main` passes on (the library reads no variable).
+//!
+//! `main` has clap parse the flags with their variables ([`Global`], `env =`), then adds the
+//! variables that have no flag. The CNI plugin and the wrapper runtime have no such command
+//! line: [`Settings::from_env`] parses the same variables through the same clap definitions,
+//! so a bad value is refused in the words a bad flag value gets. Every boolean follows one
+//! rule, clap's `BoolishValueParser` (true/false, yes/no, on/off, 1/0; anything else refused).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::error::ErrorKind;
+use clap::{Args as _, FromArgMatches as _};
+
+use crate::backend::BackendChoice;
+use crate::conntrack::DumpChoice;
+use crate::entry::cli::{Global, PortConflict};
+
+/// A variable's value by name: the process environment in `main`, a map in tests.
+pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
+
+/// `NATLEDGER_RUNTIME`: the real runtime the wrapper runtime execs.
+pub const RUNTIME_ENV: &str = crate::wrapper::RUNTIME_ENV;
+/// `NATLEDGER_CONNTRACK_DUMP`: how flows are found (`crate::conntrack`).
+pub const CONNTRACK_DUMP_ENV: &str = crate::conntrack::DUMP_ENV;
+/// `XTABLES_LOCKFILE`: iptables' own variable for its lock (iptables 1.6.2 and later).
+pub const XTABLES_LOCK_ENV: &str = "XTABLES_LOCKFILE";
+/// iptables' lock when `XTABLES_LOCKFILE` names none.
+const XTABLES_LOCK: &str = "/run/xtables.lock";
+
+/// Everything natledger is told by its flags and environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub state_dir: PathBuf,
+    pub backend: BackendChoice,
+    pub log_level: log::LevelFilter,
+    /// The native paths (nf_tables netlink, iptables-legacy socket options) may be used:
+    /// not `--no-netlink`.
+    pub native: bool,
+    pub port_conflict: PortConflict,
+    /// The real runtime the wrapper execs, when named by [`RUNTIME_ENV`].
+    pub runtime: Option<PathBuf>,
+    pub xtables_lock: PathBuf,
+    pub conntrack_dump: DumpChoice,
+}
+
+impl Settings {
+    /// From the flags (and their variables) clap parsed, and the variables with no flag.
+    pub fn new(global: &Global, lookup: Lookup) -> Result<Settings, clap::Error> {
+        let log_level = match (global.log_level, global.trace) {
+            (Some(level), _) => level.into(),
+            (None, true) => log::LevelFilter::Debug,
+            (None, false) => log::LevelFilter::Info,
+        };
+        let nonempty = |name: &str| lookup(name).filter(|v| !v.is_empty());
+        Ok(Settings {
+            state_dir: global.state_dir.clone(),
+            backend: global.backend,
+            log_level,
+            native: !global.no_netlink,
+            port_conflict: global.port_conflict,
+            runtime: nonempty(RUNTIME_ENV).map(PathBuf::from),
+            xtables_lock: nonempty(XTABLES_LOCK_ENV)
+                .map_or_else(|| PathBuf::from(XTABLES_LOCK), PathBuf::from),
+            conntrack_dump: conntrack_dump(lookup(CONNTRACK_DUMP_ENV))?,
+        })
+    }
+
+    /// From the environment alone (the CNI plugin, the wrapper runtime): every variable a
+    /// global flag reads, parsed by clap as if given as that flag.
+    pub fn from_env(lookup: Lookup) -> Result<Settings, clap::Error> {
+        Settings::new(&global_from_env(lookup)?, lookup)
+    }
+
+    /// Whether a container's start is refused over a conflict when its annotation does not say.
+    pub fn refuse_conflicts(&self) -> bool {
+        self.port_conflict == PortConflict::Refuse
+    }
+
+    /// The settings the kernel layer keeps for the process (read where no caller could pass
+    /// them: the iptables lock, the conntrack dump), and the log level.
+    pub fn install(&self) {
+        log::set_max_level(self.log_level);
+        crate::iptc::set_lock_path(self.xtables_lock.clone());
+        crate::conntrack::set_dump_choice(self.conntrack_dump);
+    }
+}
+
+/// The global flags as clap parses them from their variables alone: each variable found
+/// becomes `--flag=VALUE` on a command line of [`Global`] whose arguments read no variable
+/// themselves (so only `lookup` is consulted).
+fn global_from_env(lookup: Lookup) -> Result<Global, clap::Error> {
+    let cmd = Global::augment_args(
+        clap::Command::new("natledger")
+            .disable_help_flag(true)
+            .disable_version_flag(true),
+    );
+    let mut argv = vec![OsString::from("natledger")];
+    for arg in cmd.get_arguments() {
+        let (Some(long), Some(name)) = (arg.get_long(), arg.get_env()) else {
+            continue;
+        };
+        if let Some(value) = name.to_str().and_then(lookup) {
+            let mut flag = OsString::from(format!("--{long}="));
+            flag.push(value);
+            argv.push(flag);
+        }
+    }
+    let matches = cmd
+        .mut_args(|arg| arg.env(None))
+        .try_get_matches_from(argv)?;
+    Global::from_arg_matches(&matches)
+}
+
+/// [`CONNTRACK_DUMP_ENV`]'s value; adaptive when unset.
+fn conntrack_dump(value: Option<OsString>) -> Result<DumpChoice, clap::Error> {
+    const NAMES: [(&str, DumpChoice); 4] = [
+        ("adaptive", DumpChoice::Adaptive),
+        ("filtered", DumpChoice::Filtered),
+        ("unfiltered", DumpChoice::Unfiltered),
+        ("refused", DumpChoice::Refused),
+    ];
+    let Some(value) = value else {
+        return Ok(DumpChoice::Adaptive);
+    };
+    NAMES
+        .iter()
+        .find(|(name, _)| value == *name)
+        .map(|(_, choice)| *choice)
+        .ok_or_else(|| {
+            let names: Vec<&str> = NAMES.iter().map(|(name, _)| *name).collect();
+            clap::Error::raw(
+                ErrorKind::InvalidValue,
+                format!(
+                    "invalid value '{}' for '{CONNTRACK_DUMP_ENV}'\n  [possible values: {}]\n",
+                    value.to_string_lossy(),
+                    names.join(", ")
+                ),
+            )
+        })
+}
+
+/// A clap error as one line (the CNI error object's details): without clap's `error: `
+/// and its hint to try `--help`.
+pub fn one_line(error: &clap::Error) -> String {
+    let text = error.render().to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let text = text
+        .split("\n\nFor more information")
+        .next()
+        .unwrap_or(text);
+    text.split('\n')
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::entry::cli::LogLevel;
+
+    fn from(vars: &[(&str, &str)]) -> Result<Settings, clap::Error> {
+        let map: HashMap<String, OsString> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), OsString::from(v)))
+            .collect();
+        Settings::from_env(&|name| map.get(name).cloned())
+    }
+
+    #[test]
+    fn nothing_set_is_the_defaults() {
+        let s = from(&[]).unwrap();
+        assert_eq!(s.state_dir, PathBuf::from("/run/natledger"));
+        assert_eq!(s.backend, BackendChoice::Auto);
+        assert_eq!(s.log_level, log::LevelFilter::Info);
+        assert!(s.native);
+        assert!(!s.refuse_conflicts());
+        assert_eq!(s.runtime, None);
+        assert_eq!(s.xtables_lock, PathBuf::from("/run/xtables.lock"));
+        assert_eq!(s.conntrack_dump, DumpChoice::Adaptive);
+    }
+
+    #[test]
+    fn every_variable_is_read() {
+        let s = from(&[
+            ("NATLEDGER_STATE_DIR", "/tmp/ledger"),
+            ("NATLEDGER_BACKEND", "nftables"),
+            ("NATLEDGER_NO_NETLINK", "1"),
+            ("NATLEDGER_PORT_CONFLICT", "refuse"),
+            ("NATLEDGER_RUNTIME", "/usr/bin/crun"),
+            ("XTABLES_LOCKFILE", "/tmp/x.lock"),
+            ("NATLEDGER_CONNTRACK_DUMP", "refused"),
+        ])
+        .unwrap();
+        assert_eq!(s.state_dir, PathBuf::from("/tmp/ledger"));
+        assert_eq!(s.backend, BackendChoice::Nftables);
+        assert!(!s.native);
+        assert!(s.refuse_conflicts());
+        assert_eq!(s.runtime, Some(PathBuf::from("/usr/bin/crun")));
+        assert_eq!(s.xtables_lock, PathBuf::from("/tmp/x.lock"));
+        assert_eq!(s.conntrack_dump, DumpChoice::Refused);
+    }
+
+    /// One rule for every boolean: `NATLEDGER_TRACE=0` is off (it used to turn tracing on).
+    #[test]
+    fn booleans_follow_one_rule() {
+        for (value, on) in [
+            ("1", true),
+            ("true", true),
+            ("yes", true),
+            ("on", true),
+            ("0", false),
+            ("false", false),
+            ("no", false),
+            ("off", false),
+        ] {
+            let s = from(&[("NATLEDGER_TRACE", value), ("NATLEDGER_NO_NETLINK", value)]).unwrap();
+            let level = if on {
+                log::LevelFilter::Debug
+            } else {
+                log::LevelFilter::Info
+            };
+            assert_eq!((s.log_level, s.native), (level, !on), "{value}");
+        }
+        let e = from(&[("NATLEDGER_TRACE", "maybe")]).unwrap_err();
+        assert!(
+            one_line(&e).contains("invalid value 'maybe' for '--trace"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn log_level_wins_over_trace() {
+        let s = from(&[("NATLEDGER_TRACE", "1"), ("NATLEDGER_LOG", "warn")]).unwrap();
+        assert_eq!(s.log_level, log::LevelFilter::Warn);
+        let global = Global {
+            state_dir: "/x".into(),
+            backend: BackendChoice::Legacy,
+            log_level: Some(LogLevel::Trace),
+            trace: false,
+            no_netlink: false,
+            port_conflict: PortConflict::Warn,
+        };
+        let s = Settings::new(&global, &|_| None).unwrap();
+        assert_eq!(s.log_level, log::LevelFilter::Trace);
+    }
+
+    /// A typo is refused in clap's words for the flag, not taken as `auto`.
+    #[test]
+    fn a_bad_value_is_refused_as_clap_refuses_a_flag() {
+        let e = from(&[("NATLEDGER_BACKEND", "nfts")]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidValue);
+        let line = one_line(&e);
+        assert!(
+            line.starts_with("invalid value 'nfts' for '--backend <BACKEND>'")
+                && line.contains("[possible values: auto, legacy, nft, nftables]"),
+            "{line}"
+        );
+        let e = from(&[("NATLEDGER_PORT_CONFLICT", "refuses")]).unwrap_err();
+        assert!(
+            one_line(&e).contains("'--port-conflict <PORT_CONFLICT>'"),
+            "{e}"
+        );
+        let e = from(&[("NATLEDGER_CONNTRACK_DUMP", "some")]).unwrap_err();
+        assert_eq!(
+            one_line(&e),
+            "invalid value 'some' for 'NATLEDGER_CONNTRACK_DUMP' [possible values: adaptive, \
+             filtered, unfiltered, refused]"
+        );
+    }
+
+    #[test]
+    fn empty_paths_are_unset() {
+        let s = from(&[("NATLEDGER_RUNTIME", ""), ("XTABLES_LOCKFILE", "")]).unwrap();
+        assert_eq!(s.runtime, None);
+        assert_eq!(s.xtables_lock, PathBuf::from("/run/xtables.lock"));
+    }
+}
