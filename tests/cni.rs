@@ -25,6 +25,9 @@ fn error_code(out: &Output) -> u64 {
     error["code"].as_u64().expect("a numeric code")
 }
 
+/// ADD passes `prevResult` through and records the attachment; TCP, UDP and IPv6 reach the
+/// container; DEL without `runtimeConfig`, `prevResult` or `CNI_NETNS` restores the full dumps,
+/// twice; both backends.
 #[test]
 fn add_forwards_tcp_udp_and_ipv6_del_restores_the_tables() {
     both(|backend| {
@@ -162,6 +165,8 @@ fn a_0_3_1_config_is_served_like_portmap_serves_it() {
     });
 }
 
+/// Refused calls (unknown or malformed version, bad port, no prevResult, portmap's conditions,
+/// not JSON, missing environment) write no rule and no manifest.
 #[test]
 fn refused_calls_write_no_rule_and_no_manifest() {
     let mut node = Node::new(Backend::Nft);
@@ -486,6 +491,7 @@ fn a_hook_container_in_an_attachments_namespace_shares_its_port() {
     });
 }
 
+/// STATUS: ready on every backend, 50 for an unusable state directory, 1 before CNI 1.1.0.
 #[test]
 fn status_says_whether_natledger_can_write_here() {
     // Every backend (nftables: ready when a netfilter netlink socket opens, no tool needed),

@@ -81,6 +81,9 @@ fn del(node: &Node, id: &str, c: &Container, port: u16) -> Output {
     )
 }
 
+/// 16 ADDs at once on distinct host ports (each prints `prevResult`, TCP from outside reaches
+/// each), then 16 DELs at once, two twice at once and two racing a re-ADD: dumps as before, no
+/// manifest, no stray stderr.
 #[test]
 fn concurrent_adds_and_dels_forward_then_restore_the_tables() {
     both(|backend| {
@@ -176,6 +179,9 @@ fn concurrent_adds_and_dels_forward_then_restore_the_tables() {
     });
 }
 
+/// Two ADDs of different attachments asking one host port (three rounds): one wins and
+/// forwards, the other's CNI error names the holder and the port, it leaves no rule and no
+/// manifest, and its DEL changes nothing.
 #[test]
 fn two_adds_asking_the_same_host_port_one_wins_the_other_leaves_nothing() {
     both(|backend| {

@@ -26,6 +26,9 @@ fn entry<'a>(all: &'a Value, key: &str, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {id} in {all:#}"))
 }
 
+/// Attachments whose netns was deleted without DEL, or whose path names another namespace, are
+/// dead in `list`, `doctor` and `sweep` (text, `--json`); sweep removes exactly their rules and
+/// manifests while a live attachment and a hook container stay; both backends.
 #[test]
 fn sweep_removes_attachments_whose_netns_is_gone_or_another_keeps_the_live() {
     both(|backend| {
@@ -161,6 +164,7 @@ fn sweep_removes_attachments_whose_netns_is_gone_or_another_keeps_the_live() {
     });
 }
 
+/// A second ADD on the host port of a deleted attachment wins (refused while that one lived).
 #[test]
 fn an_add_on_the_port_of_a_deleted_attachment_wins() {
     both(|backend| {

@@ -68,6 +68,9 @@ fn render(page: &Path) -> String {
     text
 }
 
+/// One page per visible subcommand plus `natledger.8`, each rendered by `man --warnings -l` at
+/// MANWIDTH=80 without a warning, naming every option of `cli::command()` (globals included),
+/// the subcommands on `natledger(8)`.
 #[test]
 fn man_pages_render_and_name_every_subcommand_and_option() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,6 +133,7 @@ fn man_pages_render_and_name_every_subcommand_and_option() {
     }
 }
 
+/// `SOURCE_DATE_EPOCH` dates the pages.
 #[test]
 fn man_page_date_follows_source_date_epoch() {
     let dir = tempfile::tempdir().unwrap();
@@ -180,6 +184,8 @@ fn complete(file: &Path, words: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The bash completion registers with `complete -F` and completes `natledger sw` to `sweep`,
+/// every subcommand, every long option of each and `--backend`'s values.
 #[test]
 fn bash_completion_loads_and_completes_subcommands_and_options() {
     let dir = tempfile::tempdir().unwrap();
@@ -216,6 +222,8 @@ fn installed(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// zsh (`zsh -n`) and fish (`fish --no-execute`) parse theirs and name every subcommand
+/// (skipped with a note where not installed).
 #[test]
 fn zsh_and_fish_completions_name_every_subcommand_and_parse() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,6 +273,7 @@ fn source_commit() -> String {
     }
 }
 
+/// `natledger --version` names the commit.
 #[test]
 fn version_names_the_commit() {
     let out = Command::new(NATLEDGER).arg("--version").output().unwrap();

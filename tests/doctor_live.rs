@@ -11,6 +11,8 @@ use common::*;
 
 const T: Duration = Duration::from_secs(3);
 
+/// A clean namespace, then a healthy host with several owners' rules, a live natledger
+/// container and an unforwarded listener: no finding.
 #[test]
 fn live_clean_namespace_has_no_findings() {
     let node = Node::new(Backend::Nft);
@@ -150,6 +152,7 @@ fn live_dead_target() {
     assert_eq!(d.findings().len(), 1, "{}", d.show());
 }
 
+/// Findings come worst first, and `--port` keeps only that port's.
 #[test]
 fn live_port_filter_and_worst_first() {
     let mut node = Node::new(Backend::Nft);

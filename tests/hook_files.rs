@@ -5,6 +5,8 @@ fn load(name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
 }
 
+/// `hooks/natledger.json` is an OCI hooks 1.0.0 file: absolute path, `natledger hook`, both
+/// stages, only for containers with `io.natledger.ports`.
 #[test]
 fn hooks_d_file_matches_oci_hooks_schema_1() {
     let v = load("natledger.json");
@@ -25,6 +27,8 @@ fn hooks_d_file_matches_oci_hooks_schema_1() {
     );
 }
 
+/// `hooks/runc-config-hooks.json` runs `natledger hook create-runtime` and `natledger hook
+/// poststop` by absolute path.
 #[test]
 fn runc_snippet_names_both_stages() {
     let v = load("runc-config-hooks.json");

@@ -85,6 +85,8 @@ fn forwards_every_path_and_poststop_restores_the_tables() {
     });
 }
 
+/// Mappings restricted to a host address and port ranges, TCP and UDP, IPv4 and IPv6, answer
+/// only where asked; poststop restores the dumps; both backends.
 #[test]
 fn host_ip_restrictions_and_port_ranges() {
     both(|backend| {
@@ -453,6 +455,8 @@ fn bad_input_is_refused_cleanly() {
     assert_eq!(node.dump(), before, "no rule left by bad input");
 }
 
+/// `list` and `list --json` report a container alive (pid, phase, mappings) while its process
+/// runs, and dead once it is gone.
 #[test]
 fn list_reports_containers_alive_and_dead() {
     let mut node = Node::new(Backend::Legacy);

@@ -55,6 +55,8 @@ fn root_with(dirs: &[&str]) -> tempfile::TempDir {
     root
 }
 
+/// The link goes into each existing CNI directory and nowhere else, a second install changes
+/// nothing, and remove takes out only its own link.
 #[test]
 fn links_into_each_existing_cni_dir_idempotently_and_removes_only_its_link() {
     for present in [&DIRS[..], &DIRS[..1], &DIRS[1..], &[][..]] {
@@ -92,6 +94,8 @@ fn links_into_each_existing_cni_dir_idempotently_and_removes_only_its_link() {
     }
 }
 
+/// An operator's own file or link named `natledger` in a CNI directory is left alone by install
+/// and remove.
 #[test]
 fn an_operators_own_natledger_plugin_is_left_alone() {
     let root = root_with(&DIRS);

@@ -106,6 +106,8 @@ fn comparable(layout: Layout, entry: &[u8]) -> Vec<u8> {
     e
 }
 
+/// natledger's entries are byte for byte what iptables-legacy writes, nat and filter, IPv4 and
+/// IPv6.
 #[test]
 fn the_encoding_is_what_iptables_legacy_writes() {
     let topo = Topology::new();
@@ -240,6 +242,7 @@ fn restore_exactly(ns: &str, family: Family, text: &str) {
     );
 }
 
+/// Its in-place edits give the same `-save -c` dump as a restore, counters kept.
 #[test]
 fn edits_equal_iptables_legacy_restore_and_keep_counters() {
     let topo = Topology::new();
@@ -316,6 +319,7 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
     }
 }
 
+/// A table that is not there is declined, never created.
 #[test]
 fn an_absent_table_is_never_created() {
     let topo = Topology::new();

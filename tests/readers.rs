@@ -390,6 +390,8 @@ fn check_opaque(what: &str, line: &str, name: &str, args: &[String]) {
     );
 }
 
+/// Every owner's rules read natively from iptables-legacy equal `iptables-legacy-save` token
+/// for token; the unsupported shapes are opaque.
 #[test]
 fn legacy_rules_of_every_owner_read_as_iptables_legacy_save_prints_them() {
     let (exact, opaque) = compare(Backend::Legacy);
@@ -398,6 +400,7 @@ fn legacy_rules_of_every_owner_read_as_iptables_legacy_save_prints_them() {
     assert_eq!(opaque, 5);
 }
 
+/// The same through iptables-nft's nf_tables encoding and `iptables-nft-save`.
 #[test]
 fn nft_rules_of_every_owner_read_as_iptables_nft_save_prints_them() {
     let (exact, opaque) = compare(Backend::Nft);

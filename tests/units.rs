@@ -28,6 +28,7 @@ fn values(unit: &str, key: &str) -> Vec<String> {
         .collect()
 }
 
+/// `systemd-analyze verify` accepts every unit, with no warning naming natledger.
 #[test]
 fn systemd_analyze_verify_accepts_every_unit() {
     // verify checks that commands exist: point them at the binary under test. The template
@@ -52,6 +53,8 @@ fn systemd_analyze_verify_accepts_every_unit() {
     );
 }
 
+/// The boot sweep runs after every firewall restore and before every runtime, writing its
+/// metrics.
 #[test]
 fn boot_sweep_runs_after_the_firewall_restore_and_before_every_runtime() {
     let unit = "natledger-boot.service";
@@ -85,6 +88,7 @@ fn boot_sweep_runs_after_the_firewall_restore_and_before_every_runtime() {
     assert_eq!(values(unit, "WantedBy"), ["multi-user.target"]);
 }
 
+/// `natledger-runtime@X` is part of X, stopped after it, and sweeps (`--wait 20`) then.
 #[test]
 fn runtime_unit_sweeps_once_its_runtime_is_down() {
     let unit = "natledger-runtime@.service";
@@ -97,6 +101,7 @@ fn runtime_unit_sweeps_once_its_runtime_is_down() {
     assert_eq!(values(unit, "ExecStop"), [BIN, "sweep", "--wait", "20"]);
 }
 
+/// The timer sweeps 10 minutes after boot and every 15 minutes, writing metrics.
 #[test]
 fn timer_sweeps_periodically() {
     assert_eq!(
@@ -119,6 +124,7 @@ fn the_sweeps_can_write_their_metrics() {
     }
 }
 
+/// Every service is a oneshot with a timeout and only CAP_NET_ADMIN and CAP_NET_RAW.
 #[test]
 fn every_service_is_a_bounded_oneshot_with_the_capabilities_iptables_needs() {
     for unit in UNITS.iter().filter(|u| u.ends_with(".service")) {
