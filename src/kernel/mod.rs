@@ -6,6 +6,7 @@ pub mod conntrack;
 pub mod exec;
 pub mod host;
 pub mod iptc;
+pub mod named_netns;
 pub mod netlink;
 pub mod netns;
 pub mod nftables;

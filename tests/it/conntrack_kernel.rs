@@ -141,7 +141,12 @@ fn cost_of_forget() {
         for path in ["unfiltered", "filtered", "adaptive"] {
             let out = Command::new(std::env::current_exe().unwrap())
                 .env(conntrack::DUMP_ENV, path)
-                .args(["--ignored", "--exact", "conntrack_kernel::cost_of_forget", "--nocapture"])
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "conntrack_kernel::cost_of_forget",
+                    "--nocapture",
+                ])
                 .output()
                 .unwrap();
             let stderr = String::from_utf8_lossy(&out.stderr);
