@@ -82,6 +82,8 @@ cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The library's unit tests, then tests/it, then tests/runtimes (real runtimes and daemons),
+# one crate after another.
 cargo test --locked 2>&1 | tee "$log"
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }

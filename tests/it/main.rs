@@ -16,9 +16,9 @@
 //! report, `garbled`), `localnet` (a neighbour that sends to the node's 127.0.0.1),
 //! `conntrack`.
 //!
-//! Tests of different modules may run at once (two threads, as the tests of one file did
-//! when each file was its own crate): each builds its own namespaces, state directory and
-//! xtables lock file, and timing bounds leave room for a neighbour.
+//! Tests of different modules may run at once (on as many threads as the tests of one file
+//! had when each file was its own crate): each builds its own namespaces, state directory and
+//! xtables lock file, and none writes the machine's own tables or settings.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,7 +1,7 @@
 //! `natledger doctor` on live firewalls in private network namespaces: a clean host, a
 //! shadowed DNAT, a dead target, `--port`. Doctor reads the live tables of the namespace it runs
 //! in and the listeners from `/proc/thread-self/net`, so it always runs inside the node
-//! namespace. The other finding types live in `doctor_live_*.rs`.
+//! namespace. The other finding types live in the `live_*` modules beside this one.
 
 use std::time::Duration;
 
