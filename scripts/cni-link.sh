@@ -7,7 +7,7 @@
 #   scripts/cni-link.sh install BINARY   link DIR/natledger -> BINARY (again: no change)
 #   scripts/cni-link.sh remove BINARY    remove DIR/natledger if it is that link
 #
-# ROOT (default empty) is put before every directory (an image build, tests/install_cni.rs);
+# ROOT (default empty) is put before every directory (an image build, tests/it/install_cni.rs);
 # BINARY is the path as the installed system sees it. An operator's own file or link to
 # another binary at DIR/natledger is left alone, with a warning. Used by install.sh and
 # uninstall.sh.

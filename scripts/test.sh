@@ -27,11 +27,11 @@ command -v systemd-analyze >/dev/null || missing+=(systemd)
 command -v conntrack >/dev/null || missing+=(conntrack)
 command -v nft >/dev/null || missing+=(nftables)
 # man (man-db) renders the generated man pages; zsh and fish check their completion files'
-# syntax (tests/docs.rs; together about 2 MB to download).
+# syntax (tests/it/docs.rs; together about 2 MB to download).
 command -v man >/dev/null || missing+=(man-db)
 command -v zsh >/dev/null || missing+=(zsh)
 command -v fish >/dev/null || missing+=(fish)
-# The package test builds the .deb (tests/package.rs, scripts/build-deb.sh): dpkg-deb (dpkg),
+# The package test builds the .deb (tests/runtimes/package.rs, scripts/build-deb.sh): dpkg-deb (dpkg),
 # dpkg-shlibdeps (dpkg-dev), file, strip (binutils).
 command -v dpkg-shlibdeps >/dev/null || missing+=(dpkg-dev)
 command -v file >/dev/null || missing+=(file)
@@ -53,7 +53,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(trap -p EXIT)" != "" ]; then rm -f "$policy"; trap - EXIT; fi
 fi
 # The CRI test's client (tests/cri/cri.py) speaks gRPC: grpcio, and grpcio-tools, which
-# generates its stubs from tests/cri/api.proto at test time. tests/metrics.rs parses the
+# generates its stubs from tests/cri/api.proto at test time. tests/it/metrics.rs parses the
 # --metrics-file files with the Prometheus text-format parser of prometheus_client. Pinned, and
 # installed only when these exact versions are not importable. Debian's own python3 refuses pip
 # installs outside a virtual environment (PEP 668) unless told; packages go to /usr/local, not
@@ -82,6 +82,8 @@ cargo fmt --check
 cargo clippy --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+# The library's unit tests, then tests/it, then tests/runtimes (real runtimes and daemons),
+# one crate after another.
 cargo test --locked 2>&1 | tee "$log"
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed/) p += $(i-1); if ($i ~ /^failed/) f += $(i-1) } }

@@ -11,21 +11,18 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use natledger::kernel::named_netns::{self, NamedNetns};
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_natledger");
 
-pub struct Netns(pub String);
+/// A network namespace of the bench's own, its loopback up, deleted when dropped: natledger's
+/// `NamedNetns` (the harness `selftest` and the integration tests use too). `.0` is its name.
+pub struct Netns(pub String, NamedNetns);
 
 impl Netns {
     pub fn new(name: String) -> Netns {
-        run("ip", &["netns", "add", &name], None);
-        run("ip", &["-n", &name, "link", "set", "lo", "up"], None);
-        Netns(name)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        let ns = NamedNetns::create(name.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        Netns(name, ns)
     }
 }
 
@@ -81,7 +78,7 @@ pub fn run(program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::
 
 /// Enter the namespace for this whole (single-threaded) process, so children start in it.
 pub fn enter(ns: &str) {
-    let f = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
+    let f = std::fs::File::open(named_netns::path(ns)).unwrap();
     nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
 }
 

@@ -20,13 +20,13 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::backend::{Backend, Detected};
 use crate::exec::SystemRunner;
 use crate::family::Family;
+use crate::kernel::named_netns::{NamedNetns, NamedNetnsError};
 use crate::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
 use crate::ledger::Ledger;
 use crate::netns::in_namespace;
@@ -67,7 +67,12 @@ pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
         Ok(pair) => {
             check(
                 "namespaces".into(),
-                Ok(format!("{}, {} and {}", pair.node, pair.ctr, pair.ext)),
+                Ok(format!(
+                    "{}, {} and {}",
+                    pair.node.name(),
+                    pair.ctr.name(),
+                    pair.ext.name()
+                )),
             );
             pair
         }
@@ -78,15 +83,15 @@ pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
     };
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
-        let server = s.spawn(|| in_namespace(&pair.path(&pair.ctr), || serve(&stop)));
+        let server = s.spawn(|| in_namespace(&pair.ctr.path(), || serve(&stop)));
         // Every backend this host can write: the iptables ones whose tools are installed,
         // and natledger's own nftables tables, which need none.
         let usable = Backend::ALL.into_iter().filter(|b| {
             !b.is_iptables() || crate::backend::tool(*b, Family::Ipv4, "restore").is_ok()
         });
         for backend in usable {
-            let ext = pair.path(&pair.ext);
-            let checks = in_namespace(&pair.path(&pair.node), || backend_checks(backend, &ext));
+            let ext = pair.ext.path();
+            let checks = in_namespace(&pair.node.path(), || backend_checks(backend, &ext));
             match checks {
                 Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
                 Err(e) => check(format!("{backend}"), Err(crate::chain::text(&e))),
@@ -326,128 +331,68 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
 
 /// The three namespaces; deleted on drop.
 struct Pair {
-    node: String,
-    ctr: String,
-    ext: String,
+    node: NamedNetns,
+    ctr: NamedNetns,
+    ext: NamedNetns,
 }
 
 impl Pair {
     fn create() -> Result<Pair, String> {
         let prefix = format!("natledger-selftest-{}", std::process::id());
+        let made = |what: &str| NamedNetns::create(format!("{prefix}-{what}"));
         let pair = Pair {
-            node: format!("{prefix}-node"),
-            ctr: format!("{prefix}-ctr"),
-            ext: format!("{prefix}-ext"),
+            node: made("node").map_err(|e| causes(&e))?,
+            ctr: made("ctr").map_err(|e| causes(&e))?,
+            ext: made("ext").map_err(|e| causes(&e))?,
         };
-        let (node, ctr, ext) = (pair.node.as_str(), pair.ctr.as_str(), pair.ext.as_str());
-        for ns in [node, ctr, ext] {
-            ip(&["netns", "add", ns])?;
-        }
-        in_namespace(&pair.path(node), || {
-            [
-                "/proc/sys/net/ipv4/ip_forward",
-                "/proc/sys/net/ipv6/conf/all/forwarding",
-            ]
-            .iter()
-            .try_for_each(|path| std::fs::write(path, "1"))
-        })
-        .map_err(|e| crate::chain::text(&e))?
-        .map_err(|e| format!("cannot enable forwarding in {node}: {e}"))?;
-        for step in [
-            vec!["-n", node, "link", "set", "lo", "up"],
-            vec!["-n", ctr, "link", "set", "lo", "up"],
-            vec!["-n", ext, "link", "set", "lo", "up"],
-            vec![
-                "-n", node, "link", "add", "nlst1", "type", "veth", "peer", "name", "eth0",
-                "netns", ext,
-            ],
-            vec!["-n", node, "addr", "add", "10.253.1.1/30", "dev", "nlst1"],
-            vec![
-                "-n",
-                node,
-                "addr",
-                "add",
-                "fd54::1/64",
-                "dev",
-                "nlst1",
-                "nodad",
-            ],
-            vec!["-n", ext, "addr", "add", "10.253.1.2/30", "dev", "eth0"],
-            vec![
-                "-n",
-                ext,
-                "addr",
-                "add",
-                "fd54::2/64",
-                "dev",
-                "eth0",
-                "nodad",
-            ],
-            vec!["-n", node, "link", "set", "nlst1", "up"],
-            vec!["-n", ext, "link", "set", "eth0", "up"],
-            vec!["-n", ext, "route", "add", "default", "via", UPLINK_V4],
-            vec!["-n", ext, "-6", "route", "add", "default", "via", UPLINK_V6],
-            vec![
-                "-n", node, "link", "add", "nlst0", "type", "veth", "peer", "name", "eth0",
-                "netns", ctr,
-            ],
-            vec!["-n", node, "addr", "add", "10.253.0.1/30", "dev", "nlst0"],
-            vec![
-                "-n",
-                node,
-                "addr",
-                "add",
-                "fd53::1/64",
-                "dev",
-                "nlst0",
-                "nodad",
-            ],
-            vec!["-n", ctr, "addr", "add", "10.253.0.2/30", "dev", "eth0"],
-            vec![
-                "-n",
-                ctr,
-                "addr",
-                "add",
-                "fd53::2/64",
-                "dev",
-                "eth0",
-                "nodad",
-            ],
-            vec!["-n", node, "link", "set", "nlst0", "up"],
-            vec!["-n", ctr, "link", "set", "eth0", "up"],
-            vec!["-n", ctr, "route", "add", "default", "via", NODE_V4],
-            vec!["-n", ctr, "-6", "route", "add", "default", "via", NODE_V6],
-        ] {
-            ip(&step)?;
-        }
+        pair.wire().map_err(|e| causes(&e))?;
         Ok(pair)
     }
 
-    fn path(&self, name: &str) -> PathBuf {
-        Path::new("/run/netns").join(name)
-    }
-}
-
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ns in [&self.node, &self.ctr, &self.ext] {
-            let _ = ip(&["netns", "del", ns]);
+    /// Forwarding on in the node, and the drawing at the top of this file.
+    fn wire(&self) -> Result<(), NamedNetnsError> {
+        let (node, ctr, ext) = (&self.node, &self.ctr, &self.ext);
+        node.set_sysctls(&[
+            ("net/ipv4/ip_forward", "1"),
+            ("net/ipv6/conf/all/forwarding", "1"),
+        ])?;
+        for (link, peer, [v4, v6], [peer_v4, peer_v6], [gateway_v4, gateway_v6]) in [
+            (
+                "nlst1",
+                ext,
+                ["10.253.1.1/30", "fd54::1/64"],
+                ["10.253.1.2/30", "fd54::2/64"],
+                [UPLINK_V4, UPLINK_V6],
+            ),
+            (
+                "nlst0",
+                ctr,
+                ["10.253.0.1/30", "fd53::1/64"],
+                ["10.253.0.2/30", "fd53::2/64"],
+                [NODE_V4, NODE_V6],
+            ),
+        ] {
+            node.veth_to(link, peer, "eth0")?;
+            node.ip(&["addr", "add", v4, "dev", link])?;
+            node.ip(&["addr", "add", v6, "dev", link, "nodad"])?;
+            peer.ip(&["addr", "add", peer_v4, "dev", "eth0"])?;
+            peer.ip(&["addr", "add", peer_v6, "dev", "eth0", "nodad"])?;
+            node.ip(&["link", "set", link, "up"])?;
+            peer.ip(&["link", "set", "eth0", "up"])?;
+            peer.ip(&["route", "add", "default", "via", gateway_v4])?;
+            peer.ip(&["-6", "route", "add", "default", "via", gateway_v6])?;
         }
+        Ok(())
     }
 }
 
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run ip (iproute2): {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ip {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+/// An error and its causes, one line.
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        line = format!("{line}: {c}");
+        cause = c.source();
     }
+    line
 }

@@ -9,6 +9,7 @@ pub mod exec;
 pub mod host;
 pub mod iptc;
 pub mod machine;
+pub mod named_netns;
 pub mod netlink;
 pub mod netns;
 pub mod netns_id;

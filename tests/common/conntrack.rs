@@ -1,5 +1,5 @@
 //! Conntrack fixtures: the flows of a UDP mapping, and entries loaded into a namespace's
-//! table with `conntrack -R` (tests/conntrack.rs, tests/conntrack_kernel.rs).
+//! table with `conntrack -R` (tests/it/conntrack.rs, tests/it/conntrack_kernel.rs).
 
 use std::net::IpAddr;
 use std::ops::Range;

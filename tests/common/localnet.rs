@@ -1,6 +1,6 @@
 //! The route_localnet hole (CVE-2020-8558) from a neighbour's side: an ordinary namespace on
 //! the node's bridge that sends to the node's 127.0.0.1, and the node's services bound to
-//! localhost that it tries to reach (`tests/localnet.rs`, `tests/doctor_localhost.rs`).
+//! localhost that it tries to reach (`tests/it/localnet.rs`, `tests/it/doctor/localhost.rs`).
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};

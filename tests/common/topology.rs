@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::netns::{NETNS_LOCK, delete_ns, set_sysctls};
+use super::netns::{create_ns, delete_ns, set_sysctls};
 use super::{ip, lock, require_tools};
 
 /// Node address facing the external client ("node IP").
@@ -168,10 +168,7 @@ impl Topology {
     }
 
     fn create_ns(&mut self, ns: &str) -> Result<(), String> {
-        {
-            let _guard = lock(&NETNS_LOCK);
-            ip(&["netns", "add", ns])?;
-        }
+        create_ns(ns)?;
         self.namespaces.push(ns.to_string());
         Ok(())
     }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Parse a Prometheus text-format file with prometheus_client's own parser and print it as
 JSON: [{"name", "type", "help", "samples": [{"name", "labels", "value"}]}]. For
-tests/metrics.rs. Usage: parse.py FILE"""
+tests/it/metrics.rs. Usage: parse.py FILE"""
 import json
 import sys
 

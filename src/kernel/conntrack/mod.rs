@@ -55,7 +55,7 @@
 //! `ctnetlink_parse_tuple_filter`, `ctnetlink_filter_match`) makes the kernel skip, inside
 //! its walk, the entries whose original tuple lacks one of the flagged values, so they are
 //! never serialized or copied. Its rules, pinned against the kernel by
-//! `the_kernels_dump_filter_rules` in `tests/conntrack_kernel.rs`: it needs a family (`AF_UNSPEC`
+//! `the_kernels_dump_filter_rules` in `tests/it/conntrack_kernel.rs`: it needs a family (`AF_UNSPEC`
 //! with a filter: `EOPNOTSUPP`), so the flows of both families take one dump (one walk) each;
 //! a port flag needs the protocol flag (`EINVAL`); ports are compared for TCP and UDP entries
 //! only (an SCTP entry passes whatever its port); no zone is named, so entries of every zone
@@ -75,7 +75,7 @@
 //! entry and 2 us per UDP entry, parsed and judged here included. Measured in a test
 //! namespace (2 cores, kernel 6.18, release build), the paths taking turns run by run, in
 //! ms per `forget` of UDP flows that find nothing, of one family or of both
-//! (`cost_of_forget` in `tests/conntrack_kernel.rs` prints the same, one path after the other):
+//! (`cost_of_forget` in `tests/it/conntrack_kernel.rs` prints the same, one path after the other):
 //!
 //! ```text
 //! entries present            0     1,000   10,000   50,000

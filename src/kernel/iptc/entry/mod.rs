@@ -12,7 +12,7 @@
 //! `-m conntrack --ctstate DNAT …` (revision 3), `-m comment`, and the targets DNAT
 //! (revision 2), MASQUERADE (revision 0), ACCEPT and a jump. Anything else decodes
 //! to `None` and makes the native path step aside for iptables-legacy-restore. The encoding is
-//! byte-for-byte what iptables-legacy 1.8 writes (pinned by `tests/iptc.rs`).
+//! byte-for-byte what iptables-legacy 1.8 writes (pinned by `tests/it/iptc.rs`).
 
 use std::net::IpAddr;
 

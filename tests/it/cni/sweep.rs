@@ -1,0 +1,252 @@
+//! Liveness of CNI attachments: an attachment whose network namespace was deleted without a
+//! DEL (seed 002's uninstall), or whose netns path now names another namespace, is dead;
+//! `natledger sweep` removes it, a new ADD on its host port releases it; live attachments and
+//! hook containers stay. `list`, `doctor` and `sweep` name attachments by network and ifname.
+
+use std::time::Duration;
+
+use crate::common::*;
+use serde_json::Value;
+
+const T: Duration = Duration::from_secs(3);
+
+fn json_of(out: &std::process::Output, what: &str) -> Value {
+    assert_ok(out, what);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{what}: not JSON: {e}"))
+}
+
+/// The entry of `id` in a JSON list of objects keyed by `key`.
+fn entry<'a>(all: &'a Value, key: &str, id: &str) -> &'a Value {
+    all.as_array()
+        .expect("a list")
+        .iter()
+        .find(|e| e[key] == id)
+        .unwrap_or_else(|| panic!("no {id} in {all:#}"))
+}
+
+/// Attachments whose netns was deleted without DEL, or whose path names another namespace, are
+/// dead in `list`, `doctor` and `sweep` (text, `--json`); sweep removes exactly their rules and
+/// manifests while a live attachment and a hook container stay; both backends.
+#[test]
+fn sweep_removes_attachments_whose_netns_is_gone_or_another_keeps_the_live() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        let c3 = node.topo.add_container(3);
+        let c4 = node.topo.add_container(4);
+        let c5 = node.topo.add_container(5);
+        let _servers = [&c2, &c3, &c4, &c5].map(|c| serve_tcp(&c.ns, c.sock_v4(80), &c.ns));
+        let hook_pid = node.topo.spawn_sleeper(&c4.ns);
+        node.warm_up();
+        let before = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "live1", &c3, 8081), "ADD live1");
+        node.create(
+            "hookc",
+            Some(hook_pid),
+            &[
+                ("io.natledger.ports", "8082:80"),
+                ("io.natledger.ip", "10.77.0.4"),
+            ],
+        );
+        let live_only = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "dead1", &c2, 8080), "ADD dead1");
+        assert_ok(&cni_add(&node, "othernet", "dead2", &c5, 8083), "ADD dead2");
+        let ext = node.topo.ext().to_string();
+        for (port, c) in [(8080, &c2), (8081, &c3), (8082, &c4), (8083, &c5)] {
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, port), T).ok().as_deref(),
+                Some(c.ns.as_str()),
+                "{backend:?} {port} before"
+            );
+        }
+        let list = json_of(&node.natledger(&["list", "--json"], "", &[]), "list");
+        assert_eq!(entry(&list, "container_id", "dead1+eth0")["alive"], true);
+
+        // dead1: its namespace deleted, no DEL. dead2: its name now names another namespace.
+        node.topo.delete_ns_now(&c2.ns);
+        node.topo.delete_ns_now(&c5.ns);
+        node.topo.bind_ns_at(&c5.ns, &c3.ns);
+
+        let list = json_of(&node.natledger(&["list", "--json"], "", &[]), "list");
+        for (id, alive) in [
+            ("dead1+eth0", false),
+            ("dead2+eth0", false),
+            ("live1+eth0", true),
+            ("hookc", true),
+        ] {
+            assert_eq!(entry(&list, "container_id", id)["alive"], alive, "{id}");
+        }
+        let dead1 = entry(&list, "container_id", "dead1+eth0");
+        assert_eq!(dead1["cni"]["network"], "testnet");
+        assert_eq!(dead1["cni"]["ifname"], "eth0");
+        assert_eq!(dead1["cni"]["container_id"], "dead1");
+        let out = node.natledger(&["list"], "", &[]);
+        assert_ok(&out, "list");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            shown.contains("dead2+eth0  cni net=othernet ifname=eth0 container=dead2  dead"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains(&format!("hookc  pid {hook_pid}  alive")),
+            "{shown}"
+        );
+
+        let d = live(&node, &[]);
+        let state = d.of_kind("natledger-state");
+        assert_eq!(state.len(), 2, "{}", d.show());
+        for (id, net) in [("dead1", "testnet"), ("dead2", "othernet")] {
+            assert!(
+                state.iter().any(|f| text(f, "summary").contains(&format!(
+                    "Container {id}+eth0 (cni net={net} ifname=eth0 container={id}) is dead"
+                ))),
+                "{}",
+                d.show()
+            );
+        }
+
+        let out = node.sweep(&["--dry-run"]);
+        assert_ok(&out, "sweep --dry-run");
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            shown.contains(
+                "dead container dead1+eth0 (cni net=testnet ifname=eth0 container=dead1): \
+                 would remove"
+            ),
+            "{shown}"
+        );
+        let report = json_of(&node.sweep(&["--json"]), "sweep --json");
+        let containers = &report["containers"];
+        for id in ["dead1+eth0", "dead2+eth0"] {
+            let c = entry(containers, "id", id);
+            assert_eq!(
+                (&c["state"], &c["manifest"]),
+                (&"dead".into(), &"removed".into())
+            );
+            assert_eq!(c["cni"]["ifname"], "eth0");
+        }
+        assert_eq!(
+            entry(containers, "id", "dead2+eth0")["cni"]["network"],
+            "othernet"
+        );
+        for id in ["live1+eth0", "hookc"] {
+            let c = entry(containers, "id", id);
+            assert_eq!(
+                (&c["state"], &c["manifest"]),
+                (&"alive".into(), &"kept".into())
+            );
+        }
+        assert_eq!(report["errors"], Value::Array(Vec::new()));
+        assert_eq!(
+            node.dump(),
+            live_only,
+            "{backend:?}: only the dead ones' rules went"
+        );
+        assert_eq!(node.manifests(), ["hookc.json", "live1+eth0.json"]);
+        for (port, c) in [(8081, &c3), (8082, &c4)] {
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, port), T).ok().as_deref(),
+                Some(c.ns.as_str()),
+                "{backend:?} {port} after sweep"
+            );
+        }
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), T).is_err());
+        let d = live(&node, &[]);
+        assert!(d.of_kind("natledger-state").is_empty(), "{}", d.show());
+
+        let netns3 = format!("/run/netns/{}", c3.ns);
+        let del = cni_config(&node, "testnet", &c3, 8081);
+        assert_ok(&cni_call(&node, "DEL", "live1", Some(&netns3), &del), "DEL");
+        assert_ok(&node.poststop("hookc"), "poststop");
+        assert_eq!(node.dump(), before, "{backend:?}: everything removed");
+    });
+}
+
+/// A second ADD on the host port of a deleted attachment wins (refused while that one lived).
+#[test]
+fn an_add_on_the_port_of_a_deleted_attachment_wins() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        let c3 = node.topo.add_container(3);
+        let _servers = [&c2, &c3].map(|c| serve_tcp(&c.ns, c.sock_v4(80), &c.ns));
+        node.warm_up();
+        let before = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "first", &c2, 8080), "ADD first");
+        let holding = node.dump();
+        // While the first attachment's namespace lives, the port is its.
+        let out = cni_add(&node, "testnet", "second", &c3, 8080);
+        assert!(!out.status.success(), "{backend:?}: second ADD refused");
+        let error: Value = serde_json::from_slice(&out.stdout).expect("an error object");
+        let msg = format!("{} {}", error["msg"], error["details"]);
+        assert!(
+            msg.contains("cni net=testnet ifname=eth0 container=first"),
+            "{msg}"
+        );
+        assert!(!node.manifest_exists("second+eth0"));
+        assert_eq!(node.dump(), holding);
+
+        node.topo.delete_ns_now(&c2.ns);
+        assert_ok(
+            &cni_add(&node, "testnet", "second", &c3, 8080),
+            "ADD second",
+        );
+        assert!(!node.manifest_exists("first+eth0"), "the dead one released");
+        assert!(node.manifest_exists("second+eth0"));
+        assert!(!node.dump().contains("natledger:first+eth0"));
+        let ext = node.topo.ext().to_string();
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+            Some(c3.ns.as_str()),
+            "{backend:?}: the newest wins"
+        );
+        let netns3 = format!("/run/netns/{}", c3.ns);
+        let del = cni_config(&node, "testnet", &c3, 8080);
+        assert_ok(
+            &cni_call(&node, "DEL", "second", Some(&netns3), &del),
+            "DEL",
+        );
+        assert_eq!(node.dump(), before, "{backend:?}: everything removed");
+    });
+}
+
+/// A live attachment missing a recorded rule: doctor's fix is a new CNI ADD by its runtime
+/// (podman restart, a recreated pod) and a CHECK, not a restart of a hook container, and
+/// every sentence of it parses (`live` checks the prose).
+#[test]
+fn doctor_tells_a_live_attachment_missing_rules_to_add_again() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        node.warm_up();
+        assert_ok(&cni_add(&node, "testnet", "gone", &c2, 8080), "ADD");
+        let manifest = node.manifest("gone+eth0");
+        let dnat = manifest["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
+            .expect("an ipv4 DNAT record");
+        assert_eq!(dnat["backend"], backend.name());
+        delete_recorded_rule(node.topo.node(), backend, dnat);
+
+        let d = live(&node, &[]);
+        let state = d.of_kind("natledger-state");
+        let missing = state
+            .iter()
+            .find(|f| text(f, "summary").contains("is missing 1 of"))
+            .unwrap_or_else(|| panic!("{backend:?}: no missing-rules finding\n{}", d.show()));
+        let fix = text(missing, "fix");
+        for want in [
+            "CNI ADD of attachment gone+eth0",
+            "podman restart gone",
+            "CNI_COMMAND=CHECK",
+        ] {
+            assert!(fix.contains(want), "{backend:?}: {want:?} in {fix}");
+        }
+        assert!(!fix.contains("restart container"), "{fix}");
+        let netns = format!("/run/netns/{}", c2.ns);
+        let del = cni_config(&node, "testnet", &c2, 8080);
+        assert_ok(&cni_call(&node, "DEL", "gone", Some(&netns), &del), "DEL");
+    });
+}
