@@ -304,7 +304,10 @@ fn selftest(settings: &Settings) -> anyhow::Result<ExitCode> {
 
 fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let mut entries = Vec::new();
-    for entry in ops::list(&natledger::kernel::machine::Machine, &Ledger::new(settings.state_dir.clone()))? {
+    for entry in ops::list(
+        &natledger::kernel::machine::Machine,
+        &Ledger::new(settings.state_dir.clone()),
+    )? {
         match entry {
             Ok(e) => entries.push(e),
             Err(e) => log::error!("{}", natledger::chain::Chain(&e)),

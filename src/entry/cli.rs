@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, TypedValueParser};
 use clap::{ArgAction, Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 
 use crate::backend::BackendChoice;
@@ -95,7 +95,7 @@ pub struct Global {
         default_missing_value = "true",
         default_value = "false",
         action = ArgAction::Set,
-        value_parser = BoolishValueParser::new(),
+        value_parser = EmptyIsFalse,
         hide_default_value = true,
         hide_possible_values = true
     )]
@@ -112,7 +112,7 @@ pub struct Global {
         default_missing_value = "true",
         default_value = "false",
         action = ArgAction::Set,
-        value_parser = BoolishValueParser::new(),
+        value_parser = EmptyIsFalse,
         hide_default_value = true,
         hide_possible_values = true
     )]
@@ -266,5 +266,27 @@ fn key_value(s: &str) -> Result<String, String> {
     match s.split_once('=') {
         Some((k, _)) if !k.is_empty() => Ok(s.to_string()),
         _ => Err("expected KEY=VALUE".into()),
+    }
+}
+
+/// clap's booleans (true/false, yes/no, on/off, 1/0; anything else refused in clap's words),
+/// with an empty value false: `NATLEDGER_TRACE=` in a unit file or a hook's env is unset, as
+/// an empty path variable is.
+#[derive(Clone, Copy, Debug)]
+pub struct EmptyIsFalse;
+
+impl TypedValueParser for EmptyIsFalse {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        if value.is_empty() {
+            return Ok(false);
+        }
+        BoolishValueParser::new().parse_ref(cmd, arg, value)
     }
 }

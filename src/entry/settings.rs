@@ -5,7 +5,8 @@
 //! variables that have no flag. The CNI plugin and the wrapper runtime have no such command
 //! line: [`Settings::from_env`] parses the same variables through the same clap definitions,
 //! so a bad value is refused in the words a bad flag value gets. Every boolean follows one
-//! rule, clap's `BoolishValueParser` (true/false, yes/no, on/off, 1/0; anything else refused).
+//! rule, clap's `BoolishValueParser` (true/false, yes/no, on/off, 1/0; anything else refused;
+//! an empty value is false, `cli::EmptyIsFalse`).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -218,6 +219,7 @@ mod tests {
             ("false", false),
             ("no", false),
             ("off", false),
+            ("", false),
         ] {
             let s = from(&[("NATLEDGER_TRACE", value), ("NATLEDGER_NO_NETLINK", value)]).unwrap();
             let level = if on {
