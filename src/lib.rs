@@ -7,6 +7,8 @@
 //! [`nftables`] over [`netlink`] for iptables-nft deletions), [`ledger`] records what was
 //! written, and [`ops`] puts them together.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod analysis;
 pub mod backend;
 pub mod entry;

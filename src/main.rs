@@ -1,5 +1,7 @@
 //! The `natledger` command: argument parsing and error printing; the work is in the library.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::OsString;
 use std::process::ExitCode;
 use std::time::Duration;

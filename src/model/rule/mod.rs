@@ -15,9 +15,10 @@ use crate::portspec::{PortRange, Protocol};
 mod conntrack;
 mod net;
 
+pub use crate::family::IpNet;
 use conntrack::Conntrack;
 pub use conntrack::Dnatted;
-pub use net::{DnatTo, IpNet};
+pub use net::DnatTo;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
