@@ -5,7 +5,7 @@
 //!  rulesets (live *-save, or --from FILE...)  ─┐
 //!  host evidence (evidence.rs: listeners,      ├─▶ checks.rs ─▶ findings ─▶ report.rs
 //!   CNI IPAM, runtime state, routes)           │     uses paths.rs (evaluation order,
-//!  natledger's ledger (live only)             ─┘     shadows) and matchset.rs (coverage)
+//!  natledger's ledger (live only)             ─┘     shadows) and matchset/ (coverage)  
 //! ```
 //!
 //! Doctor only reads. Every finding carries the exact rule lines and a command that would
