@@ -96,6 +96,24 @@ pub enum RuleParseError {
 }
 
 impl Rule {
+    /// Every packet to `target`: no condition, no comment. The other fields are set with
+    /// struct update syntax (`Rule { comment, ..Rule::unconditional(target) }`).
+    pub fn unconditional(target: Target) -> Rule {
+        Rule {
+            source: None,
+            destination: None,
+            not_in_interface: None,
+            protocol: None,
+            dports: None,
+            dst_local: false,
+            dnatted: None,
+            not_dnatted: false,
+            untracked: false,
+            comment: None,
+            target,
+        }
+    }
+
     /// The iptables arguments after `-A CHAIN`, in `*-save` order.
     pub fn to_args(&self) -> Vec<String> {
         let mut args: Vec<String> = Vec::with_capacity(16);
@@ -165,19 +183,7 @@ impl Rule {
     /// Parse the arguments after `-A CHAIN`. Options may come in any order; any option
     /// natledger never writes (negations, interfaces, other matches) is `Unsupported`.
     pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Rule, RuleParseError> {
-        let mut rule = Rule {
-            source: None,
-            destination: None,
-            protocol: None,
-            dports: None,
-            not_in_interface: None,
-            dst_local: false,
-            not_dnatted: false,
-            untracked: false,
-            dnatted: None,
-            comment: None,
-            target: Target::Masquerade,
-        };
+        let mut rule = Rule::unconditional(Target::Masquerade);
         let mut jump: Option<String> = None;
         let mut to_destination: Option<DnatTo> = None;
         let mut ct = Conntrack::default();
