@@ -26,7 +26,7 @@ impl Family {
     }
 
     /// Prefix length of a single host address.
-    pub fn host_prefix(self) -> u8 {
+    pub(crate) fn host_prefix(self) -> u8 {
         match self {
             Family::Ipv4 => 32,
             Family::Ipv6 => 128,
@@ -38,7 +38,7 @@ impl Family {
     /// 127.0.0.1:hostPort need and natledger's localhost guard closes to everyone else. IPv6
     /// has no such switch (the kernel drops `::1` from or to another interface, always), so
     /// neither the path nor the guard.
-    pub fn routable_loopback(self) -> Option<IpNet> {
+    pub(crate) fn routable_loopback(self) -> Option<IpNet> {
         match self {
             Family::Ipv4 => Some(IpNet {
                 addr: IpAddr::from([127, 0, 0, 0]),
@@ -50,7 +50,7 @@ impl Family {
 
     /// The offsets of the source and destination addresses in this family's IP header (what
     /// nf_tables' `payload` expression loads for `ip saddr`/`ip daddr`, `ip6 saddr`/`ip6 daddr`).
-    pub fn header_addresses(self) -> (u32, u32) {
+    pub(crate) fn header_addresses(self) -> (u32, u32) {
         match self {
             Family::Ipv4 => (12, 16),
             Family::Ipv6 => (8, 24),

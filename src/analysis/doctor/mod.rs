@@ -30,9 +30,9 @@ use crate::save::{self, Table};
 pub use report::render;
 
 /// Exit statuses, for monitoring.
-pub const EXIT_CLEAN: u8 = 0;
-pub const EXIT_WARNINGS: u8 = 1;
-pub const EXIT_ERRORS: u8 = 2;
+pub(crate) const EXIT_CLEAN: u8 = 0;
+pub(crate) const EXIT_WARNINGS: u8 = 1;
+pub(crate) const EXIT_ERRORS: u8 = 2;
 pub const EXIT_FAILED: u8 = 3;
 
 #[derive(Debug, thiserror::Error)]

@@ -52,7 +52,8 @@ mod sources;
 mod tests;
 mod walk;
 
-pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Cached, Scope, before_writes, carry};
+pub use cache::{Before, Cache, CacheEntry, Cached, Scope, carry};
+pub(crate) use cache::{CACHE_FILE, before_writes};
 use sources::{Legacy, Memo, Nft};
 pub use walk::{WalkError, walk};
 use walk::{may_take, walk_counted};
@@ -76,7 +77,7 @@ use crate::save::Table;
 /// The most candidates the iptables-nft cache keeps: about 700 bytes each as JSON on a
 /// kube-proxy host, and every create loads the file and tests each candidate against each
 /// mapping (20,000 made a 13 MB file, 124 ms to load).
-pub const MAX_CACHED: usize = 1_000;
+pub(crate) const MAX_CACHED: usize = 1_000;
 /// The built-in nat chains a packet to a host port goes through.
 const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 

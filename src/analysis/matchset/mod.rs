@@ -136,7 +136,7 @@ impl PortSet {
     }
 
     /// Every port not in the set.
-    pub fn complement(&self) -> PortSet {
+    pub(crate) fn complement(&self) -> PortSet {
         let (mut out, mut next) = (Vec::new(), 0u32);
         for (a, b) in PortSet::new(self.0.clone()).0 {
             if u32::from(a) > next {
@@ -151,7 +151,7 @@ impl PortSet {
     }
 
     /// The ports in both sets.
-    pub fn intersection(&self, other: &PortSet) -> PortSet {
+    pub(crate) fn intersection(&self, other: &PortSet) -> PortSet {
         let (x, y) = (
             PortSet::new(self.0.clone()).0,
             PortSet::new(other.0.clone()).0,
@@ -168,7 +168,7 @@ impl PortSet {
     }
 
     /// Whether every port of `self` is in `other`.
-    pub fn is_subset(&self, other: &PortSet) -> bool {
+    pub(crate) fn is_subset(&self, other: &PortSet) -> bool {
         self.intersection(other) == PortSet::new(self.0.clone())
     }
 

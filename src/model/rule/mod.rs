@@ -34,14 +34,14 @@ pub enum Target {
 /// a flow some DNAT rewrote, either way (a reply, an ICMP error about it included). Not
 /// ESTABLISHED or RELATED: conntrack does not know the interface a flow came in on, so a
 /// neighbour could forge a packet of the node's own loopback flows.
-pub const DNATTED_STATE: &str = "DNAT";
+pub(crate) const DNATTED_STATE: &str = "DNAT";
 
 /// The conntrack states `-m conntrack --ctstate` names in the nftables backend's second guard
 /// rule: a packet conntrack does not track (invalid: no entry could be found or made;
 /// untracked: a `notrack` rule). nf_tables' `ct status` has no value for such a packet, so
 /// the first rule (`! --ctstate DNAT`, `ct status ! dnat`) does not match it there, where
 /// iptables' conntrack match does (`crate::layout::guard_untracked`).
-pub const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
+pub(crate) const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
 
 /// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -98,7 +98,7 @@ pub enum RuleParseError {
 impl Rule {
     /// Every packet to `target`: no condition, no comment. The other fields are set with
     /// struct update syntax (`Rule { comment, ..Rule::unconditional(target) }`).
-    pub fn unconditional(target: Target) -> Rule {
+    pub(crate) fn unconditional(target: Target) -> Rule {
         Rule {
             source: None,
             destination: None,
@@ -332,7 +332,7 @@ impl Rule {
 
 /// An interface name natledger writes in `-i`: as the kernel accepts one (at most 15
 /// bytes, no `/`, `:` or whitespace), and without iptables' `+` wildcard.
-pub fn is_interface_name(name: &str) -> bool {
+pub(crate) fn is_interface_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() < 16
         && name
@@ -342,7 +342,7 @@ pub fn is_interface_name(name: &str) -> bool {
 
 /// A user-defined chain name as iptables accepts it (at most 28 characters, no
 /// whitespace, not an option).
-pub fn is_user_chain_name(name: &str) -> bool {
+pub(crate) fn is_user_chain_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 28
         && !name.starts_with('-')
