@@ -291,7 +291,6 @@ fn states_test(ct: &Conntrack, list: &str) -> Tri {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::doctor::paths::parse_table;
     use crate::save::{Table, parse_dump};
 
     fn table(text: &str) -> Table {
@@ -337,7 +336,11 @@ mod tests {
 
     fn fate_of(text: &str, packet: &Packet) -> String {
         let t = table(text);
-        let parsed = parse_table(&t);
+        let parsed: Vec<(Match, Target)> = t
+            .rules
+            .iter()
+            .map(|r| matchset::parse_rule(&r.args))
+            .collect();
         match fate(&t, &parsed, "FORWARD", packet) {
             Fate::Accepted(r) => format!("accepted {}", r.map_or("policy", |r| &r.chain)),
             Fate::Dropped(r) => format!("dropped {}", r.map_or("policy", |r| &r.chain)),

@@ -243,7 +243,14 @@ fn only_the_guards_negations_are_natledgers() {
 /// match.
 #[test]
 fn the_untracked_guard_round_trips_and_stands_alone() {
-    let rule = crate::layout::guard_untracked("127.0.0.0/8".parse().unwrap());
+    // What `layout::guard_untracked` writes.
+    let rule = Rule {
+        destination: Some("127.0.0.0/8".parse().unwrap()),
+        not_in_interface: Some("lo".into()),
+        untracked: true,
+        comment: Some("natledger".into()),
+        ..Rule::unconditional(Target::Drop)
+    };
     let line = "-d 127.0.0.0/8 ! -i lo -m conntrack --ctstate INVALID,UNTRACKED \
                 -m comment --comment natledger -j DROP";
     assert_eq!(rule.to_args().join(" "), line);
