@@ -13,6 +13,8 @@
 //!   namespaces, `/proc`, helper processes;
 //! - [`model`]: pure values: families, port mappings, typed rules, natledger's chain layout.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod analysis;
 pub mod backend;
 pub mod chain;

@@ -2,6 +2,8 @@
 //! line), the settings resolved once (`natledger::settings`), one function per command, and
 //! the error chain printed once. The work is in the library.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -8,10 +8,10 @@
 use std::fmt;
 
 /// How many characters of an input are shown.
-pub const SHOWN: usize = 64;
+pub(crate) const SHOWN: usize = 64;
 
 /// How many characters of a message built from input are shown.
-pub const MESSAGE: usize = 512;
+pub(crate) const MESSAGE: usize = 512;
 
 /// Outside input as a message shows it: quoted and escaped as `{:?}` would, cut after
 /// [`SHOWN`] characters with its full size in bytes. Compares by the whole input.

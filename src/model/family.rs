@@ -1,12 +1,12 @@
-//! Address families. Everything that differs between IPv4 and IPv6 is a method here, so no
-//! operation is ever written twice, once per family.
+//! Address families and networks. Everything that differs between IPv4 and IPv6 is a method
+//! here, so no operation is ever written twice, once per family; [`IpNet`] is an address with
+//! a prefix length, as rules carry them (`-s`, `-d`).
 
 use std::fmt;
 use std::net::IpAddr;
+use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
-
-use crate::rule::IpNet;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -26,7 +26,7 @@ impl Family {
     }
 
     /// Prefix length of a single host address.
-    pub fn host_prefix(self) -> u8 {
+    pub(crate) fn host_prefix(self) -> u8 {
         match self {
             Family::Ipv4 => 32,
             Family::Ipv6 => 128,
@@ -38,7 +38,7 @@ impl Family {
     /// 127.0.0.1:hostPort need and natledger's localhost guard closes to everyone else. IPv6
     /// has no such switch (the kernel drops `::1` from or to another interface, always), so
     /// neither the path nor the guard.
-    pub fn routable_loopback(self) -> Option<IpNet> {
+    pub(crate) fn routable_loopback(self) -> Option<IpNet> {
         match self {
             Family::Ipv4 => Some(IpNet {
                 addr: IpAddr::from([127, 0, 0, 0]),
@@ -50,7 +50,7 @@ impl Family {
 
     /// The offsets of the source and destination addresses in this family's IP header (what
     /// nf_tables' `payload` expression loads for `ip saddr`/`ip daddr`, `ip6 saddr`/`ip6 daddr`).
-    pub fn header_addresses(self) -> (u32, u32) {
+    pub(crate) fn header_addresses(self) -> (u32, u32) {
         match self {
             Family::Ipv4 => (12, 16),
             Family::Ipv6 => (8, 24),
@@ -89,5 +89,50 @@ impl fmt::Display for Family {
             Family::Ipv4 => "ipv4",
             Family::Ipv6 => "ipv6",
         })
+    }
+}
+
+/// An address with a prefix length, printed as `*-save` prints it (`10.0.0.1/32`).
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+pub struct IpNet {
+    pub addr: IpAddr,
+    pub prefix: u8,
+}
+
+impl IpNet {
+    pub fn host(addr: IpAddr) -> Self {
+        IpNet {
+            addr,
+            prefix: Family::of(addr).host_prefix(),
+        }
+    }
+}
+
+impl fmt::Display for IpNet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.addr, self.prefix)
+    }
+}
+
+impl FromStr for IpNet {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let addr: IpAddr = addr.parse().map_err(|_| format!("bad address {s:?}"))?;
+        let max = Family::of(addr).host_prefix();
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("bad prefix in {s:?}"))?,
+        };
+        Ok(IpNet { addr, prefix })
     }
 }

@@ -49,19 +49,19 @@ use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
 use crate::save::{Op, Table};
 
 pub const NAT: &str = "nat";
-pub const FILTER: &str = "filter";
+pub(crate) const FILTER: &str = "filter";
 /// The tables natledger writes, in the order create-runtime writes them: the filter accept
 /// goes in first, so a DNAT is never in force while its forwarded packets are dropped.
 /// Removal goes in the reverse order.
 pub const TABLES: [&str; 2] = [FILTER, NAT];
 
 pub const DNAT_CHAIN: &str = "NATLEDGER-HOSTPORTS";
-pub const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
-pub const FORWARD_CHAIN: &str = "NATLEDGER-FORWARD";
-pub const INPUT_CHAIN: &str = "NATLEDGER-INPUT";
-pub const SHARED_COMMENT: &str = "natledger";
+pub(crate) const MASQ_CHAIN: &str = "NATLEDGER-MASQ";
+pub(crate) const FORWARD_CHAIN: &str = "NATLEDGER-FORWARD";
+pub(crate) const INPUT_CHAIN: &str = "NATLEDGER-INPUT";
+pub(crate) const SHARED_COMMENT: &str = "natledger";
 /// The interface the node's own packets to its loopback addresses come in on.
-pub const LOOPBACK_INTERFACE: &str = "lo";
+pub(crate) const LOOPBACK_INTERFACE: &str = "lo";
 
 /// natledger's chains in `table` of `family` (none in a table it does not write); the
 /// localhost guard's only where [`Family::routable_loopback`] has a network; the forward
@@ -82,7 +82,7 @@ pub fn owned_chains(backend: Backend, table: &str, family: Family) -> Vec<&'stat
 /// Whether `backend` gets the forward accept (`NATLEDGER-FORWARD` and its rules). Not the
 /// nftables backend: there an accept ends only natledger's own base chain, and another
 /// table's forward drop still drops (`crate::nftables::own`), so it would do nothing.
-pub fn writes_forward(backend: Backend) -> bool {
+pub(crate) fn writes_forward(backend: Backend) -> bool {
     backend.is_iptables()
 }
 
@@ -96,7 +96,7 @@ pub struct Placed {
 
 /// Whether rules of `chain` are inserted at its top (DNAT: the newest container wins) rather
 /// than appended (masquerade and accept, where order does not matter).
-pub fn goes_first(chain: &str) -> bool {
+pub(crate) fn goes_first(chain: &str) -> bool {
     chain == DNAT_CHAIN
 }
 
@@ -106,10 +106,10 @@ pub fn tag(id: &ContainerId) -> String {
 }
 
 /// Every chain natledger creates, in any version, is named `NATLEDGER-…`.
-pub const CHAIN_PREFIX: &str = "NATLEDGER-";
+pub(crate) const CHAIN_PREFIX: &str = "NATLEDGER-";
 
 /// Whether a chain name is natledger's (this version's chains, or another version's).
-pub fn is_owned_chain(name: &str) -> bool {
+pub(crate) fn is_owned_chain(name: &str) -> bool {
     name.starts_with(CHAIN_PREFIX)
 }
 
@@ -129,7 +129,7 @@ pub enum Owner<'a> {
 }
 
 /// The comment (`--comment`) and the jump or goto target (`-j`, `-g`) of a saved rule.
-pub fn comment_and_target(args: &[String]) -> (Option<&str>, Option<&str>) {
+pub(crate) fn comment_and_target(args: &[String]) -> (Option<&str>, Option<&str>) {
     let mut comment = None;
     let mut target = None;
     let mut tokens = args.iter();
@@ -260,7 +260,7 @@ pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'sta
 /// `DOCKER-USER` and isolation jumps, kube-proxy's, an operator's blocklist), so that they
 /// keep deciding; only a trailing catch-all DROP or REJECT (RHEL's `-j REJECT`) stays after
 /// it, since with that nothing below would ever be reached.
-pub fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
+pub(crate) fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
     if from != "FORWARD" {
         return Op::InsertFirst(from.to_string(), args);
     }

@@ -16,13 +16,13 @@ use serde::{Deserialize, Serialize};
 
 use crate::echo::{Cut, Echo};
 
-pub const PORTS_ANNOTATION: &str = "io.natledger.ports";
-pub const IP_ANNOTATION: &str = "io.natledger.ip";
+pub(crate) const PORTS_ANNOTATION: &str = "io.natledger.ports";
+pub(crate) const IP_ANNOTATION: &str = "io.natledger.ip";
 /// `refuse`: create-runtime fails when a local process already listens on a mapped host
 /// port; otherwise (`warn`, the default) it only warns.
-pub const PORT_CONFLICT_ANNOTATION: &str = "io.natledger.port-conflict";
+pub(crate) const PORT_CONFLICT_ANNOTATION: &str = "io.natledger.port-conflict";
 /// The same setting for every container (the annotation wins).
-pub const PORT_CONFLICT_ENV: &str = "NATLEDGER_PORT_CONFLICT";
+pub(crate) const PORT_CONFLICT_ENV: &str = "NATLEDGER_PORT_CONFLICT";
 
 /// Largest accepted state document; a runtime sends a few hundred bytes.
 const MAX_STATE_BYTES: u64 = 1 << 20;
@@ -152,7 +152,7 @@ pub struct HookInput {
 
 impl HookInput {
     /// Validate the state and merge the annotations of `config.json` (state wins).
-    pub fn from_state(state: State) -> Result<HookInput, OciError> {
+    pub(crate) fn from_state(state: State) -> Result<HookInput, OciError> {
         let id: ContainerId = state.id.parse()?;
         let bundle = state.bundle.clone().filter(|b| !b.as_os_str().is_empty());
         let mut annotations = match &bundle {
@@ -204,13 +204,13 @@ impl HookInput {
 }
 
 /// containerd's CRI: `sandbox` or `container`.
-pub const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
+pub(crate) const CRI_CONTAINER_TYPE: &str = "io.kubernetes.cri.container-type";
 /// containerd's CRI: the pod's sandbox container id.
-pub const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
+pub(crate) const CRI_SANDBOX_ID: &str = "io.kubernetes.cri.sandbox-id";
 /// CRI-O: `sandbox` or `container`.
-pub const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
+pub(crate) const CRIO_CONTAINER_TYPE: &str = "io.kubernetes.cri-o.ContainerType";
 /// CRI-O: the pod's sandbox id.
-pub const CRIO_SANDBOX_ID: &str = "io.kubernetes.cri-o.SandboxID";
+pub(crate) const CRIO_SANDBOX_ID: &str = "io.kubernetes.cri-o.SandboxID";
 
 /// Who runs the container (see [`HookInput::runtime`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,7 +231,7 @@ pub enum Runtime {
 
 impl Runtime {
     /// What to do when the container's network namespace has no address to forward to.
-    pub fn no_address_advice(self) -> &'static str {
+    pub(crate) fn no_address_advice(self) -> &'static str {
         match self {
             Runtime::Docker => {
                 "the container has no network (`--network none`?): run it on a bridge network \
@@ -263,7 +263,7 @@ impl Runtime {
 /// module comment); a missing, unreadable or non-JSON file, one that is not an object, or
 /// annotations that are not a map of strings (the runtime spec's type, and runc's), are
 /// errors naming the file.
-pub fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
+pub(crate) fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
     // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::safefile`).
     let bytes = match crate::safefile::read(

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::echo::{Echo, MESSAGE, limit};
 use crate::family::Family;
 
-pub mod bounds;
+pub(crate) mod bounds;
 
 /// A port-mapping entry that could not be parsed, with the reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -59,7 +59,7 @@ impl Protocol {
         }
     }
 
-    pub fn from_number(n: u8) -> Option<Protocol> {
+    pub(crate) fn from_number(n: u8) -> Option<Protocol> {
         [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
             .into_iter()
             .find(|p| p.number() == n)
@@ -108,12 +108,12 @@ impl PortRange {
         self.start == self.end
     }
 
-    pub fn overlaps(&self, other: &PortRange) -> bool {
+    pub(crate) fn overlaps(&self, other: &PortRange) -> bool {
         self.start <= other.end && other.start <= self.end
     }
 
     /// Parse `N` or `N-M` (the port-spec form) or `N:M` (the iptables form), per `sep`.
-    pub fn parse_with(text: &str, sep: char) -> Result<Self, String> {
+    pub(crate) fn parse_with(text: &str, sep: char) -> Result<Self, String> {
         let (a, b) = match text.split_once(sep) {
             Some((a, b)) => (a, b),
             None => (text, text),
@@ -167,12 +167,12 @@ impl PortMapping {
     }
 
     /// The destination address a rule must match, or `None` for any local address.
-    pub fn host_destination(&self) -> Option<IpAddr> {
+    pub(crate) fn host_destination(&self) -> Option<IpAddr> {
         self.host_ip.filter(|ip| !ip.is_unspecified())
     }
 
     /// Whether the node reaches this mapping through the IPv4 loopback (needs route_localnet).
-    pub fn reachable_from_loopback(&self) -> bool {
+    pub(crate) fn reachable_from_loopback(&self) -> bool {
         match self.host_ip {
             None => true,
             Some(ip) => ip.is_unspecified() || ip.is_loopback(),
@@ -180,7 +180,7 @@ impl PortMapping {
     }
 
     /// Two mappings claim the same host address, port and protocol somewhere.
-    pub fn conflicts_with(&self, other: &PortMapping) -> bool {
+    pub(crate) fn conflicts_with(&self, other: &PortMapping) -> bool {
         let addresses_overlap = match (self.host_ip, other.host_ip) {
             (None, _) | (_, None) => true,
             (Some(a), Some(b)) => {
@@ -217,7 +217,7 @@ pub fn parse_mappings(value: &str) -> Result<Vec<PortMapping>, SpecError> {
 }
 
 /// Parse every entry of the annotation value, without [`check_conflicts`].
-pub fn parse_entries(value: &str) -> Result<Vec<PortMapping>, SpecError> {
+pub(crate) fn parse_entries(value: &str) -> Result<Vec<PortMapping>, SpecError> {
     value
         .split(',')
         .map(|entry| parse_entry(entry.trim()))
@@ -228,7 +228,7 @@ pub fn parse_entries(value: &str) -> Result<Vec<PortMapping>, SpecError> {
 /// runs (`bounds::coalesce`: the same host ports, none of a run overlapping another of it),
 /// so the pairs compared are as few as the ranges, not the ports: callers facing input bound
 /// their number first (`bounds::check_count`).
-pub fn check_conflicts(value: &str, mappings: &[PortMapping]) -> Result<(), SpecError> {
+pub(crate) fn check_conflicts(value: &str, mappings: &[PortMapping]) -> Result<(), SpecError> {
     let runs = bounds::coalesce(mappings, true);
     for (i, a) in runs.iter().enumerate() {
         if let Some(b) = runs[..i].iter().find(|b| a.conflicts_with(b)) {

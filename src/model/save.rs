@@ -57,11 +57,14 @@ impl Counters {
 }
 
 impl Table {
-    pub fn has_chain(&self, name: &str) -> bool {
+    pub(crate) fn has_chain(&self, name: &str) -> bool {
         self.chains.iter().any(|(c, _)| c == name)
     }
 
-    pub fn rules_in<'a>(&'a self, chain: &'a str) -> impl Iterator<Item = &'a SavedRule> + 'a {
+    pub(crate) fn rules_in<'a>(
+        &'a self,
+        chain: &'a str,
+    ) -> impl Iterator<Item = &'a SavedRule> + 'a {
         self.rules.iter().filter(move |r| r.chain == chain)
     }
 
@@ -112,7 +115,10 @@ pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
 
 /// Parse a dump keeping only the rule lines `keep` selects (chains are always kept). A hook
 /// that needs natledger's chains and the built-in ones need not hold 50,000 foreign rules.
-pub fn parse_dump_where(text: &str, keep: impl Fn(&str) -> bool) -> Result<Vec<Table>, ParseError> {
+pub(crate) fn parse_dump_where(
+    text: &str,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<Table>, ParseError> {
     let mut tables = Vec::new();
     let mut current: Option<Table> = None;
     for (i, raw) in text.lines().enumerate() {

@@ -253,8 +253,7 @@ pub fn check_dir(dir: &Path, parent: bool) -> io::Result<()> {
 fn check_meta(meta: &std::fs::Metadata, parent: bool) -> io::Result<()> {
     let owner = meta.uid();
     let mode = meta.permissions().mode();
-    // SAFETY: geteuid cannot fail and touches no memory.
-    let euid = unsafe { libc::geteuid() };
+    let euid = nix::unistd::geteuid().as_raw();
     let unsafe_dir = |reason| {
         refused(
             io::ErrorKind::PermissionDenied,

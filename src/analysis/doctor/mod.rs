@@ -5,7 +5,7 @@
 //!  rulesets (live *-save, or --from FILE...)  ─┐
 //!  host evidence (evidence.rs: listeners,      ├─▶ checks.rs ─▶ findings ─▶ report.rs
 //!   CNI IPAM, runtime state, routes)           │     uses paths.rs (evaluation order,
-//!  natledger's ledger (live only)             ─┘     shadows) and matchset.rs (coverage)
+//!  natledger's ledger (live only)             ─┘     shadows) and matchset/ (coverage)  
 //! ```
 //!
 //! Doctor only reads. Every finding carries the exact rule lines and a command that would
@@ -30,9 +30,9 @@ use crate::save::{self, Table};
 pub use report::render;
 
 /// Exit statuses, for monitoring.
-pub const EXIT_CLEAN: u8 = 0;
-pub const EXIT_WARNINGS: u8 = 1;
-pub const EXIT_ERRORS: u8 = 2;
+pub(crate) const EXIT_CLEAN: u8 = 0;
+pub(crate) const EXIT_WARNINGS: u8 = 1;
+pub(crate) const EXIT_ERRORS: u8 = 2;
 pub const EXIT_FAILED: u8 = 3;
 
 #[derive(Debug, thiserror::Error)]

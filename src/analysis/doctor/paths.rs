@@ -27,7 +27,7 @@ use crate::save::{SavedRule, Table};
 mod walker;
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
-pub const MAX_DEPTH: usize = 32;
+pub(crate) const MAX_DEPTH: usize = 32;
 
 /// How much one doctor run may walk.
 #[derive(Clone, Copy, Debug)]
@@ -56,7 +56,7 @@ pub const LIMITS: Limits = Limits {
 };
 
 /// The bytes one cell stands for.
-pub const CELL_BYTES: usize = 100;
+pub(crate) const CELL_BYTES: usize = 100;
 
 /// Pairs of conditions a comparison pays for (a rule of a few conditions against another).
 const PAIRS_PER_COMPARISON: usize = 16;
@@ -190,7 +190,7 @@ impl Step<'_> {
 }
 
 /// Every rule of a table parsed once, in table order (walks of several hooks share it).
-pub fn parse_table(table: &Table) -> Vec<(Match, Target)> {
+pub(crate) fn parse_table(table: &Table) -> Vec<(Match, Target)> {
     table.rules.iter().map(|r| parse_rule(&r.args)).collect()
 }
 
@@ -462,7 +462,7 @@ fn ends_for(a: &Step, b: &Step) -> bool {
 
 /// The destination ports a step requires: the intersection of its positive port conditions
 /// (a multiport jump and a `--dport` in the chain it jumps to), as ranges.
-pub fn port_set(cond: &Match) -> Option<Vec<(u16, u16)>> {
+pub(crate) fn port_set(cond: &Match) -> Option<Vec<(u16, u16)>> {
     cond.conds
         .iter()
         .filter_map(|c| match c {

@@ -56,7 +56,7 @@ impl Scope {
 
 const CACHE_SCHEMA: u32 = 2;
 /// The cache's file in the state directory.
-pub const CACHE_FILE: &str = "forwards.json";
+pub(crate) const CACHE_FILE: &str = "forwards.json";
 
 impl Cache {
     /// The cache, or an empty one when there is none or it cannot be read (it is only ever
@@ -132,7 +132,7 @@ pub struct Before {
 }
 
 /// Note the generation before natledger writes (only worth it when a cache exists).
-pub fn before_writes(nf: &Netfilter, cache: &Path) -> Option<Before> {
+pub(crate) fn before_writes(nf: &Netfilter, cache: &Path) -> Option<Before> {
     if !nf.native() || !cache.exists() {
         return None;
     }

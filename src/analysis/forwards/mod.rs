@@ -38,7 +38,7 @@
 //! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates, or when the
 //! walk to any port is too branched, the cache keeps only that fact for the generation, and
 //! each create walks once per mapping over netlink instead. Every walk stops at
-//! [`MAX_VISITS`] rules: chains that branch into one another multiply a walk without any
+//! `MAX_VISITS` rules (`walk.rs`): chains that branch into one another multiply a walk without any
 //! loop, and a walk cut short is no answer (the table counts as unread).
 //!
 //! From the cache, each mapping gets the candidates its packet may meet, up to the first
@@ -50,39 +50,34 @@ mod cache;
 mod sources;
 #[cfg(test)]
 mod tests;
+mod walk;
 
-pub use cache::{Before, CACHE_FILE, Cache, CacheEntry, Cached, Scope, before_writes, carry};
+pub use cache::{Before, Cache, CacheEntry, Cached, Scope, carry};
+pub(crate) use cache::{CACHE_FILE, before_writes};
 use sources::{Legacy, Memo, Nft};
+pub use walk::{WalkError, walk};
+use walk::{may_take, walk_counted};
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::rc::Rc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
 use crate::family::Family;
 use crate::iptc;
-use crate::layout::{NAT, Owner, is_owned_chain, owner};
-use crate::matchset::{Target, parse_rule};
+use crate::layout::NAT;
+use crate::matchset::parse_rule;
 use crate::nftables::{self, NftError};
 use crate::packet::{Addresses, Conntrack, Packet, Tri};
 use crate::portspec::PortMapping;
 use crate::rule::IpNet;
 use crate::save::Table;
 
-/// Chains deeper than this are not followed (iptables itself refuses loops).
-const MAX_DEPTH: usize = 32;
-/// The most rules one walk looks at. Each chain is read once, but a chain jumped to from
-/// many places is walked from each (its rules may match under one path and not another), so
-/// chains that branch into one another without a loop could multiply the walk without end.
-/// A walk with a packet to any port through kube-proxy's whole default NodePort range (2,768
-/// ports) of 10 endpoints each visits about 244,000 (tested; 1.2 s); one to a single port, 92.
-const MAX_VISITS: usize = 1_000_000;
 /// The most candidates the iptables-nft cache keeps: about 700 bytes each as JSON on a
 /// kube-proxy host, and every create loads the file and tests each candidate against each
 /// mapping (20,000 made a 13 MB file, 124 ms to load).
-pub const MAX_CACHED: usize = 1_000;
+pub(crate) const MAX_CACHED: usize = 1_000;
 /// The built-in nat chains a packet to a host port goes through.
 const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 
@@ -208,204 +203,6 @@ pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) ->
         }),
         ..Packet::unknown(family)
     }
-}
-
-/// Every forward of another owner `packet` may meet in one nat table, with its path: the
-/// rules of PREROUTING and OUTPUT that may match it, through their jumps (each chain read
-/// once), to every DNAT or REDIRECT. A rule certain to end nat for the packet (DNAT, REDIRECT,
-/// ACCEPT) stops that hook; a certain RETURN ends its chain.
-/// A walk cut short: never a partial answer, since the forward not found may be the one
-/// that takes the port.
-pub fn walk<C: Chains>(
-    chains: &mut C,
-    packet: &Packet,
-) -> Result<Vec<Candidate>, WalkError<C::Error>> {
-    walk_counted(chains, packet, usize::MAX).map(|(found, _)| found)
-}
-
-/// [`walk`], stopping at more than `max_found` candidates ([`WalkError::TooMany`]), and the
-/// rules it looked at.
-fn walk_counted<C: Chains>(
-    chains: &mut C,
-    packet: &Packet,
-    max_found: usize,
-) -> Result<(Vec<Candidate>, usize), WalkError<C::Error>> {
-    let mut walker = Walker {
-        packet,
-        read: HashMap::new(),
-        found: Vec::new(),
-        visits: 0,
-        max_found,
-    };
-    for hook in HOOKS {
-        let mut path = Vec::new();
-        walker.chain(chains, hook, &mut path)?;
-    }
-    Ok((walker.found, walker.visits))
-}
-
-/// Why a walk has no answer.
-#[derive(Debug, thiserror::Error)]
-pub enum WalkError<E> {
-    #[error("{0}")]
-    Read(E),
-    #[error("the nat chains branch into more than {MAX_VISITS} rule visits; not followed")]
-    TooBranched,
-    #[error("more forwards than the walk was to keep")]
-    TooMany,
-    #[error("the nat chains jump more than {MAX_DEPTH} deep; not followed")]
-    TooDeep,
-}
-
-struct Walker<'p> {
-    packet: &'p Packet,
-    /// The rules kept of every chain read so far, judged once.
-    read: HashMap<String, Option<Rc<[Judged]>>>,
-    found: Vec<Candidate>,
-    /// Rules looked at so far, against [`MAX_VISITS`].
-    visits: usize,
-    max_found: usize,
-}
-
-/// A rule kept from a chain, with what the walk needs of it.
-struct Judged {
-    position: usize,
-    args: Vec<String>,
-    target: Target,
-    /// Certain to match the packet (else it may).
-    sure: bool,
-    /// Another owner's rule (natledger's own are passed over).
-    foreign: bool,
-}
-
-/// How a chain ended for the walk.
-enum End {
-    /// Its rules ran out, or a RETURN: back to the caller.
-    Back,
-    /// A rule certain to end nat for the packet.
-    Stop,
-}
-
-impl Walker<'_> {
-    fn chain<C: Chains>(
-        &mut self,
-        chains: &mut C,
-        name: &str,
-        path: &mut Vec<Step>,
-    ) -> Result<End, WalkError<C::Error>> {
-        if path.iter().any(|s| s.chain == name) {
-            return Ok(End::Back); // a loop: the kernel refuses those
-        }
-        if path.len() >= MAX_DEPTH {
-            return Err(WalkError::TooDeep);
-        }
-        if !self.read.contains_key(name) {
-            let judged = self.read_chain(chains, name)?;
-            self.read.insert(name.to_string(), judged);
-        }
-        let Some(rules) = self.read.get(name).cloned().flatten() else {
-            return Ok(End::Back);
-        };
-        for rule in rules.iter() {
-            self.visits += 1;
-            if self.visits > MAX_VISITS {
-                return Err(WalkError::TooBranched);
-            }
-            if !rule.foreign {
-                continue;
-            }
-            let sure = rule.sure;
-            let target = &rule.target;
-            let step = || Step {
-                chain: name.to_string(),
-                position: rule.position,
-                args: rule.args.clone(),
-            };
-            // NETMAP in PREROUTING or OUTPUT rewrites the destination as a DNAT does.
-            let forwards = matches!(target, Target::Dnat { .. } | Target::Redirect { .. })
-                || matches!(target, Target::Other(n) if n == "NETMAP");
-            match target {
-                _ if forwards => {
-                    if self.found.len() >= self.max_found {
-                        return Err(WalkError::TooMany);
-                    }
-                    let mut full = path.clone();
-                    full.push(step());
-                    self.found.push(Candidate { path: full });
-                    if sure {
-                        return Ok(End::Stop);
-                    }
-                }
-                Target::Accept if sure => return Ok(End::Stop),
-                Target::Return if sure => return Ok(End::Back),
-                Target::Jump(to) | Target::Goto(to) if !is_owned_chain(to) => {
-                    let goto = matches!(target, Target::Goto(_));
-                    path.push(step());
-                    let end = self.chain(chains, to, path)?;
-                    path.pop();
-                    match end {
-                        End::Stop if sure => return Ok(End::Stop),
-                        End::Back if sure && goto => return Ok(End::Back),
-                        _ => {}
-                    }
-                }
-                _ => {}
-            }
-        }
-        Ok(End::Back)
-    }
-
-    /// The rules of `name` that may match the packet, each parsed and judged once.
-    fn read_chain<C: Chains>(
-        &self,
-        chains: &mut C,
-        name: &str,
-    ) -> Result<Option<Rc<[Judged]>>, WalkError<C::Error>> {
-        let packet = self.packet;
-        let mut keep = |args: &[String]| may_take(args, packet);
-        let Some(kept) = chains.rules(name, &mut keep).map_err(WalkError::Read)? else {
-            return Ok(None);
-        };
-        let owned = is_owned_chain(name);
-        let judged = kept
-            .into_iter()
-            .map(|(position, args)| {
-                let (m, target) = parse_rule(&args);
-                Judged {
-                    position,
-                    sure: packet.test(&m) == Tri::Yes,
-                    foreign: !owned && matches!(owner(name, &args), Owner::Foreign),
-                    target,
-                    args,
-                }
-            })
-            .collect();
-        Ok(Some(judged))
-    }
-}
-
-/// Whether a rule's conditions may match `packet`.
-fn may_take(args: &[String], packet: &Packet) -> bool {
-    !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
-}
-
-/// Whether a rule's first `-d` (not negated) holds none of the packet's possible
-/// destinations: the quick answer, before the rule is parsed whole, for the thousands of
-/// rules for other addresses (kube-proxy's services).
-fn elsewhere(args: &[String], packet: &Packet) -> bool {
-    let Some(i) = args.iter().position(|a| a == "-d") else {
-        return false;
-    };
-    if i > 0 && args[i - 1] == "!" {
-        return false;
-    }
-    let Some(net) = args
-        .get(i + 1)
-        .and_then(|v| v.parse::<crate::rule::IpNet>().ok())
-    else {
-        return false;
-    };
-    packet.dst.within(&net) == Tri::No
 }
 
 /// A table that could not be read for the check, and why.

@@ -1,3 +1,4 @@
+use super::walk::MAX_VISITS;
 use super::*;
 use crate::portspec::parse_entry;
 use crate::save::parse_dump;

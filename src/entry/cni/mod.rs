@@ -9,6 +9,7 @@
 
 pub mod attachment;
 pub mod env;
+pub mod netconf;
 pub mod plugin;
 pub mod result;
 pub mod spec;
@@ -24,7 +25,8 @@ use serde_json::Value;
 
 pub use attachment::Attachment;
 pub use env::{Command, Env};
-pub use spec::{CniError, Code, NetConf, Version};
+pub use netconf::NetConf;
+pub use spec::{CniError, Code, Version};
 
 /// The largest configuration read from stdin (a runtime sends a few kilobytes; a
 /// `prevResult` of many interfaces, tens).

@@ -19,7 +19,7 @@ pub mod render;
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
 
@@ -285,11 +285,10 @@ fn xtables_lock() -> Result<File, IptcError> {
         .map_err(err)?;
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(file);
-        }
-        let e = io::Error::last_os_error();
+        let e = match fs2::FileExt::try_lock_exclusive(&file) {
+            Ok(()) => return Ok(file),
+            Err(e) => e,
+        };
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) || Instant::now() >= deadline {
             return Err(err(e));
         }
@@ -312,24 +311,22 @@ impl Socket {
         let mut name = [0u8; 32];
         // Table names are at most 31 bytes (XT_TABLE_MAXNAMELEN); natledger's are constants.
         name[..table.len()].copy_from_slice(table.as_bytes());
+        use nix::sys::socket::{AddressFamily, SockFlag, SockProtocol, SockType, socket};
         let (af, level) = match family {
-            Family::Ipv4 => (libc::AF_INET, libc::IPPROTO_IP),
-            Family::Ipv6 => (libc::AF_INET6, libc::IPPROTO_IPV6),
+            Family::Ipv4 => (AddressFamily::Inet, libc::IPPROTO_IP),
+            Family::Ipv6 => (AddressFamily::Inet6, libc::IPPROTO_IPV6),
         };
-        // SAFETY: plain socket(2); the descriptor is owned below.
         let fd =
-            unsafe { libc::socket(af, libc::SOCK_RAW | libc::SOCK_CLOEXEC, libc::IPPROTO_RAW) };
-        if fd < 0 {
-            return Err(IptcError::Kernel {
-                family,
-                table,
-                op: "socket",
-                source: io::Error::last_os_error(),
-            });
-        }
+            socket(af, SockType::Raw, SockFlag::SOCK_CLOEXEC, SockProtocol::Raw).map_err(|e| {
+                IptcError::Kernel {
+                    family,
+                    table,
+                    op: "socket",
+                    source: e.into(),
+                }
+            })?;
         Ok(Socket {
-            // SAFETY: fd is a fresh descriptor nobody else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
             family,
             level,
             table,
@@ -348,7 +345,8 @@ impl Socket {
 
     fn get(&self, op: &'static str, name: libc::c_int, buf: &mut [u8]) -> Result<(), IptcError> {
         let mut len = buf.len() as libc::socklen_t;
-        // SAFETY: buf is valid for len bytes.
+        // SAFETY: buf is valid for writes of `len` bytes and `len` for reads and writes;
+        // the kernel writes no more than `len` bytes, and only into buf.
         let r = unsafe {
             libc::getsockopt(
                 self.fd.as_raw_fd(),
@@ -364,9 +362,16 @@ impl Socket {
         Ok(())
     }
 
-    fn set(&self, op: &'static str, name: libc::c_int, buf: &[u8]) -> Result<(), IptcError> {
-        // SAFETY: buf is valid for its length; the kernel only reads it (and writes through
-        // the counters pointer inside a replace, which points at a live buffer).
+    /// `setsockopt(2)` at the table's level: option `name` with `buf` as its value.
+    ///
+    /// # Safety
+    /// Every pointer inside `buf` must be valid for what the kernel does through it for
+    /// option `name` during the call: `IPT_SO_SET_REPLACE`'s `counters` must point at
+    /// `num_counters` writable `xt_counters` (16 bytes each) that live until this returns.
+    /// (`IPT_SO_SET_ADD_COUNTERS`' value carries no pointer.)
+    unsafe fn set(&self, op: &'static str, name: libc::c_int, buf: &[u8]) -> Result<(), IptcError> {
+        // SAFETY: buf is valid for reads of its length; the pointers inside it are valid as
+        // this fn's contract requires.
         let r = unsafe {
             libc::setsockopt(
                 self.fd.as_raw_fd(),
@@ -431,7 +436,9 @@ impl Socket {
         buf.extend((counters.as_mut_ptr() as u64).to_ne_bytes());
         let at = edited.start - REPLACE_HEADER;
         edited.buf[at..edited.start].copy_from_slice(&buf);
-        self.set("IPT_SO_SET_REPLACE", SO_SET_REPLACE, &edited.buf[at..])?;
+        // SAFETY: the header's `counters` is `counters`' buffer, of `old_entries` (the
+        // header's `num_counters`) entries, alive and not otherwise used until after the call.
+        unsafe { self.set("IPT_SO_SET_REPLACE", SO_SET_REPLACE, &edited.buf[at..]) }?;
         Ok(counters)
     }
 
@@ -445,6 +452,7 @@ impl Socket {
             buf.extend(packets.to_ne_bytes());
             buf.extend(bytes.to_ne_bytes());
         }
-        self.set("IPT_SO_SET_ADD_COUNTERS", SO_SET_ADD_COUNTERS, &buf)
+        // SAFETY: `xt_counters_info` carries no pointer: the counters are in the buffer.
+        unsafe { self.set("IPT_SO_SET_ADD_COUNTERS", SO_SET_ADD_COUNTERS, &buf) }
     }
 }

@@ -214,6 +214,8 @@ fn hand_off(sock: RawFd) -> Option<OwnedFd> {
     // SAFETY: between fork and _exit the children call only async-signal-safe functions
     // (fork, close_range/close, read, _exit), so a multi-threaded parent is fine.
     match unsafe { fork() }.ok()? {
+        // SAFETY: the child and the grandchild only fork, close, read and _exit (all
+        // async-signal-safe), on descriptors they inherited.
         ForkResult::Child => unsafe {
             if let Ok(ForkResult::Child) = fork() {
                 keep_only(sock, read_fd);
@@ -233,6 +235,10 @@ fn hand_off(sock: RawFd) -> Option<OwnedFd> {
 }
 
 /// Close every descriptor but `a` and `b`. Async-signal-safe.
+///
+/// # Safety
+/// Only in a forked child about to `_exit`: every other descriptor of the process is closed
+/// under whoever owns it.
 unsafe fn keep_only(a: RawFd, b: RawFd) {
     let (lo, hi) = (a.min(b) as u32, a.max(b) as u32);
     let close_range = |first: u32, last: u32| {
@@ -243,6 +249,7 @@ unsafe fn keep_only(a: RawFd, b: RawFd) {
         if unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) } != 0 {
             // Kernels before 5.9: close the usual range one by one.
             for fd in first..=last.min(1023) {
+                // SAFETY: as above; a descriptor not open is EBADF, nothing else.
                 unsafe { libc::close(fd as i32) };
             }
         }
@@ -262,35 +269,29 @@ mod tests {
     /// reaches EOF at once), and lets the socket go when the returned pipe end is dropped.
     #[test]
     fn the_socket_outlives_the_caller_and_nothing_else_is_kept() {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
         use std::io::Read;
+        use std::os::fd::AsFd;
         use std::os::unix::net::UnixStream;
-        let poll_in = |fd: RawFd, ms: i32| {
-            let mut p = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut p, 1, ms) > 0 }
+        let poll_in = |fd: std::os::fd::BorrowedFd, ms: u16| {
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            poll(&mut fds, PollTimeout::from(ms)).unwrap() > 0
         };
         let (stdout_read, stdout_write) = nix::unistd::pipe().unwrap();
         let (sock, mut peer) = UnixStream::pair().unwrap();
         let release = hand_off(sock.as_raw_fd()).expect("forked");
         drop(stdout_write);
         assert!(
-            poll_in(stdout_read.as_raw_fd(), 2000),
+            poll_in(stdout_read.as_fd(), 2000),
             "the grandchild kept a copy of stdout"
         );
         drop(sock);
         assert!(
-            !poll_in(peer.as_raw_fd(), 200),
+            !poll_in(peer.as_fd(), 200),
             "the socket was released with the caller's copy"
         );
         drop(release);
-        assert!(
-            poll_in(peer.as_raw_fd(), 2000),
-            "the socket was never released"
-        );
+        assert!(poll_in(peer.as_fd(), 2000), "the socket was never released");
         let mut buf = [0u8; 1];
         assert_eq!(peer.read(&mut buf).unwrap(), 0);
     }

@@ -32,13 +32,13 @@ use crate::family::Family;
 pub const OPAQUE: &str = "--natledger-opaque";
 
 /// `IPT_INV_*` / `IP6T_INV_*` (the same bits in both families).
-pub const INV_VIA_IN: u8 = 0x01;
-pub const INV_VIA_OUT: u8 = 0x02;
-pub const INV_SRCIP: u8 = 0x08;
-pub const INV_DSTIP: u8 = 0x10;
-pub const INV_FRAG: u8 = 0x20;
-pub const INV_PROTO: u8 = 0x40;
-pub const IFNAMSIZ: usize = 16;
+pub(crate) const INV_VIA_IN: u8 = 0x01;
+pub(crate) const INV_VIA_OUT: u8 = 0x02;
+pub(crate) const INV_SRCIP: u8 = 0x08;
+pub(crate) const INV_DSTIP: u8 = 0x10;
+pub(crate) const INV_FRAG: u8 = 0x20;
+pub(crate) const INV_PROTO: u8 = 0x40;
+pub(crate) const IFNAMSIZ: usize = 16;
 
 /// The part of a rule before its matches, as both backends describe it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -128,7 +128,7 @@ fn bang(out: &mut Vec<String>, invert: bool) {
 }
 
 /// `save_iface`: the name up to its mask; a mask ending before the name's NUL is a `+`.
-pub fn iface_text(name: &[u8; IFNAMSIZ], mask: &[u8; IFNAMSIZ]) -> String {
+pub(crate) fn iface_text(name: &[u8; IFNAMSIZ], mask: &[u8; IFNAMSIZ]) -> String {
     let mut s = String::new();
     for i in 0..IFNAMSIZ {
         if mask[i] != 0 {
@@ -146,7 +146,7 @@ pub fn iface_text(name: &[u8; IFNAMSIZ], mask: &[u8; IFNAMSIZ]) -> String {
 }
 
 /// The prefix length of a contiguous mask.
-pub fn prefix_len(mask: &[u8]) -> Option<u32> {
+pub(crate) fn prefix_len(mask: &[u8]) -> Option<u32> {
     let ones: u32 = mask.iter().map(|b| b.count_ones()).sum();
     let contiguous = mask.iter().enumerate().all(|(i, b)| {
         let bits = (ones as usize).saturating_sub(8 * i).min(8);
@@ -156,7 +156,7 @@ pub fn prefix_len(mask: &[u8]) -> Option<u32> {
 }
 
 /// An address as `inet_ntop` prints it (4 or 16 bytes).
-pub fn addr_text(addr: &[u8]) -> String {
+pub(crate) fn addr_text(addr: &[u8]) -> String {
     let mut s = String::with_capacity(16);
     push_addr(&mut s, addr);
     s
@@ -187,7 +187,7 @@ fn ntop6(a: Ipv6Addr) -> String {
 }
 
 /// `-p` as iptables prints it: `xtables_chain_protos`, then `/etc/protocols`.
-pub fn proto_name(proto: u16) -> Option<String> {
+pub(crate) fn proto_name(proto: u16) -> Option<String> {
     // The first name of each number in libxtables' `xtables_chain_protos`.
     const CHAIN_PROTOS: [(&str, u16); 10] = [
         ("tcp", 6),
@@ -253,7 +253,13 @@ impl Data<'_> {
 
 /// A match: `-m NAME` and its options, or `-m NAME --natledger-opaque` when the info struct
 /// is not one this module decodes.
-pub fn push_match(out: &mut Vec<String>, family: Family, name: &str, revision: u8, data: &[u8]) {
+pub(crate) fn push_match(
+    out: &mut Vec<String>,
+    family: Family,
+    name: &str,
+    revision: u8,
+    data: &[u8],
+) {
     let start = out.len();
     if matches::decode_match(out, family, name, revision, &Data(data)).is_none() {
         out.truncate(start);
@@ -262,13 +268,19 @@ pub fn push_match(out: &mut Vec<String>, family: Family, name: &str, revision: u
 }
 
 /// `-m NAME --natledger-opaque`.
-pub fn push_opaque_match(out: &mut Vec<String>, name: &str) {
+pub(crate) fn push_opaque_match(out: &mut Vec<String>, name: &str) {
     out.extend(["-m".to_string(), name.to_string(), OPAQUE.to_string()]);
 }
 
 /// A target: `-j NAME` and its options, or `-j NAME` alone when the info struct is not one
 /// this module decodes (target options never decide what a rule matches).
-pub fn push_target(out: &mut Vec<String>, family: Family, name: &str, revision: u8, data: &[u8]) {
+pub(crate) fn push_target(
+    out: &mut Vec<String>,
+    family: Family,
+    name: &str,
+    revision: u8,
+    data: &[u8],
+) {
     out.extend(["-j".to_string(), name.to_string()]);
     let start = out.len();
     if targets::decode_target(out, family, name, revision, &Data(data)).is_none() {
@@ -281,7 +293,7 @@ const FREE_TEXT: [&str; 2] = ["--comment", "--log-prefix"];
 
 /// A free-text value as `xtables_save_string` writes it: bare when it is only letters,
 /// digits, `_` and `-`, else in double quotes with `"`, `\` and `'` escaped.
-pub fn save_quoted(value: &str) -> String {
+pub(crate) fn save_quoted(value: &str) -> String {
     if !value.is_empty()
         && value
             .bytes()
@@ -301,7 +313,7 @@ pub fn save_quoted(value: &str) -> String {
 }
 
 /// A decoded rule as its `-A CHAIN …` line of `iptables-save`, for warnings.
-pub fn save_line(chain: &str, args: &[String]) -> String {
+pub(crate) fn save_line(chain: &str, args: &[String]) -> String {
     let mut line = format!("-A {chain}");
     let mut free = false;
     for a in args {

@@ -13,11 +13,11 @@ use std::cmp::Ordering;
 use super::PortMapping;
 
 /// The most mappings (after [`coalesce`]) one container or CNI attachment may record.
-pub const MAX_MAPPINGS: usize = 1024;
+pub(crate) const MAX_MAPPINGS: usize = 1024;
 
 /// The most rules natledger writes for one container or CNI attachment (a mapping is 2 to 4
 /// rules per family: `layout::mapping_rules`).
-pub const MAX_RULES: usize = 4096;
+pub(crate) const MAX_RULES: usize = 4096;
 
 /// What a container asked for beyond the bounds.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ fn continues(last: &PortMapping, next: &PortMapping, shifted: bool) -> bool {
 
 /// The fewest mappings any backend can record these as: a container over
 /// [`MAX_MAPPINGS`] by this count is over it everywhere.
-pub fn check_count(mappings: &[PortMapping]) -> Result<(), Bound> {
+pub(crate) fn check_count(mappings: &[PortMapping]) -> Result<(), Bound> {
     let merged = coalesce(mappings, true).len();
     if merged > MAX_MAPPINGS {
         return Err(Bound::Mappings {
@@ -82,7 +82,9 @@ pub fn check_count(mappings: &[PortMapping]) -> Result<(), Bound> {
 /// The one form of a set of mappings, whatever their order and however they were split
 /// (recorded as a container's own and shared ones, or merged by another backend's rule):
 /// sorted, then merged. A CNI CHECK compares what it is asked with what was recorded so.
-pub fn canonical<'a>(mappings: impl IntoIterator<Item = &'a PortMapping>) -> Vec<PortMapping> {
+pub(crate) fn canonical<'a>(
+    mappings: impl IntoIterator<Item = &'a PortMapping>,
+) -> Vec<PortMapping> {
     let mut all: Vec<PortMapping> = mappings.into_iter().cloned().collect();
     all.sort_by(order);
     coalesce(&all, true)

@@ -15,9 +15,10 @@ use crate::portspec::{PortRange, Protocol};
 mod conntrack;
 mod net;
 
+pub use crate::family::IpNet;
 use conntrack::Conntrack;
 pub use conntrack::Dnatted;
-pub use net::{DnatTo, IpNet};
+pub use net::DnatTo;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
@@ -33,14 +34,14 @@ pub enum Target {
 /// a flow some DNAT rewrote, either way (a reply, an ICMP error about it included). Not
 /// ESTABLISHED or RELATED: conntrack does not know the interface a flow came in on, so a
 /// neighbour could forge a packet of the node's own loopback flows.
-pub const DNATTED_STATE: &str = "DNAT";
+pub(crate) const DNATTED_STATE: &str = "DNAT";
 
 /// The conntrack states `-m conntrack --ctstate` names in the nftables backend's second guard
 /// rule: a packet conntrack does not track (invalid: no entry could be found or made;
 /// untracked: a `notrack` rule). nf_tables' `ct status` has no value for such a packet, so
 /// the first rule (`! --ctstate DNAT`, `ct status ! dnat`) does not match it there, where
 /// iptables' conntrack match does (`crate::layout::guard_untracked`).
-pub const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
+pub(crate) const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
 
 /// A rule as natledger writes it. Fields are in rendering order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -95,6 +96,24 @@ pub enum RuleParseError {
 }
 
 impl Rule {
+    /// Every packet to `target`: no condition, no comment. The other fields are set with
+    /// struct update syntax (`Rule { comment, ..Rule::unconditional(target) }`).
+    pub(crate) fn unconditional(target: Target) -> Rule {
+        Rule {
+            source: None,
+            destination: None,
+            not_in_interface: None,
+            protocol: None,
+            dports: None,
+            dst_local: false,
+            dnatted: None,
+            not_dnatted: false,
+            untracked: false,
+            comment: None,
+            target,
+        }
+    }
+
     /// The iptables arguments after `-A CHAIN`, in `*-save` order.
     pub fn to_args(&self) -> Vec<String> {
         let mut args: Vec<String> = Vec::with_capacity(16);
@@ -164,19 +183,7 @@ impl Rule {
     /// Parse the arguments after `-A CHAIN`. Options may come in any order; any option
     /// natledger never writes (negations, interfaces, other matches) is `Unsupported`.
     pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Rule, RuleParseError> {
-        let mut rule = Rule {
-            source: None,
-            destination: None,
-            protocol: None,
-            dports: None,
-            not_in_interface: None,
-            dst_local: false,
-            not_dnatted: false,
-            untracked: false,
-            dnatted: None,
-            comment: None,
-            target: Target::Masquerade,
-        };
+        let mut rule = Rule::unconditional(Target::Masquerade);
         let mut jump: Option<String> = None;
         let mut to_destination: Option<DnatTo> = None;
         let mut ct = Conntrack::default();
@@ -325,7 +332,7 @@ impl Rule {
 
 /// An interface name natledger writes in `-i`: as the kernel accepts one (at most 15
 /// bytes, no `/`, `:` or whitespace), and without iptables' `+` wildcard.
-pub fn is_interface_name(name: &str) -> bool {
+pub(crate) fn is_interface_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() < 16
         && name
@@ -335,7 +342,7 @@ pub fn is_interface_name(name: &str) -> bool {
 
 /// A user-defined chain name as iptables accepts it (at most 28 characters, no
 /// whitespace, not an option).
-pub fn is_user_chain_name(name: &str) -> bool {
+pub(crate) fn is_user_chain_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 28
         && !name.starts_with('-')

@@ -2,24 +2,18 @@ use super::*;
 
 fn dnat_rule() -> Rule {
     Rule {
-        source: None,
         destination: Some("10.9.0.1".parse().unwrap()),
         protocol: Some(Protocol::Tcp),
         dports: Some(PortRange {
             start: 8000,
             end: 8010,
         }),
-        not_in_interface: None,
-        dst_local: false,
-        not_dnatted: false,
-        untracked: false,
-        dnatted: None,
         comment: Some("natledger:abc".into()),
-        target: Target::Dnat(DnatTo {
+        ..Rule::unconditional(Target::Dnat(DnatTo {
             addr: "10.1.0.2".parse().unwrap(),
             ports: PortRange { start: 80, end: 90 },
             base: Some(8000),
-        }),
+        }))
     }
 }
 
@@ -35,13 +29,8 @@ fn renders_in_save_order() {
         destination: Some("fd00::2/128".parse().unwrap()),
         protocol: Some(Protocol::Udp),
         dports: Some(PortRange::single(53)),
-        not_in_interface: None,
         dst_local: true,
-        not_dnatted: false,
-        untracked: false,
-        dnatted: None,
-        comment: None,
-        target: Target::Masquerade,
+        ..Rule::unconditional(Target::Masquerade)
     };
     assert_eq!(
         v6.to_args().join(" "),
@@ -53,17 +42,9 @@ fn renders_in_save_order() {
 #[test]
 fn parse_is_the_inverse_of_render() {
     let jump = Rule {
-        source: None,
-        destination: None,
-        protocol: None,
-        dports: None,
-        not_in_interface: None,
         dst_local: true,
-        not_dnatted: false,
-        untracked: false,
-        dnatted: None,
         comment: Some("natledger".into()),
-        target: Target::Jump("NATLEDGER-HOSTPORTS".into()),
+        ..Rule::unconditional(Target::Jump("NATLEDGER-HOSTPORTS".into()))
     };
     let v6 = Rule {
         target: Target::Dnat(DnatTo {
@@ -81,14 +62,6 @@ fn parse_is_the_inverse_of_render() {
 
 fn accept_rule() -> Rule {
     Rule {
-        source: None,
-        destination: None,
-        protocol: None,
-        dports: None,
-        not_in_interface: None,
-        dst_local: false,
-        not_dnatted: false,
-        untracked: false,
         dnatted: Some(Dnatted {
             protocol: Protocol::Udp,
             orig_dst: Some("10.78.0.1".parse().unwrap()),
@@ -100,7 +73,7 @@ fn accept_rule() -> Rule {
             repl_src_ports: PortRange { start: 80, end: 82 },
         }),
         comment: Some("natledger:abc".into()),
-        target: Target::Accept,
+        ..Rule::unconditional(Target::Accept)
     }
 }
 
@@ -270,7 +243,14 @@ fn only_the_guards_negations_are_natledgers() {
 /// match.
 #[test]
 fn the_untracked_guard_round_trips_and_stands_alone() {
-    let rule = crate::layout::guard_untracked("127.0.0.0/8".parse().unwrap());
+    // What `layout::guard_untracked` writes.
+    let rule = Rule {
+        destination: Some("127.0.0.0/8".parse().unwrap()),
+        not_in_interface: Some("lo".into()),
+        untracked: true,
+        comment: Some("natledger".into()),
+        ..Rule::unconditional(Target::Drop)
+    };
     let line = "-d 127.0.0.0/8 ! -i lo -m conntrack --ctstate INVALID,UNTRACKED \
                 -m comment --comment natledger -j DROP";
     assert_eq!(rule.to_args().join(" "), line);

@@ -5,7 +5,7 @@ use crate::kernel::machine::Machine;
 
 impl Checks<'_> {
     /// Check 2: DNAT rules whose destination no live container or local route holds.
-    pub fn dead_targets(&mut self) {
+    pub(crate) fn dead_targets(&mut self) {
         let Some(host) = self.host else { return };
         let mut seen = HashSet::new();
         for w in self.walks.iter().filter(|w| w.table == "nat") {

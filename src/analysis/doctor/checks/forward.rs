@@ -15,7 +15,7 @@ use crate::save::{SavedRule, Table};
 type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
 
 impl Checks<'_> {
-    pub fn forward_drops(&mut self) {
+    pub(crate) fn forward_drops(&mut self) {
         let filters: Vec<Filter> = self
             .rulesets
             .iter()

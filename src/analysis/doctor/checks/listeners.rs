@@ -4,7 +4,7 @@ use super::*;
 
 impl Checks<'_> {
     /// Check 3: Local listeners whose traffic a rule redirects (nat) or rejects (filter INPUT).
-    pub fn hijacked_listeners(&mut self) {
+    pub(crate) fn hijacked_listeners(&mut self) {
         let Some(host) = self.host else { return };
         let mut seen = HashSet::new();
         for l in &host.listeners {

@@ -32,7 +32,7 @@ const NAT_HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
 const FILTER_HOOKS: [&str; 3] = ["INPUT", "FORWARD", "OUTPUT"];
 
 /// Facts about the live host.
-pub struct Host {
+pub(crate) struct Host {
     listeners: Vec<Listener>,
     reservations: Vec<Reservation>,
     cni_present: bool,
@@ -53,7 +53,7 @@ pub struct Host {
 }
 
 impl Host {
-    pub fn gather(opts: &DoctorOptions) -> Host {
+    pub(crate) fn gather(opts: &DoctorOptions) -> Host {
         let (manifests, ledger_error) = match opts.ledger.list() {
             Ok(all) => (all.into_iter().flatten().collect(), None),
             Err(e) => (Vec::new(), Some(crate::chain::text(&e))),
@@ -91,7 +91,7 @@ fn own_tables(opts: &DoctorOptions) -> Vec<Ruleset> {
 }
 
 /// The walks of every ruleset, and the findings so far.
-pub struct Checks<'a> {
+pub(crate) struct Checks<'a> {
     rulesets: &'a [Ruleset],
     host: Option<&'a Host>,
     host_backend: Detected,
@@ -112,7 +112,7 @@ struct Walked<'a> {
 }
 
 impl<'a> Checks<'a> {
-    pub fn new(
+    pub(crate) fn new(
         rulesets: &'a [Ruleset],
         host: Option<&'a Host>,
         host_backend: Detected,
@@ -155,7 +155,7 @@ impl<'a> Checks<'a> {
         }
     }
 
-    pub fn finish(self) -> (Vec<Finding>, Vec<NotFollowed>) {
+    pub(crate) fn finish(self) -> (Vec<Finding>, Vec<NotFollowed>) {
         (self.findings, self.not_followed)
     }
 }
@@ -197,7 +197,7 @@ fn short(id: &str) -> &str {
 
 /// The address of a DNAT `--to-destination` (`10.0.0.2:80`, `[fd00::2]:80`, `10.0.0.2`,
 /// `10.0.0.2-10.0.0.4:80`: the first).
-pub fn dnat_address(to: &str) -> Option<IpAddr> {
+pub(crate) fn dnat_address(to: &str) -> Option<IpAddr> {
     if let Some(rest) = to.strip_prefix('[') {
         return rest.split(']').next()?.parse().ok();
     }

@@ -7,7 +7,7 @@ use crate::sharing::Needs;
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
-    pub fn natledger_state(&mut self) {
+    pub(crate) fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
         if let Some(error) = &host.ledger_error {
             // Without the manifests every natledger rule would look orphaned, and sweep

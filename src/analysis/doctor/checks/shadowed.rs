@@ -24,7 +24,7 @@ impl Checks<'_> {
     /// per earlier rule, naming every rule it shadows and, when a rule is reached from other
     /// hooks where it does match, the packets it never matches (a duplicate is a note, anything
     /// else an error).
-    pub fn shadowed(&mut self) {
+    pub(crate) fn shadowed(&mut self) {
         let set_of = |w: &Walked| {
             self.rulesets
                 .iter()

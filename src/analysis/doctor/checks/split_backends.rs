@@ -43,7 +43,7 @@ enum Effect {
 
 impl Checks<'_> {
     /// Check 4: rules in the backend the host does not use.
-    pub fn split_backends(&mut self) {
+    pub(crate) fn split_backends(&mut self) {
         let backends: BTreeSet<Backend> = self.rulesets.iter().map(|s| s.backend).collect();
         if backends.len() < 2 && self.host.is_none() {
             return;

@@ -11,7 +11,7 @@ use crate::doctor::paths;
 
 /// The packets a rule matches, in words: "tcp packets from an address in 10.0.0.0/8 to port
 /// 6667 of a local address that arrive on any interface but docker0".
-pub fn packets(cond: &Match) -> String {
+pub(crate) fn packets(cond: &Match) -> String {
     let mut noun = "packets".to_string();
     let (mut src, mut dst) = (Place::default(), Place::default());
     let mut not_ports = Vec::new();
@@ -125,7 +125,7 @@ impl Place {
 }
 
 /// "a" or "an" before `word`, by its first letter.
-pub fn article(word: &str) -> &'static str {
+pub(crate) fn article(word: &str) -> &'static str {
     match word.chars().next().map(|c| c.to_ascii_lowercase()) {
         Some('a' | 'e' | 'i' | 'o' | 'u') => "an",
         _ => "a",
@@ -134,7 +134,7 @@ pub fn article(word: &str) -> &'static str {
 
 /// An interface name in words: "docker0", "any interface but docker0", "an interface whose
 /// name starts with veth" (`veth+`).
-pub fn interface(negated: bool, name: &str) -> String {
+pub(crate) fn interface(negated: bool, name: &str) -> String {
     match (negated, name.strip_suffix('+')) {
         (false, None) => name.to_string(),
         (true, None) => format!("any interface but {name}"),
@@ -148,7 +148,7 @@ pub fn interface(negated: bool, name: &str) -> String {
 }
 
 /// "port 80", "ports 80,443", "ports 1000-2000".
-pub fn port_words(ports: &PortSet) -> String {
+pub(crate) fn port_words(ports: &PortSet) -> String {
     let one = matches!(ports.0.as_slice(), [(lo, hi)] if lo == hi);
     format!(
         "{} {}",
@@ -158,7 +158,7 @@ pub fn port_words(ports: &PortSet) -> String {
 }
 
 /// "80", "80,443", "1000-2000".
-pub fn ports_text(ports: &PortSet) -> String {
+pub(crate) fn ports_text(ports: &PortSet) -> String {
     ports
         .0
         .iter()
@@ -174,7 +174,7 @@ pub fn ports_text(ports: &PortSet) -> String {
 }
 
 /// A rule's target as a short noun phrase, for parentheses: "DNAT to 10.0.0.2:80".
-pub fn target_text(target: &Target) -> String {
+pub(crate) fn target_text(target: &Target) -> String {
     match target {
         Target::Dnat { to } if !to.is_empty() => format!("DNAT to {to}"),
         Target::Dnat { .. } => "DNAT".into(),

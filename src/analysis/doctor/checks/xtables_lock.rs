@@ -7,7 +7,7 @@ use super::*;
 impl Checks<'_> {
     /// Check 7: a holder of an `IPPROTO_RAW` socket (libiptc's handle on the legacy tables) of
     /// this network namespace that does not hold the xtables lock.
-    pub fn xtables_lock(&mut self) {
+    pub(crate) fn xtables_lock(&mut self) {
         let Some(host) = self.host else { return };
         let lock = evidence::xtables_lock_path();
         for holder in evidence::unlocked(&host.roots) {

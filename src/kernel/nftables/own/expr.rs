@@ -420,19 +420,7 @@ fn normal(expr: Expr) -> Expr {
 /// The rule the expressions seem to say, read loosely: [`decode`] checks it by encoding it
 /// again.
 fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
-    let mut rule = Rule {
-        source: None,
-        destination: None,
-        not_in_interface: None,
-        protocol: None,
-        dports: None,
-        dst_local: false,
-        dnatted: None,
-        not_dnatted: false,
-        untracked: false,
-        comment: None,
-        target: Target::Accept,
-    };
+    let mut rule = Rule::unconditional(Target::Accept);
     let (saddr, daddr) = family.header_addresses();
     let mut target = None;
     let (mut nat_addr, mut nat_port) = (None, None);

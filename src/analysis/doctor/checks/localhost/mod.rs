@@ -58,7 +58,7 @@ type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
 impl Checks<'_> {
     /// Check 8: interfaces with route_localnet on whose packets to 127.0.0.1 filter INPUT lets
     /// in. Live only: the sysctls are the host's.
-    pub fn localhost_exposed(&mut self) {
+    pub(crate) fn localhost_exposed(&mut self) {
         let Some(host) = self.host else { return };
         let likely = |iface: &str| likely_setter(host, iface);
         // natledger's own nftables table too: its guard is a drop, and a drop in any base
