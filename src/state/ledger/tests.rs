@@ -495,3 +495,42 @@ fn a_container_without_a_pid_is_dead_but_an_attachment_is_judged_by_its_namespac
     assert!(cni_sample("abc", net, NetnsId::of_path(net)).alive());
     assert!(cni_sample("abc", net, None).alive());
 }
+
+/// Manifests an earlier release wrote (`tests/fixtures/manifests`, one per backend, and an
+/// older layout's) are loaded, and stored again byte for byte.
+#[test]
+fn release_manifests_are_stored_again_byte_for_byte() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<PathBuf> = fs::read_dir(root.join("manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    fixtures.push(root.join("state-dir-older/containers/c1.json"));
+    assert!(fixtures.len() >= 4, "{fixtures:?}");
+    for fixture in fixtures {
+        let bytes = fs::read(&fixture).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let locked = ledger.lock().unwrap();
+        let id: ContainerId = fixture
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let path = ledger.manifest_path(&id);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &bytes).unwrap();
+        let manifest = ledger.load(&id).unwrap().expect("the fixture loads");
+        assert!(!manifest.rules.is_empty(), "{}", fixture.display());
+        fs::remove_file(&path).unwrap();
+        locked.store(&manifest).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            String::from_utf8(bytes).unwrap(),
+            "{}",
+            fixture.display()
+        );
+    }
+}
