@@ -89,7 +89,7 @@ pub fn writes_forward(backend: Backend) -> bool {
 /// A rule, its table and the chain it lives in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
-    pub table: &'static str,
+    pub table: crate::table::Table,
     pub chain: &'static str,
     pub rule: Rule,
 }
@@ -314,7 +314,7 @@ pub fn mapping_rules(
         }),
     };
     let masquerade_from = |source: IpNet| Placed {
-        table: NAT,
+        table: crate::table::Table::Nat,
         chain: MASQ_CHAIN,
         rule: Rule {
             source: Some(source),
@@ -352,14 +352,14 @@ pub fn mapping_rules(
     let mut rules = Vec::with_capacity(4);
     if writes_forward(backend) {
         rules.push(Placed {
-            table: FILTER,
+            table: crate::table::Table::Filter,
             chain: FORWARD_CHAIN,
             rule: accept,
         });
     }
     rules.extend([
         Placed {
-            table: NAT,
+            table: crate::table::Table::Nat,
             chain: DNAT_CHAIN,
             rule: dnat,
         },

@@ -9,3 +9,4 @@ pub mod oci;
 pub mod portspec;
 pub mod rule;
 pub mod save;
+pub mod table;

@@ -27,7 +27,7 @@ pub(super) fn install(
     ctx: &Context,
     family: Family,
     rules: &[&RuleRecord],
-) -> Result<Vec<&'static str>, InstallError> {
+) -> Result<Vec<Table>, InstallError> {
     if ctx.backend == Backend::Nftables {
         return install_own(ctx, family, rules)
             .map(|()| Vec::new())
@@ -37,9 +37,9 @@ pub(super) fn install(
             });
     }
     let mut partial = false;
-    let mut pending: Vec<(&'static str, Vec<Placement>)> = Vec::new();
-    for table in TABLES {
-        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
+    let mut pending: Vec<(Table, Vec<Placement>)> = Vec::new();
+    for table in Table::ALL {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.is_in(table)).collect();
         if here.is_empty() {
             continue;
         }
@@ -60,8 +60,8 @@ pub(super) fn install(
     let fast: Vec<Batch> = pending
         .iter()
         .map(|(table, placed)| {
-            let mut batch = Batch::new(table);
-            for (chain, jump) in shared_rules(ctx.backend, table, family) {
+            let mut batch = Batch::new(table.as_str());
+            for (chain, jump) in shared_rules(ctx.backend, table.as_str(), family) {
                 batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
             }
             push_rules(&mut batch, placed);
@@ -77,16 +77,16 @@ pub(super) fn install(
         Err(_) => partial |= pending.len() > 1,
     }
     for (table, placed) in &pending {
-        let written = write_table(ctx, family, table, placed);
+        let written = write_table(ctx, family, *table, placed);
         match written {
             Ok(wrote) => partial |= wrote,
-            Err(error) if *table == FILTER => {
+            Err(error) if *table == Table::Filter => {
                 eprintln!(
                     "natledger: warning: the {family} forward accept was not written ({error}); \
                      where FORWARD drops, these ports answer only from this host (doctor: \
                      forward-dropped)"
                 );
-                skipped.push(FILTER);
+                skipped.push(Table::Filter);
             }
             Err(error) => return Err(InstallError { error, partial }),
         }
@@ -125,14 +125,14 @@ pub(super) fn roll_back(
 /// route_localnet is never on without it.
 fn install_own(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(), BackendError> {
     let own = ctx.netfilter.read_own_table(family)?;
-    let mut batches = Vec::with_capacity(TABLES.len());
-    for table in TABLES {
-        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.table == table).collect();
+    let mut batches = Vec::with_capacity(Table::ALL.len());
+    for table in Table::ALL {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.is_in(table)).collect();
         let placed = placements(&here);
         let dump = own
             .table
             .as_ref()
-            .map(|t| t.logical(table))
+            .map(|t| t.logical(table.as_str()))
             .unwrap_or_default();
         batches.push(missing(ctx, family, table, &dump, &placed));
     }
@@ -145,17 +145,17 @@ fn install_own(ctx: &Context, family: Family, rules: &[&RuleRecord]) -> Result<(
 fn missing(
     ctx: &Context,
     family: Family,
-    table: &'static str,
+    table: Table,
     dump: &crate::save::Table,
     placed: &[Placement],
 ) -> Batch {
-    let mut full = Batch::new(table);
-    for chain in owned_chains(ctx.backend, table, family) {
+    let mut full = Batch::new(table.as_str());
+    for chain in owned_chains(ctx.backend, table.as_str(), family) {
         if !dump.has_chain(chain) {
             full.ops.push(Op::DeclareChain(chain.to_string()));
         }
     }
-    for (chain, shared) in shared_rules(ctx.backend, table, family) {
+    for (chain, shared) in shared_rules(ctx.backend, table.as_str(), family) {
         let present = dump
             .rules_in(chain)
             .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
@@ -175,12 +175,12 @@ fn missing(
 pub(super) fn write_table(
     ctx: &Context,
     family: Family,
-    table: &'static str,
+    table: Table,
     placed: &[Placement],
 ) -> Result<bool, BackendError> {
     let dump = ctx
         .netfilter
-        .read(ctx.backend, family, table)?
+        .read(ctx.backend, family, table.as_str())?
         .unwrap_or_default();
     let full = missing(ctx, family, table, &dump, placed);
     if full.is_empty() {
@@ -194,21 +194,18 @@ pub(super) fn write_table(
 pub(super) fn insert_native(
     ctx: &Context,
     family: Family,
-    table: &'static str,
+    table: Table,
     placed: &[Placement],
 ) -> bool {
-    let parsed: Option<Vec<(&str, Rule, Place)>> = placed
+    let rules: Vec<(&str, Rule, Place)> = placed
         .iter()
-        .map(|(chain, args, place)| Some((*chain, Rule::parse_args(args).ok()?, *place)))
+        .map(|(chain, rule, place)| (*chain, (*rule).clone(), *place))
         .collect();
-    let Some(parsed) = parsed else {
-        return false;
-    };
     match ctx.netfilter.insert_legacy(
         family,
-        table,
-        &parsed,
-        &shared_rules(ctx.backend, table, family),
+        table.as_str(),
+        &rules,
+        &shared_rules(ctx.backend, table.as_str(), family),
     ) {
         Ok(Native::Done(_)) => true,
         Ok(Native::Declined | Native::Off) => false,
@@ -225,31 +222,34 @@ pub(super) fn insert_native(
 
 /// Whether every rule of `placed` is in the dump (as many times as placed).
 pub(super) fn all_present(dump: &crate::save::Table, placed: &[Placement]) -> bool {
-    placed.iter().all(|(chain, args, _)| {
+    placed.iter().all(|(chain, rule, _)| {
         let wanted = placed
             .iter()
-            .filter(|(c, a, _)| c == chain && a == args)
+            .filter(|(c, r, _)| c == chain && r == rule)
             .count();
-        dump.rules_in(chain).filter(|r| r.args == *args).count() >= wanted
+        let args = rule.to_args();
+        dump.rules_in(chain).filter(|r| r.args == args).count() >= wanted
     })
 }
 
-pub(super) type Placement<'a> = (&'a str, &'a [String], Place);
+pub(super) type Placement<'a> = (&'a str, &'a Rule, Place);
 
 /// Where each rule goes: DNAT rules to the top of their chain (newest container first, in
 /// mapping order, so they are inserted in reverse), masquerade rules appended.
+/// Records not typed (none from a create) have no place.
 pub(super) fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<Placement<'a>> {
+    let typed = |r: &&&'a RuleRecord| Some((r.chain.as_str(), r.rule()?));
     let first = rules.iter().rev().filter(|r| goes_first(&r.chain));
     let last = rules.iter().filter(|r| !goes_first(&r.chain));
     first
-        .map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::First))
-        .chain(last.map(|r| (r.chain.as_str(), r.rule.as_slice(), Place::Last)))
+        .filter_map(|r| typed(&r).map(|(c, rule)| (c, rule, Place::First)))
+        .chain(last.filter_map(|r| typed(&r).map(|(c, rule)| (c, rule, Place::Last))))
         .collect()
 }
 
 pub(super) fn push_rules(batch: &mut Batch, placed: &[Placement]) {
-    for (chain, args, place) in placed {
-        let (chain, args) = (chain.to_string(), args.to_vec());
+    for (chain, rule, place) in placed {
+        let (chain, args) = (chain.to_string(), rule.to_args());
         batch.ops.push(match place {
             Place::First => Op::InsertFirst(chain, args),
             Place::Last => Op::Append(chain, args),

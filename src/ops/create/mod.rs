@@ -10,9 +10,7 @@ use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
 use crate::iptc::Place;
-use crate::layout::{
-    FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
-};
+use crate::layout::{goes_first, jump_op, mapping_rules, owned_chains, shared_rules};
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
 use crate::oci::{
@@ -24,6 +22,7 @@ use crate::procfs;
 use crate::rule::Rule;
 use crate::save::{Batch, Op};
 use crate::sharing::{self, Membership, Needs, NetnsId};
+use crate::table::Table;
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
@@ -270,7 +269,7 @@ fn install_locked(
 
     // Written exactly as recorded: the transactions are built from the manifest's records.
     let mut installed: Vec<Family> = Vec::new();
-    let mut skipped: Vec<(Family, &'static str)> = Vec::new();
+    let mut skipped: Vec<(Family, Table)> = Vec::new();
     for family in Family::ALL {
         let rules: Vec<&RuleRecord> = manifest
             .rules
@@ -305,7 +304,7 @@ fn install_locked(
     // these rules: the manifest records exactly what was written.
     manifest
         .rules
-        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.table == *t));
+        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.is_in(*t)));
     manifest.phase = Phase::Installed;
     if let Err(error) = locked.store(&manifest) {
         // The rules are in but the manifest cannot say so (a full state directory has room
@@ -318,7 +317,10 @@ fn install_locked(
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
     after.stale_flows.extend(flows::of_rules(
-        manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
+        manifest
+            .rules
+            .iter()
+            .filter_map(|r| Some((r.family, r.rule()?))),
     ));
     Ok(manifest)
 }
@@ -386,13 +388,7 @@ fn plan(
             placed.extend(
                 mapping_rules(ctx.backend, &input.id, mapping, container)
                     .into_iter()
-                    .map(|p| RuleRecord {
-                        backend: ctx.backend,
-                        family,
-                        table: p.table.into(),
-                        chain: p.chain.to_string(),
-                        rule: p.rule.to_args(),
-                    }),
+                    .map(|p| RuleRecord::new(ctx.backend, family, p.table, p.chain, p.rule)),
             );
         }
     }
@@ -416,8 +412,8 @@ fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
         .filter(|r| r.family == Family::Ipv4)
         .collect();
     // None: the rules are shared with a holder, whose create did this.
-    let guarded =
-        own.iter().any(|r| r.table == FILTER) || (backend == Backend::Nftables && !own.is_empty());
+    let guarded = own.iter().any(|r| r.is_in(Table::Filter))
+        || (backend == Backend::Nftables && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
         eprintln!(
             "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use crate::backend::{Backend, Native, NativeError, Tagged};
 use crate::family::Family;
-use crate::layout::{TABLES, tag};
+use crate::layout::tag;
 use crate::ledger::RuleRecord;
 use crate::oci::ContainerId;
 use crate::rule::Rule;
@@ -29,10 +29,10 @@ pub(super) fn delete_native(
             for r in recorded {
                 match expected
                     .iter_mut()
-                    .find(|(t, c, _)| *t == r.table && *c == r.chain)
+                    .find(|(t, c, _)| *t == r.table_name() && *c == r.chain)
                 {
                     Some((_, _, n)) => *n += 1,
-                    None => expected.push((r.table.as_str(), r.chain.as_str(), 1)),
+                    None => expected.push((r.table_name(), r.chain.as_str(), 1)),
                 }
             }
             Ok(ctx
@@ -42,18 +42,19 @@ pub(super) fn delete_native(
         // Written in-process anyway: the generic path (one read, one transaction) is it.
         Backend::Nftables => Ok(Native::Off),
         Backend::Legacy => {
-            let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
+            let Some(table) = recorded.first().and_then(|r| r.table()) else {
                 return Ok(Native::Declined);
             };
-            let Ok(parsed) = recorded
+            let Some(rules) = recorded
                 .iter()
-                .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
-                .collect::<Result<Vec<_>, crate::rule::RuleParseError>>()
+                .map(|r| Some((r.chain.as_str(), r.rule()?)))
+                .collect::<Option<Vec<(&str, &Rule)>>>()
             else {
                 return Ok(Native::Declined);
             };
-            let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
-            Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
+            Ok(ctx
+                .netfilter
+                .delete_legacy(family, table.as_str(), &rules)?)
         }
     }
 }
@@ -97,9 +98,4 @@ pub(super) fn delete_found_nft(
             false
         }
     }
-}
-
-/// The `'static` name of a table natledger writes.
-fn table_name(table: &str) -> Option<&'static str> {
-    TABLES.into_iter().find(|t| *t == table)
 }

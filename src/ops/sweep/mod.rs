@@ -101,7 +101,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
                 .iter()
                 .map(move |r| (t.family, r.rule.as_slice()))
         });
-        flows::forget(ctx, &flows::of_rules(removed));
+        flows::forget(ctx, &flows::of_saved(removed));
         if opts.all {
             leftover::drop_emptied_tables(ctx, &mut report);
         }
@@ -390,7 +390,7 @@ fn remaining(rules: &[RuleRecord], tables: &[TableReport]) -> Vec<RuleRecord> {
     let unsettled = unsettled(tables);
     rules
         .iter()
-        .filter(|r| unsettled.contains(&(r.backend, r.family, r.table.as_str())))
+        .filter(|r| unsettled.contains(&(r.backend, r.family, r.table_name())))
         .cloned()
         .collect()
 }
@@ -451,13 +451,13 @@ mod tests {
     use super::*;
 
     fn record(backend: Backend, family: Family, table: &str) -> RuleRecord {
-        RuleRecord {
+        RuleRecord::parse(
             backend,
             family,
-            table: table.to_string(),
-            chain: "C".to_string(),
-            rule: vec!["-j".to_string(), "ACCEPT".to_string()],
-        }
+            table,
+            "C",
+            vec!["-j".to_string(), "ACCEPT".to_string()],
+        )
     }
 
     #[test]
