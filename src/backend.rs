@@ -68,9 +68,35 @@ impl fmt::Display for Backend {
 }
 
 mod detect;
+mod driver;
+mod iptables_legacy;
+mod iptables_nft;
 mod nft_native;
+mod own_nftables;
+pub mod write;
 pub use detect::{BackendChoice, Detected, detect, detect_explained};
+pub use driver::Driver;
+pub use iptables_legacy::IptablesLegacy;
+pub use iptables_nft::IptablesNft;
 pub use nft_native::Tagged;
+pub use own_nftables::OwnNftables;
+
+impl Backend {
+    /// The backend's driver: the one place a backend is registered.
+    pub fn driver(self) -> &'static dyn Driver {
+        match self {
+            Backend::Legacy => &IptablesLegacy,
+            Backend::Nft => &IptablesNft,
+            Backend::Nftables => &OwnNftables,
+        }
+    }
+}
+
+impl From<Backend> for crate::capabilities::Capabilities {
+    fn from(backend: Backend) -> Self {
+        backend.driver().capabilities()
+    }
+}
 
 /// A failure to read or write a backend, naming the command.
 #[derive(Debug, thiserror::Error)]

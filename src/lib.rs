@@ -20,5 +20,5 @@ pub mod state;
 pub use analysis::{doctor, forwards, matchset, packet, xt};
 pub use entry::{bundle, cli, cni, metrics, selftest, wrapper};
 pub use kernel::{conntrack, exec, host, iptc, netlink, netns, nftables, procfs};
-pub use model::{echo, family, layout, oci, portspec, rule, save, table};
+pub use model::{capabilities, echo, family, layout, oci, portspec, rule, save, table};
 pub use state::{durable, ledger, safefile, sharing};

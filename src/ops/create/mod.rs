@@ -3,14 +3,13 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use crate::backend::{Backend, BackendError, Native};
+use crate::backend::Backend;
 use crate::echo::Echo;
 use crate::family::Family;
 use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
-use crate::iptc::Place;
-use crate::layout::{goes_first, jump_op, mapping_rules, owned_chains, shared_rules};
+use crate::layout::mapping_rules;
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::netns;
 use crate::oci::{
@@ -19,8 +18,6 @@ use crate::oci::{
 use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::procfs;
-use crate::rule::Rule;
-use crate::save::{Batch, Op};
 use crate::sharing::{self, Membership, Needs, NetnsId};
 use crate::table::Table;
 
@@ -279,7 +276,7 @@ fn install_locked(
         if rules.is_empty() {
             continue;
         }
-        match install(ctx, family, &rules) {
+        match ctx.backend.driver().install(&ctx.netfilter, family, &rules) {
             Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
             Err(failed) => {
                 // Roll back the families installed before, and this one when one of its
@@ -413,7 +410,7 @@ fn allow_loopback_sources(backend: Backend, manifest: &Manifest) {
         .collect();
     // None: the rules are shared with a holder, whose create did this.
     let guarded = own.iter().any(|r| r.is_in(Table::Filter))
-        || (backend == Backend::Nftables && !own.is_empty());
+        || (backend.driver().capabilities().one_transaction && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
         eprintln!(
             "natledger: warning: 127.0.0.1 will not reach this container: the ipv4 filter \

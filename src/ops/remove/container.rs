@@ -16,7 +16,7 @@ use crate::table::Table;
 
 use super::super::sweep::REWRITE_AT;
 use super::super::{Context, flows};
-use super::native::{delete_found_nft, delete_native};
+use super::native::delete_found;
 
 /// What [`remove_container`] did.
 #[derive(Debug, Default)]
@@ -171,8 +171,11 @@ fn remove_in(
     // Whether deleting exactly the recorded rules is worth a try: not when the native path
     // has just seen that the chains hold other tagged rules too (a copy, say).
     let mut exact_first = !recorded.is_empty();
-    if exact_first && backend == Backend::Nft {
-        match delete_native(ctx, backend, family, id, recorded) {
+    if exact_first {
+        match backend
+            .driver()
+            .delete_recorded(&ctx.netfilter, family, id, recorded)
+        {
             Ok(Native::Done(deleted)) => {
                 found.deleted = deleted;
                 found.complete = tables.to_vec();
@@ -182,7 +185,7 @@ fn remove_in(
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             // Nothing was changed; the restore below reports what is really wrong.
-            Err(e) => eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem()),
+            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
         }
     }
     let mut nat_failed = false;
@@ -238,15 +241,15 @@ fn remove_table(
         complete: true,
         flows: flows_of(family, recorded),
     };
-    if exact_first && backend == Backend::Legacy {
-        match delete_native(ctx, backend, family, id, recorded) {
+    if exact_first {
+        match backend
+            .driver()
+            .delete_recorded_in_table(&ctx.netfilter, family, recorded)
+        {
             Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            Err(e) => eprintln!(
-                "natledger: {e}; using {}-legacy-restore",
-                family.tool_stem()
-            ),
+            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
         }
     }
     if exact_first {
@@ -316,8 +319,7 @@ fn remove_table(
         batch.ops.extend(cut.ops());
     }
     // Only deletions (no rewrite): on iptables-nft, by handle if it can be.
-    let native =
-        !batch.is_empty() && backend == Backend::Nft && delete_found_nft(ctx, family, id, &batch);
+    let native = !batch.is_empty() && delete_found(ctx, backend, family, id, &batch);
     if !batch.is_empty() && !native {
         ctx.netfilter.apply(backend, family, &batch)?;
     }

@@ -270,7 +270,9 @@ fn sweep_table(
             Ok(Some(table)) => table,
             Ok(None) => return report.with_state(TableState::Absent),
             // Legacy is only read when its table exists: rules may be there, unreadable.
-            Err(e @ BackendError::ToolNotFound { .. }) if backend == Backend::Legacy => {
+            Err(e @ BackendError::ToolNotFound { .. })
+                if backend.driver().capabilities().tables_seen_without_tools =>
+            {
                 return report.failed(format!("the {name} table exists, but {e}"));
             }
             Err(BackendError::ToolNotFound { .. }) => {
