@@ -156,57 +156,58 @@ pub enum Native {
     Done(usize),
 }
 
+/// What of the kernel a [`Netfilter`] reaches besides running its tools, fixed when it is
+/// made: code driven by a scripted runner makes one that reaches nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Only the tools, through the runner (and natledger's own tables, which have none).
+    Tools,
+    /// The kernel too: conntrack ([`Netfilter::forget_flows`]), other owners' forwards
+    /// ([`crate::forwards`]), and with `native` the process-less paths (iptables-nft
+    /// deletions over netlink, iptables-legacy through the table's socket options).
+    Kernel { native: bool },
+}
+
 /// Reads and writes the nat tables of both backends through a [`Runner`].
 pub struct Netfilter<'r> {
     runner: &'r dyn Runner,
-    /// Whether the native paths ([`Netfilter::delete_tagged_nft`], the `*_legacy` methods)
-    /// may reach the kernel. Off unless asked for, so that code driven by a scripted runner
-    /// never touches a real table.
-    native: bool,
+    reach: Reach,
     /// The netfilter netlink socket of native deletions (and conntrack's), kept open across
     /// families so that only one socket is released (and one grace period waited for, by
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
-    /// Whether [`Netfilter::forget_flows`] may reach the kernel's conntrack table (off unless
-    /// asked for, like `native`, but independent of `NATLEDGER_NO_NETLINK`: there is no
-    /// process to do it instead).
-    conntrack: bool,
-    /// Whether create-runtime reads other owners' nat rules ([`crate::forwards`]): off
-    /// unless asked for, so that scripted-runner tests only see their own scripts.
-    forwards: bool,
     /// iptables-nft transactions this process committed (restore blocks, netlink batches):
     /// what moved the nf_tables generation that was natledger's own ([`crate::forwards`]).
     nft_commits: std::cell::Cell<u32>,
     /// Whether rules were deleted through `socket` (its release then waits a grace period).
     nft_deleted: std::cell::Cell<bool>,
-    trace: bool,
 }
 
 impl<'r> Netfilter<'r> {
+    /// One that reaches only its tools ([`Reach::Tools`]).
     pub fn new(runner: &'r dyn Runner) -> Self {
+        Netfilter::reaching(runner, Reach::Tools)
+    }
+
+    pub fn reaching(runner: &'r dyn Runner, reach: Reach) -> Self {
         Netfilter {
             runner,
-            native: false,
+            reach,
             socket: RefCell::new(None),
-            conntrack: false,
-            forwards: false,
             nft_commits: std::cell::Cell::new(0),
             nft_deleted: std::cell::Cell::new(false),
-            trace: std::env::var_os("NATLEDGER_TRACE").is_some(),
         }
     }
 
-    /// Allow the native paths: deleting iptables-nft rules over netlink, and inserting or
-    /// deleting iptables-legacy rules through the table's socket options (the hooks do,
-    /// unless `NATLEDGER_NO_NETLINK` is set).
-    pub fn with_native(mut self, on: bool) -> Self {
-        self.native = on;
-        self
+    /// One that reaches the kernel ([`Reach::Kernel`]): the hooks', the CNI plugin's and
+    /// sweep's, with the native paths unless `NATLEDGER_NO_NETLINK` is set.
+    pub fn on_kernel(runner: &'r dyn Runner, native: bool) -> Self {
+        Netfilter::reaching(runner, Reach::Kernel { native })
     }
 
     /// Whether the native paths are on.
     pub fn native(&self) -> bool {
-        self.native
+        self.reach == Reach::Kernel { native: true }
     }
 
     /// How many iptables-nft transactions this process has committed so far.
@@ -228,28 +229,16 @@ impl<'r> Netfilter<'r> {
         f(&mut nftables::Session::new(sock))
     }
 
-    /// Allow [`Netfilter::forget_flows`].
-    pub fn with_conntrack(mut self, on: bool) -> Self {
-        self.conntrack = on;
-        self
-    }
-
-    /// Let create-runtime look for other owners' forwards of its ports.
-    pub fn with_forwards(mut self, on: bool) -> Self {
-        self.forwards = on;
-        self
-    }
-
-    /// Whether create-runtime looks for other owners' forwards.
+    /// Whether create-runtime looks for other owners' forwards: only on the kernel.
     pub fn forwards(&self) -> bool {
-        self.forwards
+        self.reach != Reach::Tools
     }
 
     /// Delete the conntrack entries of `flows` ([`conntrack::forget`]) over the netfilter
     /// socket shared with the nft deletions; nothing when not allowed, when there are no
     /// flows, or when the namespace has no conntrack entry at all (then no socket is opened).
     pub fn forget_flows(&self, flows: &[conntrack::Flows]) -> Result<usize, ConntrackError> {
-        if !self.conntrack || flows.is_empty() || conntrack::table_is_empty() {
+        if self.reach == Reach::Tools || flows.is_empty() || conntrack::table_is_empty() {
             return Ok(0);
         }
         let start = std::time::Instant::now();
@@ -259,10 +248,8 @@ impl<'r> Netfilter<'r> {
             None => slot.insert(netlink::Socket::netfilter().map_err(ConntrackError::Dump)?),
         };
         let forgotten = conntrack::forget(sock, flows)?;
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!("natledger: conntrack: deleted {forgotten} entries in {ms:.1} ms");
-        }
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        log::debug!("conntrack: deleted {forgotten} entries in {ms:.1} ms");
         Ok(forgotten)
     }
 
@@ -301,21 +288,19 @@ impl<'r> Netfilter<'r> {
         op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
     ) -> Result<Native, IptcError> {
         // Asking the kernel about an absent table would create it.
-        if !self.native || !legacy_table_exists(family, table).unwrap_or(false) {
+        if !self.native() || !legacy_table_exists(family, table).unwrap_or(false) {
             return Ok(Native::Off);
         }
         let start = std::time::Instant::now();
         let outcome = op()?;
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            match outcome {
-                iptc::Outcome::Done(n) => {
-                    eprintln!("natledger: iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms")
-                }
-                iptc::Outcome::Declined => eprintln!(
-                    "natledger: iptc: {family} {table} table not as expected; using iptables-legacy-restore"
-                ),
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            iptc::Outcome::Done(n) => {
+                log::debug!("iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms")
             }
+            iptc::Outcome::Declined => log::debug!(
+                "iptc: {family} {table} table not as expected; using iptables-legacy-restore"
+            ),
         }
         Ok(match outcome {
             iptc::Outcome::Done(n) => Native::Done(n),
@@ -494,13 +479,11 @@ impl<'r> Netfilter<'r> {
         if applied.deleted {
             self.nft_deleted.set(true);
         }
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!(
-                "natledger: nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
-                applied.messages
-            );
-        }
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        log::debug!(
+            "nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
+            applied.messages
+        );
         Ok(())
     }
 

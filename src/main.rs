@@ -136,10 +136,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let runner = SystemRunner::from_env();
             let mut ctx = Context::new(ledger, cli.backend.resolve(), &runner);
             // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-            ctx.netfilter = ctx
-                .netfilter
-                .with_conntrack(true)
-                .with_native(ops::native_allowed());
+            ctx.netfilter = Netfilter::on_kernel(&runner, ops::native_allowed());
             let opts = SweepOptions {
                 dry_run,
                 all,

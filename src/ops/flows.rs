@@ -64,9 +64,9 @@ pub fn forget(ctx: &Context, flows: &[Flows]) {
                 format!("{}{} port {} ({})", host, f.protocol, f.ports, f.family)
             })
             .collect();
-        eprintln!(
-            "natledger: warning: {e}; clients that keep sending to {} may still reach the \
-             old destination until they pause",
+        log::warn!(
+            "{e}; clients that keep sending to {} may still reach the old destination until \
+             they pause",
             names.join(", ")
         );
     }

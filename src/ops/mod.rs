@@ -53,14 +53,11 @@ impl<'r> Context<'r> {
     /// set (then every change goes through `*-restore`), conntrack flows forgotten, and
     /// create's check of other owners' forwards.
     pub fn for_hooks(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
-        let native = native_allowed();
-        let mut ctx = Context::new(ledger, backend, runner);
-        ctx.netfilter = ctx
-            .netfilter
-            .with_native(native)
-            .with_conntrack(true)
-            .with_forwards(true);
-        ctx
+        Context {
+            ledger,
+            backend,
+            netfilter: Netfilter::on_kernel(runner, native_allowed()),
+        }
     }
 }
 

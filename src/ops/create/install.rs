@@ -22,7 +22,7 @@ pub(super) fn roll_back(
     let removal = remove_container(ctx, locked, &id, Some(&applied));
     after.stale_flows.extend(removal.flows.iter().copied());
     if let Err(undo) = settle(locked, &id, Some(applied), removal) {
-        eprintln!("natledger: rollback incomplete: {undo}");
+        log::error!("rollback incomplete: {undo}");
     }
     Ok(())
 }

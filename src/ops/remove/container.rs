@@ -130,9 +130,9 @@ fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
         && owner(&record.chain, &record.args()) == Owner::Container(id.as_str());
     if !ok {
         let shown = record.shown();
-        eprintln!(
-            "natledger: warning: the manifest of {id} records a rule that is not one natledger \
-             wrote for {id} in its own chains; it is left alone: {}",
+        log::warn!(
+            "the manifest of {id} records a rule that is not one natledger wrote for {id} in \
+             its own chains; it is left alone: {}",
             limit(&shown, MESSAGE)
         );
     }
