@@ -80,7 +80,13 @@ mod tests {
             all,
             ..Claims::default()
         };
-        plan(Backend::Nft, &table, Family::Ipv4, &claims)
+        plan(
+            Backend::Nft,
+            crate::table::Table::Nat,
+            &table,
+            Family::Ipv4,
+            &claims,
+        )
     }
 
     fn dnat(id: &str, port: u16) -> String {
