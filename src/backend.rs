@@ -55,9 +55,10 @@ impl Backend {
         }
     }
 
-    /// Whether this is one of the iptables backends (written with `*-restore`).
+    /// Whether this is one of the iptables backends (written with `*-restore`): what its
+    /// driver reports ([`crate::capabilities::Capabilities::tools`]).
     pub fn is_iptables(self) -> bool {
-        self != Backend::Nftables
+        self.driver().capabilities().tools
     }
 }
 
