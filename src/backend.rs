@@ -523,6 +523,16 @@ mod tests {
     }
 
     #[test]
+    fn each_backend_is_registered_with_its_own_driver() {
+        for backend in Backend::ALL {
+            assert_eq!(backend.driver().backend(), backend);
+        }
+        let caps = |b: Backend| b.driver().capabilities();
+        assert!(Backend::IPTABLES.iter().all(|b| caps(*b).tools));
+        assert_eq!(caps(Backend::Nftables), crate::nftables::own::CAPABILITIES);
+    }
+
+    #[test]
     fn a_failed_restore_names_the_failing_rule() {
         let mut batch = Batch::nat();
         batch.ops.push(Op::DeclareChain("NATLEDGER-MASQ".into()));
