@@ -112,13 +112,7 @@ fn records(backend: Backend, id: &str, port: usize, n: usize, addr: [u8; 4]) -> 
     mappings
         .iter()
         .flat_map(|m| mapping_rules(backend, &id, m, std::net::IpAddr::from(addr)))
-        .map(|p| RuleRecord {
-            backend,
-            family: Family::Ipv4,
-            table: p.table.into(),
-            chain: p.chain.to_string(),
-            rule: p.rule.to_args(),
-        })
+        .map(|p| RuleRecord::new(backend, Family::Ipv4, p.table, p.chain, p.rule))
         .collect()
 }
 
@@ -160,8 +154,13 @@ fn install(backend: Backend, records: &[RuleRecord], first: bool) {
         }
     }
     for r in records {
-        let batch = batches.iter_mut().find(|b| b.table == r.table).unwrap();
-        batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
+        let batch = batches
+            .iter_mut()
+            .find(|b| b.table == r.table_name())
+            .unwrap();
+        batch
+            .ops
+            .push(Op::Append(r.chain.clone(), r.args().into_owned()));
     }
     if backend == Backend::Nftables {
         let runner = SystemRunner::default();

@@ -149,17 +149,16 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
         let rules: Vec<RuleRecord> = mappings
             .iter()
             .flat_map(|m| mapping_rules(backend, &id, m, addr))
-            .map(|p| RuleRecord {
-                backend,
-                family: Family::Ipv4,
-                table: p.table.into(),
-                chain: p.chain.to_string(),
-                rule: p.rule.to_args(),
-            })
+            .map(|p| RuleRecord::new(backend, Family::Ipv4, p.table, p.chain, p.rule))
             .collect();
         for r in &rules {
-            let batch = batches.iter_mut().find(|b| b.table == r.table).unwrap();
-            batch.ops.push(Op::Append(r.chain.clone(), r.rule.clone()));
+            let batch = batches
+                .iter_mut()
+                .find(|b| b.table == r.table_name())
+                .unwrap();
+            batch
+                .ops
+                .push(Op::Append(r.chain.clone(), r.args().into_owned()));
         }
         locked
             .store(&Manifest {

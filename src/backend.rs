@@ -55,9 +55,10 @@ impl Backend {
         }
     }
 
-    /// Whether this is one of the iptables backends (written with `*-restore`).
+    /// Whether this is one of the iptables backends (written with `*-restore`): what its
+    /// driver reports ([`crate::capabilities::Capabilities::tools`]).
     pub fn is_iptables(self) -> bool {
-        self != Backend::Nftables
+        self.driver().capabilities().tools
     }
 }
 
@@ -68,119 +69,90 @@ impl fmt::Display for Backend {
 }
 
 mod detect;
+mod driver;
+mod error;
+mod iptables_legacy;
+mod iptables_nft;
 mod nft_native;
+mod own_nftables;
+pub mod write;
 pub use detect::{BackendChoice, Detected, detect, detect_explained};
+pub use driver::Driver;
+pub use error::{BackendError, Native, NativeError};
+pub use iptables_legacy::IptablesLegacy;
+pub use iptables_nft::IptablesNft;
 pub use nft_native::Tagged;
+pub use own_nftables::OwnNftables;
 
-/// A failure to read or write a backend, naming the command.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    #[error("{tool} not found in {}", TOOL_DIRS.join(", "))]
-    ToolNotFound { tool: String },
-    #[error("cannot run {command}: {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
-    #[error("{command} failed (exit {code}): {stderr}")]
-    Failed {
-        command: String,
-        code: String,
-        stderr: String,
-        /// The input line the tool named as failing ("line N failed"), if any.
-        line: Option<usize>,
-    },
-    #[error("cannot parse the output of {command}: {source}")]
-    Parse {
-        command: String,
-        source: save::ParseError,
-    },
-    #[error("{command} cannot show the table (written by another iptables version?): {line}")]
-    Incompatible { command: String, line: String },
-    #[error(transparent)]
-    Nftables(#[from] NftError),
-    #[error("the nftables backend has no {verb} tool: it works over netlink, in-process")]
-    NoTool { verb: String },
-    #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
-    Procfs {
-        table: String,
-        path: String,
-        source: std::io::Error,
-    },
+impl Backend {
+    /// The backend's driver: the one place a backend is registered.
+    pub fn driver(self) -> &'static dyn Driver {
+        match self {
+            Backend::Legacy => &IptablesLegacy,
+            Backend::Nft => &IptablesNft,
+            Backend::Nftables => &OwnNftables,
+        }
+    }
 }
 
-/// Why a native change could not be made (nothing was written; the caller uses `*-restore`).
-#[derive(Debug, thiserror::Error)]
-pub enum NativeError {
-    #[error(transparent)]
-    Nft(#[from] NftError),
-    #[error(transparent)]
-    Legacy(#[from] IptcError),
+impl From<Backend> for crate::capabilities::Capabilities {
+    fn from(backend: Backend) -> Self {
+        backend.driver().capabilities()
+    }
 }
 
-/// What a native (no helper process) change did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Native {
-    /// Not enabled: nothing was looked at.
-    Off,
-    /// The table is not as the native path expects (chains hold other rules than recorded,
-    /// a chain or jump is missing): nothing changed.
-    Declined,
-    /// This many rules were inserted or deleted, exactly those asked for.
-    Done(usize),
+/// What of the kernel a [`Netfilter`] reaches besides running its tools, fixed when it is
+/// made: code driven by a scripted runner makes one that reaches nothing else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Only the tools, through the runner (and natledger's own tables, which have none).
+    Tools,
+    /// The kernel too: conntrack ([`Netfilter::forget_flows`]), other owners' forwards
+    /// ([`crate::forwards`]), and with `native` the process-less paths (iptables-nft
+    /// deletions over netlink, iptables-legacy through the table's socket options).
+    Kernel { native: bool },
 }
 
 /// Reads and writes the nat tables of both backends through a [`Runner`].
 pub struct Netfilter<'r> {
     runner: &'r dyn Runner,
-    /// Whether the native paths ([`Netfilter::delete_tagged_nft`], the `*_legacy` methods)
-    /// may reach the kernel. Off unless asked for, so that code driven by a scripted runner
-    /// never touches a real table.
-    native: bool,
+    reach: Reach,
     /// The netfilter netlink socket of native deletions (and conntrack's), kept open across
     /// families so that only one socket is released (and one grace period waited for, by
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
-    /// Whether [`Netfilter::forget_flows`] may reach the kernel's conntrack table (off unless
-    /// asked for, like `native`, but independent of `NATLEDGER_NO_NETLINK`: there is no
-    /// process to do it instead).
-    conntrack: bool,
-    /// Whether create-runtime reads other owners' nat rules ([`crate::forwards`]): off
-    /// unless asked for, so that scripted-runner tests only see their own scripts.
-    forwards: bool,
     /// iptables-nft transactions this process committed (restore blocks, netlink batches):
     /// what moved the nf_tables generation that was natledger's own ([`crate::forwards`]).
     nft_commits: std::cell::Cell<u32>,
     /// Whether rules were deleted through `socket` (its release then waits a grace period).
     nft_deleted: std::cell::Cell<bool>,
-    trace: bool,
 }
 
 impl<'r> Netfilter<'r> {
+    /// One that reaches only its tools ([`Reach::Tools`]).
     pub fn new(runner: &'r dyn Runner) -> Self {
+        Netfilter::reaching(runner, Reach::Tools)
+    }
+
+    pub fn reaching(runner: &'r dyn Runner, reach: Reach) -> Self {
         Netfilter {
             runner,
-            native: false,
+            reach,
             socket: RefCell::new(None),
-            conntrack: false,
-            forwards: false,
             nft_commits: std::cell::Cell::new(0),
             nft_deleted: std::cell::Cell::new(false),
-            trace: log::log_enabled!(log::Level::Debug),
         }
     }
 
-    /// Allow the native paths: deleting iptables-nft rules over netlink, and inserting or
-    /// deleting iptables-legacy rules through the table's socket options (the hooks do,
-    /// unless `NATLEDGER_NO_NETLINK` is set).
-    pub fn with_native(mut self, on: bool) -> Self {
-        self.native = on;
-        self
+    /// One that reaches the kernel ([`Reach::Kernel`]): the hooks', the CNI plugin's and
+    /// sweep's, with the native paths unless `NATLEDGER_NO_NETLINK` is set.
+    pub fn on_kernel(runner: &'r dyn Runner, native: bool) -> Self {
+        Netfilter::reaching(runner, Reach::Kernel { native })
     }
 
     /// Whether the native paths are on.
     pub fn native(&self) -> bool {
-        self.native
+        self.reach == Reach::Kernel { native: true }
     }
 
     /// How many iptables-nft transactions this process has committed so far.
@@ -202,28 +174,16 @@ impl<'r> Netfilter<'r> {
         f(&mut nftables::Session::new(sock))
     }
 
-    /// Allow [`Netfilter::forget_flows`].
-    pub fn with_conntrack(mut self, on: bool) -> Self {
-        self.conntrack = on;
-        self
-    }
-
-    /// Let create-runtime look for other owners' forwards of its ports.
-    pub fn with_forwards(mut self, on: bool) -> Self {
-        self.forwards = on;
-        self
-    }
-
-    /// Whether create-runtime looks for other owners' forwards.
+    /// Whether create-runtime looks for other owners' forwards: only on the kernel.
     pub fn forwards(&self) -> bool {
-        self.forwards
+        self.reach != Reach::Tools
     }
 
     /// Delete the conntrack entries of `flows` ([`conntrack::forget`]) over the netfilter
     /// socket shared with the nft deletions; nothing when not allowed, when there are no
     /// flows, or when the namespace has no conntrack entry at all (then no socket is opened).
     pub fn forget_flows(&self, flows: &[conntrack::Flows]) -> Result<usize, ConntrackError> {
-        if !self.conntrack || flows.is_empty() || conntrack::table_is_empty() {
+        if self.reach == Reach::Tools || flows.is_empty() || conntrack::table_is_empty() {
             return Ok(0);
         }
         let start = std::time::Instant::now();
@@ -233,10 +193,8 @@ impl<'r> Netfilter<'r> {
             None => slot.insert(netlink::Socket::netfilter().map_err(ConntrackError::Dump)?),
         };
         let forgotten = conntrack::forget(sock, flows)?;
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!("natledger: conntrack: deleted {forgotten} entries in {ms:.1} ms");
-        }
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        log::debug!("conntrack: deleted {forgotten} entries in {ms:.1} ms");
         Ok(forgotten)
     }
 
@@ -275,21 +233,19 @@ impl<'r> Netfilter<'r> {
         op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
     ) -> Result<Native, IptcError> {
         // Asking the kernel about an absent table would create it.
-        if !self.native || !legacy_table_exists(family, table).unwrap_or(false) {
+        if !self.native() || !legacy_table_exists(family, table).unwrap_or(false) {
             return Ok(Native::Off);
         }
         let start = std::time::Instant::now();
         let outcome = op()?;
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            match outcome {
-                iptc::Outcome::Done(n) => {
-                    eprintln!("natledger: iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms")
-                }
-                iptc::Outcome::Declined => eprintln!(
-                    "natledger: iptc: {family} {table} table not as expected; using iptables-legacy-restore"
-                ),
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            iptc::Outcome::Done(n) => {
+                log::debug!("iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms")
             }
+            iptc::Outcome::Declined => log::debug!(
+                "iptc: {family} {table} table not as expected; using iptables-legacy-restore"
+            ),
         }
         Ok(match outcome {
             iptc::Outcome::Done(n) => Native::Done(n),
@@ -468,13 +424,11 @@ impl<'r> Netfilter<'r> {
         if applied.deleted {
             self.nft_deleted.set(true);
         }
-        if self.trace {
-            let ms = start.elapsed().as_secs_f64() * 1000.0;
-            eprintln!(
-                "natledger: nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
-                applied.messages
-            );
-        }
+        let ms = start.elapsed().as_secs_f64() * 1000.0;
+        log::debug!(
+            "nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
+            applied.messages
+        );
         Ok(())
     }
 
@@ -566,6 +520,16 @@ mod tests {
                 stderr: b"iptables-restore: line 3 failed\n".to_vec(),
             })
         }
+    }
+
+    #[test]
+    fn each_backend_is_registered_with_its_own_driver() {
+        for backend in Backend::ALL {
+            assert_eq!(backend.driver().backend(), backend);
+        }
+        let caps = |b: Backend| b.driver().capabilities();
+        assert!(Backend::IPTABLES.iter().all(|b| caps(*b).tools));
+        assert_eq!(caps(Backend::Nftables), crate::nftables::own::CAPABILITIES);
     }
 
     #[test]

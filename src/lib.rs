@@ -29,5 +29,5 @@ pub mod state;
 pub use analysis::{doctor, forwards, matchset, packet};
 pub use entry::{bundle, cli, cni, metrics, selftest, settings, wrapper};
 pub use kernel::{conntrack, exec, host, iptc, netlink, netns, nftables, procfs, xt};
-pub use model::{echo, family, layout, oci, portspec, rule, save};
+pub use model::{capabilities, echo, family, layout, oci, portspec, rule, save, table};
 pub use state::{durable, ledger, safefile, sharing};

@@ -206,10 +206,7 @@ fn sweep(
     let ledger = Ledger::new(settings.state_dir.clone());
     let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
     // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-    ctx.netfilter = ctx
-        .netfilter
-        .with_conntrack(true)
-        .with_native(settings.native);
+    ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
     let report = ops::sweep(&ctx, opts)?;
     if json {
         let text = serde_json::to_string_pretty(&report).context("encoding the report")?;

@@ -62,7 +62,7 @@ impl Netfilter<'_> {
         family: Family,
         expected: &[Tagged],
     ) -> Result<Native, NftError> {
-        if !self.native {
+        if !self.native() {
             return Ok(Native::Off);
         }
         let start = Instant::now();
@@ -76,7 +76,6 @@ impl Netfilter<'_> {
             });
             *chains[i].1.entry(t.tag).or_default() += t.count;
         }
-        let trace = self.trace;
         let outcome = self.with_nft(|session| {
             for _ in 0..ATTEMPTS {
                 let generation = session.generation()?;
@@ -97,13 +96,11 @@ impl Netfilter<'_> {
                         .iter()
                         .find(|(tag, want)| found.get(*tag).copied().unwrap_or(0) != **want)
                     {
-                        if trace {
-                            eprintln!(
-                                "natledger: netlink: {family} {table} {chain} holds {} rule(s) \
-                                 tagged {tag}, the manifest {want}; using iptables-nft-restore",
-                                found.get(tag).copied().unwrap_or(0)
-                            );
-                        }
+                        log::debug!(
+                            "netlink: {family} {table} {chain} holds {} rule(s) tagged {tag}, \
+                             the manifest {want}; using iptables-nft-restore",
+                            found.get(tag).copied().unwrap_or(0)
+                        );
                         return Ok(None);
                     }
                     victims.push(picked);
@@ -120,7 +117,7 @@ impl Netfilter<'_> {
             return Ok(Native::Declined);
         };
         self.nft_commits.set(self.nft_commits.get() + 1);
-        if trace {
+        if log::log_enabled!(log::Level::Debug) {
             let ms = start.elapsed().as_secs_f64() * 1000.0;
             let how = if flushed {
                 " (whole chains flushed)"
@@ -134,9 +131,8 @@ impl Netfilter<'_> {
                 [tag] => tag.to_string(),
                 _ => format!("for {} containers", tags.len()),
             };
-            eprintln!(
-                "natledger: netlink: deleted {deleted} {family} rule(s) tagged {whose}{how} in \
-                 {ms:.1} ms"
+            log::debug!(
+                "netlink: deleted {deleted} {family} rule(s) tagged {whose}{how} in {ms:.1} ms"
             );
         }
         Ok(Native::Done(deleted))

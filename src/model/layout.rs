@@ -40,7 +40,7 @@
 
 use std::net::IpAddr;
 
-use crate::backend::Backend;
+use crate::capabilities::Capabilities;
 use crate::family::Family;
 use crate::matchset::{Target as MatchTarget, parse_rule};
 use crate::oci::ContainerId;
@@ -65,31 +65,29 @@ pub(crate) const LOOPBACK_INTERFACE: &str = "lo";
 
 /// natledger's chains in `table` of `family` (none in a table it does not write); the
 /// localhost guard's only where [`Family::routable_loopback`] has a network; the forward
-/// accept's only in the iptables backends ([`writes_forward`]).
-pub fn owned_chains(backend: Backend, table: &str, family: Family) -> Vec<&'static str> {
+/// accept's only where the backend writes it ([`Capabilities::forward_accept`]).
+pub fn owned_chains(
+    caps: impl Into<Capabilities>,
+    table: &str,
+    family: Family,
+) -> Vec<&'static str> {
+    let caps = caps.into();
     let mut chains = match table {
         NAT => vec![DNAT_CHAIN, MASQ_CHAIN],
         FILTER => vec![FORWARD_CHAIN, INPUT_CHAIN],
         _ => Vec::new(),
     };
     chains.retain(|c| {
-        (*c != FORWARD_CHAIN || writes_forward(backend))
+        (*c != FORWARD_CHAIN || caps.forward_accept)
             && (*c != INPUT_CHAIN || family.routable_loopback().is_some())
     });
     chains
 }
 
-/// Whether `backend` gets the forward accept (`NATLEDGER-FORWARD` and its rules). Not the
-/// nftables backend: there an accept ends only natledger's own base chain, and another
-/// table's forward drop still drops (`crate::nftables::own`), so it would do nothing.
-pub(crate) fn writes_forward(backend: Backend) -> bool {
-    backend.is_iptables()
-}
-
 /// A rule, its table and the chain it lives in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
-    pub table: &'static str,
+    pub table: crate::table::Table,
     pub chain: &'static str,
     pub rule: Rule,
 }
@@ -214,7 +212,12 @@ pub fn guard_untracked(loopback: IpNet) -> Rule {
 /// chains into natledger's chains, and the localhost guard in its own chain. Created with
 /// the chains, checked on every create, removed only by `sweep --all`; a jump goes where
 /// [`jump_op`] says, the guard at the top of its chain.
-pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'static str, Rule)> {
+pub fn shared_rules(
+    caps: impl Into<Capabilities>,
+    table: &str,
+    family: Family,
+) -> Vec<(&'static str, Rule)> {
+    let caps = caps.into();
     let jump = |to: &str, dst_local: bool| Rule {
         source: None,
         destination: None,
@@ -236,14 +239,14 @@ pub fn shared_rules(backend: Backend, table: &str, family: Family) -> Vec<(&'sta
         ],
         FILTER => {
             let mut rules = Vec::new();
-            if writes_forward(backend) {
+            if caps.forward_accept {
                 rules.push(("FORWARD", jump(FORWARD_CHAIN, false)));
             }
             if let Some(loopback) = family.routable_loopback() {
                 rules.push(("INPUT", jump(INPUT_CHAIN, false)));
                 // Each goes in at the top of the chain: the second rule first, so the chain
                 // reads guard, then second rule.
-                if !backend.is_iptables() {
+                if caps.untracked_guard {
                     rules.push((INPUT_CHAIN, guard_untracked(loopback)));
                 }
                 rules.push((INPUT_CHAIN, guard(loopback)));
@@ -287,11 +290,12 @@ pub(crate) fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
 ///   127.0.0.1: masquerade for loopback sources;
 /// - in filter, the accept of the forwarded packets of the connections that DNAT made.
 pub fn mapping_rules(
-    backend: Backend,
+    caps: impl Into<Capabilities>,
     id: &ContainerId,
     mapping: &PortMapping,
     container: IpAddr,
 ) -> Vec<Placed> {
+    let caps = caps.into();
     let family = Family::of(container);
     let comment = Some(tag(id));
     let container_net = IpNet::host(container);
@@ -314,7 +318,7 @@ pub fn mapping_rules(
         }),
     };
     let masquerade_from = |source: IpNet| Placed {
-        table: NAT,
+        table: crate::table::Table::Nat,
         chain: MASQ_CHAIN,
         rule: Rule {
             source: Some(source),
@@ -350,16 +354,16 @@ pub fn mapping_rules(
         target: Target::Accept,
     };
     let mut rules = Vec::with_capacity(4);
-    if writes_forward(backend) {
+    if caps.forward_accept {
         rules.push(Placed {
-            table: FILTER,
+            table: crate::table::Table::Filter,
             chain: FORWARD_CHAIN,
             rule: accept,
         });
     }
     rules.extend([
         Placed {
-            table: NAT,
+            table: crate::table::Table::Nat,
             chain: DNAT_CHAIN,
             rule: dnat,
         },
@@ -377,6 +381,7 @@ pub fn mapping_rules(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Backend;
     use crate::portspec::parse_entry;
 
     fn args(p: &Placed) -> String {

@@ -16,14 +16,21 @@ use crate::rule::{Rule, Target};
 
 use super::Context;
 
-/// The UDP and SCTP flows the DNAT rules among `rules` (family, arguments after `-A CHAIN`)
-/// forward, without duplicates. Anything else (masquerade, accept, TCP) has none.
-pub fn of_rules<'a>(rules: impl IntoIterator<Item = (Family, &'a [String])>) -> Vec<Flows> {
+/// The UDP and SCTP flows the DNAT rules among `rules` (as read from a dump: arguments after
+/// `-A CHAIN`) forward, without duplicates; what does not parse as natledger's has none.
+pub fn of_saved<'a>(rules: impl IntoIterator<Item = (Family, &'a [String])>) -> Vec<Flows> {
+    let parsed: Vec<(Family, Rule)> = rules
+        .into_iter()
+        .filter_map(|(family, args)| Some((family, Rule::parse_args(args).ok()?)))
+        .collect();
+    of_rules(parsed.iter().map(|(family, rule)| (*family, rule)))
+}
+
+/// The UDP and SCTP flows the DNAT rules among `rules` forward, without duplicates. Anything
+/// else (masquerade, accept, TCP) has none.
+pub fn of_rules<'a>(rules: impl IntoIterator<Item = (Family, &'a Rule)>) -> Vec<Flows> {
     let mut flows: Vec<Flows> = Vec::new();
-    for (family, args) in rules {
-        let Ok(rule) = Rule::parse_args(args) else {
-            continue;
-        };
+    for (family, rule) in rules {
         let (Target::Dnat(_), Some(protocol), Some(ports)) =
             (&rule.target, rule.protocol, rule.dports)
         else {
@@ -97,7 +104,7 @@ mod tests {
                 "-p udp -m udp --dport 53 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:53",
             ),
         ];
-        let flows = of_rules(rules.iter().map(|a| (Family::Ipv4, a.as_slice())));
+        let flows = of_saved(rules.iter().map(|a| (Family::Ipv4, a.as_slice())));
         assert_eq!(
             flows,
             [

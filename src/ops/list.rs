@@ -102,9 +102,9 @@ pub fn render_table(entries: &[ListEntry]) -> String {
                 "    {}/{} -t {} -A {} {}",
                 r.backend,
                 r.family,
-                r.table,
+                r.table_name(),
                 r.chain,
-                r.rule.join(" ")
+                r.args().join(" ")
             );
         }
     }

@@ -68,11 +68,7 @@ impl<'r> Context<'r> {
         native: bool,
     ) -> Self {
         let mut ctx = Context::new(ledger, backend, runner);
-        ctx.netfilter = ctx
-            .netfilter
-            .with_native(native)
-            .with_conntrack(true)
-            .with_forwards(true);
+        ctx.netfilter = Netfilter::on_kernel(runner, native);
         ctx
     }
 }

@@ -15,7 +15,7 @@ pub fn missing_rules(ctx: &Context, manifest: &Manifest) -> Result<Vec<RuleRecor
     let mut places: Vec<(crate::backend::Backend, crate::family::Family, &'static str)> =
         Vec::new();
     for record in &manifest.rules {
-        match TABLES.iter().find(|t| **t == record.table) {
+        match TABLES.iter().find(|t| **t == record.table_name()) {
             Some(table) if !places.contains(&(record.backend, record.family, *table)) => {
                 places.push((record.backend, record.family, *table));
             }
@@ -35,9 +35,9 @@ pub fn missing_rules(ctx: &Context, manifest: &Manifest) -> Result<Vec<RuleRecor
         for record in manifest
             .rules
             .iter()
-            .filter(|r| r.backend == backend && r.family == family && r.table == table)
+            .filter(|r| r.backend == backend && r.family == family && r.table_name() == table)
         {
-            if !present.contains(&(record.chain.as_str(), record.rule.as_slice())) {
+            if !present.contains(&(record.chain.as_str(), &*record.args())) {
                 missing.push(record.clone());
             }
         }

@@ -325,7 +325,7 @@ fn an_absent_table_is_never_created() {
     let runner = SystemRunner::default();
     let rule = &container_rules("c1", Family::Ipv4, NAT)[0];
     let native = in_netns(&ns, || {
-        let nf = Netfilter::new(&runner).with_native(true);
+        let nf = Netfilter::on_kernel(&runner, true);
         let outcome = nf
             .delete_legacy(Family::Ipv4, "nat", &[(rule.0, &rule.1)])
             .unwrap();

@@ -225,9 +225,9 @@ impl Plugin for Natledger {
                 manifest.rules.len(),
                 first.backend,
                 first.family,
-                first.table,
+                first.table_name(),
                 first.chain,
-                first.rule.join(" ")
+                first.args().join(" ")
             ),
         ))
     }

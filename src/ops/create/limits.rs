@@ -16,7 +16,7 @@ use super::Error;
 /// Whether `backend` writes a range of host ports to other container ports (iptables'
 /// DNAT has a base port; nft_nat has no port offset, `nftables::own::expr::EncodeError`).
 pub(super) fn writes_shifted_ranges(backend: Backend) -> bool {
-    backend.is_iptables()
+    backend.driver().capabilities().shifted_ranges
 }
 
 /// `mappings` as `backend` records them, merged (`coalesce`), refused past

@@ -3,25 +3,20 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use crate::backend::{Backend, BackendError, Native};
 use crate::chain::Chain;
 use crate::echo::Echo;
 use crate::family::Family;
 use crate::fault;
 use crate::forwards;
 use crate::host::{self, Listener};
-use crate::iptc::Place;
 use crate::kernel::netns::is_global_unicast;
-use crate::layout::{
-    FILTER, TABLES, goes_first, jump_op, mapping_rules, owned_chains, shared_rules,
-};
+use crate::layout::mapping_rules;
 use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
 use crate::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
 use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::portspec::{PortMapping, check_conflicts, parse_entries};
-use crate::rule::Rule;
-use crate::save::{Batch, Op};
 use crate::sharing::{self, Membership, Needs, NetnsId};
+use crate::table::Table;
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
@@ -275,7 +270,7 @@ fn install_locked(
 
     // Written exactly as recorded: the transactions are built from the manifest's records.
     let mut installed: Vec<Family> = Vec::new();
-    let mut skipped: Vec<(Family, &'static str)> = Vec::new();
+    let mut skipped: Vec<(Family, Table)> = Vec::new();
     for family in Family::ALL {
         let rules: Vec<&RuleRecord> = manifest
             .rules
@@ -285,7 +280,7 @@ fn install_locked(
         if rules.is_empty() {
             continue;
         }
-        match install(ctx, family, &rules) {
+        match ctx.backend.driver().install(&ctx.netfilter, family, &rules) {
             Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
             Err(failed) => {
                 // Roll back the families installed before, and this one when one of its
@@ -310,7 +305,7 @@ fn install_locked(
     // these rules: the manifest records exactly what was written.
     manifest
         .rules
-        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.table == *t));
+        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.is_in(*t)));
     manifest.phase = Phase::Installed;
     if let Err(error) = locked.store(&manifest) {
         // The rules are in but the manifest cannot say so (a full state directory has room
@@ -323,7 +318,10 @@ fn install_locked(
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
     after.stale_flows.extend(flows::of_rules(
-        manifest.rules.iter().map(|r| (r.family, r.rule.as_slice())),
+        manifest
+            .rules
+            .iter()
+            .filter_map(|r| Some((r.family, r.rule()?))),
     ));
     Ok(manifest)
 }
@@ -391,13 +389,7 @@ fn plan(
             placed.extend(
                 mapping_rules(ctx.backend, &input.id, mapping, container)
                     .into_iter()
-                    .map(|p| RuleRecord {
-                        backend: ctx.backend,
-                        family,
-                        table: p.table.into(),
-                        chain: p.chain.to_string(),
-                        rule: p.rule.to_args(),
-                    }),
+                    .map(|p| RuleRecord::new(ctx.backend, family, p.table, p.chain, p.rule)),
             );
         }
     }
@@ -422,8 +414,8 @@ fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
         .filter(|r| r.family == Family::Ipv4)
         .collect();
     // None: the rules are shared with a holder, whose create did this.
-    let guarded =
-        own.iter().any(|r| r.table == FILTER) || (backend == Backend::Nftables && !own.is_empty());
+    let guarded = own.iter().any(|r| r.is_in(Table::Filter))
+        || (backend.driver().capabilities().one_transaction && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
         log::warn!(
             "127.0.0.1 will not reach this container: the ipv4 filter \

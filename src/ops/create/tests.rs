@@ -1,4 +1,5 @@
 use super::*;
+use crate::backend::Backend;
 use crate::exec::Invocation;
 use crate::ledger::Ledger;
 use crate::oci::ContainerId;
@@ -36,7 +37,7 @@ fn with_the_shared_chains_present_create_is_one_restore() {
     let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(manifest.phase, Phase::Installed);
     assert_eq!(manifest.rules.len(), 4);
-    assert_eq!(manifest.rules[0].table, "filter");
+    assert_eq!(manifest.rules[0].table_name(), "filter");
 }
 
 #[test]
@@ -121,7 +122,7 @@ fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
     assert_eq!(created, Created::Installed { rules: 3 });
     let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert!(
-        manifest.rules.iter().all(|r| r.table == "nat"),
+        manifest.rules.iter().all(|r| r.table_name() == "nat"),
         "{manifest:?}"
     );
     assert_eq!(manifest.phase, Phase::Installed);

@@ -6,6 +6,7 @@
 use std::net::IpAddr;
 
 use super::*;
+use crate::backend::Backend;
 use crate::kernel::machine::fake::{BOOT_ID, PID_NAMESPACE};
 use crate::ledger::Ledger;
 use crate::ops::testing::*;

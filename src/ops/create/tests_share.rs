@@ -8,6 +8,7 @@
 
 use super::tests::pod_member;
 use super::*;
+use crate::backend::Backend;
 use crate::ledger::Ledger;
 use crate::oci::ContainerId;
 use crate::ops::testing::*;
@@ -80,15 +81,19 @@ fn a_run_over_a_held_port_shares_it_and_holds_the_rest() {
     let app = load(dir.path(), "app");
     assert_eq!(app.mappings, list("8080:8080,8082:8082"));
     assert_eq!(app.shares[0].mappings, list("8081:8081"));
-    let dports: Vec<&str> = app
+    let dports: Vec<String> = app
         .rules
         .iter()
-        .flat_map(|r| r.rule.windows(2))
-        .filter(|w| w[0] == "--dport")
-        .map(|w| w[1].as_str())
+        .flat_map(|r| {
+            r.args()
+                .windows(2)
+                .filter(|w| w[0] == "--dport")
+                .map(|w| w[1].clone())
+                .collect::<Vec<_>>()
+        })
         .collect();
     assert!(
-        dports.contains(&"8080") && dports.contains(&"8082"),
+        dports.iter().any(|p| p == "8080") && dports.iter().any(|p| p == "8082"),
         "{dports:?}"
     );
     assert!(!dports.iter().any(|p| p.contains("8081")), "{dports:?}");

@@ -7,15 +7,16 @@ use crate::backend::{Backend, BackendError, Native};
 use crate::conntrack::Flows;
 use crate::echo::{MESSAGE, limit};
 use crate::family::Family;
-use crate::layout::{FILTER, NAT, Owner, TABLES, is_owned_chain, owner, tag};
+use crate::layout::{Owner, is_owned_chain, owner, tag};
 use crate::ledger::{Locked, Manifest, RuleRecord};
 use crate::oci::ContainerId;
 use crate::rule::{Rule, is_user_chain_name};
 use crate::save::{Batch, Op, SavedRule};
+use crate::table::Table;
 
 use super::super::sweep::REWRITE_AT;
 use super::super::{Context, flows};
-use super::native::{delete_found_nft, delete_native};
+use super::native::delete_found;
 
 /// What [`remove_container`] did.
 #[derive(Debug, Default)]
@@ -93,10 +94,10 @@ pub fn remove_container(
             }
             // The tables to look in: every table natledger writes without a record to go
             // by, else those of the records still unconfirmed.
-            let tables: Vec<&'static str> = TABLES
+            let tables: Vec<Table> = Table::ALL
                 .into_iter()
                 .rev()
-                .filter(|t| scan_all || unconfirmed.iter().any(|r| r.table == *t))
+                .filter(|t| scan_all || unconfirmed.iter().any(|r| r.is_in(*t)))
                 .collect();
             let found = remove_in(ctx, backend, family, id, &tables, &here);
             removal.removed += found.deleted;
@@ -105,7 +106,9 @@ pub fn remove_container(
                     removal.flows.push(flow);
                 }
             }
-            unconfirmed.retain(|r| r.backend != backend || !found.complete.contains(&r.table));
+            unconfirmed.retain(|r| {
+                r.backend != backend || !r.table().is_some_and(|t| found.complete.contains(&t))
+            });
             failed |= !found.failures.is_empty();
             removal.failures.extend(found.failures);
         }
@@ -121,21 +124,15 @@ pub fn remove_container(
 /// Anything else in a manifest (damaged or edited by hand: another container's rule, an
 /// untagged rule, a rule in a built-in chain, a shared jump) is never deleted, and is named.
 fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
-    let ok = TABLES.contains(&record.table.as_str())
+    let ok = record.rule().is_some()
         && is_owned_chain(&record.chain)
         && is_user_chain_name(&record.chain)
-        && owner(&record.chain, &record.rule) == Owner::Container(id.as_str())
-        && Rule::parse_args(&record.rule).is_ok();
+        && owner(&record.chain, &record.args()) == Owner::Container(id.as_str());
     if !ok {
-        let shown = format!(
-            "-t {} -A {} {}",
-            record.table,
-            record.chain,
-            record.rule.join(" ")
-        );
-        eprintln!(
-            "natledger: warning: the manifest of {id} records a rule that is not one natledger \
-             wrote for {id} in its own chains; it is left alone: {}",
+        let shown = record.shown();
+        log::warn!(
+            "the manifest of {id} records a rule that is not one natledger wrote for {id} in \
+             its own chains; it is left alone: {}",
             limit(&shown, MESSAGE)
         );
     }
@@ -147,7 +144,7 @@ fn usable(record: &RuleRecord, id: &ContainerId) -> bool {
 struct Found {
     deleted: usize,
     /// The tables where every recorded rule was present (and is now deleted).
-    complete: Vec<String>,
+    complete: Vec<Table>,
     failures: Vec<BackendError>,
     /// The UDP and SCTP flows of the DNAT rules deleted.
     flows: Vec<Flows>,
@@ -155,7 +152,7 @@ struct Found {
 
 /// The flows of the DNAT rules among `records`.
 fn flows_of(family: Family, records: &[&RuleRecord]) -> Vec<Flows> {
-    flows::of_rules(records.iter().map(|r| (family, r.rule.as_slice())))
+    flows::of_rules(records.iter().filter_map(|r| Some((family, r.rule()?))))
 }
 
 /// Remove the container's rules from `tables` of one backend and family (nat first). A failing
@@ -167,47 +164,50 @@ fn remove_in(
     backend: Backend,
     family: Family,
     id: &ContainerId,
-    tables: &[&'static str],
+    tables: &[Table],
     recorded: &[&RuleRecord],
 ) -> Found {
     let mut found = Found::default();
     // Whether deleting exactly the recorded rules is worth a try: not when the native path
     // has just seen that the chains hold other tagged rules too (a copy, say).
     let mut exact_first = !recorded.is_empty();
-    if exact_first && backend == Backend::Nft {
-        match delete_native(ctx, backend, family, id, recorded) {
+    if exact_first {
+        match backend
+            .driver()
+            .delete_recorded(&ctx.netfilter, family, id, recorded)
+        {
             Ok(Native::Done(deleted)) => {
                 found.deleted = deleted;
-                found.complete = tables.iter().map(|t| t.to_string()).collect();
+                found.complete = tables.to_vec();
                 found.flows = flows_of(family, recorded);
                 return found;
             }
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             // Nothing was changed; the restore below reports what is really wrong.
-            Err(e) => eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem()),
+            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
         }
     }
     let mut nat_failed = false;
-    for table in tables {
-        if nat_failed && *table == FILTER {
+    for &table in tables {
+        if nat_failed && table == Table::Filter {
             continue;
         }
         let here: Vec<&RuleRecord> = recorded
             .iter()
             .copied()
-            .filter(|r| r.table == *table)
+            .filter(|r| r.is_in(table))
             .collect();
         match remove_table(ctx, backend, family, table, id, &here, exact_first) {
             Ok(gone) => {
                 found.deleted += gone.deleted;
                 if gone.complete {
-                    found.complete.push(table.to_string());
+                    found.complete.push(table);
                 }
                 found.flows.extend(gone.flows);
             }
             Err(e) => {
-                nat_failed |= *table == NAT;
+                nat_failed |= table == Table::Nat;
                 found.failures.push(e);
             }
         }
@@ -230,7 +230,7 @@ fn remove_table(
     ctx: &Context,
     backend: Backend,
     family: Family,
-    table: &'static str,
+    table: Table,
     id: &ContainerId,
     recorded: &[&RuleRecord],
     mut exact_first: bool,
@@ -241,28 +241,28 @@ fn remove_table(
         complete: true,
         flows: flows_of(family, recorded),
     };
-    if exact_first && backend == Backend::Legacy {
-        match delete_native(ctx, backend, family, id, recorded) {
+    if exact_first {
+        match backend
+            .driver()
+            .delete_recorded_in_table(&ctx.netfilter, family, recorded)
+        {
             Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            Err(e) => eprintln!(
-                "natledger: {e}; using {}-legacy-restore",
-                family.tool_stem()
-            ),
+            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
         }
     }
     if exact_first {
-        let mut exact = Batch::new(table);
+        let mut exact = Batch::new(table.as_str());
         exact.ops = recorded
             .iter()
-            .map(|r| Op::Delete(r.chain.clone(), r.rule.clone()))
+            .map(|r| Op::Delete(r.chain.clone(), r.args().into_owned()))
             .collect();
         if ctx.netfilter.apply(backend, family, &exact).is_ok() {
             return Ok(all_recorded(recorded.len()));
         }
     }
-    let dump = match ctx.netfilter.read(backend, family, table) {
+    let dump = match ctx.netfilter.read(backend, family, table.as_str()) {
         Ok(dump) => dump,
         // A backend whose tools are not installed holds nothing unless we wrote there.
         Err(BackendError::ToolNotFound { .. }) if recorded.is_empty() => None,
@@ -279,8 +279,8 @@ fn remove_table(
     // so the pass is linear in the table (thousands of records against thousands of rules).
     let mut unseen: HashMap<(&str, Rule), usize> = HashMap::new();
     for r in recorded {
-        if let Ok(rule) = Rule::parse_args(&r.rule) {
-            *unseen.entry((r.chain.as_str(), rule)).or_default() += 1;
+        if let Some(rule) = r.rule() {
+            *unseen.entry((r.chain.as_str(), rule.clone())).or_default() += 1;
         }
     }
     let tag = tag(id);
@@ -314,18 +314,17 @@ fn remove_table(
             cut.kept.push(saved);
         }
     }
-    let mut batch = Batch::new(table);
+    let mut batch = Batch::new(table.as_str());
     for cut in &cuts {
         batch.ops.extend(cut.ops());
     }
     // Only deletions (no rewrite): on iptables-nft, by handle if it can be.
-    let native =
-        !batch.is_empty() && backend == Backend::Nft && delete_found_nft(ctx, family, id, &batch);
+    let native = !batch.is_empty() && delete_found(ctx, backend, family, id, &batch);
     if !batch.is_empty() && !native {
         ctx.netfilter.apply(backend, family, &batch)?;
     }
     let gone = cuts.iter().flat_map(|c| &c.gone);
-    let flows = flows::of_rules(gone.clone().map(|r| (family, r.args.as_slice())));
+    let flows = flows::of_saved(gone.clone().map(|r| (family, r.args.as_slice())));
     Ok(Gone {
         deleted: gone.count(),
         complete: unseen.values().all(|left| *left == 0),
@@ -388,7 +387,7 @@ mod tests {
         create_runtime(&ctx, &input(dir.path())).unwrap();
         let manifest = ctx.ledger.load(&id).unwrap().unwrap();
         let recorded: Vec<&RuleRecord> = manifest.rules.iter().collect();
-        assert!(recorded.iter().any(|r| r.table == FILTER));
+        assert!(recorded.iter().any(|r| r.is_in(Table::Filter)));
 
         // The exact delete of the nat rules fails, and so does the read of the nat table.
         let removing = Script::new(vec![fail(), fail()]);
@@ -398,7 +397,7 @@ mod tests {
             Backend::Nft,
             Family::Ipv4,
             &id,
-            &[NAT, FILTER],
+            &[Table::Nat, Table::Filter],
             &recorded,
         );
         assert_eq!(found.failures.len(), 1);
@@ -444,8 +443,16 @@ mod tests {
             let host = fake_host();
             let script = Script::new(vec![ok(&dump), ok("")]);
             let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
-            let gone =
-                remove_table(&ctx, Backend::Nft, Family::Ipv4, NAT, &id, &[], false).unwrap();
+            let gone = remove_table(
+                &ctx,
+                Backend::Nft,
+                Family::Ipv4,
+                Table::Nat,
+                &id,
+                &[],
+                false,
+            )
+            .unwrap();
             assert_eq!((gone.deleted, gone.complete), (REWRITE_AT + 1, true));
             let calls = script.calls.borrow();
             let stdin = String::from_utf8_lossy(calls[1].stdin.as_deref().unwrap_or_default());
@@ -468,13 +475,13 @@ mod tests {
         let id: ContainerId = "c1".parse().unwrap();
         let args = "-d 10.78.0.1/32 -p tcp -m tcp --dport 8080 -m comment --comment \
                     natledger:c1 -j DNAT --to-destination 10.77.0.2:80";
-        let record = RuleRecord {
-            backend: Backend::Nft,
-            family: Family::Ipv4,
-            table: NAT.to_string(),
-            chain: "NATLEDGER-HOSTPORTS".to_string(),
-            rule: args.split_whitespace().map(String::from).collect(),
-        };
+        let record = RuleRecord::parse(
+            Backend::Nft,
+            Family::Ipv4,
+            "nat",
+            "NATLEDGER-HOSTPORTS",
+            args.split_whitespace().map(String::from).collect(),
+        );
         let recorded = [&record, &record];
         for (copies, complete) in [(1, false), (2, true)] {
             let line = format!("-A NATLEDGER-HOSTPORTS {args}\n");
@@ -488,8 +495,16 @@ mod tests {
             // what was found succeeds.
             let script = Script::new(vec![fail(), ok(&dump), ok("")]);
             let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
-            let gone =
-                remove_table(&ctx, Backend::Nft, Family::Ipv4, NAT, &id, &recorded, true).unwrap();
+            let gone = remove_table(
+                &ctx,
+                Backend::Nft,
+                Family::Ipv4,
+                Table::Nat,
+                &id,
+                &recorded,
+                true,
+            )
+            .unwrap();
             assert_eq!((gone.deleted, gone.complete), (copies, complete));
         }
     }

@@ -1,72 +1,25 @@
-//! The process-less deletes tried first: netlink on iptables-nft, libiptc on legacy.
+//! The process-less delete of what a read found, where the backend's driver has one.
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, Native, NativeError, Tagged};
+use crate::backend::{Backend, Tagged};
 use crate::family::Family;
-use crate::layout::{TABLES, tag};
-use crate::ledger::RuleRecord;
+use crate::layout::tag;
 use crate::oci::ContainerId;
-use crate::rule::Rule;
 use crate::save::{Batch, Op};
 
 use super::super::Context;
 
-/// Delete the recorded rules without a process, on nft every rule of the recorded chains
-/// tagged for `id`, when they are as many as recorded, in one transaction across tables
-/// ([`crate::nftables`]); on legacy exactly the recorded rules of one table, when all are
-/// present ([`crate::iptc`]).
-pub(super) fn delete_native(
-    ctx: &Context,
-    backend: Backend,
-    family: Family,
-    id: &ContainerId,
-    recorded: &[&RuleRecord],
-) -> Result<Native, NativeError> {
-    match backend {
-        Backend::Nft => {
-            let mut expected: Vec<(&str, &str, usize)> = Vec::new();
-            for r in recorded {
-                match expected
-                    .iter_mut()
-                    .find(|(t, c, _)| *t == r.table && *c == r.chain)
-                {
-                    Some((_, _, n)) => *n += 1,
-                    None => expected.push((r.table.as_str(), r.chain.as_str(), 1)),
-                }
-            }
-            Ok(ctx
-                .netfilter
-                .delete_tagged_nft(family, &tag(id), &expected)?)
-        }
-        // Written in-process anyway: the generic path (one read, one transaction) is it.
-        Backend::Nftables => Ok(Native::Off),
-        Backend::Legacy => {
-            let Some(table) = recorded.first().and_then(|r| table_name(&r.table)) else {
-                return Ok(Native::Declined);
-            };
-            let Ok(parsed) = recorded
-                .iter()
-                .map(|r| Ok((r.chain.as_str(), Rule::parse_args(&r.rule)?)))
-                .collect::<Result<Vec<_>, crate::rule::RuleParseError>>()
-            else {
-                return Ok(Native::Declined);
-            };
-            let rules: Vec<(&str, &Rule)> = parsed.iter().map(|(c, r)| (*c, r)).collect();
-            Ok(ctx.netfilter.delete_legacy(family, table, &rules)?)
-        }
-    }
-}
-
 /// Apply `batch` (deletions, each of a rule tagged for `id` in natledger's chains, found by a
-/// read of its table) on iptables-nft over netlink, without a process, when each chain still
+/// read of its table) without a process where the driver can ([`crate::backend::Driver::delete_tagged`]), when each chain still
 /// holds exactly as many rules tagged for `id` as the batch deletes there
 /// ([`crate::backend::Netfilter::delete_all_tagged_nft`]): a chain all of whose rules go is
 /// flushed by one message, the others lose theirs by handle (which the kernel looks up from
 /// the chain's top: D of N rules cost D×N/2 steps, so many go by a rewrite instead,
 /// `container::Cut`). `false`: nothing changed, the caller uses the restore.
-pub(super) fn delete_found_nft(
+pub(super) fn delete_found(
     ctx: &Context,
+    backend: Backend,
     family: Family,
     id: &ContainerId,
     batch: &Batch,
@@ -88,18 +41,7 @@ pub(super) fn delete_found_nft(
             count,
         })
         .collect();
-    match ctx.netfilter.delete_all_tagged_nft(family, &expected) {
-        Ok(Native::Done(_)) => true,
-        Ok(Native::Off | Native::Declined) => false,
-        // Nothing was changed; the restore says what is really wrong.
-        Err(e) => {
-            eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem());
-            false
-        }
-    }
-}
-
-/// The `'static` name of a table natledger writes.
-fn table_name(table: &str) -> Option<&'static str> {
-    TABLES.into_iter().find(|t| *t == table)
+    backend
+        .driver()
+        .delete_tagged(&ctx.netfilter, family, &expected)
 }

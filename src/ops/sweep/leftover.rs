@@ -4,13 +4,12 @@
 //! table with anything another owner may have).
 
 use super::report::{SweepReport, TableState};
-use crate::backend::Backend;
-use crate::nftables::leftover::Leftover;
 
 use super::Context;
 
-/// After a complete `sweep --all`: each iptables-nft table natledger's chains were removed
-/// from, deleted when only empty accepting built-in chains are left in it.
+/// After a complete `sweep --all`: each table natledger's chains were removed from, deleted
+/// when only empty accepting built-in chains are left in it, where its driver does that
+/// ([`crate::backend::Driver::drop_emptied_table`]: iptables-nft).
 pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
     if report.tables.iter().any(|t| t.state == TableState::Failed) {
         return;
@@ -18,15 +17,15 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
     let emptied: Vec<_> = report
         .tables
         .iter()
-        .filter(|t| t.backend == Backend::Nft && !t.chains_removed.is_empty())
-        .map(|t| (t.family, t.table))
+        .filter(|t| !t.chains_removed.is_empty())
+        .map(|t| (t.backend, t.family, t.table))
         .collect();
-    for (family, table) in emptied {
-        match ctx
-            .netfilter
-            .with_nft(|s| s.drop_if_leftover(family, table))
+    for (backend, family, table) in emptied {
+        match backend
+            .driver()
+            .drop_emptied_table(&ctx.netfilter, family, table)
         {
-            Ok(Leftover::Deleted | Leftover::Kept | Leftover::Absent) => {}
+            Ok(()) => {}
             Err(e) => {
                 // The cause, unless the message already says it.
                 let text = crate::chain::text(&e);
@@ -37,7 +36,7 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
                     .unwrap_or_default();
                 report
                     .errors
-                    .push(format!("nft/{family}/{table}: {text}{cause}"));
+                    .push(format!("{backend}/{family}/{table}: {text}{cause}"));
             }
         }
     }

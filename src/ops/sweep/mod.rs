@@ -34,9 +34,9 @@ use crate::chain::Chain;
 use crate::family::Family;
 use crate::fault;
 use crate::kernel::machine::Host;
-use crate::layout::{FILTER, NAT, TABLES};
 use crate::ledger::{FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
 use crate::sharing::Needs;
+use crate::table::Table;
 
 use super::{Context, Error, flows};
 
@@ -77,16 +77,16 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
             // nat first: a DNAT is never left in force without its accept, so when the nat
             // table fails its filter table is left as it is too (its records stay).
             let mut nat_failed = false;
-            for name in TABLES.into_iter().rev() {
-                let table = if nat_failed && name == FILTER {
-                    TableReport::new(backend, family, name).failed(
+            for name in Table::ALL.into_iter().rev() {
+                let table = if nat_failed && name == Table::Filter {
+                    TableReport::new(backend, family, name.as_str()).failed(
                         "not swept: the nat table failed, and its DNATs keep their accepts"
                             .to_string(),
                     )
                 } else {
                     sweep_table(ctx, backend, family, name, &judged.claims, opts.dry_run)
                 };
-                nat_failed |= name == NAT && table.state == TableState::Failed;
+                nat_failed |= name == Table::Nat && table.state == TableState::Failed;
                 if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
                     fault::point(fault::SWEEP_FIRST_TABLE_APPLIED);
                 }
@@ -102,7 +102,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
                 .iter()
                 .map(move |r| (t.family, r.rule.as_slice()))
         });
-        flows::forget(ctx, &flows::of_rules(removed));
+        flows::forget(ctx, &flows::of_saved(removed));
         if opts.all {
             leftover::drop_emptied_tables(ctx, &mut report);
         }
@@ -261,17 +261,19 @@ fn sweep_table(
     ctx: &Context,
     backend: Backend,
     family: Family,
-    name: &'static str,
+    name: Table,
     claims: &Claims,
     dry_run: bool,
 ) -> TableReport {
-    let mut report = TableReport::new(backend, family, name);
+    let mut report = TableReport::new(backend, family, name.as_str());
     for attempt in 0..2 {
-        let table = match ctx.netfilter.read(backend, family, name) {
+        let table = match ctx.netfilter.read(backend, family, name.as_str()) {
             Ok(Some(table)) => table,
             Ok(None) => return report.with_state(TableState::Absent),
             // Legacy is only read when its table exists: rules may be there, unreadable.
-            Err(e @ BackendError::ToolNotFound { .. }) if backend == Backend::Legacy => {
+            Err(e @ BackendError::ToolNotFound { .. })
+                if backend.driver().capabilities().tables_seen_without_tools =>
+            {
                 return report.failed(format!("the {name} table exists, but {e}"));
             }
             Err(BackendError::ToolNotFound { .. }) => {
@@ -279,12 +281,12 @@ fn sweep_table(
             }
             Err(e) => return report.failed(crate::chain::text(&e)),
         };
-        let plan = plan(backend, &table, family, claims);
+        let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
         if plan.batch.is_empty() || dry_run {
             return report.planned(plan);
         }
-        match native::apply(ctx, backend, family, name, &plan) {
+        match native::apply(ctx, backend, family, name.as_str(), &plan) {
             Ok(()) => return report.planned(plan),
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
@@ -394,7 +396,7 @@ fn remaining(rules: &[RuleRecord], tables: &[TableReport]) -> Vec<RuleRecord> {
     let unsettled = unsettled(tables);
     rules
         .iter()
-        .filter(|r| unsettled.contains(&(r.backend, r.family, r.table.as_str())))
+        .filter(|r| unsettled.contains(&(r.backend, r.family, r.table_name())))
         .cloned()
         .collect()
 }
@@ -455,13 +457,13 @@ mod tests {
     use super::*;
 
     fn record(backend: Backend, family: Family, table: &str) -> RuleRecord {
-        RuleRecord {
+        RuleRecord::parse(
             backend,
             family,
-            table: table.to_string(),
-            chain: "C".to_string(),
-            rule: vec!["-j".to_string(), "ACCEPT".to_string()],
-        }
+            table,
+            "C",
+            vec!["-j".to_string(), "ACCEPT".to_string()],
+        )
     }
 
     #[test]

@@ -8,14 +8,14 @@
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, BackendError, Native, Tagged};
+use crate::backend::{Backend, BackendError, Tagged};
 use crate::family::Family;
 
 use super::{Context, TablePlan};
 
-/// Apply `plan` to `table` of one backend and family: natively when it is only container
-/// rules on iptables-nft and the chains hold exactly the tagged rules it read, else with one
-/// `*-restore`.
+/// Apply `plan` to `table` of one backend and family: without a process where the driver can
+/// ([`crate::backend::Driver::delete_tagged`]: iptables-nft) when it is only container rules
+/// and the chains hold exactly the tagged rules it read, else with one `*-restore`.
 pub(super) fn apply(
     ctx: &Context,
     backend: Backend,
@@ -23,7 +23,7 @@ pub(super) fn apply(
     table: &'static str,
     plan: &TablePlan,
 ) -> Result<(), BackendError> {
-    if let (Backend::Nft, Some(counts)) = (backend, tagged_only(plan)) {
+    if let Some(counts) = tagged_only(plan) {
         let expected: Vec<Tagged> = counts
             .iter()
             .map(|((chain, tag), count)| Tagged {
@@ -33,11 +33,11 @@ pub(super) fn apply(
                 count: *count,
             })
             .collect();
-        match ctx.netfilter.delete_all_tagged_nft(family, &expected) {
-            Ok(Native::Done(_)) => return Ok(()),
-            Ok(Native::Off | Native::Declined) => {}
-            // Nothing was changed; the restore below says what is really wrong.
-            Err(e) => eprintln!("natledger: {e}; using {}-nft-restore", family.tool_stem()),
+        if backend
+            .driver()
+            .delete_tagged(&ctx.netfilter, family, &expected)
+        {
+            return Ok(());
         }
     }
     ctx.netfilter.apply(backend, family, &plan.batch)
@@ -80,7 +80,13 @@ mod tests {
             all,
             ..Claims::default()
         };
-        plan(Backend::Nft, &table, Family::Ipv4, &claims)
+        plan(
+            Backend::Nft,
+            crate::table::Table::Nat,
+            &table,
+            Family::Ipv4,
+            &claims,
+        )
     }
 
     fn dnat(id: &str, port: u16) -> String {

@@ -76,14 +76,16 @@ pub struct TablePlan {
 /// spends ~80 µs on each `-D` but ~45 µs on each `-A`, and a flush is one operation.
 pub const REWRITE_AT: usize = 64;
 
-/// Plan the removals in one table (nat or filter) of one family.
-pub fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) -> TablePlan {
-    let name = crate::layout::TABLES
-        .into_iter()
-        .find(|t| *t == table.name)
-        .unwrap_or("nat");
+/// Plan the removals in `name` (nat or filter) of one family, as `table` shows it.
+pub fn plan(
+    backend: Backend,
+    name: crate::table::Table,
+    table: &Table,
+    family: Family,
+    claims: &Claims,
+) -> TablePlan {
     let mut out = TablePlan {
-        batch: Batch::new(name),
+        batch: Batch::new(name.as_str()),
         rules: Vec::new(),
         chains: Vec::new(),
         blocked: Vec::new(),
@@ -144,7 +146,7 @@ pub fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) ->
     // Chains that go: all of them with --all, else those of other versions; only when
     // nothing kept is in them and no one else's rule is in or jumps to them.
     // (A chain of this version in the other family, an IPv6 `NATLEDGER-INPUT`, is stale too.)
-    let current = owned_chains(backend, name, family);
+    let current = owned_chains(backend, name.as_str(), family);
     let wanted_gone = |chain: &str| claims.all || !current.contains(&chain);
     let mut removable: HashSet<&str> = HashSet::new();
     for chain in owned.iter().copied().filter(|c| wanted_gone(c)) {
@@ -279,6 +281,12 @@ fn removed(rule: &SavedRule, reason: Reason, container: Option<&str>) -> Removed
 mod tests {
     use super::*;
     use crate::save::parse_dump;
+
+    /// [`super::plan`] of the table the dump names.
+    fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) -> TablePlan {
+        let name = table.name.parse().expect("a table natledger writes");
+        super::plan(backend, name, table, family, claims)
+    }
 
     const JUMP_PRE: &str = "-A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS";
     const JUMP_POST: &str = "-A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ";

@@ -36,9 +36,7 @@ use fs2::FileExt;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
 use crate::durable;
-use crate::family::Family;
 use crate::kernel::machine::Host;
 use crate::kernel::netns_id::NetnsId;
 use crate::oci::ContainerId;
@@ -48,6 +46,9 @@ use crate::state::liveness::{self, Recorded};
 use owner::{MARKER, Ownership};
 
 pub mod owner;
+
+mod record;
+pub use record::{Entry, RuleRecord};
 
 mod summary;
 pub use summary::{FileId, Summary, summarize};
@@ -103,16 +104,6 @@ pub enum Phase {
     Installed,
     /// Removal ran but some rules could not be deleted; they may still exist.
     Removing,
-}
-
-/// One rule exactly as written: where, and the arguments after `-A CHAIN`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RuleRecord {
-    pub backend: Backend,
-    pub family: Family,
-    pub table: String,
-    pub chain: String,
-    pub rule: Vec<String>,
 }
 
 /// A container's manifest (schema 1).

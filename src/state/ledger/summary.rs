@@ -282,7 +282,7 @@ mod tests {
         assert_eq!(s.bytes, std::fs::metadata(&path).unwrap().len());
         let mut places: Vec<(Backend, Family, String)> = Vec::new();
         for r in &m.rules {
-            let p = (r.backend, r.family, r.table.clone());
+            let p = (r.backend, r.family, r.table_name().to_string());
             if !places.contains(&p) {
                 places.push(p);
             }

@@ -1,6 +1,8 @@
 //! The manifest format, the lock, and the state directory.
 
 use super::*;
+use crate::backend::Backend;
+use crate::family::Family;
 use std::os::unix::fs::OpenOptionsExt;
 
 /// The manifest format is an interface (README, sweep of older versions): pin it.
@@ -68,17 +70,17 @@ pub(crate) fn sample() -> Manifest {
         phase: Phase::Installed,
         mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
         addresses: vec!["10.77.0.2".parse().unwrap()],
-        rules: vec![RuleRecord {
-            backend: Backend::Nft,
-            family: Family::Ipv4,
-            table: "nat".into(),
-            chain: "NATLEDGER-HOSTPORTS".into(),
-            rule: "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c0ffee -j DNAT \
+        rules: vec![RuleRecord::parse(
+            Backend::Nft,
+            Family::Ipv4,
+            "nat",
+            "NATLEDGER-HOSTPORTS",
+            "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c0ffee -j DNAT \
                        --to-destination 10.77.0.2:80"
                 .split_whitespace()
                 .map(String::from)
                 .collect(),
-        }],
+        )],
         netns: None,
         pod: None,
         shares: Vec::new(),
@@ -501,4 +503,67 @@ fn a_container_without_a_pid_is_dead_but_an_attachment_is_judged_by_its_namespac
     let net = Path::new("/run/netns/cni-1");
     assert!(cni_sample("abc", net, Some(netns(1))).alive(&host));
     assert!(cni_sample("abc", net, None).alive(&host));
+}
+
+/// Manifests an earlier release wrote (`tests/fixtures/manifests`, one per backend, and an
+/// older layout's) are loaded, and stored again byte for byte.
+#[test]
+fn release_manifests_are_stored_again_byte_for_byte() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut fixtures: Vec<PathBuf> = fs::read_dir(root.join("manifests"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    fixtures.push(root.join("state-dir-older/containers/c1.json"));
+    assert!(fixtures.len() >= 4, "{fixtures:?}");
+    for fixture in fixtures {
+        let bytes = fs::read(&fixture).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let locked = ledger.lock().unwrap();
+        let id: ContainerId = fixture
+            .file_stem()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let path = ledger.manifest_path(&id);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(&path, &bytes).unwrap();
+        let manifest = ledger.load(&id).unwrap().expect("the fixture loads");
+        assert!(!manifest.rules.is_empty(), "{}", fixture.display());
+        let text = manifest.rules.iter().find(|r| r.rule().is_none());
+        assert!(text.is_none(), "{}: {text:?} not typed", fixture.display());
+        fs::remove_file(&path).unwrap();
+        locked.store(&manifest).unwrap();
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            String::from_utf8(bytes).unwrap(),
+            "{}",
+            fixture.display()
+        );
+    }
+}
+
+/// A record that is not one natledger writes (edited by hand: another table, a rule it does
+/// not parse as its own) loads as its text, is stored again as read, and has no typed rule.
+#[test]
+fn a_record_natledger_does_not_write_is_kept_as_text() {
+    let record = |table: &str, args: &str| {
+        let json = serde_json::json!({"backend": "nft", "family": "ipv4", "table": table,
+            "chain": "NATLEDGER-HOSTPORTS", "rule": args.split_whitespace().collect::<Vec<_>>()});
+        let read: RuleRecord = serde_json::from_value(json.clone()).unwrap();
+        assert_eq!(serde_json::to_value(&read).unwrap(), json);
+        read
+    };
+    let dnat = "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
+                --to-destination 10.77.0.2:80";
+    assert_eq!(record("nat", dnat).table(), Some(crate::table::Table::Nat));
+    for (table, args) in [("mangle", dnat), ("nat", "-m bogus -j DNAT"), ("nat", "")] {
+        let text = record(table, args);
+        assert_eq!((text.table(), text.rule()), (None, None), "{args}");
+        assert_eq!(text.table_name(), table);
+        assert_eq!(text.args().join(" "), args);
+    }
 }

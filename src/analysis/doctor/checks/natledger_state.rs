@@ -113,11 +113,11 @@ impl Checks<'_> {
                     .iter()
                     .chain(&host.own)
                     .find(|s| s.backend == r.backend && s.family == r.family)
-                    .and_then(|s| s.table(&r.table))
+                    .and_then(|s| s.table(r.table_name()))
                     .is_some_and(|t| {
                         t.rules
                             .iter()
-                            .any(|s| s.chain == r.chain && s.args == r.rule)
+                            .any(|s| s.chain == r.chain && *s.args == *r.args())
                     })
             };
             let missing: Vec<RuleRef> = m
@@ -127,10 +127,10 @@ impl Checks<'_> {
                 .map(|r| RuleRef {
                     backend: r.backend,
                     family: r.family,
-                    table: r.table.clone(),
+                    table: r.table_name().to_string(),
                     chain: r.chain.clone(),
                     position: 0,
-                    line: line(&r.chain, &r.rule),
+                    line: line(&r.chain, &r.args()),
                     hooks: Vec::new(),
                 })
                 .collect();

@@ -57,11 +57,25 @@ use super::{
     NFT_MSG_GETRULE, NFT_MSG_NEWRULE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
     NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NftError, Session, comment_udata, genmsg, subsys,
 };
-use crate::backend::Backend;
+use crate::capabilities::Capabilities;
 use crate::family::Family;
 use crate::layout::{self, FILTER, NAT};
 use crate::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
 use crate::save::{SavedRule, Table};
+
+/// What natledger's own tables hold beyond the mapping rules: no forward accept (an accept
+/// ends only natledger's own base chain, another table's forward drop still drops), the
+/// guard's second rule (nf_tables' `ct status` has no value for an untracked packet), no
+/// shifted port ranges (nft_nat has no port offset, [`expr::EncodeError`]), no tools, and
+/// every create in one nf_tables transaction.
+pub const CAPABILITIES: Capabilities = Capabilities {
+    forward_accept: false,
+    untracked_guard: true,
+    shifted_ranges: false,
+    tools: false,
+    tables_seen_without_tools: false,
+    one_transaction: true,
+};
 
 /// The name of natledger's table in each family.
 pub const TABLE: &str = "natledger";
@@ -182,7 +196,7 @@ impl OwnTable {
         if let Some(base) = base_chain(chain) {
             return base.table;
         }
-        if layout::owned_chains(Backend::Nft, FILTER, Family::Ipv4).contains(&chain) {
+        if layout::owned_chains(Capabilities::ALL, FILTER, Family::Ipv4).contains(&chain) {
             return FILTER;
         }
         let jumper = self.rules.iter().find(|r| {
@@ -267,7 +281,7 @@ impl Session<'_> {
         // Every chain name natledger could have made or a rule names, in a stable order.
         let mut names: Vec<String> = BASE_CHAINS.iter().map(|b| b.name.to_string()).collect();
         for table in layout::TABLES {
-            let owned = layout::owned_chains(Backend::Nftables, table, Family::Ipv4);
+            let owned = layout::owned_chains(CAPABILITIES, table, Family::Ipv4);
             names.extend(owned.iter().map(|c| c.to_string()));
         }
         for rule in &rules {

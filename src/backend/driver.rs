@@ -1,0 +1,89 @@
+//! The interface every backend implements ([`Driver`]): what it writes beyond the mapping
+//! rules ([`Capabilities`], data), how it installs one family's rules, and the process-less
+//! paths it has for deleting. The operations ask a driver ([`Backend::driver`]) and never
+//! which backend it is; what the backends share (the restore-then-read-and-diff strategy)
+//! is in [`super::write`].
+
+use crate::capabilities::Capabilities;
+use crate::family::Family;
+use crate::ledger::RuleRecord;
+use crate::oci::ContainerId;
+use crate::table::Table;
+
+use super::write::{self, InstallError, Placement};
+use super::{Backend, Native, NativeError, Netfilter, Tagged};
+
+/// One backend.
+pub trait Driver: Sync {
+    /// The backend it drives (its CLI word, its records' `backend`).
+    fn backend(&self) -> Backend;
+
+    /// What it writes beyond the mapping rules, and what it can forward.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Write one family's rules (`rules`, this backend's records) with the chains and shared
+    /// rules they need; the tables that could not be written and were skipped (the filter
+    /// accept, a warning). By default [`write::install`]: per table, in-process where
+    /// [`Driver::insert_in_process`] can, else one restore, then read-and-diff.
+    fn install(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        rules: &[&RuleRecord],
+    ) -> Result<Vec<Table>, InstallError> {
+        write::install(self, nf, family, rules)
+    }
+
+    /// Insert one table's rules without a process, assuming the shared chains and rules
+    /// exist; whether that was done (nothing was written otherwise). None by default.
+    fn insert_in_process(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _table: Table,
+        _placed: &[Placement],
+    ) -> bool {
+        false
+    }
+
+    /// Delete a container's recorded rules of one family, every table at once, without a
+    /// process: before the per-table removal. [`Native::Off`] by default.
+    fn delete_recorded(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _id: &ContainerId,
+        _recorded: &[&RuleRecord],
+    ) -> Result<Native, NativeError> {
+        Ok(Native::Off)
+    }
+
+    /// Delete the recorded rules of one table without a process, exactly those, when all are
+    /// present. [`Native::Off`] by default.
+    fn delete_recorded_in_table(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _recorded: &[&RuleRecord],
+    ) -> Result<Native, NativeError> {
+        Ok(Native::Off)
+    }
+
+    /// Delete every rule tagged as `expected` says from its chain without a process, when
+    /// each chain holds exactly that many; whether that was done (nothing changed otherwise:
+    /// the caller uses the restore). None by default.
+    fn delete_tagged(&self, _nf: &Netfilter, _family: Family, _expected: &[Tagged]) -> bool {
+        false
+    }
+
+    /// After `sweep --all` removed natledger's chains from `table`: drop the table when
+    /// nothing but empty built-in chains is left of it. Nothing by default.
+    fn drop_emptied_table(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _table: &str,
+    ) -> Result<(), crate::nftables::NftError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! How reading or writing a backend fails, and what a process-less change did.
+
+use crate::iptc::IptcError;
+use crate::nftables::NftError;
+use crate::save;
+
+use super::TOOL_DIRS;
+
+/// A failure to read or write a backend, naming the command.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error("{tool} not found in {}", TOOL_DIRS.join(", "))]
+    ToolNotFound { tool: String },
+    #[error("cannot run {command}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    #[error("{command} failed (exit {code}): {stderr}")]
+    Failed {
+        command: String,
+        code: String,
+        stderr: String,
+        /// The input line the tool named as failing ("line N failed"), if any.
+        line: Option<usize>,
+    },
+    #[error("cannot parse the output of {command}: {source}")]
+    Parse {
+        command: String,
+        source: save::ParseError,
+    },
+    #[error("{command} cannot show the table (written by another iptables version?): {line}")]
+    Incompatible { command: String, line: String },
+    #[error(transparent)]
+    Nftables(#[from] NftError),
+    #[error("the nftables backend has no {verb} tool: it works over netlink, in-process")]
+    NoTool { verb: String },
+    #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
+    Procfs {
+        table: String,
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// Why a native change could not be made (nothing was written; the caller uses `*-restore`).
+#[derive(Debug, thiserror::Error)]
+pub enum NativeError {
+    #[error(transparent)]
+    Nft(#[from] NftError),
+    #[error(transparent)]
+    Legacy(#[from] IptcError),
+}
+
+/// What a native (no helper process) change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Native {
+    /// Not enabled: nothing was looked at.
+    Off,
+    /// The table is not as the native path expects (chains hold other rules than recorded,
+    /// a chain or jump is missing): nothing changed.
+    Declined,
+    /// This many rules were inserted or deleted, exactly those asked for.
+    Done(usize),
+}

@@ -1,0 +1,76 @@
+//! iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes): read with
+//! `*-nft-save`, written with `*-nft-restore`; a container's tagged rules deleted over
+//! netlink without a process where the chains hold exactly what is expected
+//! ([`crate::nftables`]).
+
+use crate::capabilities::Capabilities;
+use crate::family::Family;
+use crate::layout::tag;
+use crate::ledger::RuleRecord;
+use crate::nftables::NftError;
+use crate::oci::ContainerId;
+
+use super::{Backend, Driver, Native, NativeError, Netfilter, Tagged};
+
+/// The iptables-nft driver.
+pub struct IptablesNft;
+
+impl Driver for IptablesNft {
+    fn backend(&self) -> Backend {
+        Backend::Nft
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            forward_accept: true,
+            untracked_guard: false,
+            shifted_ranges: true,
+            tools: true,
+            tables_seen_without_tools: false,
+            one_transaction: false,
+        }
+    }
+
+    /// Every rule of the recorded chains tagged for `id`, when they are as many as recorded,
+    /// in one transaction across tables.
+    fn delete_recorded(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        id: &ContainerId,
+        recorded: &[&RuleRecord],
+    ) -> Result<Native, NativeError> {
+        let mut expected: Vec<(&str, &str, usize)> = Vec::new();
+        for r in recorded {
+            match expected
+                .iter_mut()
+                .find(|(t, c, _)| *t == r.table_name() && *c == r.chain)
+            {
+                Some((_, _, n)) => *n += 1,
+                None => expected.push((r.table_name(), r.chain.as_str(), 1)),
+            }
+        }
+        Ok(nf.delete_tagged_nft(family, &tag(id), &expected)?)
+    }
+
+    fn delete_tagged(&self, nf: &Netfilter, family: Family, expected: &[Tagged]) -> bool {
+        match nf.delete_all_tagged_nft(family, expected) {
+            Ok(Native::Done(_)) => true,
+            Ok(Native::Off | Native::Declined) => false,
+            // Nothing was changed; the restore says what is really wrong.
+            Err(e) => {
+                log::info!("{e}; using {}-nft-restore", family.tool_stem());
+                false
+            }
+        }
+    }
+
+    fn drop_emptied_table(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<(), NftError> {
+        nf.with_nft(|s| s.drop_if_leftover(family, table)).map(drop)
+    }
+}

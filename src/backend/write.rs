@@ -1,0 +1,210 @@
+//! The write strategy the iptables backends share, and the read-and-diff fallback every
+//! backend uses: one family's rules, one transaction per table, filter before nat; first
+//! assuming the shared chains and rules exist (in-process where the driver can,
+//! [`Driver::insert_in_process`], else one `*-restore` checking them with `-C`), then
+//! reading each table not yet written and writing what is missing ([`missing`]).
+
+use crate::family::Family;
+use crate::iptc::Place;
+use crate::layout::{goes_first, jump_op, owned_chains, shared_rules};
+use crate::ledger::RuleRecord;
+use crate::rule::Rule;
+use crate::save::{Batch, Op};
+use crate::table::Table;
+
+use super::{BackendError, Driver, Native, Netfilter};
+
+/// Why [`install`] failed, and whether one of the family's tables may have been written.
+#[derive(Debug)]
+pub struct InstallError {
+    pub error: BackendError,
+    pub partial: bool,
+}
+
+/// Install one family's rules: one transaction per table, filter before nat (the accept is in
+/// force before the DNAT is). First try assuming the shared chains and rules (the jumps and
+/// the localhost guard, [`shared_rules`]) exist: on legacy in-process ([`crate::iptc`],
+/// declined unless they do; once a table is left to a process, so are the ones after it, to
+/// keep the order), otherwise with one restore process whose transaction per table checks
+/// that table's shared rules with `-C` (a missing one fails it atomically; the tables before
+/// it stay committed). Then read each table not yet written and create what is missing: a
+/// host written before the guard existed gets it on its next create.
+///
+/// The filter accept is needed only where FORWARD drops, and the nat rules forward from the
+/// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
+/// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
+/// returned, so that the manifest records exactly what was written.
+pub fn install(
+    driver: &(impl Driver + ?Sized),
+    nf: &Netfilter,
+    family: Family,
+    rules: &[&RuleRecord],
+) -> Result<Vec<Table>, InstallError> {
+    let (backend, caps) = (driver.backend(), driver.capabilities());
+    let mut partial = false;
+    let mut pending: Vec<(Table, Vec<Placement>)> = Vec::new();
+    for table in Table::ALL {
+        let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.is_in(table)).collect();
+        if here.is_empty() {
+            continue;
+        }
+        let placed = placements(&here);
+        if pending.is_empty() && driver.insert_in_process(nf, family, table, &placed) {
+            partial = true;
+            continue;
+        }
+        pending.push((table, placed));
+    }
+    let mut skipped = Vec::new();
+    if pending.is_empty() {
+        return Ok(skipped);
+    }
+    let fast: Vec<Batch> = pending
+        .iter()
+        .map(|(table, placed)| {
+            let mut batch = Batch::new(table.as_str());
+            for (chain, jump) in shared_rules(caps, table.as_str(), family) {
+                batch.ops.push(Op::Check(chain.to_string(), jump.to_args()));
+            }
+            push_rules(&mut batch, placed);
+            batch
+        })
+        .collect();
+    let first_block = fast[0].render().lines().count();
+    match nf.apply_all(backend, family, &fast) {
+        Ok(()) => return Ok(skipped),
+        // The first table's transaction failed: nothing was committed.
+        Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
+        // The tables before the failed one are committed (they show every rule already).
+        Err(_) => partial |= pending.len() > 1,
+    }
+    for (table, placed) in &pending {
+        let written = write_table(driver, nf, family, *table, placed);
+        match written {
+            Ok(wrote) => partial |= wrote,
+            Err(error) if *table == Table::Filter => {
+                log::warn!(
+                    "the {family} forward accept was not written ({error}); where FORWARD \
+                     drops, these ports answer only from this host (doctor: forward-dropped)"
+                );
+                skipped.push(Table::Filter);
+            }
+            Err(error) => return Err(InstallError { error, partial }),
+        }
+    }
+    Ok(skipped)
+}
+
+/// The batch that makes `table` (as `dump` shows it) hold natledger's chains and shared
+/// rules and `placed`: empty when it holds them all already.
+pub fn missing(
+    driver: &(impl Driver + ?Sized),
+    family: Family,
+    table: Table,
+    dump: &crate::save::Table,
+    placed: &[Placement],
+) -> Batch {
+    let mut full = Batch::new(table.as_str());
+    let caps = driver.capabilities();
+    for chain in owned_chains(caps, table.as_str(), family) {
+        if !dump.has_chain(chain) {
+            full.ops.push(Op::DeclareChain(chain.to_string()));
+        }
+    }
+    for (chain, shared) in shared_rules(caps, table.as_str(), family) {
+        let present = dump
+            .rules_in(chain)
+            .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
+        if !present {
+            full.ops.push(jump_op(dump, chain, shared.to_args()));
+        }
+    }
+    if full.ops.is_empty() && all_present(dump, placed) {
+        return full;
+    }
+    push_rules(&mut full, placed);
+    full
+}
+
+/// Read `table` and write what is missing of `placed`, its chains and shared rules included;
+/// whether anything was written (a table showing every rule already was committed before).
+pub fn write_table(
+    driver: &(impl Driver + ?Sized),
+    nf: &Netfilter,
+    family: Family,
+    table: Table,
+    placed: &[Placement],
+) -> Result<bool, BackendError> {
+    let backend = driver.backend();
+    let dump = nf
+        .read(backend, family, table.as_str())?
+        .unwrap_or_default();
+    let full = missing(driver, family, table, &dump, placed);
+    if full.is_empty() {
+        return Ok(false);
+    }
+    nf.apply(backend, family, &full)?;
+    Ok(true)
+}
+
+/// Insert one table's rules into iptables-legacy in-process ([`Netfilter::insert_legacy`],
+/// declined unless the shared chains and rules exist); whether that was done.
+pub fn insert_legacy(
+    driver: &(impl Driver + ?Sized),
+    nf: &Netfilter,
+    family: Family,
+    table: Table,
+    placed: &[Placement],
+) -> bool {
+    let rules: Vec<(&str, Rule, Place)> = placed
+        .iter()
+        .map(|(chain, rule, place)| (*chain, (*rule).clone(), *place))
+        .collect();
+    let shared = shared_rules(driver.capabilities(), table.as_str(), family);
+    match nf.insert_legacy(family, table.as_str(), &rules, &shared) {
+        Ok(Native::Done(_)) => true,
+        Ok(Native::Declined | Native::Off) => false,
+        // Nothing was written; the restore reports what is really wrong.
+        Err(e) => {
+            log::info!("{e}; using {}-legacy-restore", family.tool_stem());
+            false
+        }
+    }
+}
+
+/// Whether every rule of `placed` is in the dump (as many times as placed).
+pub fn all_present(dump: &crate::save::Table, placed: &[Placement]) -> bool {
+    placed.iter().all(|(chain, rule, _)| {
+        let wanted = placed
+            .iter()
+            .filter(|(c, r, _)| c == chain && r == rule)
+            .count();
+        let args = rule.to_args();
+        dump.rules_in(chain).filter(|r| r.args == args).count() >= wanted
+    })
+}
+
+pub type Placement<'a> = (&'a str, &'a Rule, Place);
+
+/// Where each rule goes: DNAT rules to the top of their chain (newest container first, in
+/// mapping order, so they are inserted in reverse), masquerade rules appended.
+/// Records not typed (none from a create) have no place.
+pub fn placements<'a>(rules: &[&'a RuleRecord]) -> Vec<Placement<'a>> {
+    let typed = |r: &&&'a RuleRecord| Some((r.chain.as_str(), r.rule()?));
+    let first = rules.iter().rev().filter(|r| goes_first(&r.chain));
+    let last = rules.iter().filter(|r| !goes_first(&r.chain));
+    first
+        .filter_map(|r| typed(&r).map(|(c, rule)| (c, rule, Place::First)))
+        .chain(last.filter_map(|r| typed(&r).map(|(c, rule)| (c, rule, Place::Last))))
+        .collect()
+}
+
+pub fn push_rules(batch: &mut Batch, placed: &[Placement]) {
+    for (chain, rule, place) in placed {
+        let (chain, args) = (chain.to_string(), rule.to_args());
+        batch.ops.push(match place {
+            Place::First => Op::InsertFirst(chain, args),
+            Place::Last => Op::Append(chain, args),
+        });
+    }
+}
