@@ -46,6 +46,7 @@ mod nft_batch;
 mod nftables;
 mod oversized;
 mod readers;
+mod release_manifests;
 mod roundtrip;
 mod selftest;
 mod sharing;

@@ -13,11 +13,9 @@
 //! That the library reads each fixture and stores it again byte for byte is a unit test
 //! (`ledger::tests`).
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 /// A udp range too: shifted on iptables, the same ports on nftables (its nat has no offset).
 fn ports(backend: Backend) -> (&'static str, &'static str) {
