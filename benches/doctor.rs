@@ -28,10 +28,10 @@ use std::time::{Duration, Instant};
 
 use std::path::Path;
 
+use natledger::analysis::doctor::evidence::Roots;
+use natledger::analysis::doctor::matchset::parse_rule;
+use natledger::analysis::doctor::{self, DoctorOptions, DumpFile};
 use natledger::backend::{Backend, Netfilter};
-use natledger::doctor::evidence::Roots;
-use natledger::doctor::matchset::parse_rule;
-use natledger::doctor::{self, DoctorOptions, DumpFile};
 
 const BIN: &str = env!("CARGO_BIN_EXE_natledger");
 
@@ -205,7 +205,7 @@ fn ladder_dump(chains: usize, ways: usize) -> String {
 /// rules, each rule's arguments into conditions), to show where the time goes.
 fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
     let start = Instant::now();
-    let tables = natledger::save::parse_dump(dump).unwrap();
+    let tables = natledger::model::save::parse_dump(dump).unwrap();
     let parse = start.elapsed();
     let start = Instant::now();
     for table in &tables {
@@ -214,7 +214,7 @@ fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
         }
     }
     let conds = start.elapsed();
-    let runner = natledger::exec::SystemRunner::default();
+    let runner = natledger::kernel::exec::SystemRunner::default();
     let state = tempfile::tempdir().unwrap();
     let opts = DoctorOptions {
         from: vec![DumpFile {
@@ -223,7 +223,7 @@ fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
             path: path.to_path_buf(),
         }],
         port: None,
-        ledger: natledger::ledger::Ledger::new(state.path()),
+        ledger: natledger::state::ledger::Ledger::new(state.path()),
         netfilter: Netfilter::new(&runner),
         host_backend: natledger::backend::Detected {
             backend: Backend::Nft,

@@ -21,12 +21,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use natledger::backend::{Backend, Netfilter};
-use natledger::exec::SystemRunner;
-use natledger::family::Family;
-use natledger::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
-use natledger::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
-use natledger::portspec::parse_mappings;
-use natledger::save::{Batch, Op};
+use natledger::kernel::exec::SystemRunner;
+use natledger::model::family::Family;
+use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
+use natledger::model::portspec::parse_mappings;
+use natledger::model::save::{Batch, Op};
+use natledger::state::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
 
 mod common;
 
@@ -123,7 +123,7 @@ fn manifest(id: &str, pid: i32, rules: Vec<RuleRecord>, spec: &str) -> Manifest 
         container_id: id.parse().unwrap(),
         bundle: None,
         pid: Some(pid),
-        pid_start_time: natledger::procfs::start_time(pid).or(Some(1)),
+        pid_start_time: natledger::kernel::procfs::start_time(pid).or(Some(1)),
         boot_id: None,
         pid_namespace: None,
         phase: Phase::Installed,

@@ -351,7 +351,7 @@ fn case_main(spec: &str) {
     };
     let mut samples: BTreeMap<&str, Samples> = BTreeMap::new();
     // natledger alone: nobody else writes between its operations (its iptables-nft cache of
-    // other owners' forwards holds, see `natledger::forwards`).
+    // other owners' forwards holds, see `natledger::analysis::forwards`).
     for _ in 0..runs {
         let c = settled(&mut || case.hook_counted("create-runtime", false).0);
         let d = settled(&mut || case.hook_counted("poststop", false).0);

@@ -12,11 +12,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use natledger::backend::Backend;
-use natledger::family::Family;
-use natledger::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
-use natledger::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
-use natledger::portspec::parse_mappings;
-use natledger::save::{Batch, Op};
+use natledger::model::family::Family;
+use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
+use natledger::model::portspec::parse_mappings;
+use natledger::model::save::{Batch, Op};
+use natledger::state::ledger::{Ledger, Manifest, Phase, RuleRecord, SCHEMA};
 
 mod common;
 

@@ -2,7 +2,7 @@
 //! one `*-restore --noflush` transaction to write. Both backends take the same syntax; they
 //! differ in their tools, in how to tell cheaply that a table is absent, and in which one the
 //! host uses ([`detect`]). One exception to "everything through a tool": deleting a
-//! container's iptables-nft rules goes over netlink when asked for ([`crate::nftables`]
+//! container's iptables-nft rules goes over netlink when asked for ([`crate::kernel::nftables`]
 //! explains the 10-25 ms it saves).
 
 use std::cell::RefCell;
@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::conntrack::{self, ConntrackError};
-use crate::exec::{Invocation, Runner};
-use crate::family::Family;
-use crate::iptc::{self, IptcError, Place};
-use crate::layout;
-use crate::netlink;
-use crate::nftables::{self, NftError};
-use crate::rule::Rule;
-use crate::save::{self, Batch, Table};
+use crate::kernel::conntrack::{self, ConntrackError};
+use crate::kernel::exec::{Invocation, Runner};
+use crate::kernel::iptc::{self, IptcError, Place};
+use crate::kernel::netlink;
+use crate::kernel::nftables::{self, NftError};
+use crate::model::family::Family;
+use crate::model::layout;
+use crate::model::rule::Rule;
+use crate::model::save::{self, Batch, Table};
 
 /// Directories searched for iptables tools. Absolute, because podman runs poststop hooks
 /// with an empty environment (no PATH).
@@ -36,7 +36,7 @@ pub enum Backend {
     Legacy,
     /// iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes).
     Nft,
-    /// natledger's own nf_tables tables, written in-process ([`crate::nftables::own`]).
+    /// natledger's own nf_tables tables, written in-process ([`crate::kernel::nftables::own`]).
     Nftables,
 }
 
@@ -56,7 +56,7 @@ impl Backend {
     }
 
     /// Whether this is one of the iptables backends (written with `*-restore`): what its
-    /// driver reports ([`crate::capabilities::Capabilities::tools`]).
+    /// driver reports ([`crate::model::capabilities::Capabilities::tools`]).
     pub fn is_iptables(self) -> bool {
         self.driver().capabilities().tools
     }
@@ -95,7 +95,7 @@ impl Backend {
     }
 }
 
-impl From<Backend> for crate::capabilities::Capabilities {
+impl From<Backend> for crate::model::capabilities::Capabilities {
     fn from(backend: Backend) -> Self {
         backend.driver().capabilities()
     }
@@ -108,7 +108,7 @@ pub enum Reach {
     /// Only the tools, through the runner (and natledger's own tables, which have none).
     Tools,
     /// The kernel too: conntrack ([`Netfilter::forget_flows`]), other owners' forwards
-    /// ([`crate::forwards`]), and with `native` the process-less paths (iptables-nft
+    /// ([`crate::analysis::forwards`]), and with `native` the process-less paths (iptables-nft
     /// deletions over netlink, iptables-legacy through the table's socket options).
     Kernel { native: bool },
 }
@@ -122,7 +122,7 @@ pub struct Netfilter<'r> {
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
     /// iptables-nft transactions this process committed (restore blocks, netlink batches):
-    /// what moved the nf_tables generation that was natledger's own ([`crate::forwards`]).
+    /// what moved the nf_tables generation that was natledger's own ([`crate::analysis::forwards`]).
     nft_commits: std::cell::Cell<u32>,
     /// Whether rules were deleted through `socket` (its release then waits a grace period).
     nft_deleted: std::cell::Cell<bool>,
@@ -508,8 +508,8 @@ pub fn tool(backend: Backend, family: Family, verb: &str) -> Result<PathBuf, Bac
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::Outcome;
-    use crate::save::Op;
+    use crate::kernel::exec::Outcome;
+    use crate::model::save::Op;
 
     struct Refuses;
     impl Runner for Refuses {
@@ -529,7 +529,10 @@ mod tests {
         }
         let caps = |b: Backend| b.driver().capabilities();
         assert!(Backend::IPTABLES.iter().all(|b| caps(*b).tools));
-        assert_eq!(caps(Backend::Nftables), crate::nftables::own::CAPABILITIES);
+        assert_eq!(
+            caps(Backend::Nftables),
+            crate::kernel::nftables::own::CAPABILITIES
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! Reading one environment variable once is the whole cost when it is unset.
 //!
 //! This is the one environment read left in the library (every other setting is resolved in
-//! `main`, `natledger::settings`): the points sit deep in the operations, where passing a
+//! `main`, `natledger::entry::settings`): the points sit deep in the operations, where passing a
 //! test-only value through every caller would cost more than it gives.
 
 use std::sync::OnceLock;

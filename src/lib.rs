@@ -24,10 +24,3 @@ pub mod kernel;
 pub mod model;
 pub mod ops;
 pub mod state;
-
-// The paths before the layers had folders; kept while callers move to the layered paths.
-pub use analysis::{doctor, forwards, matchset, packet};
-pub use entry::{bundle, cli, cni, metrics, selftest, settings, wrapper};
-pub use kernel::{conntrack, exec, host, iptc, netlink, netns, nftables, procfs, xt};
-pub use model::{capabilities, echo, family, layout, oci, portspec, rule, save, table};
-pub use state::{durable, ledger, safefile, sharing};

@@ -1,5 +1,5 @@
 //! The `natledger` command: the ways in (the wrapper runtime, the CNI plugin, the command
-//! line), the settings resolved once (`natledger::settings`), one function per command, and
+//! line), the settings resolved once (`natledger::entry::settings`), one function per command, and
 //! the error chain printed once. The work is in the library.
 
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -13,17 +13,17 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use nix::sys::resource::{UsageWho, getrusage};
 
+use natledger::analysis::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
 use natledger::backend::{self, Netfilter};
-use natledger::bundle::{self, HookSpec, Injected};
-use natledger::cli::{self, Cli, Command};
-use natledger::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
-use natledger::echo::limit;
-use natledger::exec::SystemRunner;
-use natledger::ledger::Ledger;
-use natledger::oci::{Stage, State};
+use natledger::entry::bundle::{self, HookSpec, Injected};
+use natledger::entry::cli::{self, Cli, Command};
+use natledger::entry::settings::{self, Settings};
+use natledger::kernel::exec::SystemRunner;
+use natledger::model::echo::limit;
+use natledger::model::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
-use natledger::settings::{self, Settings};
-use natledger::{cni, metrics, selftest, wrapper};
+use natledger::state::ledger::Ledger;
+use natledger::{entry::cni, entry::metrics, entry::selftest, entry::wrapper};
 
 /// The library logs through `log`; this prints its records on stderr, one line each, in the
 /// words natledger has always used: `natledger: warning: ...` for warnings, `natledger: ...`
@@ -118,7 +118,7 @@ fn command_line() -> ExitCode {
     let code = match run(cli.command, &settings) {
         Ok(code) => code,
         Err(e) => {
-            // Library errors cut the input they quote (`natledger::echo`); this is the net.
+            // Library errors cut the input they quote (`natledger::model::echo`); this is the net.
             eprintln!("natledger: {}", limit(&chain(&e), LINE));
             ExitCode::FAILURE
         }

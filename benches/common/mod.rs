@@ -360,13 +360,14 @@ impl Drop for TmpfsDir {
 
 /// Wait until the kernel has finished freeing what earlier nf_tables transactions in this
 /// network namespace deleted: releasing a netfilter netlink socket flushes that work (see
-/// `natledger::nftables`). Called, untimed, before every timed operation of every tool, so
+/// `natledger::kernel::nftables`). Called, untimed, before every timed operation of every tool, so
 /// that each measures one operation on an idle host rather than the tail of the previous
 /// tool's cleanup.
 pub fn settle() {
-    let mut sock = natledger::netlink::Socket::netfilter().expect("netfilter netlink socket");
-    let _ = natledger::nftables::Session::new(&mut sock).rules(
-        natledger::family::Family::Ipv4,
+    let mut sock =
+        natledger::kernel::netlink::Socket::netfilter().expect("netfilter netlink socket");
+    let _ = natledger::kernel::nftables::Session::new(&mut sock).rules(
+        natledger::model::family::Family::Ipv4,
         "nat",
         "PREROUTING",
     );

@@ -47,7 +47,7 @@ const IPTABLES_TOOLS: [&str; 5] = [
 
 /// What `--backend auto` resolves to: where any iptables tool is installed, the backend the
 /// host's `iptables` uses ([`detect_explained`]); where none is, natledger's own nftables
-/// tables (`crate::nftables::own`), which need no tool at all.
+/// tables (`crate::kernel::nftables::own`), which need no tool at all.
 pub fn choose() -> Detected {
     choose_in(&TOOL_DIRS)
 }

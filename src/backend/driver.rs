@@ -4,11 +4,11 @@
 //! which backend it is; what the backends share (the restore-then-read-and-diff strategy)
 //! is in [`super::write`].
 
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::ledger::RuleRecord;
-use crate::oci::ContainerId;
-use crate::table::Table;
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::oci::ContainerId;
+use crate::model::table::Table;
+use crate::state::ledger::RuleRecord;
 
 use super::write::{self, InstallError, Placement};
 use super::{Backend, Native, NativeError, Netfilter, Tagged};
@@ -83,7 +83,7 @@ pub trait Driver: Sync {
         _nf: &Netfilter,
         _family: Family,
         _table: &str,
-    ) -> Result<(), crate::nftables::NftError> {
+    ) -> Result<(), crate::kernel::nftables::NftError> {
         Ok(())
     }
 }

@@ -1,8 +1,8 @@
 //! How reading or writing a backend fails, and what a process-less change did.
 
-use crate::iptc::IptcError;
-use crate::nftables::NftError;
-use crate::save;
+use crate::kernel::iptc::IptcError;
+use crate::kernel::nftables::NftError;
+use crate::model::save;
 
 use super::TOOL_DIRS;
 

@@ -1,12 +1,12 @@
 //! iptables-legacy (`ip_tables`): read with `*-legacy-save` (an absent table seen in procfs
 //! without a process), written in-process through the table's socket options where the
-//! shared chains exist ([`crate::iptc`]), else with `*-legacy-restore --wait`.
+//! shared chains exist ([`crate::kernel::iptc`]), else with `*-legacy-restore --wait`.
 
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::ledger::RuleRecord;
-use crate::rule::Rule;
-use crate::table::Table;
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::rule::Rule;
+use crate::model::table::Table;
+use crate::state::ledger::RuleRecord;
 
 use super::write::{self, Placement};
 use super::{Backend, Driver, Native, NativeError, Netfilter};
@@ -41,7 +41,7 @@ impl Driver for IptablesLegacy {
     }
 
     /// Exactly the recorded rules of one table, through its socket options
-    /// ([`crate::iptc::delete`]); declined unless every one is found.
+    /// ([`crate::kernel::iptc::delete`]); declined unless every one is found.
     fn delete_recorded_in_table(
         &self,
         nf: &Netfilter,

@@ -1,14 +1,14 @@
 //! iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes): read with
 //! `*-nft-save`, written with `*-nft-restore`; a container's tagged rules deleted over
 //! netlink without a process where the chains hold exactly what is expected
-//! ([`crate::nftables`]).
+//! ([`crate::kernel::nftables`]).
 
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::layout::tag;
-use crate::ledger::RuleRecord;
-use crate::nftables::NftError;
-use crate::oci::ContainerId;
+use crate::kernel::nftables::NftError;
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::layout::tag;
+use crate::model::oci::ContainerId;
+use crate::state::ledger::RuleRecord;
 
 use super::{Backend, Driver, Native, NativeError, Netfilter, Tagged};
 

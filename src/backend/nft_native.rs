@@ -1,14 +1,14 @@
 //! Deleting natledger's tagged iptables-nft rules over netlink, by handle, in one
-//! transaction: poststop's and sweep's native path ([`crate::nftables::handles`] says why it
+//! transaction: poststop's and sweep's native path ([`crate::kernel::nftables::handles`] says why it
 //! is linear and why a stale read deletes nothing).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use super::{Native, Netfilter};
-use crate::family::Family;
-use crate::nftables::NftError;
-use crate::nftables::handles::{Victims, is_stale};
+use crate::kernel::nftables::NftError;
+use crate::kernel::nftables::handles::{Victims, is_stale};
+use crate::model::family::Family;
 
 /// How many times the chains are read again after someone else committed between the read
 /// and the deletion.

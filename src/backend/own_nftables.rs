@@ -1,11 +1,11 @@
-//! natledger's own nf_tables tables ([`crate::nftables::own`]), read and written in-process
+//! natledger's own nf_tables tables ([`crate::kernel::nftables::own`]), read and written in-process
 //! over netlink: every create is one transaction, all or nothing.
 
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::ledger::RuleRecord;
-use crate::nftables::own::CAPABILITIES;
-use crate::table::Table;
+use crate::kernel::nftables::own::CAPABILITIES;
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::table::Table;
+use crate::state::ledger::RuleRecord;
 
 use super::write::{self, InstallError};
 use super::{Backend, BackendError, Driver, Netfilter};
@@ -38,7 +38,7 @@ impl Driver for OwnNftables {
 }
 
 /// One read of natledger's table and one nf_tables transaction for
-/// every table (`crate::nftables::own`): the table, its chains and the shared rules (the
+/// every table (`crate::kernel::nftables::own`): the table, its chains and the shared rules (the
 /// jumps, the localhost guard) where missing, then the rules. All or nothing, so a failure
 /// leaves nothing of this family written. The IPv4 guard is ensured by every IPv4 create, so
 /// route_localnet is never on without it.

@@ -4,13 +4,13 @@
 //! [`Driver::insert_in_process`], else one `*-restore` checking them with `-C`), then
 //! reading each table not yet written and writing what is missing ([`missing`]).
 
-use crate::family::Family;
-use crate::iptc::Place;
-use crate::layout::{goes_first, jump_op, owned_chains, shared_rules};
-use crate::ledger::RuleRecord;
-use crate::rule::Rule;
-use crate::save::{Batch, Op};
-use crate::table::Table;
+use crate::kernel::iptc::Place;
+use crate::model::family::Family;
+use crate::model::layout::{goes_first, jump_op, owned_chains, shared_rules};
+use crate::model::rule::Rule;
+use crate::model::save::{Batch, Op};
+use crate::model::table::Table;
+use crate::state::ledger::RuleRecord;
 
 use super::{BackendError, Driver, Native, Netfilter};
 
@@ -23,7 +23,7 @@ pub struct InstallError {
 
 /// Install one family's rules: one transaction per table, filter before nat (the accept is in
 /// force before the DNAT is). First try assuming the shared chains and rules (the jumps and
-/// the localhost guard, [`shared_rules`]) exist: on legacy in-process ([`crate::iptc`],
+/// the localhost guard, [`shared_rules`]) exist: on legacy in-process ([`crate::kernel::iptc`],
 /// declined unless they do; once a table is left to a process, so are the ones after it, to
 /// keep the order), otherwise with one restore process whose transaction per table checks
 /// that table's shared rules with `-C` (a missing one fails it atomically; the tables before
@@ -101,7 +101,7 @@ pub fn missing(
     driver: &(impl Driver + ?Sized),
     family: Family,
     table: Table,
-    dump: &crate::save::Table,
+    dump: &crate::model::save::Table,
     placed: &[Placement],
 ) -> Batch {
     let mut full = Batch::new(table.as_str());
@@ -173,7 +173,7 @@ pub fn insert_legacy(
 }
 
 /// Whether every rule of `placed` is in the dump (as many times as placed).
-pub fn all_present(dump: &crate::save::Table, placed: &[Placement]) -> bool {
+pub fn all_present(dump: &crate::model::save::Table, placed: &[Placement]) -> bool {
     placed.iter().all(|(chain, rule, _)| {
         let wanted = placed
             .iter()

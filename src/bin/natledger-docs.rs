@@ -1,5 +1,5 @@
 //! `natledger-docs OUTDIR`: the man pages and shell completions of `natledger`, rendered from
-//! its clap definitions (`natledger::cli::command`), for packaging.
+//! its clap definitions (`natledger::entry::cli::command`), for packaging.
 //!
 //! Writes `OUTDIR/man/man8/natledger.8` and one `natledger-SUBCOMMAND.8` per subcommand, and
 //! `OUTDIR/completions/{bash/natledger, zsh/_natledger, fish/natledger.fish}`; prints each
@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap_complete::Shell;
 use clap_mangen::Man;
 
-use natledger::cli;
+use natledger::entry::cli;
 
 /// The name every page and completion is for.
 const BIN: &str = "natledger";

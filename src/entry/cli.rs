@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use clap::builder::{BoolishValueParser, TypedValueParser};
 use clap::{ArgAction, Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 
+use crate::analysis::doctor::DumpFile;
 use crate::backend::BackendChoice;
-use crate::doctor::DumpFile;
-use crate::oci::Stage;
+use crate::model::oci::Stage;
 
 /// What `natledger --version` prints after the name: the package version and the git commit
 /// it was built from (`build.rs`: `git rev-parse --short HEAD`, or `unknown` outside a git
@@ -211,7 +211,7 @@ pub enum Command {
         #[arg(long = "hook-env", value_name = "KEY=VALUE", value_parser = key_value)]
         hook_env: Vec<String>,
         /// Seconds the runtime gives each hook.
-        #[arg(long, default_value_t = crate::wrapper::HOOK_TIMEOUT)]
+        #[arg(long, default_value_t = crate::entry::wrapper::HOOK_TIMEOUT)]
         timeout: u32,
     },
     /// Wrapper runtime (Docker, containerd): adds the hooks, execs runc

@@ -4,7 +4,7 @@
 //! [`Exposition`] is a small typed writer: metric families (name, help, type) with samples
 //! (labels, value), rendered with `# HELP` and `# TYPE` lines and label values escaped as the
 //! format says (`\\`, `\"`, `\n`). [`write`] replaces the file atomically
-//! (`crate::durable`: a temp file beside it, fsync, rename), so the collector never reads half
+//! (`crate::state::durable`: a temp file beside it, fsync, rename), so the collector never reads half
 //! a file; the temp name does not end in `.prom`, which the collector ignores.
 //!
 //! Which series a sweep and doctor write, and what they mean: [`report`] (and the README's
@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use crate::durable;
+use crate::state::durable;
 
 pub use report::{doctor, sweep};
 

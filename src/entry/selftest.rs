@@ -24,16 +24,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::backend::{Backend, Detected};
-use crate::exec::SystemRunner;
-use crate::family::Family;
+use crate::kernel::exec::SystemRunner;
 use crate::kernel::named_netns::{NamedNetns, NamedNetnsError};
-use crate::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
-use crate::ledger::Ledger;
-use crate::netns::in_namespace;
-use crate::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
+use crate::kernel::netns::in_namespace;
+use crate::model::family::Family;
+use crate::model::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
+use crate::model::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
+use crate::model::rule::Rule;
+use crate::model::save::{Batch, Op, Table};
 use crate::ops::{self, Context, Created, SweepOptions};
-use crate::rule::Rule;
-use crate::save::{Batch, Op, Table};
+use crate::state::ledger::Ledger;
 
 const NODE_V4: &str = "10.253.0.1";
 const CTR_V4: &str = "10.253.0.2";
@@ -122,7 +122,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
 
     // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
     // (Not in natledger's own nftables table: it writes no forward accept, see
-    // `crate::nftables::own`, and a drop there would be natledger's own doing.)
+    // `crate::kernel::nftables::own`, and a drop there would be natledger's own doing.)
     let forward_drop = backend.is_iptables();
     let mut drop_policy = Batch::new(FILTER);
     drop_policy

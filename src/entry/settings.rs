@@ -15,16 +15,16 @@ use clap::error::ErrorKind;
 use clap::{Args as _, FromArgMatches as _};
 
 use crate::backend::BackendChoice;
-use crate::conntrack::DumpChoice;
 use crate::entry::cli::{Global, PortConflict};
+use crate::kernel::conntrack::DumpChoice;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
 
 /// `NATLEDGER_RUNTIME`: the real runtime the wrapper runtime execs.
-pub const RUNTIME_ENV: &str = crate::wrapper::RUNTIME_ENV;
-/// `NATLEDGER_CONNTRACK_DUMP`: how flows are found (`crate::conntrack`).
-pub const CONNTRACK_DUMP_ENV: &str = crate::conntrack::DUMP_ENV;
+pub const RUNTIME_ENV: &str = crate::entry::wrapper::RUNTIME_ENV;
+/// `NATLEDGER_CONNTRACK_DUMP`: how flows are found (`crate::kernel::conntrack`).
+pub const CONNTRACK_DUMP_ENV: &str = crate::kernel::conntrack::DUMP_ENV;
 /// `XTABLES_LOCKFILE`: iptables' own variable for its lock (iptables 1.6.2 and later).
 pub const XTABLES_LOCK_ENV: &str = "XTABLES_LOCKFILE";
 /// iptables' lock when `XTABLES_LOCKFILE` names none.
@@ -83,8 +83,8 @@ impl Settings {
     /// them: the iptables lock, the conntrack dump), and the log level.
     pub fn install(&self) {
         log::set_max_level(self.log_level);
-        crate::iptc::set_lock_path(self.xtables_lock.clone());
-        crate::conntrack::set_dump_choice(self.conntrack_dump);
+        crate::kernel::iptc::set_lock_path(self.xtables_lock.clone());
+        crate::kernel::conntrack::set_dump_choice(self.conntrack_dump);
     }
 }
 

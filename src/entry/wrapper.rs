@@ -14,7 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::bundle::{self, BundleError, HookSpec};
+use crate::entry::bundle::{self, BundleError, HookSpec};
 
 /// Where the real runtime is looked for when neither `--natledger-runtime` nor
 /// `NATLEDGER_RUNTIME` names it.
@@ -35,7 +35,7 @@ pub enum WrapperError {
     #[error("{0} needs a value")]
     MissingValue(&'static str),
     #[error("{0} is not KEY=VALUE")]
-    BadEnv(crate::echo::Echo),
+    BadEnv(crate::model::echo::Echo),
     #[error("no runc in {}; name the runtime with --natledger-runtime or NATLEDGER_RUNTIME", RUNTIME_DIRS.join(", "))]
     NoRuntime,
     #[error("the runtime {} is natledger itself; name the real one", .0.display())]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use nix::sched::{CloneFlags, setns};
 
-use crate::host;
+use crate::kernel::host;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {

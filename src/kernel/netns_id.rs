@@ -39,7 +39,7 @@ impl NetnsId {
     /// Whether a recorded namespace path (a CNI attachment's `CNI_NETNS`) still names this
     /// namespace, the one it named when recorded, given what reading the path gave `now`
     /// ([`crate::kernel::machine::Host::netns_at`]). The one judgement of a recorded namespace
-    /// path: both liveness and membership (`crate::sharing`) read it.
+    /// path: both liveness and membership (`crate::state::sharing`) read it.
     pub fn still_at(self, now: std::io::Result<NetnsId>) -> NetnsAtPath {
         match now {
             Ok(now) if now == self => NetnsAtPath::Same,

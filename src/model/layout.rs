@@ -40,13 +40,13 @@
 
 use std::net::IpAddr;
 
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::matchset::{Target as MatchTarget, parse_rule};
-use crate::oci::ContainerId;
-use crate::portspec::PortMapping;
-use crate::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
-use crate::save::{Op, Table};
+use crate::analysis::matchset::{Target as MatchTarget, parse_rule};
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::PortMapping;
+use crate::model::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
+use crate::model::save::{Op, Table};
 
 pub const NAT: &str = "nat";
 pub(crate) const FILTER: &str = "filter";
@@ -87,7 +87,7 @@ pub fn owned_chains(
 /// A rule, its table and the chain it lives in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
-    pub table: crate::table::Table,
+    pub table: crate::model::table::Table,
     pub chain: &'static str,
     pub rule: Rule,
 }
@@ -318,7 +318,7 @@ pub fn mapping_rules(
         }),
     };
     let masquerade_from = |source: IpNet| Placed {
-        table: crate::table::Table::Nat,
+        table: crate::model::table::Table::Nat,
         chain: MASQ_CHAIN,
         rule: Rule {
             source: Some(source),
@@ -356,14 +356,14 @@ pub fn mapping_rules(
     let mut rules = Vec::with_capacity(4);
     if caps.forward_accept {
         rules.push(Placed {
-            table: crate::table::Table::Filter,
+            table: crate::model::table::Table::Filter,
             chain: FORWARD_CHAIN,
             rule: accept,
         });
     }
     rules.extend([
         Placed {
-            table: crate::table::Table::Nat,
+            table: crate::model::table::Table::Nat,
             chain: DNAT_CHAIN,
             rule: dnat,
         },
@@ -382,7 +382,7 @@ pub fn mapping_rules(
 mod tests {
     use super::*;
     use crate::backend::Backend;
-    use crate::portspec::parse_entry;
+    use crate::model::portspec::parse_entry;
 
     fn args(p: &Placed) -> String {
         format!("{} {}", p.chain, p.rule.to_args().join(" "))
@@ -535,10 +535,10 @@ mod tests {
     fn the_forward_jump_goes_after_the_rules_there_before_a_final_drop() {
         let table = |rules: &str| {
             let text = format!("*filter\n:FORWARD DROP [0:0]\n{rules}COMMIT\n");
-            crate::save::parse_dump(&text).unwrap().remove(0)
+            crate::model::save::parse_dump(&text).unwrap().remove(0)
         };
         let rendered = |t: &Table, from: &str| {
-            let mut batch = crate::save::Batch::new("filter");
+            let mut batch = crate::model::save::Batch::new("filter");
             batch
                 .ops
                 .push(jump_op(t, from, vec!["-j".into(), "X".into()]));

@@ -14,7 +14,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::echo::{Cut, Echo};
+use crate::model::echo::{Cut, Echo};
 
 pub(crate) const PORTS_ANNOTATION: &str = "io.natledger.ports";
 pub(crate) const IP_ANNOTATION: &str = "io.natledger.ip";
@@ -265,11 +265,11 @@ impl Runtime {
 /// errors naming the file.
 pub(crate) fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::safefile`).
-    let bytes = match crate::safefile::read(
+    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::state::safefile`).
+    let bytes = match crate::state::safefile::read(
         &path,
-        crate::safefile::Links::Follow,
-        crate::safefile::Cap::Config,
+        crate::state::safefile::Links::Follow,
+        crate::state::safefile::Cap::Config,
     ) {
         Ok(bytes) => bytes,
         Err(source) => return Err(OciError::ConfigRead { path, source }),

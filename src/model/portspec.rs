@@ -11,8 +11,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
-use crate::echo::{Echo, MESSAGE, limit};
-use crate::family::Family;
+use crate::model::echo::{Echo, MESSAGE, limit};
+use crate::model::family::Family;
 
 pub(crate) mod bounds;
 

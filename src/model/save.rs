@@ -1,7 +1,7 @@
 //! The iptables-save / iptables-restore text format: parsing dumps and writing batches.
 //!
 //! Parsing never interprets a rule beyond splitting it into its chain and argument tokens;
-//! [`crate::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
+//! [`crate::model::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
 //! Writing quotes every token, so an argument is never re-split by the reader.
 
 use std::collections::HashMap;

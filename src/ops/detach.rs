@@ -1,7 +1,7 @@
 //! Removal by ledger id alone, for callers with no OCI state (a CNI DEL or GC): the way of a
 //! poststop ([`super::remove`]), sharing included.
 
-use crate::oci::ContainerId;
+use crate::model::oci::ContainerId;
 
 use super::remove::{Removed, Stopping, stop};
 use super::{Context, Error};

@@ -1,7 +1,7 @@
 //! The conntrack side of a change of natledger's DNAT rules: after create-runtime installs a
 //! forward, and after poststop, sweep or a dead holder's removal takes one away, the
 //! conntrack entries that would keep a UDP or SCTP flow on the old path are deleted
-//! ([`crate::conntrack`]): a client that keeps sending otherwise never reaches the new
+//! ([`crate::kernel::conntrack`]): a client that keeps sending otherwise never reaches the new
 //! container, or the host process that listens once the container is gone. TCP is left
 //! alone (a connection to a dead container ends; a new one takes the new path).
 //!
@@ -9,10 +9,10 @@
 //! from configuration: protocol, host port range, and the host address when the rule has
 //! one.
 
-use crate::conntrack::Flows;
-use crate::family::Family;
-use crate::portspec::Protocol;
-use crate::rule::{Rule, Target};
+use crate::kernel::conntrack::Flows;
+use crate::model::family::Family;
+use crate::model::portspec::Protocol;
+use crate::model::rule::{Rule, Target};
 
 use super::Context;
 
@@ -76,7 +76,7 @@ pub fn forget(ctx: &Context, flows: &[Flows]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::portspec::PortRange;
+    use crate::model::portspec::PortRange;
 
     fn args(line: &str) -> Vec<String> {
         line.split_whitespace().map(String::from).collect()

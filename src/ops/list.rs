@@ -6,15 +6,15 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::kernel::machine::Host;
-use crate::ledger::{Ledger, LedgerError, Manifest};
-use crate::oci::ContainerId;
-use crate::sharing::Needs;
+use crate::model::oci::ContainerId;
+use crate::state::ledger::{Ledger, LedgerError, Manifest};
+use crate::state::sharing::Needs;
 
 #[derive(Debug, Serialize)]
 pub struct ListEntry {
     pub alive: bool,
     /// For a dead container: the live containers in its network namespace that share its
-    /// rules, which therefore stay (`crate::sharing`).
+    /// rules, which therefore stay (`crate::state::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<ContainerId>,
     #[serde(flatten)]
@@ -117,7 +117,7 @@ mod tests {
 
     use super::*;
     use crate::kernel::machine::fake::{FakeHost, netns};
-    use crate::ledger::tests::{cni_sample, sample};
+    use crate::state::ledger::tests::{cni_sample, sample};
 
     #[test]
     fn attachments_are_judged_by_their_netns_and_shown_with_network_and_ifname() {

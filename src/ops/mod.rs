@@ -21,15 +21,15 @@ pub use verify::missing_rules;
 use std::net::IpAddr;
 
 use crate::backend::{Backend, BackendError, Netfilter};
-use crate::echo::{Echo, MESSAGE, limit};
-use crate::exec::Runner;
-use crate::family::Family;
+use crate::kernel::exec::Runner;
 use crate::kernel::machine::{Host, Machine};
-use crate::ledger::{Ledger, LedgerError};
-use crate::netns::NetnsError;
-use crate::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
-use crate::portspec::{PortMapping, SpecError};
-use crate::sharing::Membership;
+use crate::kernel::netns::NetnsError;
+use crate::model::echo::{Echo, MESSAGE, limit};
+use crate::model::family::Family;
+use crate::model::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
+use crate::model::portspec::{PortMapping, SpecError};
+use crate::state::ledger::{Ledger, LedgerError};
+use crate::state::sharing::Membership;
 
 /// What every operation needs: where the ledger is, which backend new rules go to, how
 /// to run processes, and what it reads of the host.
@@ -157,7 +157,7 @@ pub enum Error {
     TooLarge {
         id: ContainerId,
         #[source]
-        bound: crate::portspec::bounds::Bound,
+        bound: crate::model::portspec::bounds::Bound,
     },
     #[error("{remaining} rule(s) of container {id} may remain: {first_error}")]
     Incomplete {

@@ -4,11 +4,11 @@
 use std::cell::RefCell;
 
 use crate::backend::Backend;
-use crate::exec::{Invocation, Outcome, Runner};
+use crate::kernel::exec::{Invocation, Outcome, Runner};
 pub(crate) use crate::kernel::machine::fake::{FakeHost, netns};
-use crate::ledger::Ledger;
-use crate::oci::HookInput;
+use crate::model::oci::HookInput;
 use crate::ops::Context;
+use crate::state::ledger::Ledger;
 
 /// The pid of the test's container process, and its start time, on [`fake_host`].
 pub(crate) const PID: i32 = 4242;

@@ -3,8 +3,8 @@
 
 use std::collections::HashSet;
 
-use crate::layout::TABLES;
-use crate::ledger::{Manifest, RuleRecord};
+use crate::model::layout::TABLES;
+use crate::state::ledger::{Manifest, RuleRecord};
 
 use super::{Context, Error};
 
@@ -12,8 +12,11 @@ use super::{Context, Error};
 /// table) is read once.
 pub fn missing_rules(ctx: &Context, manifest: &Manifest) -> Result<Vec<RuleRecord>, Error> {
     let mut missing = Vec::new();
-    let mut places: Vec<(crate::backend::Backend, crate::family::Family, &'static str)> =
-        Vec::new();
+    let mut places: Vec<(
+        crate::backend::Backend,
+        crate::model::family::Family,
+        &'static str,
+    )> = Vec::new();
     for record in &manifest.rules {
         match TABLES.iter().find(|t| **t == record.table_name()) {
             Some(table) if !places.contains(&(record.backend, record.family, *table)) => {

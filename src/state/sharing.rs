@@ -9,7 +9,7 @@
 //! *shares* them. The rules stay while any of them lives, and go when the last one is gone,
 //! so an app container's stop or crash never cuts the pod's port.
 //!
-//! How sharing is recorded (see [`crate::ledger::Manifest`]):
+//! How sharing is recorded (see [`crate::state::ledger::Manifest`]):
 //!
 //! ```text
 //! containers/<holder>.json   mappings + rules (tagged natledger:<holder>), netns, pod,
@@ -41,8 +41,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::kernel::machine::Host;
-use crate::ledger::Manifest;
-use crate::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
+use crate::model::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
+use crate::state::ledger::Manifest;
 use crate::state::liveness;
 
 // Where they were before the layers had folders.
@@ -232,22 +232,22 @@ mod tests {
 
     fn attachment(netns_path: &str, netns: Option<NetnsId>) -> Manifest {
         Manifest {
-            schema: crate::ledger::SCHEMA,
+            schema: crate::state::ledger::SCHEMA,
             container_id: "cid+eth0".parse().unwrap(),
             bundle: None,
             pid: None,
             pid_start_time: None,
             boot_id: None,
             pid_namespace: None,
-            phase: crate::ledger::Phase::Installed,
-            mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
+            phase: crate::state::ledger::Phase::Installed,
+            mappings: crate::model::portspec::parse_mappings("8080:80").unwrap(),
             addresses: vec!["10.77.0.2".parse().unwrap()],
             rules: Vec::new(),
             netns,
             pod: None,
             shares: Vec::new(),
             shared_by: Vec::new(),
-            cni: Some(crate::ledger::CniAttachment {
+            cni: Some(crate::state::ledger::CniAttachment {
                 container_id: "cid".into(),
                 ifname: "eth0".into(),
                 network: "net".into(),
@@ -357,7 +357,7 @@ mod tests {
         holder.container_id = "sandbox".parse().unwrap();
         holder.pid = Some(PID + 1);
         let mut sharer = container();
-        sharer.shares = vec![crate::ledger::Shared {
+        sharer.shares = vec![crate::state::ledger::Shared {
             holder: holder.container_id.clone(),
             mappings: holder.mappings.clone(),
         }];

@@ -4,9 +4,9 @@
 use std::net::IpAddr;
 use std::ops::Range;
 
-use natledger::conntrack::Flows;
-use natledger::family::Family;
-use natledger::portspec::{PortRange, Protocol};
+use natledger::kernel::conntrack::Flows;
+use natledger::model::family::Family;
+use natledger::model::portspec::{PortRange, Protocol};
 
 use super::{assert_ok, run_in};
 

@@ -118,7 +118,7 @@ pub fn require_tools() {
 /// Runs `program args`, feeding `stdin` if given; stdout/stderr are captured. Uses
 /// natledger's own process seam, so tests and the product run commands the same way.
 fn run_raw<S: AsRef<OsStr>>(program: &str, args: &[S], stdin: Option<&[u8]>) -> io::Result<Output> {
-    use natledger::exec::{Invocation, Runner, SystemRunner};
+    use natledger::kernel::exec::{Invocation, Runner, SystemRunner};
     use std::os::unix::process::ExitStatusExt;
     let out = SystemRunner::default().run(&Invocation {
         program: program.into(),

@@ -1,4 +1,4 @@
-//! `natledger::conntrack` against the real kernel: real UDP and TCP flows between the test's
+//! `natledger::kernel::conntrack` against the real kernel: real UDP and TCP flows between the test's
 //! own network namespaces, the conntrack table read before and after with the independent
 //! `conntrack -L` (conntrack-tools), and a long-lived UDP client that follows a moved port
 //! only once its entry is forgotten. Every test runs again on each dump path `forget` can
@@ -13,10 +13,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use natledger::conntrack::{self, Flows};
-use natledger::family::Family as AddrFamily;
-use natledger::netlink::Socket;
-use natledger::portspec::Protocol;
+use natledger::kernel::conntrack::{self, Flows};
+use natledger::kernel::netlink::Socket;
+use natledger::model::family::Family as AddrFamily;
+use natledger::model::portspec::Protocol;
 
 const T: Duration = Duration::from_secs(3);
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;

@@ -1,4 +1,4 @@
-//! What `natledger::conntrack` relies on in the kernel, asked directly: the rules of
+//! What `natledger::kernel::conntrack` relies on in the kernel, asked directly: the rules of
 //! ctnetlink's dump filter (`CTA_FILTER`), pinned so that a kernel that changes them fails
 //! here; and the cost of `forget` by entries present, per dump path (ignored: prints
 //! figures).
@@ -10,9 +10,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
-use natledger::conntrack::{self, Flows};
-use natledger::family::Family as AddrFamily;
-use natledger::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use natledger::kernel::conntrack::{self, Flows};
+use natledger::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use natledger::model::family::Family as AddrFamily;
 
 /// The ctnetlink dump filter (`CTA_FILTER`, kernel >= 5.9) as `forget` relies on it, asked
 /// directly: a filter needs a family (`EOPNOTSUPP` for `AF_UNSPEC`), a port needs the

@@ -1,13 +1,13 @@
 //! `natledger-docs OUTDIR` (man pages and completions from the clap definitions) and
 //! `natledger --version`. The expected subcommands and options come from
-//! `natledger::cli::command()`, so a new subcommand or option without its page or completion
+//! `natledger::entry::cli::command()`, so a new subcommand or option without its page or completion
 //! fails here.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use natledger::cli;
+use natledger::entry::cli;
 
 const DOCS: &str = env!("CARGO_BIN_EXE_natledger-docs");
 const NATLEDGER: &str = env!("CARGO_BIN_EXE_natledger");

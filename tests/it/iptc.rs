@@ -13,14 +13,16 @@ use crate::common::{
     load_rules, run_in,
 };
 use natledger::backend::{Backend, Native, Netfilter};
-use natledger::exec::SystemRunner;
-use natledger::family::Family;
-use natledger::iptc::entry::{Encoded, Layout, encode};
-use natledger::iptc::{self, Outcome, Place};
-use natledger::layout::{DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules};
-use natledger::portspec::{parse_entry, parse_mappings};
-use natledger::rule::Rule;
-use natledger::save::{Batch, Op};
+use natledger::kernel::exec::SystemRunner;
+use natledger::kernel::iptc::entry::{Encoded, Layout, encode};
+use natledger::kernel::iptc::{self, Outcome, Place};
+use natledger::model::family::Family;
+use natledger::model::layout::{
+    DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules,
+};
+use natledger::model::portspec::{parse_entry, parse_mappings};
+use natledger::model::rule::Rule;
+use natledger::model::save::{Batch, Op};
 
 const SPECS: [&str; 4] = [
     "8080:80",
@@ -369,7 +371,7 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
     for i in 0..LARGE {
         let proto = if i % 3 == 0 { "/udp" } else { "" };
         let m = parse_entry(&format!("{}:80{proto}", 20000 + i)).unwrap();
-        let mut placed: Vec<(bool, natledger::layout::Placed)> = mapping_rules(
+        let mut placed: Vec<(bool, natledger::model::layout::Placed)> = mapping_rules(
             natledger::backend::Backend::Legacy,
             &big,
             &m,

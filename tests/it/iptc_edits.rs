@@ -6,9 +6,9 @@
 //! which only some are deleted, inserts into empty chains that are jumped to.
 
 use crate::common::{Topology, in_netns, run_in};
-use natledger::family::Family;
-use natledger::iptc::{self, Outcome, Place};
-use natledger::rule::Rule;
+use natledger::kernel::iptc::{self, Outcome, Place};
+use natledger::model::family::Family;
+use natledger::model::rule::Rule;
 
 fn rule(args: &str) -> Rule {
     Rule::parse_args(&args.split_whitespace().collect::<Vec<_>>()).unwrap()

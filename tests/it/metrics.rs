@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::common::*;
-use natledger::metrics::{Exposition, write};
+use natledger::entry::metrics::{Exposition, write};
 use serde_json::Value;
 
 /// A parsed file: family name → (type, help, samples as (labels, value)).

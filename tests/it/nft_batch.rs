@@ -41,8 +41,8 @@ fn a_poststop_of_thousands_of_rules_is_one_batch_and_no_process() {
 /// first one, and when so many vanished that their errors overflow the receive buffer.
 #[test]
 fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
-    use natledger::netlink::Socket;
-    use natledger::nftables::Session;
+    use natledger::kernel::netlink::Socket;
+    use natledger::kernel::nftables::Session;
     use std::time::{Duration, Instant};
 
     let topo = Topology::new();
@@ -65,7 +65,7 @@ fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
         text += "COMMIT\n";
         load_rules(&ns, Backend::Nft, Family::V4, &text);
         let (outcome, took, left) = in_netns(&ns, || {
-            let f = natledger::family::Family::Ipv4;
+            let f = natledger::model::family::Family::Ipv4;
             let mut sock = Socket::netfilter().unwrap();
             let mut session = Session::new(&mut sock);
             let handles: Vec<u64> = session

@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::time::Instant;
 
 use crate::common::{Backend, Family as TestFamily, Topology, in_netns, load_rules, save};
-use natledger::family::Family;
-use natledger::iptc::{self, render};
-use natledger::matchset::{Cond, parse_rule};
-use natledger::netlink::Socket;
-use natledger::nftables::Session;
-use natledger::save::parse_dump;
-use natledger::xt::OPAQUE;
+use natledger::analysis::matchset::{Cond, parse_rule};
+use natledger::kernel::iptc::{self, render};
+use natledger::kernel::netlink::Socket;
+use natledger::kernel::nftables::Session;
+use natledger::kernel::xt::OPAQUE;
+use natledger::model::family::Family;
+use natledger::model::save::parse_dump;
 
 /// Counts heap bytes while `COUNTING` is on, for the memory figure of the benchmark (off,
 /// the timings are not the counter's).
@@ -501,7 +501,7 @@ fn bench_decoding_a_10000_rule_chain() {
 
 /// A GETRULE dump of one chain with nothing decoded: how long the kernel takes to send it.
 fn raw_dump(family: Family, table: &str, chain: &str) -> std::time::Duration {
-    use natledger::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
+    use natledger::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
     let sock = Socket::netfilter().unwrap();
     let mut m = Vec::new();
     let start = netlink::begin(&mut m, (10 << 8) | 7, NLM_F_REQUEST | NLM_F_DUMP, 1);

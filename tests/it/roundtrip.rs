@@ -6,12 +6,12 @@
 
 use crate::common::{Topology, in_netns};
 use natledger::backend::{Backend, Netfilter};
-use natledger::exec::SystemRunner;
-use natledger::family::Family;
-use natledger::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
-use natledger::portspec::parse_entry;
-use natledger::rule::Rule;
-use natledger::save::{Batch, Op};
+use natledger::kernel::exec::SystemRunner;
+use natledger::model::family::Family;
+use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
+use natledger::model::portspec::parse_entry;
+use natledger::model::rule::Rule;
+use natledger::model::save::{Batch, Op};
 
 #[test]
 fn rendered_rules_read_back_equal() {

@@ -1,4 +1,4 @@
-//! Containers of one network namespace sharing ports (`natledger::sharing`) when
+//! Containers of one network namespace sharing ports (`natledger::state::sharing`) when
 //! consecutive ports are recorded as one range (`portspec::bounds::coalesce`), end to end
 //! with the real binary on all three backends, real TCP and full dumps:
 //! - `a_pod_member_shares_one_port_of_the_sandboxs_range`: the sandbox holds 8080-8081, a

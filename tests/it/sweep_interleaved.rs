@@ -158,9 +158,9 @@ const FOREIGN_IN_CHAIN: &str = "-p tcp -m tcp --dport 7777 -j DNAT --to-destinat
 
 #[test]
 fn an_nft_deletion_read_before_someone_else_wrote_deletes_nothing() {
-    use natledger::netlink::Socket;
-    use natledger::nftables::Session;
-    use natledger::nftables::handles::{Victims, is_stale};
+    use natledger::kernel::netlink::Socket;
+    use natledger::kernel::nftables::Session;
+    use natledger::kernel::nftables::handles::{Victims, is_stale};
 
     let node = Node::new(Backend::Nft);
     node.warm_up();
@@ -173,7 +173,7 @@ fn an_nft_deletion_read_before_someone_else_wrote_deletes_nothing() {
     let foreign_line = format!("-A NATLEDGER-HOSTPORTS {FOREIGN_IN_CHAIN}");
 
     let (whole, outcome) = in_netns(&ns, || {
-        let f = natledger::family::Family::Ipv4;
+        let f = natledger::model::family::Family::Ipv4;
         let mut sock = Socket::netfilter().unwrap();
         let mut session = Session::new(&mut sock);
         let generation = session.generation().unwrap();
@@ -226,9 +226,9 @@ fn an_nft_deletion_read_before_someone_else_wrote_deletes_nothing() {
 
 #[test]
 fn an_nftables_deletion_read_before_someone_else_wrote_deletes_nothing() {
-    use natledger::netlink::Socket;
-    use natledger::nftables::Session;
-    use natledger::save::{Batch, Op};
+    use natledger::kernel::netlink::Socket;
+    use natledger::kernel::nftables::Session;
+    use natledger::model::save::{Batch, Op};
 
     let node = Node::new(Backend::Nftables);
     node.warm_up();
@@ -242,7 +242,7 @@ fn an_nftables_deletion_read_before_someone_else_wrote_deletes_nothing() {
     let foreign = "tcp dport 7777 dnat to 10.1.1.1:80 comment \"theirs\"";
 
     let (first, second) = in_netns(&ns, || {
-        let f = natledger::family::Family::Ipv4;
+        let f = natledger::model::family::Family::Ipv4;
         let mut sock = Socket::netfilter().unwrap();
         let mut session = Session::new(&mut sock);
         // c1's recorded IPv4 nat rules: every rule of its chains (a flush).

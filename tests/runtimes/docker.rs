@@ -16,7 +16,7 @@ const T: Duration = Duration::from_secs(10);
 
 /// The real runtime the wrapper finds by default: the first runc in its directories.
 fn system_runc() -> PathBuf {
-    natledger::wrapper::RUNTIME_DIRS
+    natledger::entry::wrapper::RUNTIME_DIRS
         .iter()
         .map(|d| Path::new(d).join("runc"))
         .find(|p| p.exists())

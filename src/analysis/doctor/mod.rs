@@ -12,9 +12,9 @@
 //! fix it, printed, never run.
 
 mod checks;
-/// Host facts live in [`crate::host`] (create-runtime uses them too).
-pub use crate::host as evidence;
-pub use crate::matchset;
+pub use crate::analysis::matchset;
+/// Host facts live in [`crate::kernel::host`] (create-runtime uses them too).
+pub use crate::kernel::host as evidence;
 pub mod paths;
 mod report;
 
@@ -23,9 +23,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
-use crate::family::Family;
-use crate::ledger::Ledger;
-use crate::save::{self, Table};
+use crate::model::family::Family;
+use crate::model::save::{self, Table};
+use crate::state::ledger::Ledger;
 
 pub use report::render;
 
@@ -366,7 +366,7 @@ fn any_legacy_table(family: Family) -> Result<bool, BackendError> {
 
 /// A dump file: a regular file or a pipe of at most `safefile::Cap::Dump` bytes.
 fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
-    let bytes = crate::safefile::read_dump(path)?;
+    let bytes = crate::state::safefile::read_dump(path)?;
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 

@@ -20,8 +20,8 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use crate::matchset::{Cond, Match, Target, parse_rule};
-use crate::save::{SavedRule, Table};
+use crate::analysis::matchset::{Cond, Match, Target, parse_rule};
+use crate::model::save::{SavedRule, Table};
 
 #[path = "paths_walk.rs"]
 mod walker;
@@ -441,7 +441,9 @@ fn host_destination(cond: &Match) -> Option<IpAddr> {
         Cond::Dst {
             negated: false,
             net,
-        } if net.prefix == crate::family::Family::of(net.addr).host_prefix() => Some(net.addr),
+        } if net.prefix == crate::model::family::Family::of(net.addr).host_prefix() => {
+            Some(net.addr)
+        }
         _ => None,
     })
 }

@@ -2,7 +2,7 @@
 //! bounded walk's (`paths_walk_tests.rs`).
 
 use super::*;
-use crate::save::parse_dump;
+use crate::model::save::parse_dump;
 
 pub(super) fn table(lines: &str) -> Table {
     parse_dump(&format!("*nat\n{lines}\nCOMMIT\n"))

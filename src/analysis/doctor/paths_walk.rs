@@ -30,8 +30,8 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use super::{Budget, Cut, CutReason, MAX_DEPTH, Step};
-use crate::matchset::{Match, Target};
-use crate::save::{SavedRule, Table};
+use crate::analysis::matchset::{Match, Target};
+use crate::model::save::{SavedRule, Table};
 
 /// What one walk found.
 pub(super) struct Walked<'t> {

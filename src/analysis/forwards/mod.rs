@@ -13,11 +13,11 @@
 //! Each backend and family's nat table is walked from PREROUTING and OUTPUT as the kernel
 //! does, with a packet to the host port ([`probe`]: its protocol and ports, to an address of
 //! this host, or to the mapping's host address): every rule whose conditions may match
-//! ([`crate::packet`]) is followed through its jumps, and every DNAT or REDIRECT reached is a
+//! ([`crate::analysis::packet`]) is followed through its jumps, and every DNAT or REDIRECT reached is a
 //! forward, with the rules on its path. natledger's own chains and jumps are skipped.
 //!
-//! The rules are read in-process ([`crate::iptc`] for iptables-legacy, the table's blob;
-//! [`crate::nftables`] for iptables-nft, chain by chain, only the chains the walk enters),
+//! The rules are read in-process ([`crate::kernel::iptc`] for iptables-legacy, the table's blob;
+//! [`crate::kernel::nftables`] for iptables-nft, chain by chain, only the chains the walk enters),
 //! or through `*-save` when the native paths are off.
 //!
 //! # Cost, and the iptables-nft cache
@@ -63,16 +63,16 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::analysis::matchset::parse_rule;
+use crate::analysis::packet::{Addresses, Conntrack, Packet, Tri};
 use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
-use crate::family::Family;
-use crate::iptc;
-use crate::layout::NAT;
-use crate::matchset::parse_rule;
-use crate::nftables::{self, NftError};
-use crate::packet::{Addresses, Conntrack, Packet, Tri};
-use crate::portspec::PortMapping;
-use crate::rule::IpNet;
-use crate::save::Table;
+use crate::kernel::iptc;
+use crate::kernel::nftables::{self, NftError};
+use crate::model::family::Family;
+use crate::model::layout::NAT;
+use crate::model::portspec::PortMapping;
+use crate::model::rule::IpNet;
+use crate::model::save::Table;
 
 /// The most candidates the iptables-nft cache keeps: about 700 bytes each as JSON on a
 /// kube-proxy host, and every create loads the file and tests each candidate against each
@@ -137,7 +137,7 @@ pub trait Chains {
 /// A parsed dump as a walk reads it, its chains indexed once.
 pub struct Saved<'t> {
     table: &'t Table,
-    index: crate::save::ChainIndex<'t>,
+    index: crate::model::save::ChainIndex<'t>,
 }
 
 impl<'t> Saved<'t> {
@@ -421,7 +421,10 @@ fn destinations(family: Family, mappings: &[&PortMapping]) -> Vec<IpNet> {
     let mut nets = local_addresses(family);
     for a in mappings.iter().filter_map(|m| m.host_destination()) {
         let host = IpNet::host(a);
-        if Family::of(a) == family && !nets.iter().any(|n| crate::matchset::net_contains(n, &host))
+        if Family::of(a) == family
+            && !nets
+                .iter()
+                .any(|n| crate::analysis::matchset::net_contains(n, &host))
         {
             nets.push(host);
         }
@@ -434,7 +437,7 @@ fn destinations(family: Family, mappings: &[&PortMapping]) -> Vec<IpNet> {
 /// loopback's network (every 127.0.0.0/8 address is local): where a packet to a host port
 /// may be addressed. Not known: addresses of a local route alone (AnyIP).
 fn local_addresses(family: Family) -> Vec<IpNet> {
-    let mut addrs = crate::netns::interface_addresses().unwrap_or_default();
+    let mut addrs = crate::kernel::netns::interface_addresses().unwrap_or_default();
     addrs.retain(|a| Family::of(*a) == family && !a.is_loopback());
     let mut nets: Vec<IpNet> = addrs.into_iter().map(IpNet::host).collect();
     nets.push(match family {

@@ -58,7 +58,7 @@ impl Chains for Legacy<'_> {
     }
 }
 
-/// An iptables-nft table, read over netlink one chain at a time ([`crate::nftables`]).
+/// An iptables-nft table, read over netlink one chain at a time ([`crate::kernel::nftables`]).
 pub(super) struct Nft<'s, 'k> {
     pub(super) session: &'s mut nftables::Session<'k>,
     pub(super) family: Family,

@@ -1,7 +1,7 @@
 use super::walk::MAX_VISITS;
 use super::*;
-use crate::portspec::parse_entry;
-use crate::save::parse_dump;
+use crate::model::portspec::parse_entry;
+use crate::model::save::parse_dump;
 
 const LOCALS: [&str; 3] = ["10.78.0.1/32", "127.0.0.0/8", "fd78::1/128"];
 

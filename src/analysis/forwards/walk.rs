@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{Candidate, Chains, HOOKS, Step};
-use crate::layout::{Owner, is_owned_chain, owner};
-use crate::matchset::{Target, parse_rule};
-use crate::packet::{Packet, Tri};
+use crate::analysis::matchset::{Target, parse_rule};
+use crate::analysis::packet::{Packet, Tri};
+use crate::model::layout::{Owner, is_owned_chain, owner};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
@@ -209,7 +209,7 @@ fn elsewhere(args: &[String], packet: &Packet) -> bool {
     }
     let Some(net) = args
         .get(i + 1)
-        .and_then(|v| v.parse::<crate::rule::IpNet>().ok())
+        .and_then(|v| v.parse::<crate::model::rule::IpNet>().ok())
     else {
         return false;
     };

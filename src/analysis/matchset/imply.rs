@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::{Cond, Match, PortSet, listed};
-use crate::rule::IpNet;
+use crate::model::rule::IpNet;
 
 /// Types IPv6 looks up in the routing table (a set of them is a union there too).
 const LOOKUP_TYPES: &str = "LOCAL ANYCAST UNREACHABLE";

@@ -25,7 +25,7 @@ mod tests;
 
 use std::rc::Rc;
 
-use crate::rule::IpNet;
+use crate::model::rule::IpNet;
 
 pub(crate) use imply::{net_contains, net_disjoint, proto_number};
 pub use parse::parse_rule;

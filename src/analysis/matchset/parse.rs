@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use super::{Cond, Match, PortSet, Target, listed};
-use crate::rule::IpNet;
+use crate::model::rule::IpNet;
 
 /// Extension targets that are not chains; all are [`Target::Other`].
 const EXTENSION_TARGETS: &str = "AUDIT CHECKSUM CLASSIFY CLUSTERIP CONNMARK CONNSECMARK CT DNPT \

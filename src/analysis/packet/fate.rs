@@ -5,7 +5,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 
 use super::*;
-use crate::save::{ChainIndex, SavedRule, Table};
+use crate::model::save::{ChainIndex, SavedRule, Table};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
@@ -40,7 +40,7 @@ enum Flow<'t> {
 }
 
 /// The fate of `packet` in the built-in chain `builtin` of `table` (`parsed` is
-/// [`crate::matchset::parse_rule`] of each of its rules, in order): its rules in order,
+/// [`crate::analysis::matchset::parse_rule`] of each of its rules, in order): its rules in order,
 /// through jumps and gotos, to the first verdict. A drop is claimed when every way the packet
 /// can go ends dropped (a rule that may drop it and a later one that certainly does:
 /// dropped); an accept that might not apply, or a RETURN or goto that might not, make the

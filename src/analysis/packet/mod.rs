@@ -1,8 +1,8 @@
-//! What one packet meets: any owner's rule conditions ([`crate::matchset`]) tested against a
+//! What one packet meets: any owner's rule conditions ([`crate::analysis::matchset`]) tested against a
 //! packet whose facts are partly known, with three answers (yes, no, maybe), and a chain
 //! evaluated the way the kernel does it, down to a verdict.
 //!
-//! [`crate::matchset`] answers "does rule A take every packet rule B would?" about two rules;
+//! [`crate::analysis::matchset`] answers "does rule A take every packet rule B would?" about two rules;
 //! this module answers "does this packet match?" about one rule. Doctor asks it of the filter
 //! FORWARD path of a DNAT's forwarded packets ([`fate`]), and create-runtime asks it of other
 //! owners' nat rules for the host port it is about to forward.
@@ -13,10 +13,10 @@
 
 use std::net::IpAddr;
 
-use crate::family::Family;
-use crate::matchset::{self, Cond, Match, PortSet, Target};
-use crate::portspec::PortRange;
-use crate::rule::IpNet;
+use crate::analysis::matchset::{self, Cond, Match, PortSet, Target};
+use crate::model::family::Family;
+use crate::model::portspec::PortRange;
+use crate::model::rule::IpNet;
 
 mod fate;
 
@@ -190,7 +190,7 @@ impl Packet {
     /// The opaque conditions this module understands anyway: `-m conntrack` (and the older
     /// `-m state`) with the options natledger, Docker and kube-proxy use.
     fn other(&self, text: &str) -> Tri {
-        let Ok(tokens) = crate::save::tokenize(text) else {
+        let Ok(tokens) = crate::model::save::tokenize(text) else {
             return Tri::Maybe;
         };
         let Some(ct) = &self.conntrack else {
@@ -291,7 +291,7 @@ fn states_test(ct: &Conntrack, list: &str) -> Tri {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::save::{Table, parse_dump};
+    use crate::model::save::{Table, parse_dump};
 
     fn table(text: &str) -> Table {
         parse_dump(text).unwrap().remove(0)

@@ -18,7 +18,7 @@
 use std::fmt::Write as _;
 
 use super::spec::{CniError, Code};
-use crate::oci::ContainerId;
+use crate::model::oci::ContainerId;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Attachment {

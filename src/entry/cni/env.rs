@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use super::attachment::Attachment;
 use super::spec::{CniError, Code, valid_name};
-use crate::echo::Echo;
+use crate::model::echo::Echo;
 
 /// `CNI_COMMAND`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::spec::{CniError, Code, Version, invalid, kind, valid_name, version_of};
 use crate::backend::BackendChoice;
-use crate::echo::{Echo, MESSAGE, limit};
-use crate::portspec::{PortMapping, PortRange, Protocol};
+use crate::model::echo::{Echo, MESSAGE, limit};
+use crate::model::portspec::{PortMapping, PortRange, Protocol};
 
 /// `cni.dev/valid-attachments` present: a list, `null` being the empty one (only called
 /// when the key is there; absent stays `None` through `#[serde(default)]`).
@@ -326,7 +326,7 @@ fn refuse_portmap_only(wire: &Wire) -> Result<(), CniError> {
 
 /// `backend`: natledger's names, and portmap's: `iptables` (the host's iptables, which is
 /// what `auto` follows where iptables is installed) and `nftables` (its own nf_tables table:
-/// natledger's `nftables` backend is the same idea, `crate::nftables::own`).
+/// natledger's `nftables` backend is the same idea, `crate::kernel::nftables::own`).
 fn backend_choice(name: &str) -> Result<BackendChoice, CniError> {
     match name {
         "auto" | "iptables" => Ok(BackendChoice::Auto),

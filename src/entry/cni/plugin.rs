@@ -5,12 +5,12 @@ use super::{CniError, Code, Plugin, Request};
 use crate::backend::tool;
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
-use crate::exec::SystemRunner;
-use crate::family::Family;
-use crate::ledger::{CniAttachment, Ledger, LedgerError, Phase};
+use crate::kernel::exec::SystemRunner;
+use crate::model::family::Family;
+use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating};
-use crate::portspec::bounds::canonical;
-use crate::sharing::NetnsId;
+use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
+use crate::state::sharing::NetnsId;
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
@@ -85,7 +85,7 @@ impl Plugin for Natledger {
                 "no container address",
                 format!(
                     "prevResult has no address of interface {} in the container",
-                    crate::echo::Echo::from(attachment.ifname.as_str())
+                    crate::model::echo::Echo::from(attachment.ifname.as_str())
                 ),
             ));
         }
@@ -195,7 +195,7 @@ impl Plugin for Natledger {
             .chain(manifest.shares.iter().flat_map(|s| s.mappings.iter()));
         let (asked, recorded) = (canonical(&request.conf.mappings), canonical(recorded));
         if asked != recorded {
-            let words = |m: &[crate::portspec::PortMapping]| {
+            let words = |m: &[crate::model::portspec::PortMapping]| {
                 m.iter()
                     .map(ToString::to_string)
                     .collect::<Vec<_>>()
@@ -291,7 +291,7 @@ impl Plugin for Natledger {
             .map_err(|e| unavailable(crate::chain::text(&e)))?;
         let backend = settings.backend.resolve();
         if !backend.is_iptables() {
-            return crate::netlink::Socket::netfilter()
+            return crate::kernel::netlink::Socket::netfilter()
                 .map(drop)
                 .map_err(|e| unavailable(format!("cannot open a netfilter netlink socket: {e}")));
         }

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::spec::{CniError, Code};
-use crate::echo::Echo;
-use crate::family::Family;
+use crate::model::echo::Echo;
+use crate::model::family::Family;
 
 #[derive(Deserialize)]
 struct View {

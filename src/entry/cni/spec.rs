@@ -7,7 +7,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::echo::{Echo, MESSAGE, limit};
+use crate::model::echo::{Echo, MESSAGE, limit};
 
 /// The spec versions natledger implements, oldest first (the VERSION answer). 0.3.x is
 /// there because many conflists still say it (flannel's, older Kubernetes ones) and portmap

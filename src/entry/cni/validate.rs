@@ -9,8 +9,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::spec::{CniError, Code};
-use crate::echo::Echo;
-use crate::portspec::{PortMapping, bounds};
+use crate::model::echo::Echo;
+use crate::model::portspec::{PortMapping, bounds};
 
 /// `CNI_NETNS` must name a network namespace (`/proc/PID/ns/net` or a bind mount of one, as
 /// `ip netns` and runtimes make): nsfs, of type `CLONE_NEWNET`. libcni's plugins open it with

@@ -10,9 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::analysis::doctor::{self, Kind, Severity};
 use crate::backend::Backend;
-use crate::doctor::{self, Kind, Severity};
-use crate::family::Family;
+use crate::model::family::Family;
 use crate::ops::SweepReport;
 use crate::ops::sweep::{Fate, Liveness, Reason};
 

@@ -2,7 +2,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use super::*;
 use crate::backend::Backend;
-use crate::family::Family as IpFamily;
+use crate::model::family::Family as IpFamily;
 use crate::ops::sweep::{Reason, Removed, SweepOptions, SweepReport, TableReport, TableState};
 
 #[test]
@@ -67,7 +67,7 @@ fn names_follow_the_conventions() {
     );
     assert!(valid_label_name("reason") && !valid_label_name("__name") && !valid_label_name("a-b"));
     let report = SweepReport::new(&SweepOptions::default());
-    let doctor = crate::doctor::Report {
+    let doctor = crate::analysis::doctor::Report {
         sources: Vec::new(),
         rules_read: 0,
         complete: true,
@@ -156,7 +156,7 @@ fn sweep_series_count_removals_per_reason_and_owned_rules_per_backend() {
 
 #[test]
 fn doctor_series_count_every_kind_and_severity() {
-    let finding = |kind, severity| crate::doctor::Finding {
+    let finding = |kind, severity| crate::analysis::doctor::Finding {
         severity,
         kind,
         port: None,
@@ -166,8 +166,8 @@ fn doctor_series_count_every_kind_and_severity() {
         evidence: Vec::new(),
         fix: None,
     };
-    use crate::doctor::{Kind, Severity};
-    let report = crate::doctor::Report {
+    use crate::analysis::doctor::{Kind, Severity};
+    let report = crate::analysis::doctor::Report {
         sources: Vec::new(),
         rules_read: 12,
         complete: false,

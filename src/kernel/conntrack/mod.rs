@@ -102,9 +102,9 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
-use crate::portspec::{PortRange, Protocol};
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use crate::model::family::Family;
+use crate::model::portspec::{PortRange, Protocol};
 
 mod filter;
 mod message;
@@ -190,7 +190,7 @@ impl LocalAddrs {
     /// The addresses of the calling thread's network namespace (`getifaddrs` asks over a
     /// route netlink socket, which is in the thread's namespace).
     pub fn of_this_netns() -> io::Result<Self> {
-        let addrs = crate::netns::interface_addresses().map_err(io::Error::from)?;
+        let addrs = crate::kernel::netns::interface_addresses().map_err(io::Error::from)?;
         Ok(LocalAddrs { addrs })
     }
 

@@ -30,7 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
-use crate::portspec::Protocol;
+use crate::model::portspec::Protocol;
 
 /// The entries of `dir`; none if it cannot be read.
 fn entries(dir: &Path) -> impl Iterator<Item = std::fs::DirEntry> {

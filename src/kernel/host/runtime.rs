@@ -1,7 +1,7 @@
 //! Containers the runc-style runtimes know, and whether they still run.
 
 use super::*;
-use crate::safefile::{self, Cap, Links};
+use crate::state::safefile::{self, Cap, Links};
 
 /// A container found in a runc-style state directory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -62,7 +62,7 @@ fn runtime_container(proc: &Path, state_file: &Path) -> Option<RuntimeContainer>
     let alive = pid.is_some_and(|pid| {
         let stat = std::fs::read_to_string(proc.join(pid.to_string()).join("stat"));
         stat.ok()
-            .and_then(|s| crate::procfs::parse_stat(&s))
+            .and_then(|s| crate::kernel::procfs::parse_stat(&s))
             .is_some_and(|(state, now)| state != "Z" && start.is_none_or(|then| then == now))
     });
     Some(RuntimeContainer {

@@ -10,8 +10,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use nix::sys::socket::{AddressFamily, SockProtocol};
 
-use crate::netlink::{self, HEADER, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::portspec::Protocol;
+use crate::kernel::netlink::{self, HEADER, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::model::portspec::Protocol;
 
 const SOCK_DIAG_BY_FAMILY: u16 = 20;
 const TCP_LISTEN: u32 = 10;

@@ -23,9 +23,9 @@ use std::path::{Path, PathBuf};
 use super::{Roots, entries};
 
 /// The lock every iptables user takes (iptables' `XT_LOCK_NAME`, overridable with
-/// `XTABLES_LOCKFILE` since iptables 1.6.2): [`crate::iptc::lock_path`].
+/// `XTABLES_LOCKFILE` since iptables 1.6.2): [`crate::kernel::iptc::lock_path`].
 pub fn xtables_lock_path() -> PathBuf {
-    crate::iptc::lock_path()
+    crate::kernel::iptc::lock_path()
 }
 
 /// A process holding an `IPPROTO_RAW` socket of this network namespace without the lock.

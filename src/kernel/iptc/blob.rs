@@ -343,8 +343,8 @@ fn jump_verdict_at(layout: Layout, e: &[u8]) -> Option<usize> {
 mod tests {
     use super::super::entry::{Encoded, align8, encode};
     use super::*;
-    use crate::family::Family;
-    use crate::rule::Rule;
+    use crate::model::family::Family;
+    use crate::model::rule::Rule;
 
     fn rule(args: &str) -> Rule {
         Rule::parse_args(&args.split_whitespace().collect::<Vec<_>>()).unwrap()

@@ -28,8 +28,8 @@ use std::collections::HashMap;
 use blob::{Blob, Edited, Info, Span};
 use entry::{Decoded, Encoded, Layout};
 
-use crate::family::Family;
-use crate::rule::{Rule, Target};
+use crate::model::family::Family;
+use crate::model::rule::{Rule, Target};
 
 const SO_GET_INFO: libc::c_int = 64;
 const SO_GET_ENTRIES: libc::c_int = 65;

@@ -2,13 +2,13 @@
 //! after `-A CHAIN`, and the table's chains as its `:CHAIN POLICY` lines.
 //!
 //! The header (`-s -d -i -o -p -f`) is read here from the entry; matches and targets go to
-//! the decoders shared with iptables-nft ([`crate::xt`]); standard targets (verdicts, jumps,
+//! the decoders shared with iptables-nft ([`crate::kernel::xt`]); standard targets (verdicts, jumps,
 //! gotos, fall-through) are resolved against the blob. Nothing is refused: what is not
-//! decoded renders opaque ([`crate::xt::OPAQUE`]).
+//! decoded renders opaque ([`crate::kernel::xt::OPAQUE`]).
 
 use super::blob::{Blob, HOOKS};
 use super::entry::{STANDARD, i32_at, u16_at, xt_at};
-use crate::xt::{self, Header, IFNAMSIZ};
+use crate::kernel::xt::{self, Header, IFNAMSIZ};
 
 /// A jump whose offset is not the start of a user chain (no table libiptc writes has one).
 pub const UNKNOWN_JUMP: &str = "natledger-unknown-jump";
@@ -60,7 +60,7 @@ pub fn chain_rules<'t>(t: &'t Blob, chain: &str) -> Option<impl Iterator<Item = 
 /// entry names a destination, not inverted, that shares no address with any of them. A reader
 /// looking for what a packet to this host meets skips, at this price, the thousands of rules
 /// for other addresses (kube-proxy's service addresses).
-pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[crate::rule::IpNet]) -> bool {
+pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[crate::model::rule::IpNet]) -> bool {
     /// `IPT_INV_DSTIP`, `IP6T_INV_DSTIP`
     const INV_DSTIP: u8 = 0x10;
     let l = t.layout;

@@ -19,8 +19,8 @@ use super::{
     NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NftError, NftRule, Session,
     batch_marker, rule_message,
 };
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::model::family::Family;
 
 /// The rules to delete from one chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -169,8 +169,11 @@ mod tests {
             [10, 11, 12, 13]
         );
         // The generation rides on BATCH_BEGIN.
-        let genid =
-            netlink::attr(&messages[0].payload[4..], crate::nftables::NFNL_BATCH_GENID).unwrap();
+        let genid = netlink::attr(
+            &messages[0].payload[4..],
+            crate::kernel::nftables::NFNL_BATCH_GENID,
+        )
+        .unwrap();
         assert_eq!(genid, 77u32.to_be_bytes());
         // The flush names no handle; the other deletion names handle 5.
         let body = |i: usize| &messages[i].payload[4..];

@@ -17,8 +17,8 @@ use std::io;
 use super::own::{NFT_MSG_DELTABLE, NFT_MSG_GETTABLE};
 use super::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NftError, Session};
 use super::{batch_marker, genmsg, subsys};
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::model::family::Family;
 
 const NFTA_TABLE_NAME: u16 = 1;
 const NFTA_TABLE_USE: u16 = 3;

@@ -13,7 +13,7 @@
 //! The deletion is committed and in effect for every new packet once the kernel acknowledges
 //! the batch; the grace period only protects memory that packets in flight may still read.
 //! So natledger deletes over its own socket and hands the socket's last reference to a
-//! detached grandchild ([`crate::netlink::Socket::close_detached`]), which pays the wait after the hook has
+//! detached grandchild ([`crate::kernel::netlink::Socket::close_detached`]), which pays the wait after the hook has
 //! returned. Nothing is skipped: the kernel does the same work, off the container's stop path.
 //!
 //! # Scope
@@ -32,8 +32,8 @@ pub mod leftover;
 pub mod own;
 pub mod read;
 
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use crate::model::family::Family;
 
 const NFNL_SUBSYS_NFTABLES: u16 = 10;
 const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
@@ -121,7 +121,7 @@ pub enum NftError {
 }
 
 /// nf_tables requests over a netfilter netlink socket of the calling thread's network
-/// namespace (shared with [`crate::conntrack`], so that one socket is released per run).
+/// namespace (shared with [`crate::kernel::conntrack`], so that one socket is released per run).
 pub struct Session<'s> {
     sock: &'s mut Socket,
 }

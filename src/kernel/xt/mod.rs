@@ -26,7 +26,7 @@ use std::fmt::Write as _;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
-use crate::family::Family;
+use crate::model::family::Family;
 
 /// The option that marks a match natledger could not decode.
 pub const OPAQUE: &str = "--natledger-opaque";

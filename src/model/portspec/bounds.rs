@@ -107,7 +107,7 @@ fn order(a: &PortMapping, b: &PortMapping) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::portspec::{Protocol, parse_entry, parse_mappings};
+    use crate::model::portspec::{Protocol, parse_entry, parse_mappings};
 
     fn list(spec: &str) -> Vec<PortMapping> {
         parse_mappings(spec).unwrap()

@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use crate::portspec::{PortRange, Protocol};
+use crate::model::portspec::{PortRange, Protocol};
 
 use super::RuleParseError;
 

@@ -9,13 +9,13 @@
 //! the rule written. [`Rule::parse_args`] is the inverse; it accepts the options natledger writes and
 //! reports anything else as [`RuleParseError::Unsupported`], which callers treat as "not ours".
 
-use crate::family::Family;
-use crate::portspec::{PortRange, Protocol};
+use crate::model::family::Family;
+use crate::model::portspec::{PortRange, Protocol};
 
 mod conntrack;
 mod net;
 
-pub use crate::family::IpNet;
+pub use crate::model::family::IpNet;
 use conntrack::Conntrack;
 pub use conntrack::Dnatted;
 pub use net::DnatTo;
@@ -40,7 +40,7 @@ pub(crate) const DNATTED_STATE: &str = "DNAT";
 /// rule: a packet conntrack does not track (invalid: no entry could be found or made;
 /// untracked: a `notrack` rule). nf_tables' `ct status` has no value for such a packet, so
 /// the first rule (`! --ctstate DNAT`, `ct status ! dnat`) does not match it there, where
-/// iptables' conntrack match does (`crate::layout::guard_untracked`).
+/// iptables' conntrack match does (`crate::model::layout::guard_untracked`).
 pub(crate) const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
 
 /// A rule as natledger writes it. Fields are in rendering order.

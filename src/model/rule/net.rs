@@ -1,11 +1,11 @@
 //! The DNAT destination natledger's rules carry (their networks, `-s` and `-d`, are
-//! [`crate::family::IpNet`]s).
+//! [`crate::model::family::IpNet`]s).
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use crate::portspec::PortRange;
+use crate::model::portspec::PortRange;
 
 /// DNAT destination: `addr:ports[/base]` (IPv6 in brackets). With a port range, `base` is the
 /// first host port, so host port `base + k` maps to container port `ports.start + k`.

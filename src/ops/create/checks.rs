@@ -65,7 +65,7 @@ pub(super) fn check_forwards(
     }
     for f in found {
         let rule = f.candidate.rule();
-        let line = crate::xt::save_line(&rule.chain, &rule.args);
+        let line = crate::kernel::xt::save_line(&rule.chain, &rule.args);
         let via: Vec<&str> = f.candidate.path.iter().map(|s| s.chain.as_str()).collect();
         let place = format!(
             "{} {} nat chain {} (rule {}, reached through {})",

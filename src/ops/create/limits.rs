@@ -5,11 +5,11 @@
 use std::net::IpAddr;
 
 use crate::backend::Backend;
-use crate::family::Family;
-use crate::layout::mapping_rules;
-use crate::oci::ContainerId;
-use crate::portspec::PortMapping;
-use crate::portspec::bounds::{Bound, MAX_MAPPINGS, MAX_RULES, coalesce};
+use crate::model::family::Family;
+use crate::model::layout::mapping_rules;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::PortMapping;
+use crate::model::portspec::bounds::{Bound, MAX_MAPPINGS, MAX_RULES, coalesce};
 
 use super::Error;
 

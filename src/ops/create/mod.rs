@@ -3,24 +3,24 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
+use crate::analysis::forwards;
 use crate::chain::Chain;
-use crate::echo::Echo;
-use crate::family::Family;
 use crate::fault;
-use crate::forwards;
-use crate::host::{self, Listener};
+use crate::kernel::host::{self, Listener};
 use crate::kernel::netns::is_global_unicast;
-use crate::layout::mapping_rules;
-use crate::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
-use crate::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
-use crate::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
-use crate::portspec::{PortMapping, check_conflicts, parse_entries};
-use crate::sharing::{self, Membership, Needs, NetnsId};
-use crate::table::Table;
+use crate::model::echo::Echo;
+use crate::model::family::Family;
+use crate::model::layout::mapping_rules;
+use crate::model::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
+use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
+use crate::model::portspec::{PortMapping, check_conflicts, parse_entries};
+use crate::model::table::Table;
+use crate::state::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
+use crate::state::sharing::{self, Membership, Needs, NetnsId};
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
-use crate::conntrack::Flows;
+use crate::kernel::conntrack::Flows;
 
 mod checks;
 mod install;
@@ -85,7 +85,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
 }
 
 /// What a create needs to know of a container, whoever started it: an OCI hook
-/// ([`create_runtime`]) or a CNI runtime (`crate::cni`, one attachment).
+/// ([`create_runtime`]) or a CNI runtime (`crate::entry::cni`, one attachment).
 pub struct Creating<'a> {
     /// The ledger id: the manifest's name and the rules' tag.
     pub id: ContainerId,
@@ -467,7 +467,7 @@ struct Claims {
 
 /// Judge host-port claims, changing nothing: a live holder of the same address, port and
 /// protocol refuses the start, unless this container is in the holder's network namespace
-/// (`crate::sharing`) and asks for ports the holder forwards the same way, which it then
+/// (`crate::state::sharing`) and asks for ports the holder forwards the same way, which it then
 /// shares port by port (`share::split_shared`: a range is cut around them); a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
 /// container id (a retried create) is replaced the same way.

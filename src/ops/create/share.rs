@@ -1,11 +1,11 @@
 //! Which ports of a joiner's mappings it shares with a holder of its network namespace
-//! (`crate::sharing`), port by port: create merges consecutive mappings into ranges
+//! (`crate::state::sharing`), port by port: create merges consecutive mappings into ranges
 //! (`portspec::bounds::coalesce`), and the holder may have recorded its own merged
 //! otherwise (another set of ports, or singles recorded before ranges were), so a range is
 //! cut where the holder's mappings begin and end, and each piece judged alone.
 
-use crate::oci::ContainerId;
-use crate::portspec::{PortMapping, PortRange};
+use crate::model::oci::ContainerId;
+use crate::model::portspec::{PortMapping, PortRange};
 
 use super::Error;
 
@@ -112,7 +112,7 @@ fn aligned(held: &PortMapping, piece: &PortMapping) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::portspec::parse_mappings;
+    use crate::model::portspec::parse_mappings;
 
     fn list(spec: &str) -> Vec<PortMapping> {
         parse_mappings(spec).unwrap()

@@ -1,10 +1,10 @@
 use super::*;
 use crate::backend::Backend;
-use crate::exec::Invocation;
-use crate::ledger::Ledger;
-use crate::oci::ContainerId;
+use crate::kernel::exec::Invocation;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
-use crate::portspec::parse_mappings;
+use crate::state::ledger::Ledger;
 
 fn stdin_of(inv: &Invocation) -> String {
     String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
@@ -148,7 +148,10 @@ fn no_annotation_runs_nothing() {
 
 #[test]
 fn tags_name_the_container() {
-    assert_eq!(crate::layout::tag(&"abc".parse().unwrap()), "natledger:abc");
+    assert_eq!(
+        crate::model::layout::tag(&"abc".parse().unwrap()),
+        "natledger:abc"
+    );
 }
 
 /// A hook input for container `id` of pod `pod`, whose process is this test's own: every such
@@ -162,7 +165,7 @@ pub(super) fn pod_member(dir: &std::path::Path, id: &str, pod: &str, ports: &str
         .insert("io.natledger.ports".into(), ports.into());
     input
         .annotations
-        .insert(crate::oci::CRI_SANDBOX_ID.into(), pod.into());
+        .insert(crate::model::oci::CRI_SANDBOX_ID.into(), pod.into());
     input
 }
 
@@ -240,7 +243,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
     // The holder's poststop keeps its rules while a sharer lives, and runs nothing.
     let script = Script::new(Vec::new());
     let ctx = context(ledger(), nft, &script, &host);
-    let stopped = |id: &str| crate::oci::State {
+    let stopped = |id: &str| crate::model::oci::State {
         id: id.into(),
         status: "stopped".into(),
         // As a runtime that names the stopped process (this test's own).
@@ -275,8 +278,8 @@ fn mark_dead(dir: &std::path::Path, id: &str) {
     locked.store(&m).unwrap();
 }
 
-fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
-    crate::oci::State {
+fn stopped(dir: &std::path::Path, id: &str) -> crate::model::oci::State {
+    crate::model::oci::State {
         id: id.into(),
         status: "stopped".into(),
         // As a runtime that names the stopped process (this test's own).
@@ -434,8 +437,8 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
         script: Script,
         tmp: &'a std::path::Path,
     }
-    impl crate::exec::Runner for BlockUpdate<'_> {
-        fn run(&self, inv: &Invocation) -> std::io::Result<crate::exec::Outcome> {
+    impl crate::kernel::exec::Runner for BlockUpdate<'_> {
+        fn run(&self, inv: &Invocation) -> std::io::Result<crate::kernel::exec::Outcome> {
             // Once the install ran, nothing can take the temp file's place.
             if self.script.calls.borrow().is_empty() {
                 std::fs::create_dir(self.tmp).unwrap();
@@ -471,7 +474,7 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
 
 #[test]
 fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock() {
-    use crate::portspec::bounds::Bound;
+    use crate::model::portspec::bounds::Bound;
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let state = dir.path().join("state");

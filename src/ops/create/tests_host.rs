@@ -8,9 +8,9 @@ use std::net::IpAddr;
 use super::*;
 use crate::backend::Backend;
 use crate::kernel::machine::fake::{BOOT_ID, PID_NAMESPACE};
-use crate::ledger::Ledger;
+use crate::model::portspec::Protocol;
 use crate::ops::testing::*;
-use crate::portspec::Protocol;
+use crate::state::ledger::Ledger;
 
 /// c1 with `io.natledger.port-conflict` set: the host's setting (the environment) is not
 /// read then.

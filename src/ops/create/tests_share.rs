@@ -9,10 +9,10 @@
 use super::tests::pod_member;
 use super::*;
 use crate::backend::Backend;
-use crate::ledger::Ledger;
-use crate::oci::ContainerId;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
-use crate::portspec::parse_mappings;
+use crate::state::ledger::Ledger;
 
 fn id(s: &str) -> ContainerId {
     s.parse().unwrap()

@@ -4,15 +4,15 @@
 use std::collections::HashMap;
 
 use crate::backend::{Backend, BackendError, Native};
-use crate::conntrack::Flows;
-use crate::echo::{MESSAGE, limit};
-use crate::family::Family;
-use crate::layout::{Owner, is_owned_chain, owner, tag};
-use crate::ledger::{Locked, Manifest, RuleRecord};
-use crate::oci::ContainerId;
-use crate::rule::{Rule, is_user_chain_name};
-use crate::save::{Batch, Op, SavedRule};
-use crate::table::Table;
+use crate::kernel::conntrack::Flows;
+use crate::model::echo::{MESSAGE, limit};
+use crate::model::family::Family;
+use crate::model::layout::{Owner, is_owned_chain, owner, tag};
+use crate::model::oci::ContainerId;
+use crate::model::rule::{Rule, is_user_chain_name};
+use crate::model::save::{Batch, Op, SavedRule};
+use crate::model::table::Table;
+use crate::state::ledger::{Locked, Manifest, RuleRecord};
 
 use super::super::sweep::REWRITE_AT;
 use super::super::{Context, flows};
@@ -35,7 +35,7 @@ pub struct Removal {
 ///
 /// Per backend and family, one transaction. Where the manifest recorded rules, it first tries
 /// deleting exactly those: on iptables-nft over netlink when the chains hold exactly the
-/// recorded number of tagged rules (no process, [`crate::nftables`]), otherwise with one
+/// recorded number of tagged rules (no process, [`crate::kernel::nftables`]), otherwise with one
 /// `*-restore` (a transaction with an absent rule fails whole and changes nothing); if that
 /// fails, it reads the table and deletes what is present (a chain most of which goes
 /// rewritten, as sweep does; on iptables-nft over netlink where it can be). Only when
@@ -370,9 +370,9 @@ impl Cut<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::Ledger;
     use crate::ops::create::create_runtime;
     use crate::ops::testing::*;
+    use crate::state::ledger::Ledger;
 
     /// A nat table whose removal fails keeps its backend and family's accept: the filter
     /// table is not even read (a scripted runner with no answer left would panic), and its

@@ -1,12 +1,12 @@
-//! Sharing's side of a stop (`crate::sharing`): a holder's rules stay while a container
+//! Sharing's side of a stop (`crate::state::sharing`): a holder's rules stay while a container
 //! sharing them lives, and the last one to stop releases the holders kept only for it.
 
 use std::collections::HashSet;
 
 use crate::chain::Chain;
-use crate::conntrack::Flows;
-use crate::ledger::{Locked, Manifest};
-use crate::oci::ContainerId;
+use crate::kernel::conntrack::Flows;
+use crate::model::oci::ContainerId;
+use crate::state::ledger::{Locked, Manifest};
 
 use super::super::Context;
 use super::{remove_container, settle};
@@ -78,11 +78,11 @@ pub(super) fn live_sharers(
 #[cfg(test)]
 mod tests {
     use crate::backend::Backend;
-    use crate::ledger::{CniAttachment, Ledger};
+    use crate::model::portspec::parse_mappings;
     use crate::ops::testing::*;
     use crate::ops::{Context, Created, Creating, Removed, create, create_runtime};
     use crate::ops::{poststop, remove_recorded};
-    use crate::portspec::parse_mappings;
+    use crate::state::ledger::{CniAttachment, Ledger};
 
     use super::*;
 
@@ -118,15 +118,15 @@ mod tests {
     }
 
     /// A hook container in the same namespace (this process) asking for the same mapping.
-    fn hook_container(dir: &std::path::Path) -> crate::oci::HookInput {
+    fn hook_container(dir: &std::path::Path) -> crate::model::oci::HookInput {
         let mut input = input(dir);
         input.id = id("app");
         input.pid = Some(PID);
         input
     }
 
-    fn stopped(dir: &std::path::Path, id: &str) -> crate::oci::State {
-        crate::oci::State {
+    fn stopped(dir: &std::path::Path, id: &str) -> crate::model::oci::State {
+        crate::model::oci::State {
             id: id.into(),
             status: "stopped".into(),
             // As a runtime that names the stopped process (this test's own).

@@ -13,12 +13,12 @@ mod native;
 
 pub use container::{Removal, remove_container};
 
+use crate::analysis::forwards;
 use crate::chain::Chain;
 use crate::fault;
-use crate::forwards;
-use crate::layout::tag;
-use crate::ledger::{LedgerError, Locked, Manifest, Phase};
-use crate::oci::{ContainerId, HookInput, State};
+use crate::model::layout::tag;
+use crate::model::oci::{ContainerId, HookInput, State};
+use crate::state::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::state::liveness;
 
 use super::{Context, Error, flows};
@@ -33,7 +33,7 @@ pub enum Removed {
         rules: usize,
     },
     /// Its rules stay: live containers in its network namespace share them
-    /// (`crate::sharing`); the last of them to go removes them.
+    /// (`crate::state::sharing`); the last of them to go removes them.
     Kept {
         rules: usize,
         sharers: Vec<ContainerId>,
@@ -88,12 +88,12 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A container or CNI attachment stops, whoever says so (poststop, a CNI DEL or GC): delete
 /// exactly the rules natledger wrote for it, wherever they are now, then its manifest; unless
-/// live containers of its network namespace share them (`crate::sharing`), in which case they
+/// live containers of its network namespace share them (`crate::state::sharing`), in which case they
 /// stay (a CNI attachment's manifest then records its DEL, [`CniAttachment::deleted`], for
 /// the attachment has no process whose end says it is gone). Either way, the holders whose
 /// rules were kept only for it go. Idempotent; keeps going past a failure.
 ///
-/// [`CniAttachment::deleted`]: crate::ledger::CniAttachment::deleted
+/// [`CniAttachment::deleted`]: crate::state::ledger::CniAttachment::deleted
 pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Removed, Error> {
     // Read before the lock: a manifest too large to read whole takes its time.
     let early = ctx.ledger.summarize_one(id);

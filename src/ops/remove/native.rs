@@ -3,10 +3,10 @@
 use std::collections::HashMap;
 
 use crate::backend::{Backend, Tagged};
-use crate::family::Family;
-use crate::layout::tag;
-use crate::oci::ContainerId;
-use crate::save::{Batch, Op};
+use crate::model::family::Family;
+use crate::model::layout::tag;
+use crate::model::oci::ContainerId;
+use crate::model::save::{Batch, Op};
 
 use super::super::Context;
 

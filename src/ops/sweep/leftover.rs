@@ -1,6 +1,6 @@
 //! `sweep --all` leaves the host's iptables-nft tables as they were before natledger: a table
 //! iptables-nft created for natledger's chains (`ip filter`, `ip nat`, `ip6 …`) goes once it
-//! holds nothing but empty, accepting built-in chains ([`crate::nftables::leftover`]: never a
+//! holds nothing but empty, accepting built-in chains ([`crate::kernel::nftables::leftover`]: never a
 //! table with anything another owner may have).
 
 use super::report::{SweepReport, TableState};

@@ -31,12 +31,14 @@ use std::time::{Duration, Instant};
 
 use crate::backend::{Backend, BackendError};
 use crate::chain::Chain;
-use crate::family::Family;
 use crate::fault;
 use crate::kernel::machine::Host;
-use crate::ledger::{FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize};
-use crate::sharing::Needs;
-use crate::table::Table;
+use crate::model::family::Family;
+use crate::model::table::Table;
+use crate::state::ledger::{
+    FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize,
+};
+use crate::state::sharing::Needs;
 
 use super::{Context, Error, flows};
 

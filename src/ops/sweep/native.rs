@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 
 use crate::backend::{Backend, BackendError, Tagged};
-use crate::family::Family;
+use crate::model::family::Family;
 
 use super::{Context, TablePlan};
 
@@ -61,7 +61,7 @@ fn tagged_only(plan: &TablePlan) -> Option<HashMap<(String, String), usize>> {
 mod tests {
     use super::super::{Claims, plan};
     use super::*;
-    use crate::save::parse_dump;
+    use crate::model::save::parse_dump;
 
     fn planned(lines: &[&str], kept: &[&str], all: bool) -> TablePlan {
         // Another version's chain only where a line names it.
@@ -82,7 +82,7 @@ mod tests {
         };
         plan(
             Backend::Nft,
-            crate::table::Table::Nat,
+            crate::model::table::Table::Nat,
             &table,
             Family::Ipv4,
             &claims,

@@ -6,9 +6,11 @@ use std::collections::HashSet;
 use serde::Serialize;
 
 use crate::backend::Backend;
-use crate::family::Family;
-use crate::layout::{Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner};
-use crate::save::{Batch, Op, SavedRule, Table};
+use crate::model::family::Family;
+use crate::model::layout::{
+    Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner,
+};
+use crate::model::save::{Batch, Op, SavedRule, Table};
 
 /// Who keeps their rules.
 #[derive(Debug, Default)]
@@ -79,7 +81,7 @@ pub const REWRITE_AT: usize = 64;
 /// Plan the removals in `name` (nat or filter) of one family, as `table` shows it.
 pub fn plan(
     backend: Backend,
-    name: crate::table::Table,
+    name: crate::model::table::Table,
     table: &Table,
     family: Family,
     claims: &Claims,
@@ -280,7 +282,7 @@ fn removed(rule: &SavedRule, reason: Reason, container: Option<&str>) -> Removed
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::save::parse_dump;
+    use crate::model::save::parse_dump;
 
     /// [`super::plan`] of the table the dump names.
     fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) -> TablePlan {

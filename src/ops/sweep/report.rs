@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::backend::Backend;
-use crate::family::Family;
-use crate::ledger::{CniAttachment, Manifest};
+use crate::model::family::Family;
+use crate::state::ledger::{CniAttachment, Manifest};
 
 use super::{Reason, Removed, SweepOptions, TablePlan};
 
@@ -60,7 +60,7 @@ pub struct ContainerReport {
     pub manifest: Fate,
     pub rules_removed: usize,
     /// A dead container's rules kept because these live containers in its network namespace
-    /// share them (`crate::sharing`).
+    /// share them (`crate::state::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<String>,
     /// The manifest's size when it was too large to read whole (over 64 MiB): judged from
@@ -356,7 +356,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::ledger::tests::cni_sample;
+    use crate::state::ledger::tests::cni_sample;
 
     #[test]
     fn an_attachment_is_reported_with_its_network_and_ifname() {

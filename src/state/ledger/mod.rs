@@ -36,13 +36,13 @@ use fs2::FileExt;
 use nix::fcntl::{FcntlArg, FdFlag, fcntl};
 use serde::{Deserialize, Serialize};
 
-use crate::durable;
 use crate::kernel::machine::Host;
 use crate::kernel::netns_id::NetnsId;
-use crate::oci::ContainerId;
-use crate::portspec::PortMapping;
-use crate::safefile;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::PortMapping;
+use crate::state::durable;
 use crate::state::liveness::{self, Recorded};
+use crate::state::safefile;
 use owner::{MARKER, Ownership};
 
 pub mod owner;
@@ -140,7 +140,7 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// Mappings this container uses through the rules of another container in its network
-    /// namespace (`crate::sharing`): the truth about who needs whose rules.
+    /// namespace (`crate::state::sharing`): the truth about who needs whose rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<Shared>,
     /// The containers that joined this one's rules: a hint for its poststop, which loads only
@@ -166,7 +166,7 @@ pub struct CniAttachment {
     /// `CNI_NETNS`; the namespace's identity is the manifest's `netns`.
     pub netns_path: Option<PathBuf>,
     /// DEL ran, and the manifest stays only because live containers of the attachment's
-    /// network namespace share its rules (`crate::sharing`): the attachment is gone, and the
+    /// network namespace share its rules (`crate::state::sharing`): the attachment is gone, and the
     /// last of them to stop removes the rules.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,
@@ -186,15 +186,15 @@ impl std::fmt::Display for CniAttachment {
 }
 
 /// A recorded value as one word: as it is when plain (what ADD validated it to be), quoted
-/// and cut ([`crate::echo::Echo`]) otherwise.
+/// and cut ([`crate::model::echo::Echo`]) otherwise.
 fn word(value: &str) -> String {
     let plain = !value.is_empty()
-        && value.len() <= crate::echo::SHOWN
+        && value.len() <= crate::model::echo::SHOWN
         && value.bytes().all(|b| b.is_ascii_graphic() && b != b'"');
     if plain {
         value.to_string()
     } else {
-        crate::echo::Echo::from(value).to_string()
+        crate::model::echo::Echo::from(value).to_string()
     }
 }
 

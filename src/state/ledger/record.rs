@@ -12,9 +12,9 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::Backend;
-use crate::family::Family;
-use crate::rule::Rule;
-use crate::table::Table;
+use crate::model::family::Family;
+use crate::model::rule::Rule;
+use crate::model::table::Table;
 
 /// One rule exactly as written: where, and what.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

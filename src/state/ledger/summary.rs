@@ -13,10 +13,10 @@ use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 
 use crate::backend::Backend;
-use crate::family::Family;
 use crate::kernel::netns_id::NetnsId;
-use crate::oci::ContainerId;
-use crate::safefile;
+use crate::model::family::Family;
+use crate::model::oci::ContainerId;
+use crate::state::safefile;
 
 use super::{CniAttachment, LedgerError, Manifest, Phase, SCHEMA, Shared};
 
@@ -268,7 +268,7 @@ impl<'de> Deserialize<'de> for Places {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::tests::sample;
+    use crate::state::ledger::tests::sample;
 
     #[test]
     fn a_summary_is_the_manifest_without_its_records() {

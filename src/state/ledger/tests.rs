@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::backend::Backend;
-use crate::family::Family;
+use crate::model::family::Family;
 use std::os::unix::fs::OpenOptionsExt;
 
 /// The manifest format is an interface (README, sweep of older versions): pin it.
@@ -68,7 +68,7 @@ pub(crate) fn sample() -> Manifest {
         boot_id: Some("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0".into()),
         pid_namespace: Some(4026531836),
         phase: Phase::Installed,
-        mappings: crate::portspec::parse_mappings("8080:80").unwrap(),
+        mappings: crate::model::portspec::parse_mappings("8080:80").unwrap(),
         addresses: vec!["10.77.0.2".parse().unwrap()],
         rules: vec![RuleRecord::parse(
             Backend::Nft,
@@ -559,7 +559,10 @@ fn a_record_natledger_does_not_write_is_kept_as_text() {
     };
     let dnat = "-p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT \
                 --to-destination 10.77.0.2:80";
-    assert_eq!(record("nat", dnat).table(), Some(crate::table::Table::Nat));
+    assert_eq!(
+        record("nat", dnat).table(),
+        Some(crate::model::table::Table::Nat)
+    );
     for (table, args) in [("mangle", dnat), ("nat", "-m bogus -j DNAT"), ("nat", "")] {
         let text = record(table, args);
         assert_eq!((text.table(), text.rule()), (None, None), "{args}");

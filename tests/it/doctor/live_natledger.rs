@@ -68,7 +68,7 @@ fn live_natledger_missing_rule() {
         })
         .unwrap_or_else(|| panic!("no DNAT of live:\n{nat}"));
     let mut args: Vec<String> = vec!["-t".into(), "nat".into(), "-D".into()];
-    args.extend(natledger::save::tokenize(&dnat[3..]).unwrap());
+    args.extend(natledger::model::save::tokenize(&dnat[3..]).unwrap());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_in(node.topo.node(), "iptables-nft", &args, None);
     assert_ok(&out, "iptables-nft -D");

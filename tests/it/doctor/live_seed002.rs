@@ -8,7 +8,7 @@ use crate::common::*;
 /// network, CNI IPAM reserves the live pod's address for its container, which runs (a runc
 /// state file with a live pid); nothing reserves the stale pod's. Returns doctor's report.
 fn seed002_live_report() -> Doc {
-    use natledger::doctor::{self as nl, DoctorOptions, evidence::Roots};
+    use natledger::analysis::doctor::{self as nl, DoctorOptions, evidence::Roots};
     let mut node = Node::new(Backend::Nft);
     load_fixture(
         &node,
@@ -42,11 +42,11 @@ fn seed002_live_report() -> Doc {
     };
     let ledger_dir = tmp.path().join("state");
     let report = in_netns(&ns, move || {
-        let runner = natledger::exec::SystemRunner::default();
+        let runner = natledger::kernel::exec::SystemRunner::default();
         let opts = DoctorOptions {
             from: Vec::new(),
             port: None,
-            ledger: natledger::ledger::Ledger::new(ledger_dir),
+            ledger: natledger::state::ledger::Ledger::new(ledger_dir),
             netfilter: natledger::backend::Netfilter::new(&runner),
             host_backend: natledger::backend::Detected {
                 backend: natledger::backend::Backend::Legacy,

@@ -19,14 +19,16 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
+use natledger::analysis::doctor::paths::{LIMITS, Limits};
+use natledger::analysis::doctor::{
+    Finding, Kind, RuleRef, Ruleset, check_rulesets, check_rulesets_within,
+};
+use natledger::analysis::matchset::{Cond, Match, Target, parse_rule};
+use natledger::analysis::packet::{Addresses, Packet, Tri};
 use natledger::backend::Backend;
-use natledger::doctor::paths::{LIMITS, Limits};
-use natledger::doctor::{Finding, Kind, RuleRef, Ruleset, check_rulesets, check_rulesets_within};
-use natledger::family::Family;
-use natledger::matchset::{Cond, Match, Target, parse_rule};
-use natledger::packet::{Addresses, Packet, Tri};
-use natledger::portspec::PortRange;
-use natledger::save::{Table, parse_dump};
+use natledger::model::family::Family;
+use natledger::model::portspec::PortRange;
+use natledger::model::save::{Table, parse_dump};
 
 struct Rng(u64);
 

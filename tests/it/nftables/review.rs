@@ -150,9 +150,9 @@ fn poststop_when_the_table_is_gone_or_partly_gone() {
 /// and the foreign chain stays; planned again, the table stays (it is not empty).
 #[test]
 fn a_commit_planned_before_someone_else_changed_the_table_is_refused() {
-    use natledger::netlink::Socket;
-    use natledger::nftables::Session;
-    use natledger::save::{Batch, Op};
+    use natledger::kernel::netlink::Socket;
+    use natledger::kernel::nftables::Session;
+    use natledger::model::save::{Batch, Op};
 
     let node = Node::new(Backend::Nftables);
     let ns = node.topo.node().to_string();
@@ -165,7 +165,7 @@ fn a_commit_planned_before_someone_else_changed_the_table_is_refused() {
         ),
     );
     let (first, second) = in_netns(&ns, || {
-        let f = natledger::family::Family::Ipv4;
+        let f = natledger::model::family::Family::Ipv4;
         let mut sock = Socket::netfilter().unwrap();
         let mut session = Session::new(&mut sock);
         let mut batch = Batch::new("nat");

@@ -13,7 +13,7 @@ impl Checks<'_> {
             // container id on the jump into the per-container chain, not on its DNAT.
             let mut jumped_from: HashMap<&str, Vec<&str>> = HashMap::new();
             for rule in w.set.table("nat").map_or(&[][..], |t| &t.rules) {
-                if let (Some(c), Some(to)) = crate::layout::comment_and_target(&rule.args) {
+                if let (Some(c), Some(to)) = crate::model::layout::comment_and_target(&rule.args) {
                     jumped_from.entry(to).or_default().push(c);
                 }
             }

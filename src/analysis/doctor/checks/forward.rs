@@ -7,9 +7,9 @@
 //! only when every way the packet can go ends dropped.
 
 use super::*;
-use crate::packet::{self, Addresses, Conntrack, Fate, Packet};
-use crate::portspec::PortRange;
-use crate::save::{SavedRule, Table};
+use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::model::portspec::PortRange;
+use crate::model::save::{SavedRule, Table};
 
 /// A ruleset's filter table, parsed.
 type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
@@ -129,7 +129,7 @@ impl Checks<'_> {
             Cond::Protocol {
                 negated: false,
                 proto,
-            } => crate::matchset::proto_number(proto),
+            } => crate::analysis::matchset::proto_number(proto),
             _ => None,
         });
         Some(Packet {

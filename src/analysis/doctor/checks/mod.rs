@@ -19,12 +19,12 @@ use std::net::IpAddr;
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
 use super::paths::{self, Step};
 use super::{DoctorOptions, Finding, Kind, NotFollowed, RuleRef, Ruleset, Severity};
+use crate::analysis::matchset::{Cond, Match, PortSet, Target, parse_rule};
 use crate::backend::{Backend, Detected};
-use crate::family::Family;
-use crate::layout::{Owner, is_owned_chain, owner};
-use crate::ledger::{Manifest, RuleRecord};
-use crate::matchset::{Cond, Match, PortSet, Target, parse_rule};
-use crate::rule::IpNet;
+use crate::model::family::Family;
+use crate::model::layout::{Owner, is_owned_chain, owner};
+use crate::model::rule::IpNet;
+use crate::state::ledger::{Manifest, RuleRecord};
 use words::{packets, target_text};
 
 /// The built-in chains each table's packets to a host port go through, in hook order.
@@ -46,7 +46,7 @@ pub(crate) struct Host {
     /// Where route_localnet is on.
     route_localnet: evidence::RouteLocalnet,
     roots: Roots,
-    /// natledger's own nftables tables (`crate::nftables::own`), per family: read for the
+    /// natledger's own nftables tables (`crate::kernel::nftables::own`), per family: read for the
     /// natledger-state check only (no other owner writes there, and the other checks walk
     /// iptables dumps).
     own: Vec<Ruleset>,
@@ -209,7 +209,7 @@ pub(crate) fn dnat_address(to: &str) -> Option<IpAddr> {
 }
 
 fn comment(args: &[String]) -> Option<&str> {
-    crate::layout::comment_and_target(args).0
+    crate::model::layout::comment_and_target(args).0
 }
 
 /// The lowest destination port a rule's path requires (all its port conditions together)
@@ -330,7 +330,7 @@ fn container_chain_fix(set: &Ruleset, table: &str, chain: &str) -> Option<String
         return None;
     }
     let rules = &set.table(table)?.rules;
-    let into: Vec<&crate::save::SavedRule> = rules
+    let into: Vec<&crate::model::save::SavedRule> = rules
         .iter()
         .filter(|r| {
             let (_, target) = parse_rule(&r.args);
@@ -387,7 +387,11 @@ fn owner_of(chain: &str, args: &[String]) -> &'static str {
         }
     };
     named(chain)
-        .or_else(|| crate::layout::comment_and_target(args).1.and_then(named))
+        .or_else(|| {
+            crate::model::layout::comment_and_target(args)
+                .1
+                .and_then(named)
+        })
         .unwrap_or("other")
 }
 

@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::kernel::machine::Machine;
-use crate::layout::TABLES;
-use crate::sharing::Needs;
+use crate::model::layout::TABLES;
+use crate::state::sharing::Needs;
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
@@ -27,7 +27,7 @@ impl Checks<'_> {
             return;
         }
         // A dead container's rules are still needed while a live container in its network
-        // namespace shares them (`crate::sharing`).
+        // namespace shares them (`crate::state::sharing`).
         let needs = Needs::judge(&Machine, &host.manifests);
         let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) = host
             .manifests
@@ -228,14 +228,14 @@ fn manifest_finding(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::CniAttachment;
+    use crate::state::ledger::CniAttachment;
 
     fn manifest(cni: Option<CniAttachment>) -> Manifest {
         Manifest {
             container_id: "abc+eth0".parse().unwrap(),
             pid: None,
             cni,
-            ..crate::ledger::tests::sample()
+            ..crate::state::ledger::tests::sample()
         }
     }
 

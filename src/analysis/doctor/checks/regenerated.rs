@@ -107,7 +107,7 @@ mod tests {
     use super::*;
 
     fn args(s: &str) -> Vec<String> {
-        crate::save::tokenize(s).unwrap()
+        crate::model::save::tokenize(s).unwrap()
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! no path of that hook reaches it unshadowed.
 
 use super::*;
-use crate::doctor::paths::Shadow;
+use crate::analysis::doctor::paths::Shadow;
 
 /// A rule of one table of one ruleset: (ruleset index, table, chain, position).
 type RuleKey<'k> = (usize, &'k str, &'k str, usize);

@@ -15,7 +15,7 @@
 
 use super::*;
 use crate::backend::Detected;
-use crate::save::{SavedRule, Table};
+use crate::model::save::{SavedRule, Table};
 
 /// Chains kubelet creates so that containers can tell which backend the host uses.
 const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
@@ -435,7 +435,7 @@ mod tests {
 
     #[test]
     fn reachable_follows_jumps_only() {
-        let table = &crate::save::parse_dump(
+        let table = &crate::model::save::parse_dump(
             "*filter\n:FORWARD ACCEPT [0:0]\n:A - [0:0]\n:B - [0:0]\n:C - [0:0]\n\
              -A FORWARD -j A\n-A A -g B\n-A C -j DROP\nCOMMIT\n",
         )

@@ -3,11 +3,11 @@
 //! of a local address", "that arrive on docker0") and joined by one rule, so no combination
 //! of conditions can produce a doubled preposition or a dangling article.
 
-use crate::family::Family;
-use crate::matchset::{Cond, Match, PortSet, Target};
-use crate::rule::IpNet;
+use crate::analysis::matchset::{Cond, Match, PortSet, Target};
+use crate::model::family::Family;
+use crate::model::rule::IpNet;
 
-use crate::doctor::paths;
+use crate::analysis::doctor::paths;
 
 /// The packets a rule matches, in words: "tcp packets from an address in 10.0.0.0/8 to port
 /// 6667 of a local address that arrive on any interface but docker0".
@@ -196,7 +196,7 @@ pub(crate) fn target_text(target: &Target) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::matchset::parse_rule;
+    use crate::analysis::matchset::parse_rule;
 
     fn said(rule: &str) -> String {
         let args: Vec<String> = rule.split_whitespace().map(String::from).collect();

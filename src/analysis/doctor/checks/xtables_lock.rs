@@ -1,6 +1,6 @@
 //! Check 7 (live only): processes that may write iptables-legacy tables without
 //! `/run/xtables.lock`, whose changes natledger's table replacement (or theirs, natledger's)
-//! would undo: `crate::host::xtables`.
+//! would undo: `crate::kernel::host::xtables`.
 
 use super::*;
 

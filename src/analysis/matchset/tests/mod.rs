@@ -9,7 +9,7 @@ use super::*;
 
 /// A rule as printed (with or without `-A CHAIN`).
 fn rule(line: &str) -> (Match, Target) {
-    let mut tokens = crate::save::tokenize(line).expect("test line tokenizes");
+    let mut tokens = crate::model::save::tokenize(line).expect("test line tokenizes");
     if tokens.first().map(String::as_str) == Some("-A") {
         tokens.drain(..2.min(tokens.len()));
     }

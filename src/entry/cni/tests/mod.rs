@@ -12,7 +12,7 @@ mod validate;
 use super::spec::{ErrorResult, VersionResult};
 use super::*;
 use crate::backend::BackendChoice;
-use crate::portspec::{PortMapping, PortRange, Protocol};
+use crate::model::portspec::{PortMapping, PortRange, Protocol};
 
 /// Records what it was asked; answers `fail` when set. It stands in for the rule work, which
 /// is not what these tests are about (the parsing and dispatch are).

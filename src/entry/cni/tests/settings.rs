@@ -11,7 +11,7 @@ fn a_bad_setting_is_the_error_object_in_clap_words() {
         "NATLEDGER_BACKEND" => Some(OsString::from("nfts")),
         _ => vars.get(name).cloned(),
     };
-    let plugin = plugin::Natledger::new(crate::settings::Settings::from_env(&lookup));
+    let plugin = plugin::Natledger::new(crate::entry::settings::Settings::from_env(&lookup));
     let out = run(&serde_json::to_vec(&config()).unwrap(), &lookup, &plugin);
     assert_eq!(out.code, 1, "{}", out.stdout);
     let error: ErrorResult = serde_json::from_str(&out.stdout).unwrap();

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use serde_json::json;
 
 use super::{Recorder, call, config, env, mapping};
-use crate::portspec::Protocol;
+use crate::model::portspec::Protocol;
 
 #[test]
 fn add_del_check_and_gc_need_cni_path() {

@@ -3,9 +3,9 @@
 
 use std::net::IpAddr;
 
-use crate::family::Family;
-use crate::portspec::{PortRange, Protocol};
-use crate::rule::Dnatted;
+use crate::model::family::Family;
+use crate::model::portspec::{PortRange, Protocol};
+use crate::model::rule::Dnatted;
 
 use super::{ip_octets, u16_at};
 

@@ -16,9 +16,9 @@
 
 use std::net::IpAddr;
 
-use crate::family::Family;
-use crate::portspec::{PortRange, Protocol};
-use crate::rule::{DnatTo, IpNet, Rule, Target};
+use crate::model::family::Family;
+use crate::model::portspec::{PortRange, Protocol};
+use crate::model::rule::{DnatTo, IpNet, Rule, Target};
 
 mod conntrack;
 
@@ -354,7 +354,7 @@ fn not_in_interface(e: &[u8], layout: Layout) -> Option<Option<String>> {
     let base = layout.interfaces().start;
     expected[at - base..at - base + len].copy_from_slice(name.as_bytes());
     expected[mask_at - base..mask_at - base + len + 1].fill(0xff);
-    (crate::rule::is_interface_name(&name) && expected == fields).then_some(Some(name))
+    (crate::model::rule::is_interface_name(&name) && expected == fields).then_some(Some(name))
 }
 
 /// How a decoded rule's target looks before the table resolves a jump's offset.

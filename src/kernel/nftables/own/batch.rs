@@ -1,6 +1,6 @@
 //! Restore batches as one nf_tables transaction on natledger's table.
 //!
-//! natledger's operations speak in restore batches (`crate::save::Batch`: declare a chain,
+//! natledger's operations speak in restore batches (`crate::model::save::Batch`: declare a chain,
 //! check, insert, append, delete a rule by its arguments, flush, delete a chain). For the
 //! `nftables` backend, [`apply`] reads the table once, plays the operations against that
 //! picture in the order `iptables-restore` would (declarations first, then the rest), and
@@ -22,9 +22,9 @@ use super::{
     NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnRead, TABLE, expr,
     put_base_chain,
 };
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
-use crate::save::Batch;
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
+use crate::model::family::Family;
+use crate::model::save::Batch;
 
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
@@ -143,7 +143,7 @@ pub struct Applied {
     /// Messages committed (0: nothing to do, nothing sent).
     pub messages: usize,
     /// Whether anything was deleted (rules, chains, the table): closing the socket then
-    /// waits a grace period (`crate::nftables`).
+    /// waits a grace period (`crate::kernel::nftables`).
     pub deleted: bool,
 }
 

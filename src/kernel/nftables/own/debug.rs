@@ -11,7 +11,7 @@
 //! with zeros. Expressions natledger never writes print as `[ NAME ? ]`.
 
 use super::expr::{Data, Expr, parse_list};
-use crate::family::Family;
+use crate::model::family::Family;
 
 /// The expressions (the *contents* of NFTA_RULE_EXPRESSIONS), one line each, without
 /// indentation, each line ending in a newline. A malformed list is one line saying so.

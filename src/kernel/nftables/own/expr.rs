@@ -34,10 +34,10 @@ use std::net::IpAddr;
 
 use super::super::NFTA_RULE_EXPRESSIONS;
 use super::super::read::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK, TRANSPORT};
-use crate::family::Family;
-use crate::netlink;
-use crate::portspec::{PortRange, Protocol};
-use crate::rule::{DnatTo, IpNet, Rule, Target, is_interface_name, is_user_chain_name};
+use crate::kernel::netlink;
+use crate::model::family::Family;
+use crate::model::portspec::{PortRange, Protocol};
+use crate::model::rule::{DnatTo, IpNet, Rule, Target, is_interface_name, is_user_chain_name};
 
 /// Registers as nft numbers them (the 16-byte ones; 0 is the verdict).
 const REG_VERDICT: u32 = 0;

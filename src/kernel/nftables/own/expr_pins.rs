@@ -4,11 +4,11 @@
 
 use super::super::debug::debug_text;
 use super::*;
-use crate::layout::{self, FILTER, NAT};
-use crate::nftables::NFTA_EXPR_DATA;
-use crate::nftables::read::NFTA_DATA_VALUE;
-use crate::oci::ContainerId;
-use crate::portspec::parse_entry;
+use crate::kernel::nftables::NFTA_EXPR_DATA;
+use crate::kernel::nftables::read::NFTA_DATA_VALUE;
+use crate::model::layout::{self, FILTER, NAT};
+use crate::model::oci::ContainerId;
+use crate::model::portspec::parse_entry;
 
 pub(super) const V4: Family = Family::Ipv4;
 pub(super) const V6: Family = Family::Ipv6;

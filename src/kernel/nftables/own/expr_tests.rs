@@ -3,10 +3,10 @@
 use super::super::debug::debug_text;
 use super::pins::{V4, V6, encoded, rule};
 use super::*;
-use crate::layout;
-use crate::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
-use crate::oci::ContainerId;
-use crate::portspec::parse_entry;
+use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::model::layout;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::parse_entry;
 
 #[test]
 fn comment_udata_is_nfts() {

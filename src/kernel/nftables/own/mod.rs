@@ -3,7 +3,7 @@
 //! One table per family, `ip natledger` and `ip6 natledger` (not one `inet` table: natledger's
 //! rules, manifests and operations are per family already, and `ip`/`ip6` nat works on every
 //! kernel with nf_tables nat, where `inet` nat needs 5.2). Its chains carry the names of the
-//! iptables layout (`crate::layout`), so the rule model, the shared rules, ownership and the
+//! iptables layout (`crate::model::layout`), so the rule model, the shared rules, ownership and the
 //! sweep plan are the same for every backend; the built-in chains of iptables are base
 //! chains here:
 //!
@@ -39,7 +39,7 @@
 //! # Reading and writing
 //! [`Session::own_table`] reads the table (one GETTABLE, a GETRULE dump the kernel narrows to
 //! this table, and a GETCHAIN per chain name it knows of): what it costs does not grow with
-//! other owners' tables. Rules are decoded by [`expr::decode`] into [`crate::rule::Rule`]s and
+//! other owners' tables. Rules are decoded by [`expr::decode`] into [`crate::model::rule::Rule`]s and
 //! shown as the same arguments `Rule::to_args` renders for iptables, so the rest of natledger
 //! reads this backend as a `save::Table` per logical table (nat, filter). A rule natledger
 //! would not write (another owner's, added to this table) is shown as opaque tokens, which
@@ -57,11 +57,11 @@ use super::{
     NFT_MSG_GETRULE, NFT_MSG_NEWRULE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
     NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NftError, Session, comment_udata, genmsg, subsys,
 };
-use crate::capabilities::Capabilities;
-use crate::family::Family;
-use crate::layout::{self, FILTER, NAT};
-use crate::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::save::{SavedRule, Table};
+use crate::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::model::capabilities::Capabilities;
+use crate::model::family::Family;
+use crate::model::layout::{self, FILTER, NAT};
+use crate::model::save::{SavedRule, Table};
 
 /// What natledger's own tables hold beyond the mapping rules: no forward accept (an accept
 /// ends only natledger's own base chain, another table's forward drop still drops), the
@@ -413,7 +413,7 @@ impl Session<'_> {
 /// rule natledger does not decode still holds the chain it references in place: sweep
 /// blocks that chain instead of planning a deletion the kernel refuses (EBUSY) every time.
 fn shown(
-    decoded: Option<crate::rule::Rule>,
+    decoded: Option<crate::model::rule::Rule>,
     comment: Option<String>,
     target: Option<(bool, String)>,
 ) -> Vec<String> {
@@ -440,7 +440,7 @@ fn jump_target(args: &[String]) -> Option<&str> {
     args.windows(2)
         .find(|w| w[0] == "-j")
         .map(|w| w[1].as_str())
-        .filter(|t| crate::rule::is_user_chain_name(t))
+        .filter(|t| crate::model::rule::is_user_chain_name(t))
 }
 
 /// The chain attributes of a base chain (`NFTA_CHAIN_HOOK`, `NFTA_CHAIN_TYPE`, policy

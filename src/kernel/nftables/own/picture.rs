@@ -5,16 +5,16 @@
 //! an index of its chain (built once, rebuilt only after an insertion moves positions) and
 //! only marked gone, never shifted out of a vector; and a chain whose every rule the batch
 //! deletes one by one is flushed by one message instead, since the kernel finds each
-//! DELRULE's handle by walking the chain (`crate::nftables::handles`). The batch carries the
+//! DELRULE's handle by walking the chain (`crate::kernel::nftables::handles`). The batch carries the
 //! generation of the read, so "every rule" is every rule at commit.
 
 use std::collections::{HashMap, VecDeque};
 
 use super::super::NftError;
 use super::{BaseChain, OwnTable, base_chain};
-use crate::family::Family;
-use crate::rule::Rule;
-use crate::save::{Batch, Op};
+use crate::model::family::Family;
+use crate::model::rule::Rule;
+use crate::model::save::{Batch, Op};
 
 pub(super) const NF_ACCEPT: u32 = 1;
 pub(super) const NF_DROP: u32 = 0;
@@ -306,7 +306,7 @@ impl Picture {
                 }
                 let referenced = self.chains.iter().any(|c| {
                     c.live()
-                        .any(|r| crate::layout::comment_and_target(&r.args).1 == Some(name))
+                        .any(|r| crate::model::layout::comment_and_target(&r.args).1 == Some(name))
                 });
                 if referenced {
                     return Err(self.refused(name, "a rule jumps to the chain".into()));

@@ -51,7 +51,7 @@ fn logical_tables_split_the_chains_as_iptables_shows_them() {
 #[test]
 fn an_undecodable_rule_is_opaque_but_keeps_its_comment() {
     let shown = shown(None, Some("natledger:c1".into()), None);
-    assert!(crate::rule::Rule::parse_args(&shown).is_err());
+    assert!(crate::model::rule::Rule::parse_args(&shown).is_err());
     assert_eq!(
         layout::owner("NATLEDGER-HOSTPORTS", &shown),
         layout::Owner::Container("c1")
@@ -63,7 +63,7 @@ fn an_undecodable_rule_is_opaque_but_keeps_its_comment() {
 #[test]
 fn an_undecodable_rule_shows_the_chain_it_references() {
     let jump = shown(None, None, Some((false, "NATLEDGER-HOSTPORTS".into())));
-    assert!(crate::rule::Rule::parse_args(&jump).is_err());
+    assert!(crate::model::rule::Rule::parse_args(&jump).is_err());
     assert_eq!(
         layout::comment_and_target(&jump),
         (None, Some("NATLEDGER-HOSTPORTS"))

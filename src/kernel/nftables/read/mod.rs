@@ -20,7 +20,7 @@
 //!   iptables-nft-save prints.
 //! - `meta mark` (+ `bitwise`) + `cmp`: `-m mark --mark`.
 //! - compat `match` / `target` expressions: the xtables info structs, decoded by
-//!   [`crate::xt`] exactly as for iptables-legacy.
+//!   [`crate::kernel::xt`] exactly as for iptables-legacy.
 //! - `immediate` verdicts: ACCEPT, DROP, RETURN, `-j CHAIN`, `-g CHAIN`; `counter` is skipped.
 //! - the comment in the rule's user data: `-m comment --comment`, after the other matches
 //!   (where iptables-nft-save puts it).
@@ -40,9 +40,9 @@ use expr::Decoder;
 use super::{NFT_MSG_NEWRULE, NFTA_RULE_USERDATA, dump_request, genmsg, subsys};
 use super::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM, NftError, Session, comment_udata};
 use super::{NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE};
-use crate::family::Family;
-use crate::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::xt::{self, Header, IFNAMSIZ, TcpUdp};
+use crate::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::kernel::xt::{self, Header, IFNAMSIZ, TcpUdp};
+use crate::model::family::Family;
 
 const NFT_MSG_NEWCHAIN: u16 = 3;
 const NFT_MSG_GETCHAIN: u16 = 4;

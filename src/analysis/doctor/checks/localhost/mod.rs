@@ -8,10 +8,10 @@
 //! 127.0.0.0/8 source, which route_localnet lets in too and kube-proxy's guard lets pass.
 
 use super::*;
-use crate::host::RouteLocalnet;
-use crate::layout::{INPUT_CHAIN, LOOPBACK_INTERFACE};
-use crate::packet::{self, Addresses, Conntrack, Fate, Packet};
-use crate::save::{SavedRule, Table};
+use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::kernel::host::RouteLocalnet;
+use crate::model::layout::{INPUT_CHAIN, LOOPBACK_INTERFACE};
+use crate::model::save::{SavedRule, Table};
 
 /// 127.0.0.1, where localhost services listen.
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
@@ -317,9 +317,9 @@ fn guard_fix(filters: &[Filter], host_backend: Backend) -> String {
     let loopback = Family::Ipv4
         .routable_loopback()
         .expect("IPv4 has a routable loopback");
-    let rule = crate::rule::Rule {
+    let rule = crate::model::rule::Rule {
         comment: None,
-        ..crate::layout::guard(loopback)
+        ..crate::model::layout::guard(loopback)
     };
     let args = rule.to_args();
     let mut tools: Vec<String> = filters

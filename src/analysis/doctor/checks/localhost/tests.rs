@@ -1,5 +1,5 @@
 use super::*;
-use crate::save::parse_dump;
+use crate::model::save::parse_dump;
 
 const GUARD: &str = ":NATLEDGER-INPUT - [0:0]\n\
     -A INPUT -m comment --comment natledger -j NATLEDGER-INPUT\n\

@@ -1,7 +1,7 @@
 use super::*;
-use crate::layout::{DNAT_CHAIN, MASQ_CHAIN, NAT, shared_rules};
-use crate::nftables::own::{OwnChain, OwnRule, OwnTable};
-use crate::save::Op;
+use crate::kernel::nftables::own::{OwnChain, OwnRule, OwnTable};
+use crate::model::layout::{DNAT_CHAIN, MASQ_CHAIN, NAT, shared_rules};
+use crate::model::save::Op;
 
 fn args(text: &str) -> Vec<String> {
     text.split_whitespace().map(String::from).collect()

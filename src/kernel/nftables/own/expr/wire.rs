@@ -3,10 +3,10 @@
 //! messages or the kernel's dumps (attributes in any order, each expression's set checked:
 //! an attribute natledger never writes makes the expression `Other`).
 
-use crate::netlink;
-use crate::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
-use crate::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::netlink;
+use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
+use crate::kernel::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
+use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
 
 /// One expression, as far as natledger's shapes and the debug text need.
 #[derive(Debug, Clone, PartialEq, Eq)]
