@@ -36,6 +36,7 @@ mod ociimage;
 mod podman;
 mod rootfs;
 mod runc;
+mod suite;
 mod timed;
 mod topology;
 mod traffic;
@@ -44,7 +45,7 @@ mod traffic;
 #[allow(unused_imports)]
 pub use {
     cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
-    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, timed::*, topology::*,
+    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, suite::*, timed::*, topology::*,
     traffic::*,
 };
 

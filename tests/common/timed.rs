@@ -1,5 +1,5 @@
 //! Timed runs of natledger in the node (killed past a limit), and the CNI configs and
-//! manifests of the tests of many mappings (`tests/it/bounds.rs`, `tests/it/oversized.rs`).
+//! manifests of the tests of many mappings (`tests/timed/bounds.rs`, `tests/timed/oversized.rs`).
 
 use std::process::Output;
 use std::time::{Duration, Instant};

@@ -23,7 +23,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-mod bounds;
 mod cni;
 mod conflicts;
 mod conntrack;
@@ -44,7 +43,6 @@ mod localnet;
 mod metrics;
 mod nft_batch;
 mod nftables;
-mod oversized;
 mod readers;
 mod release_manifests;
 mod roundtrip;

@@ -50,6 +50,7 @@ fn inflate(node: &Node, id: &str) -> u64 {
 
 #[test]
 fn sweep_removes_a_dead_container_whose_manifest_is_too_large_to_read() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     both(|backend| {
         let mut node = Node::new(backend);
         let (c2, c3, c4, c5) = (
@@ -230,6 +231,7 @@ fn many_tagged(node: &Node, id: &str, port: u16) {
 
 #[test]
 fn poststop_removes_the_many_rules_of_a_container_whose_manifest_is_too_large() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     for backend in Backend::ALL {
         let mut node = Node::new(backend);
         let (c2, c3) = (node.topo.add_container(2), node.topo.add_container(3));
@@ -302,6 +304,7 @@ fn poststop_removes_the_many_rules_of_a_container_whose_manifest_is_too_large() 
 
 #[test]
 fn a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     let mut node = Node::new(Backend::Nft);
     let c2 = node.topo.add_container(2);
     let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
@@ -341,6 +344,7 @@ fn a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing()
 
 #[test]
 fn cni_del_removes_the_many_rules_of_an_attachment_whose_manifest_is_too_large() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     let mut node = Node::new(Backend::Nft);
     let c2 = node.topo.add_container(2);
     let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");

@@ -30,6 +30,7 @@ fn error_object(out: &Output) -> Value {
 
 #[test]
 fn cni_add_of_every_port_one_by_one_is_one_range() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     both(|backend| {
         let mut node = Node::new(backend);
         let c = node.topo.add_container(2);
@@ -91,6 +92,7 @@ fn cni_add_of_every_port_one_by_one_is_one_range() {
 
 #[test]
 fn cni_add_of_65535_scattered_mappings_is_refused() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     both(|backend| {
         let mut node = Node::new(backend);
         let c = node.topo.add_container(2);
@@ -130,6 +132,7 @@ fn cni_add_of_65535_scattered_mappings_is_refused() {
 
 #[test]
 fn annotation_of_every_port_is_one_range_and_scattered_ones_are_refused() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     both(|backend| {
         let mut node = Node::new(backend);
         let c = node.topo.add_container(2);
@@ -213,6 +216,7 @@ fn annotation_of_every_port_is_one_range_and_scattered_ones_are_refused() {
 
 #[test]
 fn the_largest_container_allowed_does_not_hold_up_another() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
     both(|backend| {
         let mut node = Node::new(backend);
         let big = node.topo.add_container(2);
