@@ -265,11 +265,11 @@ impl Runtime {
 /// errors naming the file.
 pub(crate) fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::state::safefile`).
-    let bytes = match crate::state::safefile::read(
+    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::kernel::safefile`).
+    let bytes = match crate::kernel::safefile::read(
         &path,
-        crate::state::safefile::Links::Follow,
-        crate::state::safefile::Cap::Config,
+        crate::kernel::safefile::Links::Follow,
+        crate::kernel::safefile::Cap::Config,
     ) {
         Ok(bytes) => bytes,
         Err(source) => return Err(OciError::ConfigRead { path, source }),

@@ -38,11 +38,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::kernel::machine::Host;
 use crate::kernel::netns_id::NetnsId;
+use crate::kernel::safefile;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
 use crate::state::durable;
 use crate::state::liveness::{self, Recorded};
-use crate::state::safefile;
 use owner::{MARKER, Ownership};
 
 pub mod owner;
