@@ -85,7 +85,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
 }
 
 /// What a create needs to know of a container, whoever started it: an OCI hook
-/// ([`create_runtime`]) or a CNI runtime (`crate::entry::cni`, one attachment).
+/// ([`create_runtime`]) or a CNI runtime (the CNI plugin, one attachment).
 pub struct Creating<'a> {
     /// The ledger id: the manifest's name and the rules' tag.
     pub id: ContainerId,
