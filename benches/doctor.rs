@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use std::path::Path;
 
 use natledger::analysis::doctor::evidence::Roots;
-use natledger::analysis::doctor::matchset::parse_rule;
 use natledger::analysis::doctor::{self, DoctorOptions, DumpFile};
 use natledger::backend::{Backend, Netfilter};
+use natledger::model::anyrule::parse_rule;
 
 const BIN: &str = env!("CARGO_BIN_EXE_natledger");
 

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
+use crate::kernel::safefile;
 use crate::model::oci::{
     IP_ANNOTATION, PORT_CONFLICT_ANNOTATION, PORT_CONFLICT_ENV, PORTS_ANNOTATION,
 };
 use crate::state::durable;
-use crate::state::safefile;
 
 /// A bundle edit that failed, naming the file.
 #[derive(Debug, thiserror::Error)]
@@ -101,7 +101,7 @@ fn edit(
     f: impl FnOnce(&mut Map<String, Value>, &Path) -> Result<bool, BundleError>,
 ) -> Result<Injected, BundleError> {
     let path = bundle.join("config.json");
-    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::state::safefile`).
+    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::kernel::safefile`).
     let text = safefile::read(&path, safefile::Links::Follow, safefile::Cap::Config)
         .map_err(io("read", &path))?;
     let mut value: Value = serde_json::from_slice(&text).map_err(|source| BundleError::Json {

@@ -1,8 +1,9 @@
 //! Interfaces to the kernel and to other processes: netlink and nf_tables, iptables-legacy's
 //! socket options ([`iptc`]), the xtables match and target decoders both rule readers share
-//! ([`xt`]), conntrack, network namespaces, `/proc`, helper processes ([`exec`]) and the host
-//! facts `doctor` cites ([`host`]); [`machine`] is the seam through which the operations read
-//! the host. Nothing here decides policy.
+//! ([`xt`]), conntrack, network namespaces, `/proc`, helper processes ([`exec`]), the one way a
+//! path others can reach is opened ([`safefile`]) and the host facts `doctor` cites
+//! ([`host`]); [`machine`] is the seam through which the operations read the host. Nothing
+//! here decides policy.
 
 pub mod conntrack;
 pub mod exec;
@@ -15,4 +16,5 @@ pub mod netns;
 pub mod netns_id;
 pub mod nftables;
 pub mod procfs;
+pub mod safefile;
 pub mod xt;

@@ -38,8 +38,8 @@ impl NetnsId {
 
     /// Whether a recorded namespace path (a CNI attachment's `CNI_NETNS`) still names this
     /// namespace, the one it named when recorded, given what reading the path gave `now`
-    /// ([`crate::kernel::machine::Host::netns_at`]). The one judgement of a recorded namespace
-    /// path: both liveness and membership (`crate::state::sharing`) read it.
+    /// (the host seam's `Host::netns_at`). The one judgement of a recorded namespace
+    /// path: both liveness and membership (`state::sharing`) read it.
     pub fn still_at(self, now: std::io::Result<NetnsId>) -> NetnsAtPath {
         match now {
             Ok(now) if now == self => NetnsAtPath::Same,

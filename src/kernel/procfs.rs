@@ -1,6 +1,6 @@
 //! Process facts from procfs: this boot's id, this process's pid namespace, a process's
-//! state and start time. Read through the host seam (`crate::kernel::machine`); liveness is
-//! judged from them in `crate::state::liveness`.
+//! state and start time. Read through the host seam (`kernel::machine`); liveness is
+//! judged from them in `state::liveness`.
 
 use std::os::unix::fs::MetadataExt;
 

@@ -10,7 +10,7 @@ pub struct Capabilities {
     /// drops), since there it would do nothing.
     pub forward_accept: bool,
     /// The localhost guard needs its second rule, for packets conntrack does not track
-    /// (`crate::model::layout::guard_untracked`).
+    /// (the layout's `guard_untracked`).
     pub untracked_guard: bool,
     /// A range of host ports may forward to other container ports (a DNAT with a base
     /// port); otherwise a range forwards only to the same ports.

@@ -40,7 +40,7 @@
 
 use std::net::IpAddr;
 
-use crate::analysis::matchset::{Target as MatchTarget, parse_rule};
+use crate::model::anyrule::{Target as MatchTarget, parse_rule};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;

@@ -1,7 +1,9 @@
 //! The rule model: pure values, no I/O. Address families, port mappings, the typed [`rule`]s
 //! natledger writes and recognises, the chains they go to ([`layout`]), the iptables-save text
-//! form ([`save`]), the OCI hook input ([`oci`]) and how untrusted values are shown ([`echo`]).
+//! form ([`save`]) and any saved rule's conditions and target ([`anyrule`]), the OCI hook input
+//! ([`oci`]) and how untrusted values are shown ([`echo`]).
 
+pub mod anyrule;
 pub mod capabilities;
 pub mod echo;
 pub mod family;

@@ -151,12 +151,17 @@ pub struct HookInput {
 }
 
 impl HookInput {
-    /// Validate the state and merge the annotations of `config.json` (state wins).
-    pub(crate) fn from_state(state: State) -> Result<HookInput, OciError> {
+    /// Validate the state and merge the annotations of the bundle's `config.json` (state
+    /// wins), the file's bytes as `read` gives them (the caller opens a path the container's
+    /// owner controls as it opens every such path).
+    pub(crate) fn from_state(
+        state: State,
+        read: impl FnOnce(&Path) -> std::io::Result<Vec<u8>>,
+    ) -> Result<HookInput, OciError> {
         let id: ContainerId = state.id.parse()?;
         let bundle = state.bundle.clone().filter(|b| !b.as_os_str().is_empty());
         let mut annotations = match &bundle {
-            Some(b) => config_annotations(b)?,
+            Some(b) => config_annotations(b, read)?,
             None => return Err(OciError::NoBundle),
         };
         annotations.extend(state.annotations.clone().unwrap_or_default());
@@ -259,18 +264,16 @@ impl Runtime {
     }
 }
 
-/// The annotations of `BUNDLE/config.json`. Missing or unknown fields are fine (see the
-/// module comment); a missing, unreadable or non-JSON file, one that is not an object, or
-/// annotations that are not a map of strings (the runtime spec's type, and runc's), are
-/// errors naming the file.
-pub(crate) fn config_annotations(bundle: &Path) -> Result<HashMap<String, String>, OciError> {
+/// The annotations of `BUNDLE/config.json`, whose bytes `read` gives. Missing or unknown
+/// fields are fine (see the module comment); a missing, unreadable or non-JSON file, one that
+/// is not an object, or annotations that are not a map of strings (the runtime spec's type,
+/// and runc's), are errors naming the file.
+pub(crate) fn config_annotations(
+    bundle: &Path,
+    read: impl FnOnce(&Path) -> std::io::Result<Vec<u8>>,
+) -> Result<HashMap<String, String>, OciError> {
     let path = bundle.join("config.json");
-    // Only a regular file, without waiting on a FIFO, of a bounded size (`crate::state::safefile`).
-    let bytes = match crate::state::safefile::read(
-        &path,
-        crate::state::safefile::Links::Follow,
-        crate::state::safefile::Cap::Config,
-    ) {
+    let bytes = match read(&path) {
         Ok(bytes) => bytes,
         Err(source) => return Err(OciError::ConfigRead { path, source }),
     };
@@ -349,7 +352,7 @@ mod tests {
             bundle: Some(dir.path().into()),
             annotations: Some([("x".to_string(), "state".to_string())].into()),
         };
-        let input = HookInput::from_state(state.clone()).unwrap();
+        let input = HookInput::from_state(state.clone(), |p| std::fs::read(p)).unwrap();
         assert_eq!(input.ports(), Some("1:1"));
         assert_eq!(input.annotations["x"], "state");
 
@@ -357,7 +360,7 @@ mod tests {
             bundle: Some(dir.path().join("nope")),
             ..state
         };
-        let err = HookInput::from_state(missing).unwrap_err();
+        let err = HookInput::from_state(missing, |p| std::fs::read(p)).unwrap_err();
         assert!(err.to_string().contains("nope/config.json"), "{err}");
     }
 
@@ -417,12 +420,8 @@ mod tests {
     /// config at all is an error naming the file.
     #[test]
     fn config_json_is_read_as_leniently_as_runc_reads_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.json");
-        let read = |text: &str| {
-            std::fs::write(&path, text).unwrap();
-            config_annotations(dir.path())
-        };
+        let bundle = Path::new("/bundle");
+        let read = |text: &str| config_annotations(bundle, |_| Ok(text.as_bytes().to_vec()));
         let ports = |text: &str| read(text).unwrap().get(PORTS_ANNOTATION).cloned();
         let p = Some("8080:80".to_string());
         assert_eq!(
@@ -454,8 +453,8 @@ mod tests {
                 "{bad:?}: {err}"
             );
         }
-        std::fs::remove_file(&path).unwrap();
-        let err = config_annotations(dir.path()).unwrap_err().to_string();
+        let missing = |_: &Path| Err(std::io::ErrorKind::NotFound.into());
+        let err = config_annotations(bundle, missing).unwrap_err().to_string();
         assert!(
             err.starts_with("cannot read") && err.contains("config.json"),
             "{err}"

@@ -5,7 +5,7 @@ use std::fmt;
 use std::str::FromStr;
 
 /// One of the tables natledger writes (in every backend: an iptables table, or the logical
-/// table of natledger's own nf_tables table, [`crate::kernel::nftables::own`]).
+/// table of natledger's own nf_tables table, `kernel::nftables::own`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Table {
     /// The DNAT and masquerade rules.

@@ -24,6 +24,7 @@ use crate::backend::{Backend, BackendError, Netfilter};
 use crate::kernel::exec::Runner;
 use crate::kernel::machine::{Host, Machine};
 use crate::kernel::netns::NetnsError;
+use crate::kernel::safefile::{self, Cap, Links};
 use crate::model::echo::{Echo, MESSAGE, limit};
 use crate::model::family::Family;
 use crate::model::oci::{ContainerId, HookInput, OciError, Runtime, Stage, State};
@@ -174,6 +175,14 @@ pub enum HookOutcome {
     Removed(Removed),
 }
 
+/// The hook input of `state`, its bundle's `config.json` read as every path others can
+/// reach is: only a regular file, without waiting on a FIFO, of a bounded size.
+pub(crate) fn hook_input(state: State) -> Result<HookInput, OciError> {
+    HookInput::from_state(state, |path| {
+        safefile::read(path, Links::Follow, Cap::Config)
+    })
+}
+
 /// Run the hook for `stage`, or for the stage the state's status implies.
 pub fn run_hook(ctx: &Context, stage: Option<Stage>, state: State) -> Result<HookOutcome, Error> {
     let stage = match stage {
@@ -182,7 +191,7 @@ pub fn run_hook(ctx: &Context, stage: Option<Stage>, state: State) -> Result<Hoo
     };
     match stage {
         Stage::CreateRuntime => {
-            let input = HookInput::from_state(state)?;
+            let input = hook_input(state)?;
             create_runtime(ctx, &input).map(HookOutcome::Created)
         }
         Stage::Poststop => poststop(ctx, &state).map(HookOutcome::Removed),

@@ -7,7 +7,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::state::safefile;
+use crate::kernel::safefile;
 
 /// The step that failed and the file it failed on.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ pub fn replace(path: &Path, tmp: &Path, bytes: &[u8], mode: u32) -> Result<(), F
             source,
         }
     }
-    // Never through a planted symlink, never into a file already there (`crate::state::safefile`).
+    // Never through a planted symlink, never into a file already there (`crate::kernel::safefile`).
     let mut file = safefile::create_new(tmp, mode).map_err(fail("create", tmp))?;
     let written = file
         .write_all(bytes)

@@ -41,12 +41,10 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::kernel::machine::Host;
+use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
 use crate::model::oci::{CRI_SANDBOX_ID, CRIO_SANDBOX_ID, ContainerId};
 use crate::state::ledger::Manifest;
 use crate::state::liveness;
-
-// Where they were before the layers had folders.
-pub use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
 
 /// The pod a container belongs to, as containerd's or CRI-O's annotations name it (the
 /// sandbox's id; a sandbox names itself).

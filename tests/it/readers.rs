@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
 use std::time::Instant;
 
 use crate::common::{Backend, Family as TestFamily, Topology, in_netns, load_rules, save};
-use natledger::analysis::matchset::{Cond, parse_rule};
 use natledger::kernel::iptc::{self, render};
 use natledger::kernel::netlink::Socket;
 use natledger::kernel::nftables::Session;
 use natledger::kernel::xt::OPAQUE;
+use natledger::model::anyrule::{Cond, parse_rule};
 use natledger::model::family::Family;
 use natledger::model::save::parse_dump;
 

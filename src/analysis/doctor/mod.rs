@@ -366,7 +366,7 @@ fn any_legacy_table(family: Family) -> Result<bool, BackendError> {
 
 /// A dump file: a regular file or a pipe of at most `safefile::Cap::Dump` bytes.
 fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
-    let bytes = crate::state::safefile::read_dump(path)?;
+    let bytes = crate::kernel::safefile::read_dump(path)?;
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 

@@ -20,7 +20,7 @@ use std::rc::Rc;
 
 use serde::Serialize;
 
-use crate::analysis::matchset::{Cond, Match, Target, parse_rule};
+use crate::model::anyrule::{Cond, Match, Target, parse_rule};
 use crate::model::save::{SavedRule, Table};
 
 #[path = "paths_walk.rs"]

@@ -30,7 +30,7 @@ use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use super::{Budget, Cut, CutReason, MAX_DEPTH, Step};
-use crate::analysis::matchset::{Match, Target};
+use crate::model::anyrule::{Match, Target};
 use crate::model::save::{SavedRule, Table};
 
 /// What one walk found.

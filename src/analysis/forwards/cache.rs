@@ -62,10 +62,10 @@ impl Cache {
     /// The cache, or an empty one when there is none or it cannot be read (it is only ever
     /// a cache: reading the tables again is always right).
     pub fn load(path: &Path) -> Cache {
-        crate::state::safefile::read(
+        crate::kernel::safefile::read(
             path,
-            crate::state::safefile::Links::Refuse,
-            crate::state::safefile::Cap::State,
+            crate::kernel::safefile::Links::Refuse,
+            crate::kernel::safefile::Cap::State,
         )
         .ok()
         .and_then(|b| serde_json::from_slice::<Cache>(&b).ok())
@@ -82,8 +82,8 @@ impl Cache {
             return;
         };
         let tmp = path.with_extension("json.tmp");
-        // Created exclusively, never through a planted link (`crate::state::safefile`).
-        let written = crate::state::safefile::create_new(&tmp, 0o600)
+        // Created exclusively, never through a planted link (`crate::kernel::safefile`).
+        let written = crate::kernel::safefile::create_new(&tmp, 0o600)
             .and_then(|mut f| std::io::Write::write_all(&mut f, &json));
         if written.is_err() || std::fs::rename(&tmp, path).is_err() {
             // Out of room: what the temp file took goes back to the ledger's own files.

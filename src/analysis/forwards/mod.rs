@@ -63,11 +63,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::analysis::matchset::parse_rule;
 use crate::analysis::packet::{Addresses, Conntrack, Packet, Tri};
 use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
 use crate::kernel::iptc;
 use crate::kernel::nftables::{self, NftError};
+use crate::model::anyrule::parse_rule;
 use crate::model::family::Family;
 use crate::model::layout::NAT;
 use crate::model::portspec::PortMapping;

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::rc::Rc;
 
 use super::{Candidate, Chains, HOOKS, Step};
-use crate::analysis::matchset::{Target, parse_rule};
 use crate::analysis::packet::{Packet, Tri};
+use crate::model::anyrule::{Target, parse_rule};
 use crate::model::layout::{Owner, is_owned_chain, owner};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::{Cond, Match, PortSet, listed};
+use crate::model::anyrule::{Cond, Match, PortSet, listed};
 use crate::model::rule::IpNet;
 
 /// Types IPv6 looks up in the routing table (a set of them is a union there too).

@@ -40,7 +40,7 @@ enum Flow<'t> {
 }
 
 /// The fate of `packet` in the built-in chain `builtin` of `table` (`parsed` is
-/// [`crate::analysis::matchset::parse_rule`] of each of its rules, in order): its rules in order,
+/// [`crate::model::anyrule::parse_rule`] of each of its rules, in order): its rules in order,
 /// through jumps and gotos, to the first verdict. A drop is claimed when every way the packet
 /// can go ends dropped (a rule that may drop it and a later one that certainly does:
 /// dropped); an accept that might not apply, or a RETURN or goto that might not, make the

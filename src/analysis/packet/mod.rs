@@ -13,7 +13,8 @@
 
 use std::net::IpAddr;
 
-use crate::analysis::matchset::{self, Cond, Match, PortSet, Target};
+use crate::analysis::matchset;
+use crate::model::anyrule::{Cond, Match, PortSet, Target};
 use crate::model::family::Family;
 use crate::model::portspec::PortRange;
 use crate::model::rule::IpNet;
@@ -339,7 +340,7 @@ mod tests {
         let parsed: Vec<_> = t
             .rules
             .iter()
-            .map(|r| matchset::parse_rule(&r.args))
+            .map(|r| crate::model::anyrule::parse_rule(&r.args))
             .collect();
         match fate(&t, &parsed, "FORWARD", packet) {
             Fate::Accepted(r) => format!("accepted {}", r.map_or("policy", |r| &r.chain)),
@@ -435,7 +436,7 @@ mod tests {
         };
         let test = |args: &str| {
             let args: Vec<String> = args.split_whitespace().map(String::from).collect();
-            p.test(&matchset::parse_rule(&args).0)
+            p.test(&crate::model::anyrule::parse_rule(&args).0)
         };
         assert_eq!(test("-m addrtype --dst-type LOCAL -j DOCKER"), Tri::Yes);
         assert_eq!(

@@ -6,11 +6,11 @@ use crate::backend::tool;
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
+use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
 use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating};
 use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
-use crate::state::sharing::NetnsId;
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.

@@ -1,7 +1,7 @@
 //! Addresses CNI's host-local IPAM has handed out.
 
 use super::*;
-use crate::state::safefile::{self, Cap, Links};
+use crate::kernel::safefile::{self, Cap, Links};
 
 /// One address reserved by CNI's host-local IPAM plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]

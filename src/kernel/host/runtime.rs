@@ -1,7 +1,7 @@
 //! Containers the runc-style runtimes know, and whether they still run.
 
 use super::*;
-use crate::state::safefile::{self, Cap, Links};
+use crate::kernel::safefile::{self, Cap, Links};
 
 /// A container found in a runc-style state directory.
 #[derive(Clone, Debug, PartialEq, Eq)]

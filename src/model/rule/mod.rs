@@ -40,7 +40,7 @@ pub(crate) const DNATTED_STATE: &str = "DNAT";
 /// rule: a packet conntrack does not track (invalid: no entry could be found or made;
 /// untracked: a `notrack` rule). nf_tables' `ct status` has no value for such a packet, so
 /// the first rule (`! --ctstate DNAT`, `ct status ! dnat`) does not match it there, where
-/// iptables' conntrack match does (`crate::model::layout::guard_untracked`).
+/// iptables' conntrack match does (the layout's `guard_untracked`).
 pub(crate) const UNTRACKED_STATE: &str = "INVALID,UNTRACKED";
 
 /// A rule as natledger writes it. Fields are in rendering order.

@@ -8,6 +8,7 @@ use crate::chain::Chain;
 use crate::fault;
 use crate::kernel::host::{self, Listener};
 use crate::kernel::netns::is_global_unicast;
+use crate::kernel::netns_id::NetnsId;
 use crate::model::echo::Echo;
 use crate::model::family::Family;
 use crate::model::layout::mapping_rules;
@@ -16,7 +17,7 @@ use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::model::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::model::table::Table;
 use crate::state::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
-use crate::state::sharing::{self, Membership, Needs, NetnsId};
+use crate::state::sharing::{self, Membership, Needs};
 
 use super::remove::{remove_container, settle};
 use super::{Context, Error, flows};
@@ -85,7 +86,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
 }
 
 /// What a create needs to know of a container, whoever started it: an OCI hook
-/// ([`create_runtime`]) or a CNI runtime (`crate::entry::cni`, one attachment).
+/// ([`create_runtime`]) or a CNI runtime (the CNI plugin, one attachment).
 pub struct Creating<'a> {
     /// The ledger id: the manifest's name and the rules' tag.
     pub id: ContainerId,

@@ -17,7 +17,7 @@ use crate::analysis::forwards;
 use crate::chain::Chain;
 use crate::fault;
 use crate::model::layout::tag;
-use crate::model::oci::{ContainerId, HookInput, State};
+use crate::model::oci::{ContainerId, State};
 use crate::state::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::state::liveness;
 
@@ -63,7 +63,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
     let id: ContainerId = state.id.parse()?;
     if !ctx.ledger.has_manifest(&id) {
         // Without a manifest, only the annotation says whether natledger ever ran for it.
-        match HookInput::from_state(state.clone()) {
+        match super::hook_input(state.clone()) {
             Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
             Ok(_) => {}
             Err(e) => log::error!("{}; looking for rules tagged {}", Chain(&e), tag(&id)),

@@ -38,11 +38,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::kernel::machine::Host;
 use crate::kernel::netns_id::NetnsId;
+use crate::kernel::safefile;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
 use crate::state::durable;
 use crate::state::liveness::{self, Recorded};
-use crate::state::safefile;
 use owner::{MARKER, Ownership};
 
 pub mod owner;
@@ -140,7 +140,7 @@ pub struct Manifest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     /// Mappings this container uses through the rules of another container in its network
-    /// namespace (`crate::state::sharing`): the truth about who needs whose rules.
+    /// namespace (`state::sharing`): the truth about who needs whose rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shares: Vec<Shared>,
     /// The containers that joined this one's rules: a hint for its poststop, which loads only
@@ -166,7 +166,7 @@ pub struct CniAttachment {
     /// `CNI_NETNS`; the namespace's identity is the manifest's `netns`.
     pub netns_path: Option<PathBuf>,
     /// DEL ran, and the manifest stays only because live containers of the attachment's
-    /// network namespace share its rules (`crate::state::sharing`): the attachment is gone, and the
+    /// network namespace share its rules (`state::sharing`): the attachment is gone, and the
     /// last of them to stop removes the rules.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub deleted: bool,

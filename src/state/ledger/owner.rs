@@ -18,9 +18,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::LedgerError;
+use crate::kernel::safefile;
 use crate::model::echo::Echo;
 use crate::model::oci::ContainerId;
-use crate::state::safefile;
 
 /// The marker's file name in the state directory.
 pub const MARKER: &str = "natledger-state";

@@ -14,9 +14,9 @@ use serde::de::{IgnoredAny, SeqAccess, Visitor};
 
 use crate::backend::Backend;
 use crate::kernel::netns_id::NetnsId;
+use crate::kernel::safefile;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
-use crate::state::safefile;
 
 use super::{CniAttachment, LedgerError, Manifest, Phase, SCHEMA, Shared};
 

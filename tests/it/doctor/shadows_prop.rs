@@ -23,9 +23,9 @@ use natledger::analysis::doctor::paths::{LIMITS, Limits};
 use natledger::analysis::doctor::{
     Finding, Kind, RuleRef, Ruleset, check_rulesets, check_rulesets_within,
 };
-use natledger::analysis::matchset::{Cond, Match, Target, parse_rule};
 use natledger::analysis::packet::{Addresses, Packet, Tri};
 use natledger::backend::Backend;
+use natledger::model::anyrule::{Cond, Match, Target, parse_rule};
 use natledger::model::family::Family;
 use natledger::model::portspec::PortRange;
 use natledger::model::save::{Table, parse_dump};

@@ -3,7 +3,7 @@
 //! of a local address", "that arrive on docker0") and joined by one rule, so no combination
 //! of conditions can produce a doubled preposition or a dangling article.
 
-use crate::analysis::matchset::{Cond, Match, PortSet, Target};
+use crate::model::anyrule::{Cond, Match, PortSet, Target};
 use crate::model::family::Family;
 use crate::model::rule::IpNet;
 
@@ -196,7 +196,7 @@ pub(crate) fn target_text(target: &Target) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::matchset::parse_rule;
+    use crate::model::anyrule::parse_rule;
 
     fn said(rule: &str) -> String {
         let args: Vec<String> = rule.split_whitespace().map(String::from).collect();

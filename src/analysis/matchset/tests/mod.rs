@@ -6,6 +6,8 @@ mod parse;
 mod soundness;
 
 use super::*;
+use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};
+use crate::model::rule::IpNet;
 
 /// A rule as printed (with or without `-A CHAIN`).
 fn rule(line: &str) -> (Match, Target) {

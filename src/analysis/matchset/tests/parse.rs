@@ -1,7 +1,7 @@
 //! Parsing: the conditions and the target of rules as `*-save` prints them.
 
 use super::*;
-use crate::analysis::matchset::parse::parse_ports;
+use crate::model::anyrule::parse_ports;
 
 /// (saved rule, its conditions in short)
 const PARSED: &[(&str, &str)] = &[

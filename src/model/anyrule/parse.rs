@@ -321,7 +321,7 @@ fn port_option(tok: &str) -> Option<(bool, bool)> {
 }
 
 /// `80`, `80:90`, `:90`, `80:`; with `list`, comma-separated. `None` when anything is off.
-pub(super) fn parse_ports(v: &str, list: bool) -> Option<PortSet> {
+pub(crate) fn parse_ports(v: &str, list: bool) -> Option<PortSet> {
     let items: Vec<&str> = if list {
         v.split(',').collect()
     } else {
