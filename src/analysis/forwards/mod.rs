@@ -241,7 +241,7 @@ pub fn find(
             .iter()
             .map(|m| probe(Some(m), family, &locals))
             .collect();
-        for backend in Backend::IPTABLES {
+        for backend in Backend::iptables() {
             let start = std::time::Instant::now();
             let read = candidates(nf, cache, backend, family, &locals, &packets);
             if trace {
