@@ -7,10 +7,7 @@
 //! runner, the shared netfilter socket and the commit counter.
 
 use std::cell::RefCell;
-use std::fmt;
 use std::path::PathBuf;
-
-use serde::{Deserialize, Serialize};
 
 use crate::kernel::conntrack::{self, ConntrackError};
 use crate::kernel::exec::{Invocation, Runner};
@@ -23,27 +20,16 @@ use crate::model::save::{Batch, Table};
 /// with an empty environment (no PATH).
 pub const TOOL_DIRS: [&str; 5] = ["/usr/sbin", "/sbin", "/usr/local/sbin", "/usr/bin", "/bin"];
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// iptables-legacy (`ip_tables`, written with `iptables-legacy-restore` or in-process).
-    Legacy,
-    /// iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes).
-    Nft,
-    /// natledger's own nf_tables tables, written in-process ([`crate::kernel::nftables::own`]).
-    Nftables,
-}
+pub use crate::model::backend_name::Backend;
 
+/// What a backend is beyond its name: its driver, registered here.
 impl Backend {
-    /// Every backend a container's rules may be in: sweep and poststop look in each.
-    pub const ALL: [Backend; 3] = [Backend::Legacy, Backend::Nft, Backend::Nftables];
-
-    /// The name in tool names (`iptables-legacy`, `iptables-nft`) and on the command line.
-    pub fn suffix(self) -> &'static str {
+    /// The backend's driver: the one place a backend is registered.
+    pub fn driver(self) -> &'static dyn Driver {
         match self {
-            Backend::Legacy => "legacy",
-            Backend::Nft => "nft",
-            Backend::Nftables => "nftables",
+            Backend::Legacy => &IptablesLegacy,
+            Backend::Nft => &IptablesNft,
+            Backend::Nftables => &OwnNftables,
         }
     }
 
@@ -52,21 +38,10 @@ impl Backend {
         Backend::ALL.into_iter().filter(|b| b.is_iptables())
     }
 
-    /// The backend whose word ([`Backend::suffix`]) is `word`.
-    pub fn named(word: &str) -> Option<Backend> {
-        Backend::ALL.into_iter().find(|b| b.suffix() == word)
-    }
-
     /// Whether this is one of the iptables backends (written with `*-restore`): what its
     /// driver reports ([`crate::model::capabilities::Capabilities::tools`]).
     pub fn is_iptables(self) -> bool {
         self.driver().capabilities().tools
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.suffix())
     }
 }
 
@@ -87,17 +62,6 @@ pub use iptables_legacy::IptablesLegacy;
 pub use iptables_nft::IptablesNft;
 pub use nft_native::Tagged;
 pub use own_nftables::OwnNftables;
-
-impl Backend {
-    /// The backend's driver: the one place a backend is registered.
-    pub fn driver(self) -> &'static dyn Driver {
-        match self {
-            Backend::Legacy => &IptablesLegacy,
-            Backend::Nft => &IptablesNft,
-            Backend::Nftables => &OwnNftables,
-        }
-    }
-}
 
 impl From<Backend> for crate::model::capabilities::Capabilities {
     fn from(backend: Backend) -> Self {

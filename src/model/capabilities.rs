@@ -1,5 +1,5 @@
 //! What a backend writes beyond the mapping rules, and what it can forward: data its driver
-//! reports (`crate::backend::Driver::capabilities`), read by the layout and the operations,
+//! reports (the backend driver's `capabilities`), read by the layout and the operations,
 //! so that neither asks which backend it is.
 
 /// A backend's capabilities.
@@ -10,7 +10,7 @@ pub struct Capabilities {
     /// drops), since there it would do nothing.
     pub forward_accept: bool,
     /// The localhost guard needs its second rule, for packets conntrack does not track
-    /// (`crate::model::layout::guard_untracked`).
+    /// (the layout's `guard_untracked`).
     pub untracked_guard: bool,
     /// A range of host ports may forward to other container ports (a DNAT with a base
     /// port); otherwise a range forwards only to the same ports.

@@ -2,6 +2,7 @@
 //! natledger writes and recognises, the chains they go to ([`layout`]), the iptables-save text
 //! form ([`save`]), the OCI hook input ([`oci`]) and how untrusted values are shown ([`echo`]).
 
+pub mod backend_name;
 pub mod capabilities;
 pub mod echo;
 pub mod family;

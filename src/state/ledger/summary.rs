@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 
-use crate::backend::Backend;
 use crate::kernel::netns_id::NetnsId;
+use crate::model::backend_name::Backend;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
 use crate::state::safefile;
