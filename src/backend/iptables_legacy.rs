@@ -2,6 +2,7 @@
 //! without a process), written in-process through the table's socket options where the
 //! shared chains exist ([`crate::kernel::iptc`]), else with `*-legacy-restore --wait`.
 
+use crate::chain::Chain;
 use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -147,7 +148,7 @@ fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) ->
         Ok(Native::Declined | Native::Off) => false,
         // Nothing was written; the restore reports what is really wrong.
         Err(e) => {
-            log::info!("{e}; using {}-legacy-restore", family.tool_stem());
+            log::info!("{}; using {}-legacy-restore", Chain(&e), family.tool_stem());
             false
         }
     }

@@ -3,6 +3,7 @@
 //! netlink without a process where the chains hold exactly what is expected
 //! ([`crate::kernel::nftables`]).
 
+use crate::chain::Chain;
 use crate::kernel::nftables::NftError;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -104,7 +105,7 @@ impl Driver for IptablesNft {
             Ok(Native::Off | Native::Declined) => false,
             // Nothing was changed; the restore says what is really wrong.
             Err(e) => {
-                log::info!("{e}; using {}-nft-restore", family.tool_stem());
+                log::info!("{}; using {}-nft-restore", Chain(&e), family.tool_stem());
                 false
             }
         }

@@ -84,8 +84,9 @@ pub fn install(
             Ok(wrote) => partial |= wrote,
             Err(error) if *table == Table::Filter => {
                 log::warn!(
-                    "the {family} forward accept was not written ({error}); where FORWARD \
-                     drops, these ports answer only from this host (doctor: forward-dropped)"
+                    "the {family} forward accept was not written ({}); where FORWARD \
+                     drops, these ports answer only from this host (doctor: forward-dropped)",
+                    crate::chain::Chain(&error)
                 );
                 skipped.push(Table::Filter);
             }
