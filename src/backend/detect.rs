@@ -5,13 +5,36 @@ use std::path::{Path, PathBuf};
 
 use super::{Backend, TOOL_DIRS};
 
-/// Which backend to write to, as given on the command line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+/// Which backend to write to, as given on the command line: `auto` or a backend's word
+/// ([`Backend::suffix`]), its values taken from [`Backend::ALL`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendChoice {
     Auto,
-    Legacy,
-    Nft,
-    Nftables,
+    Named(Backend),
+}
+
+/// `auto`, then every backend in [`Backend::ALL`]'s order.
+const CHOICES: [BackendChoice; Backend::ALL.len() + 1] = {
+    let mut choices = [BackendChoice::Auto; Backend::ALL.len() + 1];
+    let mut i = 0;
+    while i < Backend::ALL.len() {
+        choices[i + 1] = BackendChoice::Named(Backend::ALL[i]);
+        i += 1;
+    }
+    choices
+};
+
+impl clap::ValueEnum for BackendChoice {
+    fn value_variants<'a>() -> &'a [Self] {
+        &CHOICES
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Named(backend) => backend.suffix(),
+        }))
+    }
 }
 
 impl BackendChoice {
@@ -21,15 +44,12 @@ impl BackendChoice {
 
     /// The backend, and why: named on the command line, or what `auto` found.
     pub fn explained(self) -> Detected {
-        let named = |backend: Backend| Detected {
-            backend,
-            how: "named with --backend or NATLEDGER_BACKEND".into(),
-        };
         match self {
             BackendChoice::Auto => choose(),
-            BackendChoice::Legacy => named(Backend::Legacy),
-            BackendChoice::Nft => named(Backend::Nft),
-            BackendChoice::Nftables => named(Backend::Nftables),
+            BackendChoice::Named(backend) => Detected {
+                backend,
+                how: "named with --backend or NATLEDGER_BACKEND".into(),
+            },
         }
     }
 }
@@ -147,5 +167,19 @@ mod tests {
         let chosen = choose_in(&[with_tool.path().to_str().unwrap()]);
         assert!(chosen.backend.is_iptables(), "{chosen:?}");
         assert_eq!(chosen, detect_explained());
+    }
+
+    #[test]
+    fn the_choices_are_auto_and_every_backend_word() {
+        use clap::ValueEnum;
+        let words: Vec<String> = BackendChoice::value_variants()
+            .iter()
+            .map(|c| c.to_possible_value().unwrap().get_name().to_string())
+            .collect();
+        assert_eq!(words, ["auto", "legacy", "nft", "nftables"]);
+        for backend in Backend::ALL {
+            let choice = BackendChoice::from_str(backend.suffix(), false).unwrap();
+            assert_eq!(choice.resolve(), backend);
+        }
     }
 }

@@ -1,17 +1,18 @@
 //! The interface every backend implements ([`Driver`]): what it writes beyond the mapping
-//! rules ([`Capabilities`], data), how it installs one family's rules, and the process-less
-//! paths it has for deleting. The operations ask a driver ([`Backend::driver`]) and never
+//! rules ([`Capabilities`], data), how it reads a table and applies batches, how it installs
+//! one family's rules, and the process-less paths it has for deleting. The operations ask a driver ([`Backend::driver`]) and never
 //! which backend it is; what the backends share (the restore-then-read-and-diff strategy)
 //! is in [`super::write`].
 
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
+use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
 use super::write::{self, InstallError, Placement};
-use super::{Backend, Native, NativeError, Netfilter, Tagged};
+use super::{Backend, BackendError, Native, NativeError, Netfilter, Tagged, Tools};
 
 /// One backend.
 pub trait Driver: Sync {
@@ -20,6 +21,42 @@ pub trait Driver: Sync {
 
     /// What it writes beyond the mapping rules, and what it can forward.
     fn capabilities(&self) -> Capabilities;
+
+    /// Its `*-save`/`*-restore` tools, if it has any ([`super::tool`]). None by default.
+    fn tools(&self) -> Option<&'static Tools> {
+        None
+    }
+
+    /// The current `table` (nat, filter) as natledger reads it: the built-in chains, its own
+    /// chains and any rule naming one of them (or more); `None` when it does not exist.
+    fn read(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError>;
+
+    /// Every rule of `table` (for reading other owners' rules), or `None` when it does not
+    /// exist.
+    fn read_whole(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError>;
+
+    /// Every table of one family, creating none.
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError>;
+
+    /// Apply batches of different tables, in order; what a failure leaves committed is the
+    /// driver's (one transaction per table for the iptables tools, all or nothing for
+    /// natledger's own tables).
+    fn apply_all(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError>;
 
     /// Write one family's rules (`rules`, this backend's records) with the chains and shared
     /// rules they need; the tables that could not be written and were skipped (the filter

@@ -6,12 +6,13 @@ use crate::model::save;
 
 use super::TOOL_DIRS;
 
-/// A failure to read or write a backend, naming the command.
+/// A failure to read or write a backend, naming the command; its cause, if any, is its
+/// `source()` (shown after it by [`crate::chain::Chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{tool} not found in {}", TOOL_DIRS.join(", "))]
     ToolNotFound { tool: String },
-    #[error("cannot run {command}: {source}")]
+    #[error("cannot run {command}")]
     Spawn {
         command: String,
         source: std::io::Error,
@@ -24,7 +25,7 @@ pub enum BackendError {
         /// The input line the tool named as failing ("line N failed"), if any.
         line: Option<usize>,
     },
-    #[error("cannot parse the output of {command}: {source}")]
+    #[error("cannot parse the output of {command}")]
     Parse {
         command: String,
         source: save::ParseError,
@@ -35,7 +36,7 @@ pub enum BackendError {
     Nftables(#[from] NftError),
     #[error("the nftables backend has no {verb} tool: it works over netlink, in-process")]
     NoTool { verb: String },
-    #[error("cannot tell whether the iptables-legacy {table} table exists: {path}: {source}")]
+    #[error("cannot tell whether the iptables-legacy {table} table exists: {path}")]
     Procfs {
         table: String,
         path: String,
@@ -62,4 +63,29 @@ pub enum Native {
     Declined,
     /// This many rules were inserted or deleted, exactly those asked for.
     Done(usize),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chain::text;
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let spawn = BackendError::Spawn {
+            command: "iptables-nft-save".into(),
+            source: std::io::Error::other("denied"),
+        };
+        assert_eq!(text(&spawn), "cannot run iptables-nft-save: denied");
+        let procfs = BackendError::Procfs {
+            table: "nat".into(),
+            path: "/proc/net/ip_tables_names".into(),
+            source: std::io::Error::other("denied"),
+        };
+        assert_eq!(
+            text(&procfs),
+            "cannot tell whether the iptables-legacy nat table exists: \
+             /proc/net/ip_tables_names: denied"
+        );
+    }
 }

@@ -2,14 +2,34 @@
 //! without a process), written in-process through the table's socket options where the
 //! shared chains exist ([`crate::kernel::iptc`]), else with `*-legacy-restore --wait`.
 
+use crate::chain::Chain;
+use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
+use crate::model::layout::shared_rules;
 use crate::model::rule::Rule;
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::write::{self, Placement};
-use super::{Backend, Driver, Native, NativeError, Netfilter};
+use crate::model::save::{self, Batch};
+
+use super::write::Placement;
+
+use super::{
+    Backend, BackendError, Driver, Native, NativeError, Netfilter, Tools, legacy_table_exists,
+};
+
+/// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
+/// well inside podman's 10 s hook timeout.
+const XTABLES_WAIT_SECS: &str = "5";
+
+/// `ip[6]tables-legacy-save` and `-restore`.
+static TOOLS: Tools = Tools {
+    word: "legacy",
+    restore_args: &["--wait", XTABLES_WAIT_SECS],
+    tables_in_procfs: true,
+    nf_tables: false,
+};
 
 /// The iptables-legacy driver.
 pub struct IptablesLegacy;
@@ -30,6 +50,41 @@ impl Driver for IptablesLegacy {
         }
     }
 
+    fn tools(&self) -> Option<&'static Tools> {
+        Some(&TOOLS)
+    }
+
+    fn read(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        TOOLS.read(nf, family, table)
+    }
+
+    fn read_whole(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        TOOLS.read_whole(nf, family, table)
+    }
+
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+        TOOLS.read_all(nf, family)
+    }
+
+    fn apply_all(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        TOOLS.apply_all(nf, family, batches)
+    }
+
     fn insert_in_process(
         &self,
         nf: &Netfilter,
@@ -37,7 +92,7 @@ impl Driver for IptablesLegacy {
         table: Table,
         placed: &[Placement],
     ) -> bool {
-        write::insert_legacy(self, nf, family, table, placed)
+        insert(nf, family, table, placed)
     }
 
     /// Exactly the recorded rules of one table, through its socket options
@@ -60,4 +115,70 @@ impl Driver for IptablesLegacy {
         };
         Ok(nf.delete_legacy(family, table.as_str(), &rules)?)
     }
+}
+
+impl Netfilter<'_> {
+    /// Delete exactly these rules from an iptables-legacy table without a process
+    /// ([`iptc::delete`]); declined unless every one is found.
+    pub fn delete_legacy(
+        &self,
+        family: Family,
+        table: &'static str,
+        rules: &[(&str, &Rule)],
+    ) -> Result<Native, IptcError> {
+        in_process(self, family, table, "deleted", || {
+            iptc::delete(family, table, rules)
+        })
+    }
+}
+
+/// Insert one table's rules in-process ([`iptc::insert`]), provided the table, the chains and
+/// the shared rules exist; whether that was done (nothing was written otherwise).
+fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) -> bool {
+    let rules: Vec<(&str, Rule, Place)> = placed
+        .iter()
+        .map(|(chain, rule, place)| (*chain, (*rule).clone(), *place))
+        .collect();
+    let shared = shared_rules(IptablesLegacy.capabilities(), table.as_str(), family);
+    let done = in_process(nf, family, table.as_str(), "inserted", || {
+        iptc::insert(family, table.as_str(), &rules, &shared)
+    });
+    match done {
+        Ok(Native::Done(_)) => true,
+        Ok(Native::Declined | Native::Off) => false,
+        // Nothing was written; the restore reports what is really wrong.
+        Err(e) => {
+            log::info!("{}; using {}-legacy-restore", Chain(&e), family.tool_stem());
+            false
+        }
+    }
+}
+
+/// Run `op` on the table's socket options when the native paths are on and the table exists
+/// (asking the kernel about an absent table would create it).
+fn in_process(
+    nf: &Netfilter,
+    family: Family,
+    table: &str,
+    verb: &str,
+    op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
+) -> Result<Native, IptcError> {
+    if !nf.native() || !legacy_table_exists(family, table).unwrap_or(false) {
+        return Ok(Native::Off);
+    }
+    let start = std::time::Instant::now();
+    let outcome = op()?;
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    Ok(match outcome {
+        iptc::Outcome::Done(n) => {
+            log::debug!("iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms");
+            Native::Done(n)
+        }
+        iptc::Outcome::Declined => {
+            log::debug!(
+                "iptc: {family} {table} table not as expected; using iptables-legacy-restore"
+            );
+            Native::Declined
+        }
+    })
 }

@@ -3,6 +3,7 @@
 //! netlink without a process where the chains hold exactly what is expected
 //! ([`crate::kernel::nftables`]).
 
+use crate::chain::Chain;
 use crate::kernel::nftables::NftError;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -10,7 +11,17 @@ use crate::model::layout::tag;
 use crate::model::oci::ContainerId;
 use crate::state::ledger::RuleRecord;
 
-use super::{Backend, Driver, Native, NativeError, Netfilter, Tagged};
+use crate::model::save::{self, Batch};
+
+use super::{Backend, BackendError, Driver, Native, NativeError, Netfilter, Tagged, Tools};
+
+/// `ip[6]tables-nft-save` and `-restore`.
+static TOOLS: Tools = Tools {
+    word: "nft",
+    restore_args: &[],
+    tables_in_procfs: false,
+    nf_tables: true,
+};
 
 /// The iptables-nft driver.
 pub struct IptablesNft;
@@ -29,6 +40,41 @@ impl Driver for IptablesNft {
             tables_seen_without_tools: false,
             one_transaction: false,
         }
+    }
+
+    fn tools(&self) -> Option<&'static Tools> {
+        Some(&TOOLS)
+    }
+
+    fn read(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        TOOLS.read(nf, family, table)
+    }
+
+    fn read_whole(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        TOOLS.read_whole(nf, family, table)
+    }
+
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+        TOOLS.read_all(nf, family)
+    }
+
+    fn apply_all(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        TOOLS.apply_all(nf, family, batches)
     }
 
     /// Every rule of the recorded chains tagged for `id`, when they are as many as recorded,
@@ -59,7 +105,7 @@ impl Driver for IptablesNft {
             Ok(Native::Off | Native::Declined) => false,
             // Nothing was changed; the restore says what is really wrong.
             Err(e) => {
-                log::info!("{e}; using {}-nft-restore", family.tool_stem());
+                log::info!("{}; using {}-nft-restore", Chain(&e), family.tool_stem());
                 false
             }
         }

@@ -1,9 +1,11 @@
 //! natledger's own nf_tables tables ([`crate::kernel::nftables::own`]), read and written in-process
 //! over netlink: every create is one transaction, all or nothing.
 
-use crate::kernel::nftables::own::CAPABILITIES;
+use crate::kernel::nftables::own::{CAPABILITIES, OwnRead};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
+use crate::model::layout;
+use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
@@ -20,6 +22,43 @@ impl Driver for OwnNftables {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    fn read(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        let own = nf.with_nft(|s| s.own_table(family))?;
+        Ok(own.map(|t| t.logical(table)))
+    }
+
+    /// The same as [`Driver::read`]: the table holds natledger's rules only.
+    fn read_whole(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+    ) -> Result<Option<save::Table>, BackendError> {
+        self.read(nf, family, table)
+    }
+
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+        let own = nf.with_nft(|s| s.own_table(family))?;
+        Ok(own
+            .map(|t| layout::TABLES.iter().map(|name| t.logical(name)).collect())
+            .unwrap_or_default())
+    }
+
+    /// The batches as one nf_tables transaction on natledger's own table: all or nothing.
+    fn apply_all(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        apply_to(nf, family, None, batches)
     }
 
     fn install(
@@ -48,7 +87,7 @@ fn install_own(
     family: Family,
     rules: &[&RuleRecord],
 ) -> Result<(), BackendError> {
-    let own = nf.read_own_table(family)?;
+    let own = nf.with_nft(|s| s.own_read(family))?;
     let mut batches = Vec::with_capacity(Table::ALL.len());
     for table in Table::ALL {
         let here: Vec<&RuleRecord> = rules.iter().copied().filter(|r| r.is_in(table)).collect();
@@ -61,5 +100,32 @@ fn install_own(
         batches.push(write::missing(driver, family, table, &dump, &placed));
     }
     // Planned against that same read: the ledger lock is held throughout.
-    nf.apply_own_to(family, Some(own), &batches)
+    apply_to(nf, family, Some(own), &batches)
+}
+
+/// The batches as one nf_tables transaction, planned against `read`, the caller's read of
+/// the table under the lock it still holds (`None`: read it now).
+fn apply_to(
+    nf: &Netfilter,
+    family: Family,
+    read: Option<OwnRead>,
+    batches: &[Batch],
+) -> Result<(), BackendError> {
+    let start = std::time::Instant::now();
+    let applied = nf.with_nft(|s| match read {
+        Some(read) => s.apply_own_to(family, read, batches),
+        None => s.apply_own(family, batches),
+    })?;
+    if applied.messages > 0 {
+        nf.nft_commits.set(nf.nft_commits.get() + 1);
+    }
+    if applied.deleted {
+        nf.nft_deleted.set(true);
+    }
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    log::debug!(
+        "nftables: {} message(s) on {family} table natledger in {ms:.1} ms",
+        applied.messages
+    );
+    Ok(())
 }

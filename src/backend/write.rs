@@ -12,7 +12,7 @@ use crate::model::save::{Batch, Op};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::{BackendError, Driver, Native, Netfilter};
+use super::{BackendError, Driver, Netfilter};
 
 /// Why [`install`] failed, and whether one of the family's tables may have been written.
 #[derive(Debug)]
@@ -84,8 +84,9 @@ pub fn install(
             Ok(wrote) => partial |= wrote,
             Err(error) if *table == Table::Filter => {
                 log::warn!(
-                    "the {family} forward accept was not written ({error}); where FORWARD \
-                     drops, these ports answer only from this host (doctor: forward-dropped)"
+                    "the {family} forward accept was not written ({}); where FORWARD \
+                     drops, these ports answer only from this host (doctor: forward-dropped)",
+                    crate::chain::Chain(&error)
                 );
                 skipped.push(Table::Filter);
             }
@@ -145,31 +146,6 @@ pub fn write_table(
     }
     nf.apply(backend, family, &full)?;
     Ok(true)
-}
-
-/// Insert one table's rules into iptables-legacy in-process ([`Netfilter::insert_legacy`],
-/// declined unless the shared chains and rules exist); whether that was done.
-pub fn insert_legacy(
-    driver: &(impl Driver + ?Sized),
-    nf: &Netfilter,
-    family: Family,
-    table: Table,
-    placed: &[Placement],
-) -> bool {
-    let rules: Vec<(&str, Rule, Place)> = placed
-        .iter()
-        .map(|(chain, rule, place)| (*chain, (*rule).clone(), *place))
-        .collect();
-    let shared = shared_rules(driver.capabilities(), table.as_str(), family);
-    match nf.insert_legacy(family, table.as_str(), &rules, &shared) {
-        Ok(Native::Done(_)) => true,
-        Ok(Native::Declined | Native::Off) => false,
-        // Nothing was written; the restore reports what is really wrong.
-        Err(e) => {
-            log::info!("{e}; using {}-legacy-restore", family.tool_stem());
-            false
-        }
-    }
 }
 
 /// Whether every rule of `placed` is in the dump (as many times as placed).

@@ -199,7 +199,10 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(s.state_dir, PathBuf::from("/tmp/ledger"));
-        assert_eq!(s.backend, BackendChoice::Nftables);
+        assert_eq!(
+            s.backend,
+            BackendChoice::Named(crate::backend::Backend::Nftables)
+        );
         assert!(!s.native);
         assert!(s.refuse_conflicts());
         assert_eq!(s.runtime, Some(PathBuf::from("/usr/bin/crun")));
@@ -242,7 +245,7 @@ mod tests {
         assert_eq!(s.log_level, log::LevelFilter::Warn);
         let global = Global {
             state_dir: "/x".into(),
-            backend: BackendChoice::Legacy,
+            backend: BackendChoice::Named(crate::backend::Backend::Legacy),
             log_level: Some(LogLevel::Trace),
             trace: false,
             no_netlink: false,

@@ -1,5 +1,5 @@
 //! What a backend writes beyond the mapping rules, and what it can forward: data its driver
-//! reports (`crate::backend::Driver::capabilities`), read by the layout and the operations,
+//! reports (the backend driver's `capabilities`), read by the layout and the operations,
 //! so that neither asks which backend it is.
 
 /// A backend's capabilities.

@@ -381,7 +381,7 @@ pub fn mapping_rules(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::model::backend_name::Backend;
     use crate::model::portspec::parse_entry;
 
     fn args(p: &Placed) -> String {

@@ -4,6 +4,7 @@
 //! ([`oci`]) and how untrusted values are shown ([`echo`]).
 
 pub mod anyrule;
+pub mod backend_name;
 pub mod capabilities;
 pub mod echo;
 pub mod family;

@@ -92,11 +92,9 @@ impl std::str::FromStr for DumpFile {
             Some((b, f)) => (b, Some(f)),
             None => (label, None),
         };
-        let backend = match backend {
-            "legacy" => Backend::Legacy,
-            "nft" => Backend::Nft,
-            _ => return Err(bad()),
-        };
+        let backend = Backend::named(backend)
+            .filter(|b| b.is_iptables())
+            .ok_or_else(bad)?;
         let family = match family {
             None => None,
             Some("ipv4") => Some(Family::Ipv4),
@@ -333,14 +331,16 @@ fn run_checks(
 
 fn read_live(opts: &DoctorOptions) -> Result<Vec<Ruleset>, DoctorError> {
     let mut out = Vec::new();
-    for backend in Backend::IPTABLES {
+    for backend in Backend::iptables() {
+        // Legacy's tables are seen in procfs: a missing tool is an error only where one is.
+        let in_procfs = backend.driver().capabilities().tables_seen_without_tools;
         for family in Family::ALL {
-            if backend == Backend::Legacy && !any_legacy_table(family)? {
+            if in_procfs && !any_legacy_table(family)? {
                 continue;
             }
             let tables = match opts.netfilter.read_all(backend, family) {
                 Ok(tables) => tables,
-                Err(BackendError::ToolNotFound { .. }) if backend == Backend::Nft => continue,
+                Err(BackendError::ToolNotFound { .. }) if !in_procfs => continue,
                 Err(e) => return Err(e.into()),
             };
             out.push(Ruleset {

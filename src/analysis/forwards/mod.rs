@@ -241,7 +241,7 @@ pub fn find(
             .iter()
             .map(|m| probe(Some(m), family, &locals))
             .collect();
-        for backend in Backend::IPTABLES {
+        for backend in Backend::iptables() {
             let start = std::time::Instant::now();
             let read = candidates(nf, cache, backend, family, &locals, &packets);
             if trace {
@@ -300,7 +300,8 @@ fn candidates(
 ) -> Result<(Vec<Vec<Candidate>>, String), String> {
     let none = || vec![Vec::new(); packets.len()];
     match (backend, nf.native()) {
-        (Backend::Nftables, _) => Ok((none(), "natledger's own table".into())),
+        // A backend without tools holds nothing natledger did not write there.
+        (b, _) if !b.is_iptables() => Ok((none(), "natledger's own table".into())),
         (Backend::Legacy, true) => {
             if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
                 return Ok((none(), "no table".into()));
@@ -359,7 +360,8 @@ fn candidates(
             })
             .map_err(|e| crate::chain::text(&e))
             .and_then(|r| r),
-        (_, false) => match nf.read_whole(backend, family, NAT) {
+        // Without the native readers (or for another iptables backend): its `*-save`.
+        _ => match nf.read_whole(backend, family, NAT) {
             Ok(Some(table)) => {
                 let mut source = Saved::new(&table);
                 let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::spec::{CniError, Code, Version, invalid, kind, valid_name, version_of};
-use crate::backend::BackendChoice;
+use crate::backend::{Backend, BackendChoice};
 use crate::model::echo::{Echo, MESSAGE, limit};
 use crate::model::portspec::{PortMapping, PortRange, Protocol};
 
@@ -328,20 +328,23 @@ fn refuse_portmap_only(wire: &Wire) -> Result<(), CniError> {
 /// what `auto` follows where iptables is installed) and `nftables` (its own nf_tables table:
 /// natledger's `nftables` backend is the same idea, `crate::kernel::nftables::own`).
 fn backend_choice(name: &str) -> Result<BackendChoice, CniError> {
-    match name {
-        "auto" | "iptables" => Ok(BackendChoice::Auto),
-        "legacy" => Ok(BackendChoice::Legacy),
-        "nft" => Ok(BackendChoice::Nft),
-        "nftables" => Ok(BackendChoice::Nftables),
-        other => Err(CniError::new(
-            Code::InvalidConfig,
-            "invalid backend",
-            format!(
-                "backend {} is not auto, legacy, nft, nftables or iptables",
-                Echo::from(other)
-            ),
-        )),
+    if matches!(name, "auto" | "iptables") {
+        return Ok(BackendChoice::Auto);
     }
+    Backend::named(name)
+        .map(BackendChoice::Named)
+        .ok_or_else(|| {
+            let words: Vec<&str> = Backend::ALL.iter().map(|b| b.suffix()).collect();
+            CniError::new(
+                Code::InvalidConfig,
+                "invalid backend",
+                format!(
+                    "backend {} is not auto, {} or iptables",
+                    Echo::from(name),
+                    words.join(", ")
+                ),
+            )
+        })
 }
 
 /// One `portMappings` entry as natledger's mapping: single ports (the capability has no

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::backend::{Backend, BackendError, Native};
+use crate::chain::Chain;
 use crate::kernel::conntrack::Flows;
 use crate::model::echo::{MESSAGE, limit};
 use crate::model::family::Family;
@@ -185,7 +186,11 @@ fn remove_in(
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
             // Nothing was changed; the restore below reports what is really wrong.
-            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
+            Err(e) => log::info!(
+                "{}; using {}-{backend}-restore",
+                Chain(&e),
+                family.tool_stem()
+            ),
         }
     }
     let mut nat_failed = false;
@@ -249,7 +254,11 @@ fn remove_table(
             Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            Err(e) => log::info!("{e}; using {}-{backend}-restore", family.tool_stem()),
+            Err(e) => log::info!(
+                "{}; using {}-{backend}-restore",
+                Chain(&e),
+                family.tool_stem()
+            ),
         }
     }
     if exact_first {

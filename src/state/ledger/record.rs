@@ -11,7 +11,7 @@ use std::borrow::Cow;
 
 use serde::{Deserialize, Serialize};
 
-use crate::backend::Backend;
+use crate::model::backend_name::Backend;
 use crate::model::family::Family;
 use crate::model::rule::Rule;
 use crate::model::table::Table;

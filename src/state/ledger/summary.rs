@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 
-use crate::backend::Backend;
 use crate::kernel::netns_id::NetnsId;
 use crate::kernel::safefile;
+use crate::model::backend_name::Backend;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
 

@@ -1,7 +1,7 @@
 //! The manifest format, the lock, and the state directory.
 
 use super::*;
-use crate::backend::Backend;
+use crate::model::backend_name::Backend;
 use crate::model::family::Family;
 use std::os::unix::fs::OpenOptionsExt;
 

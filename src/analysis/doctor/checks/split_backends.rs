@@ -409,13 +409,15 @@ fn owner_name(owner: &str) -> String {
     }
 }
 
+/// The other iptables backend; itself for any other (doctor's rulesets are iptables dumps
+/// only).
 fn other(backend: Backend) -> Backend {
-    match backend {
-        Backend::Legacy => Backend::Nft,
-        Backend::Nft => Backend::Legacy,
-        // Not an iptables backend: doctor's rulesets are iptables dumps only.
-        Backend::Nftables => Backend::Nftables,
+    if !backend.is_iptables() {
+        return backend;
     }
+    Backend::iptables()
+        .find(|b| *b != backend)
+        .unwrap_or(backend)
 }
 
 #[cfg(test)]

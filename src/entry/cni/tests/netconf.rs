@@ -142,9 +142,15 @@ fn portmap_configs_as_users_write_them_are_accepted() {
         ]
     );
     for (name, choice) in [
-        ("legacy", BackendChoice::Legacy),
-        ("nft", BackendChoice::Nft),
-        ("nftables", BackendChoice::Nftables),
+        (
+            "legacy",
+            BackendChoice::Named(crate::backend::Backend::Legacy),
+        ),
+        ("nft", BackendChoice::Named(crate::backend::Backend::Nft)),
+        (
+            "nftables",
+            BackendChoice::Named(crate::backend::Backend::Nftables),
+        ),
         ("auto", BackendChoice::Auto),
     ] {
         let mut conf = config();
@@ -231,7 +237,12 @@ fn del_never_fails_on_what_add_refuses() {
         del.state_dir.as_deref(),
         Some(std::path::Path::new("/run/natledger-test"))
     );
-    assert_eq!(del.backend, Some(crate::backend::BackendChoice::Legacy));
+    assert_eq!(
+        del.backend,
+        Some(crate::backend::BackendChoice::Named(
+            crate::backend::Backend::Legacy
+        ))
+    );
 }
 
 /// `"cni.dev/valid-attachments": null` (libcni's nil slice: no live attachment) is the empty

@@ -44,7 +44,11 @@ fn batch(ops: Vec<Op>) -> Batch {
 
 #[test]
 fn the_first_write_makes_the_table_its_chains_and_base_chains() {
-    let (jump_chain, jump) = &shared_rules(crate::backend::Backend::Nftables, NAT, Family::Ipv4)[0];
+    let (jump_chain, jump) = &shared_rules(
+        crate::model::backend_name::Backend::Nftables,
+        NAT,
+        Family::Ipv4,
+    )[0];
     let ops = vec![
         Op::InsertFirst(jump_chain.to_string(), jump.to_args()),
         Op::DeclareChain(DNAT_CHAIN.into()),
