@@ -76,7 +76,7 @@ pub enum Reach {
     /// Only the tools, through the runner (and natledger's own tables, which have none).
     Tools,
     /// The kernel too: conntrack ([`Netfilter::forget_flows`]), other owners' forwards
-    /// ([`crate::analysis::forwards`]), and with `native` the process-less paths (iptables-nft
+    /// (analysis's `forwards`), and with `native` the process-less paths (iptables-nft
     /// deletions over netlink, iptables-legacy through the table's socket options).
     Kernel { native: bool },
 }
@@ -90,7 +90,7 @@ pub struct Netfilter<'r> {
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
     /// iptables-nft transactions this process committed (restore blocks, netlink batches):
-    /// what moved the nf_tables generation that was natledger's own ([`crate::analysis::forwards`]).
+    /// what moved the nf_tables generation that was natledger's own (analysis's `forwards` cache).
     nft_commits: std::cell::Cell<u32>,
     /// Whether rules were deleted through `socket` (its release then waits a grace period).
     nft_deleted: std::cell::Cell<bool>,

@@ -23,8 +23,17 @@ pub trait Driver: Sync {
     fn capabilities(&self) -> Capabilities;
 
     /// Its `*-save`/`*-restore` tools, if it has any ([`super::tool`]). None by default.
+    /// A backend with tools reads and applies through them ([`Driver::read`] and the rest
+    /// default to its [`Tools`]); one without overrides those four.
     fn tools(&self) -> Option<&'static Tools> {
         None
+    }
+
+    /// The tools the default reading and applying go through.
+    fn tool_driven(&self) -> Result<&'static Tools, BackendError> {
+        self.tools().ok_or_else(|| BackendError::NoTool {
+            verb: "save or restore".to_string(),
+        })
     }
 
     /// The current `table` (nat, filter) as natledger reads it: the built-in chains, its own
@@ -34,7 +43,9 @@ pub trait Driver: Sync {
         nf: &Netfilter,
         family: Family,
         table: &str,
-    ) -> Result<Option<save::Table>, BackendError>;
+    ) -> Result<Option<save::Table>, BackendError> {
+        self.tool_driven()?.read(nf, family, table)
+    }
 
     /// Every rule of `table` (for reading other owners' rules), or `None` when it does not
     /// exist.
@@ -43,10 +54,14 @@ pub trait Driver: Sync {
         nf: &Netfilter,
         family: Family,
         table: &str,
-    ) -> Result<Option<save::Table>, BackendError>;
+    ) -> Result<Option<save::Table>, BackendError> {
+        self.tool_driven()?.read_whole(nf, family, table)
+    }
 
     /// Every table of one family, creating none.
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError>;
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+        self.tool_driven()?.read_all(nf, family)
+    }
 
     /// Apply batches of different tables, in order; what a failure leaves committed is the
     /// driver's (one transaction per table for the iptables tools, all or nothing for
@@ -56,7 +71,9 @@ pub trait Driver: Sync {
         nf: &Netfilter,
         family: Family,
         batches: &[Batch],
-    ) -> Result<(), BackendError>;
+    ) -> Result<(), BackendError> {
+        self.tool_driven()?.apply_all(nf, family, batches)
+    }
 
     /// Write one family's rules (`rules`, this backend's records) with the chains and shared
     /// rules they need; the tables that could not be written and were skipped (the filter

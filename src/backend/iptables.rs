@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::kernel::exec::Invocation;
+use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout;
 use crate::model::save::{self, Batch, Table};
@@ -25,6 +26,20 @@ pub struct Tools {
 }
 
 impl Tools {
+    /// What an iptables backend writes: the forward accept (a FORWARD drop of any owner in
+    /// the same table is passed by it), shifted ranges (a DNAT with a base port); its
+    /// tables are seen without its tools where they are in procfs.
+    pub fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            forward_accept: true,
+            untracked_guard: false,
+            shifted_ranges: true,
+            tools: true,
+            tables_seen_without_tools: self.tables_in_procfs,
+            one_transaction: false,
+        }
+    }
+
     /// Absolute path of `ip[6]tables-{word}-{verb}`.
     pub fn path(&self, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
         let name = format!("{}-{}-{verb}", family.tool_stem(), self.word);

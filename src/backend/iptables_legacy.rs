@@ -11,13 +11,9 @@ use crate::model::rule::Rule;
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use crate::model::save::{self, Batch};
-
 use super::write::Placement;
 
-use super::{
-    Backend, BackendError, Driver, Native, NativeError, Netfilter, Tools, legacy_table_exists,
-};
+use super::{Backend, Driver, Native, NativeError, Netfilter, Tools, legacy_table_exists};
 
 /// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
 /// well inside podman's 10 s hook timeout.
@@ -40,49 +36,11 @@ impl Driver for IptablesLegacy {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            forward_accept: true,
-            untracked_guard: false,
-            shifted_ranges: true,
-            tools: true,
-            tables_seen_without_tools: true,
-            one_transaction: false,
-        }
+        TOOLS.capabilities()
     }
 
     fn tools(&self) -> Option<&'static Tools> {
         Some(&TOOLS)
-    }
-
-    fn read(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        TOOLS.read(nf, family, table)
-    }
-
-    fn read_whole(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        TOOLS.read_whole(nf, family, table)
-    }
-
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
-        TOOLS.read_all(nf, family)
-    }
-
-    fn apply_all(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        TOOLS.apply_all(nf, family, batches)
     }
 
     fn insert_in_process(

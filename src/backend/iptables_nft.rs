@@ -11,9 +11,7 @@ use crate::model::layout::tag;
 use crate::model::oci::ContainerId;
 use crate::state::ledger::RuleRecord;
 
-use crate::model::save::{self, Batch};
-
-use super::{Backend, BackendError, Driver, Native, NativeError, Netfilter, Tagged, Tools};
+use super::{Backend, Driver, Native, NativeError, Netfilter, Tagged, Tools};
 
 /// `ip[6]tables-nft-save` and `-restore`.
 static TOOLS: Tools = Tools {
@@ -32,49 +30,11 @@ impl Driver for IptablesNft {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            forward_accept: true,
-            untracked_guard: false,
-            shifted_ranges: true,
-            tools: true,
-            tables_seen_without_tools: false,
-            one_transaction: false,
-        }
+        TOOLS.capabilities()
     }
 
     fn tools(&self) -> Option<&'static Tools> {
         Some(&TOOLS)
-    }
-
-    fn read(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        TOOLS.read(nf, family, table)
-    }
-
-    fn read_whole(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        TOOLS.read_whole(nf, family, table)
-    }
-
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
-        TOOLS.read_all(nf, family)
-    }
-
-    fn apply_all(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        TOOLS.apply_all(nf, family, batches)
     }
 
     /// Every rule of the recorded chains tagged for `id`, when they are as many as recorded,

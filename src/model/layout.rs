@@ -179,17 +179,11 @@ const JUMPS_FROM: [&str; 5] = ["PREROUTING", "OUTPUT", "POSTROUTING", "FORWARD",
 /// RELATED.
 pub fn guard(loopback: IpNet) -> Rule {
     Rule {
-        source: None,
         destination: Some(loopback),
         not_in_interface: Some(LOOPBACK_INTERFACE.to_string()),
-        protocol: None,
-        dports: None,
-        dst_local: false,
         not_dnatted: true,
-        untracked: false,
-        dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
-        target: Target::Drop,
+        ..Rule::unconditional(Target::Drop)
     }
 }
 
@@ -219,17 +213,9 @@ pub fn shared_rules(
 ) -> Vec<(&'static str, Rule)> {
     let caps = caps.into();
     let jump = |to: &str, dst_local: bool| Rule {
-        source: None,
-        destination: None,
-        protocol: None,
-        dports: None,
-        not_in_interface: None,
         dst_local,
-        not_dnatted: false,
-        untracked: false,
-        dnatted: None,
         comment: Some(SHARED_COMMENT.to_string()),
-        target: Target::Jump(to.to_string()),
+        ..Rule::unconditional(Target::Jump(to.to_string()))
     };
     match table {
         NAT => vec![
@@ -301,21 +287,15 @@ pub fn mapping_rules(
     let container_net = IpNet::host(container);
     let base = (!mapping.host_ports.is_single()).then_some(mapping.host_ports.start);
     let dnat = Rule {
-        source: None,
         destination: mapping.host_destination().map(IpNet::host),
         protocol: Some(mapping.protocol),
         dports: Some(mapping.host_ports),
-        not_in_interface: None,
-        dst_local: false,
-        not_dnatted: false,
-        untracked: false,
-        dnatted: None,
         comment: comment.clone(),
-        target: Target::Dnat(DnatTo {
+        ..Rule::unconditional(Target::Dnat(DnatTo {
             addr: container,
             ports: mapping.container_ports,
             base,
-        }),
+        }))
     };
     let masquerade_from = |source: IpNet| Placed {
         table: crate::model::table::Table::Nat,
@@ -325,24 +305,11 @@ pub fn mapping_rules(
             destination: Some(container_net),
             protocol: Some(mapping.protocol),
             dports: Some(mapping.container_ports),
-            not_in_interface: None,
-            dst_local: false,
-            not_dnatted: false,
-            untracked: false,
-            dnatted: None,
             comment: comment.clone(),
-            target: Target::Masquerade,
+            ..Rule::unconditional(Target::Masquerade)
         },
     };
     let accept = Rule {
-        source: None,
-        destination: None,
-        protocol: None,
-        dports: None,
-        not_in_interface: None,
-        dst_local: false,
-        not_dnatted: false,
-        untracked: false,
         dnatted: Some(Dnatted {
             protocol: mapping.protocol,
             orig_dst: mapping.host_destination(),
@@ -351,7 +318,7 @@ pub fn mapping_rules(
             repl_src_ports: mapping.container_ports,
         }),
         comment: comment.clone(),
-        target: Target::Accept,
+        ..Rule::unconditional(Target::Accept)
     };
     let mut rules = Vec::with_capacity(4);
     if caps.forward_accept {

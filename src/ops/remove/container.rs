@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, BackendError, Native};
+use crate::backend::{Backend, BackendError, Native, NativeError};
 use crate::chain::Chain;
 use crate::kernel::conntrack::Flows;
 use crate::model::echo::{MESSAGE, limit};
@@ -185,12 +185,7 @@ fn remove_in(
             }
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            // Nothing was changed; the restore below reports what is really wrong.
-            Err(e) => log::info!(
-                "{}; using {}-{backend}-restore",
-                Chain(&e),
-                family.tool_stem()
-            ),
+            Err(e) => falling_back(&e, backend, family),
         }
     }
     let mut nat_failed = false;
@@ -254,11 +249,7 @@ fn remove_table(
             Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
             Ok(Native::Declined) => exact_first = false,
             Ok(Native::Off) => {}
-            Err(e) => log::info!(
-                "{}; using {}-{backend}-restore",
-                Chain(&e),
-                family.tool_stem()
-            ),
+            Err(e) => falling_back(&e, backend, family),
         }
     }
     if exact_first {
@@ -376,12 +367,44 @@ impl Cut<'_> {
     }
 }
 
+/// A process-less deletion failed and changed nothing: the restore that follows reports
+/// what is really wrong.
+fn falling_back(e: &NativeError, backend: Backend, family: Family) {
+    log::info!(
+        "{}; using {}-{backend}-restore",
+        Chain(e),
+        family.tool_stem()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ops::create::create_runtime;
     use crate::ops::testing::*;
     use crate::state::ledger::Ledger;
+
+    /// `remove_table` of iptables-nft's IPv4 nat table, through `script`, in a fresh ledger.
+    fn remove_nft_nat(
+        script: &Script,
+        id: &ContainerId,
+        recorded: &[&RuleRecord],
+        exact_first: bool,
+    ) -> Gone {
+        let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
+        let ctx = context(Ledger::new(dir.path()), Backend::Nft, script, &host);
+        remove_table(
+            &ctx,
+            Backend::Nft,
+            Family::Ipv4,
+            Table::Nat,
+            id,
+            recorded,
+            exact_first,
+        )
+        .unwrap()
+    }
 
     /// A nat table whose removal fails keeps its backend and family's accept: the filter
     /// table is not even read (a scripted runner with no answer left would panic), and its
@@ -448,20 +471,8 @@ mod tests {
                 dnat("c1", 7000),
                 stays
             );
-            let dir = tempfile::tempdir().unwrap();
-            let host = fake_host();
             let script = Script::new(vec![ok(&dump), ok("")]);
-            let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
-            let gone = remove_table(
-                &ctx,
-                Backend::Nft,
-                Family::Ipv4,
-                Table::Nat,
-                &id,
-                &[],
-                false,
-            )
-            .unwrap();
+            let gone = remove_nft_nat(&script, &id, &[], false);
             assert_eq!((gone.deleted, gone.complete), (REWRITE_AT + 1, true));
             let calls = script.calls.borrow();
             let stdin = String::from_utf8_lossy(calls[1].stdin.as_deref().unwrap_or_default());
@@ -498,22 +509,10 @@ mod tests {
                 "*nat\n:PREROUTING ACCEPT [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n{}COMMIT\n",
                 line.repeat(copies)
             );
-            let dir = tempfile::tempdir().unwrap();
-            let host = fake_host();
             // The exact delete fails (a copy is missing), the read answers, the delete of
             // what was found succeeds.
             let script = Script::new(vec![fail(), ok(&dump), ok("")]);
-            let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
-            let gone = remove_table(
-                &ctx,
-                Backend::Nft,
-                Family::Ipv4,
-                Table::Nat,
-                &id,
-                &recorded,
-                true,
-            )
-            .unwrap();
+            let gone = remove_nft_nat(&script, &id, &recorded, true);
             assert_eq!((gone.deleted, gone.complete), (copies, complete));
         }
     }
