@@ -2,10 +2,13 @@
 //! is stored, the JSON byte for byte as written (`{"backend", "family", "table", "chain",
 //! "rule": [args after -A CHAIN]}`).
 //!
-//! A record is typed only when its text is exactly what this release renders for the rule it
-//! parses as ([`Rule::to_args`]) in a table natledger writes. Anything else (a manifest
-//! edited by hand, or damaged) is kept as its text ([`Entry::Text`]): shown, stored again as
-//! read, never acted on (removal names it and leaves it alone), never dropped by a load.
+//! A record is typed when it parses as a rule ([`Rule::parse_args`]) in a table natledger
+//! writes, as every record before the types was judged at removal: such a rule is removed
+//! as before, whatever its spelling (`--ctproto 6` or `tcp`), and a text this release would
+//! spell otherwise is kept to be stored again byte for byte. Anything else (a manifest
+//! damaged, or edited into what natledger never writes) is kept as its text
+//! ([`Entry::Text`]): shown, stored again as read, never acted on (removal names it and
+//! leaves it alone), never dropped by a load.
 
 use std::borrow::Cow;
 
@@ -29,8 +32,13 @@ pub struct RuleRecord {
 /// A record's table and rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    /// A rule natledger writes, in a table it writes.
-    Rule { table: Table, rule: Rule },
+    /// A rule natledger writes, in a table it writes; `text` is the record's arguments when
+    /// they are not how this release renders `rule` (stored again as read).
+    Rule {
+        table: Table,
+        rule: Rule,
+        text: Option<Vec<String>>,
+    },
     /// Anything else, as read: `table` and the arguments after `-A CHAIN`.
     Text { table: String, rule: Vec<String> },
 }
@@ -41,12 +49,16 @@ impl RuleRecord {
             backend,
             family,
             chain: chain.to_string(),
-            entry: Entry::Rule { table, rule },
+            entry: Entry::Rule {
+                table,
+                rule,
+                text: None,
+            },
         }
     }
 
     /// A record as a manifest has it (`rule`: the arguments after `-A CHAIN`): typed when it
-    /// is one natledger writes, as this release renders it; kept as text otherwise.
+    /// parses as a rule in a table natledger writes; kept as text otherwise.
     pub fn parse(
         backend: Backend,
         family: Family,
@@ -95,6 +107,9 @@ impl RuleRecord {
     /// The arguments after `-A CHAIN`, as recorded.
     pub fn args(&self) -> Cow<'_, [String]> {
         match &self.entry {
+            Entry::Rule {
+                text: Some(text), ..
+            } => Cow::Borrowed(text),
             Entry::Rule { rule, .. } => Cow::Owned(rule.to_args()),
             Entry::Text { rule, .. } => Cow::Borrowed(rule),
         }
@@ -125,7 +140,8 @@ impl From<Wire> for RuleRecord {
     fn from(wire: Wire) -> Self {
         let typed = wire.table.parse::<Table>().ok().and_then(|table| {
             let rule = Rule::parse_args(&wire.rule).ok()?;
-            (rule.to_args() == wire.rule).then_some(Entry::Rule { table, rule })
+            let text = (rule.to_args() != wire.rule).then(|| wire.rule.clone());
+            Some(Entry::Rule { table, rule, text })
         });
         RuleRecord {
             backend: wire.backend,
@@ -142,7 +158,10 @@ impl From<Wire> for RuleRecord {
 impl From<RuleRecord> for Wire {
     fn from(record: RuleRecord) -> Self {
         let (table, rule) = match record.entry {
-            Entry::Rule { table, rule } => (table.as_str().to_string(), rule.to_args()),
+            Entry::Rule { table, rule, text } => (
+                table.as_str().to_string(),
+                text.unwrap_or_else(|| rule.to_args()),
+            ),
             Entry::Text { table, rule } => (table, rule),
         };
         Wire {
@@ -151,6 +170,54 @@ impl From<RuleRecord> for Wire {
             table,
             chain: record.chain,
             rule,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    /// A rule spelled otherwise than this release renders it (`--ctproto tcp` for `6`) is
+    /// still typed, so removal acts on it as it always did, and is stored again as read.
+    #[test]
+    fn a_rule_spelled_otherwise_is_typed_and_stored_as_read() {
+        let text = "-m conntrack --ctstate DNAT --ctproto tcp --ctorigdst 10.78.0.1 \
+                    --ctreplsrc 10.77.0.2 --ctorigdstport 9000 --ctreplsrcport 80 \
+                    -m comment --comment natledger:c1 -j ACCEPT";
+        let record = RuleRecord::parse(
+            Backend::Legacy,
+            Family::Ipv4,
+            "filter",
+            "NATLEDGER-FORWARD",
+            args(text),
+        );
+        let rule = record.rule().expect("typed");
+        assert_ne!(rule.to_args(), args(text), "the example must be spelled otherwise");
+        assert_eq!(record.table(), Some(Table::Filter));
+        assert_eq!(record.args().as_ref(), args(text).as_slice());
+        let json = serde_json::to_string(&record).unwrap();
+        let again: RuleRecord = serde_json::from_str(&json).unwrap();
+        assert_eq!(again, record);
+        assert!(json.contains("\"--ctproto\",\"tcp\""), "{json}");
+    }
+
+    /// What does not parse, or sits in a table natledger never writes, stays text.
+    #[test]
+    fn what_natledger_never_writes_stays_text() {
+        for (table, text) in [
+            ("nat", "-p tcp --bogus 1 -j ACCEPT"),
+            ("mangle", "-m comment --comment natledger:c1 -j ACCEPT"),
+        ] {
+            let record =
+                RuleRecord::parse(Backend::Nft, Family::Ipv4, table, "NATLEDGER-X", args(text));
+            assert_eq!(record.rule(), None, "{table} {text}");
+            assert_eq!(record.table_name(), table);
+            assert_eq!(record.args().as_ref(), args(text).as_slice());
         }
     }
 }
