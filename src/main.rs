@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::Parser as _;
+use clap::FromArgMatches as _;
 use nix::sys::resource::{UsageWho, getrusage};
 
 use natledger::analysis::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
@@ -82,13 +82,14 @@ fn chain(error: &anyhow::Error) -> String {
 /// The wrapper runtime (`natledger-runtime`); returns only if the real runtime could not be
 /// started.
 fn wrapper_runtime(args: Vec<OsString>) -> ExitCode {
-    let error = match Settings::from_env(&env) {
-        Ok(settings) => {
-            settings.install();
-            anyhow::Error::new(wrapper::run(args, settings.runtime))
-        }
-        Err(e) => anyhow::anyhow!(settings::one_line(&e)),
-    };
+    // It needs only the real runtime's path: a bad value of another variable (for the hooks
+    // it injects, which refuse it themselves) must not stop runc's every call.
+    let (settings, refused) = Settings::lenient(&env);
+    for (name, e) in &refused {
+        log::debug!("{name} ignored here: {}", settings::one_line(e));
+    }
+    settings.install();
+    let error = anyhow::Error::new(wrapper::run(args, settings.runtime));
     eprintln!("natledger-runtime: {}", limit(&chain(&error), LINE));
     ExitCode::FAILURE
 }
@@ -96,26 +97,42 @@ fn wrapper_runtime(args: Vec<OsString>) -> ExitCode {
 /// The CNI plugin: its settings from its environment (a bad one is its error object).
 fn cni_plugin() -> ExitCode {
     let settings = Settings::from_env(&env);
-    if let Ok(settings) = &settings {
-        settings.install();
-    }
-    let output = cni::run_process(&env, &cni::plugin::Natledger::new(settings));
+    let lenient = Settings::lenient(&env);
+    settings.as_ref().unwrap_or(&lenient.0).install();
+    let output = cni::run_process(&env, &cni::plugin::Natledger::new(settings, lenient));
     out(&output.stdout);
     ExitCode::from(output.code)
 }
 
 /// The command line: parsed, its settings resolved, its command run.
 fn command_line() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
+    let refused = settings::refused(&env);
+    let (cli, refused) = match parse_command_line(&[]) {
+        Ok(cli) => (cli, Vec::new()),
+        // A variable's value is refused: only a hook goes on without it (a poststop must
+        // still remove what was recorded; a create-runtime refuses, `hook`).
+        Err(e) if !refused.is_empty() => {
+            let names: Vec<&str> = refused.iter().map(|(name, _)| name.as_str()).collect();
+            match parse_command_line(&names) {
+                Ok(cli) if matches!(cli.command, Command::Hook { .. }) => (cli, refused),
+                _ => return usage(e),
+            }
+        }
         Err(e) => return usage(e),
     };
-    let settings = match Settings::new(&cli.global, &env) {
+    let usable = |name: &str| {
+        if refused.iter().any(|(bad, _)| bad == name) {
+            None
+        } else {
+            env(name)
+        }
+    };
+    let settings = match Settings::new(&cli.global, &usable) {
         Ok(settings) => settings,
         Err(e) => return usage(e),
     };
     settings.install();
-    let code = match run(cli.command, &settings) {
+    let code = match run(cli.command, &settings, &refused) {
         Ok(code) => code,
         Err(e) => {
             // Library errors cut the input they quote (`natledger::model::echo`); this is the net.
@@ -135,6 +152,23 @@ fn command_line() -> ExitCode {
 /// A usage error exits 2 as clap's do, but doctor's: monitoring reads doctor's exit status,
 /// and a usage error is doctor failing (3), not "errors found" (2). Which command the error
 /// belongs to is what clap parses, whatever the words of the arguments.
+/// The command line, each global flag's variable read as clap reads it, but for an empty one
+/// and those named in `unset` (both as if not set).
+fn parse_command_line(unset: &[&str]) -> Result<Cli, clap::Error> {
+    let cmd = cli::command().mut_args(|arg| {
+        let name = arg.get_env().and_then(|n| n.to_str()).map(str::to_string);
+        match name {
+            Some(name)
+                if unset.contains(&name.as_str()) || env(&name).is_some_and(|v| v.is_empty()) =>
+            {
+                arg.env(None)
+            }
+            _ => arg,
+        }
+    });
+    Cli::from_arg_matches(&cmd.try_get_matches()?)
+}
+
 fn usage(e: clap::Error) -> ExitCode {
     if !e.use_stderr() {
         e.exit(); // --help, --version
@@ -148,9 +182,13 @@ fn usage(e: clap::Error) -> ExitCode {
 }
 
 /// Each command.
-fn run(command: Command, settings: &Settings) -> anyhow::Result<ExitCode> {
+fn run(
+    command: Command,
+    settings: &Settings,
+    refused: &[(String, clap::Error)],
+) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Hook { stage } => hook(settings, stage),
+        Command::Hook { stage } => hook(settings, stage, refused),
         Command::Sweep {
             dry_run,
             json,
@@ -186,13 +224,29 @@ fn run(command: Command, settings: &Settings) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn hook(settings: &Settings, stage: Option<Stage>) -> anyhow::Result<ExitCode> {
+/// A refused variable (`refused`) refuses a create-runtime; a poststop goes on without it.
+fn hook(
+    settings: &Settings,
+    stage: Option<Stage>,
+    refused: &[(String, clap::Error)],
+) -> anyhow::Result<ExitCode> {
     let state = State::read(std::io::stdin().lock())?;
+    let stage = match stage {
+        Some(stage) => stage,
+        None => state.stage()?,
+    };
+    if let (Stage::CreateRuntime, Some((_, e))) = (stage, refused.first()) {
+        let _ = e.print();
+        return Ok(ExitCode::from(2));
+    }
+    for (name, e) in refused {
+        log::warn!("{name} ignored: {}", settings::one_line(e));
+    }
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
     let mut ctx = Context::for_hooks(ledger, settings.backend.resolve(), &runner, settings.native);
     ctx.refuse_conflicts = settings.refuse_conflicts();
-    ops::run_hook(&ctx, stage, state)?;
+    ops::run_hook(&ctx, Some(stage), state)?;
     Ok(ExitCode::SUCCESS)
 }
 

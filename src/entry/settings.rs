@@ -88,30 +88,88 @@ impl Settings {
     }
 }
 
-/// The global flags as clap parses them from their variables alone: each variable found
-/// becomes `--flag=VALUE` on a command line of [`Global`] whose arguments read no variable
-/// themselves (so only `lookup` is consulted).
-fn global_from_env(lookup: Lookup) -> Result<Global, clap::Error> {
-    let cmd = Global::augment_args(
+/// The global flags' command, its arguments reading no variable themselves.
+fn global_command() -> clap::Command {
+    Global::augment_args(
         clap::Command::new("natledger")
             .disable_help_flag(true)
             .disable_version_flag(true),
-    );
-    let mut argv = vec![OsString::from("natledger")];
+    )
+    .mut_args(|arg| arg.env(None))
+}
+
+/// Each global flag's variable that is set and not empty, as `--flag=VALUE`, with its name.
+fn env_flags(lookup: Lookup) -> Vec<(String, OsString)> {
+    let cmd = Global::augment_args(clap::Command::new("natledger"));
+    let mut flags = Vec::new();
     for arg in cmd.get_arguments() {
         let (Some(long), Some(name)) = (arg.get_long(), arg.get_env()) else {
             continue;
         };
-        if let Some(value) = name.to_str().and_then(lookup) {
+        let Some(name) = name.to_str() else { continue };
+        if let Some(value) = lookup(name).filter(|v| !v.is_empty()) {
             let mut flag = OsString::from(format!("--{long}="));
             flag.push(value);
-            argv.push(flag);
+            flags.push((name.to_string(), flag));
         }
     }
-    let matches = cmd
-        .mut_args(|arg| arg.env(None))
-        .try_get_matches_from(argv)?;
+    flags
+}
+
+/// The global flags as clap parses them from their variables alone: each variable set (and
+/// not empty: an empty variable is unset) becomes `--flag=VALUE` on a command line of
+/// [`Global`] whose arguments read no variable themselves (so only `lookup` is consulted).
+fn global_from_env(lookup: Lookup) -> Result<Global, clap::Error> {
+    let argv = std::iter::once(OsString::from("natledger"))
+        .chain(env_flags(lookup).into_iter().map(|(_, flag)| flag));
+    let matches = global_command().try_get_matches_from(argv)?;
     Global::from_arg_matches(&matches)
+}
+
+/// The variables whose value is refused (clap's words for each), of the global flags and
+/// [`CONNTRACK_DUMP_ENV`]; an empty variable is unset, never refused.
+pub fn refused(lookup: Lookup) -> Vec<(String, clap::Error)> {
+    let mut refused: Vec<(String, clap::Error)> = env_flags(lookup)
+        .into_iter()
+        .filter_map(|(name, flag)| {
+            let argv = [OsString::from("natledger"), flag];
+            global_command()
+                .try_get_matches_from(argv)
+                .err()
+                .map(|e| (name, e))
+        })
+        .collect();
+    if let Err(e) = conntrack_dump(lookup(CONNTRACK_DUMP_ENV)) {
+        refused.push((CONNTRACK_DUMP_ENV.to_string(), e));
+    }
+    refused
+}
+
+impl Settings {
+    /// From the environment alone, each refused variable left at its default: for what must
+    /// not fail over a setting it does not need (a CNI DEL, GC or STATUS, the wrapper
+    /// runtime, a poststop). The refusals come back too, for a warning.
+    pub fn lenient(lookup: Lookup) -> (Settings, Vec<(String, clap::Error)>) {
+        let refused = refused(lookup);
+        let usable = |name: &str| {
+            if refused.iter().any(|(bad, _)| bad == name) {
+                None
+            } else {
+                lookup(name)
+            }
+        };
+        let settings = Settings::from_env(&usable).unwrap_or_else(|_| Settings::defaults());
+        (settings, refused)
+    }
+
+    /// Every setting at its default.
+    fn defaults() -> Settings {
+        let global = global_command()
+            .try_get_matches_from(["natledger"])
+            .and_then(|m| Global::from_arg_matches(&m))
+            .expect("the global flags parse from nothing");
+        Settings::new(&global, &|_| None).expect("no variable is refused when none is set")
+    }
 }
 
 /// [`CONNTRACK_DUMP_ENV`]'s value; adaptive when unset.
@@ -122,7 +180,7 @@ fn conntrack_dump(value: Option<OsString>) -> Result<DumpChoice, clap::Error> {
         ("unfiltered", DumpChoice::Unfiltered),
         ("refused", DumpChoice::Refused),
     ];
-    let Some(value) = value else {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
         return Ok(DumpChoice::Adaptive);
     };
     NAMES
@@ -284,5 +342,61 @@ mod tests {
         let s = from(&[("NATLEDGER_RUNTIME", ""), ("XTABLES_LOCKFILE", "")]).unwrap();
         assert_eq!(s.runtime, None);
         assert_eq!(s.xtables_lock, PathBuf::from("/run/xtables.lock"));
+    }
+
+    /// Every variable empty is every setting at its default: an empty value is unset.
+    #[test]
+    fn empty_values_are_unset() {
+        let names = [
+            "NATLEDGER_STATE_DIR",
+            "NATLEDGER_BACKEND",
+            "NATLEDGER_LOG",
+            "NATLEDGER_TRACE",
+            "NATLEDGER_NO_NETLINK",
+            "NATLEDGER_PORT_CONFLICT",
+            "NATLEDGER_CONNTRACK_DUMP",
+        ];
+        let vars: Vec<(&str, &str)> = names.iter().map(|n| (*n, "")).collect();
+        let s = from(&vars).unwrap();
+        assert_eq!(
+            (s.log_level, s.native, s.port_conflict, s.conntrack_dump),
+            (
+                log::LevelFilter::Info,
+                true,
+                PortConflict::Warn,
+                DumpChoice::Adaptive
+            )
+        );
+    }
+
+    /// Leniently, each refused variable is at its default and named; the others are taken.
+    #[test]
+    fn leniently_a_refused_variable_is_its_default_and_named() {
+        let vars: HashMap<&str, &str> = [
+            ("NATLEDGER_PORT_CONFLICT", "allow"),
+            ("NATLEDGER_CONNTRACK_DUMP", "auto"),
+            ("NATLEDGER_TRACE", "1"),
+            ("NATLEDGER_RUNTIME", "/usr/bin/crun"),
+        ]
+        .into_iter()
+        .collect();
+        let lookup = |name: &str| vars.get(name).map(OsString::from);
+        assert!(Settings::from_env(&lookup).is_err());
+        let (s, refused) = Settings::lenient(&lookup);
+        let mut names: Vec<&str> = refused.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["NATLEDGER_CONNTRACK_DUMP", "NATLEDGER_PORT_CONFLICT"]
+        );
+        assert_eq!(
+            (s.port_conflict, s.conntrack_dump, s.log_level),
+            (
+                PortConflict::Warn,
+                DumpChoice::Adaptive,
+                log::LevelFilter::Debug
+            )
+        );
+        assert_eq!(s.runtime, Some(PathBuf::from("/usr/bin/crun")));
     }
 }

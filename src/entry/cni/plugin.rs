@@ -16,22 +16,51 @@ use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
 pub struct Natledger {
     settings: Result<Settings, String>,
+    /// The settings with each refused variable at its default, and the refusals: what DEL,
+    /// GC and STATUS use, so that a bad setting never stops a conflist's DEL.
+    lenient: (Settings, Vec<(String, clap::Error)>),
+}
+
+/// Whether a command refuses a bad variable (ADD, CHECK: what writes or judges rules) or
+/// goes on without it (DEL, GC, STATUS), saying so on stderr.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bad {
+    Refused,
+    Ignored,
 }
 
 impl Natledger {
-    /// A bad variable is refused by every command but VERSION, in clap's words.
-    pub fn new(settings: Result<Settings, clap::Error>) -> Self {
+    /// `settings`: from the environment, a bad variable refused in clap's words; `lenient`:
+    /// [`Settings::lenient`] of the same environment.
+    pub fn new(
+        settings: Result<Settings, clap::Error>,
+        lenient: (Settings, Vec<(String, clap::Error)>),
+    ) -> Self {
         Natledger {
             settings: settings.map_err(|e| settings::one_line(&e)),
+            lenient,
         }
     }
 
     /// Where and how: the config's keys first, then the environment the hooks read, then the
     /// defaults.
-    fn settings(&self, request: &Request) -> Result<Settings, CniError> {
-        let mut settings = self.settings.clone().map_err(|details| {
-            CniError::new(Code::InvalidEnv, "invalid natledger setting", details)
-        })?;
+    fn settings(&self, request: &Request, bad: Bad) -> Result<Settings, CniError> {
+        let mut settings = match (&self.settings, bad) {
+            (Ok(settings), _) => settings.clone(),
+            (Err(details), Bad::Refused) => {
+                return Err(CniError::new(
+                    Code::InvalidEnv,
+                    "invalid natledger setting",
+                    details.clone(),
+                ));
+            }
+            (Err(_), Bad::Ignored) => {
+                for (name, e) in &self.lenient.1 {
+                    log::warn!("{name} ignored: {}", settings::one_line(e));
+                }
+                self.lenient.0.clone()
+            }
+        };
         if let Some(dir) = &request.conf.state_dir {
             settings.state_dir.clone_from(dir);
         }
@@ -89,7 +118,7 @@ impl Plugin for Natledger {
                 ),
             ));
         }
-        let settings = self.settings(request)?;
+        let settings = self.settings(request, Bad::Refused)?;
         let runner = SystemRunner::default();
         let ctx = Self::context(&settings, &runner);
         let netns_path = request.env.netns.clone();
@@ -132,7 +161,7 @@ impl Plugin for Natledger {
         let Ok(id) = attachment.ledger_id() else {
             return Ok(());
         };
-        let settings = self.settings(request)?;
+        let settings = self.settings(request, Bad::Ignored)?;
         let ledger = Ledger::new(settings.state_dir.clone());
         // natledger never writes in a directory it refuses, so nothing of the attachment is
         // recorded there: DEL succeeds (libcni would otherwise stop the conflist's DEL here,
@@ -162,7 +191,7 @@ impl Plugin for Natledger {
         }
         let attachment = request.attachment().expect("CHECK has an attachment");
         let id = attachment.ledger_id()?;
-        let settings = self.settings(request)?;
+        let settings = self.settings(request, Bad::Refused)?;
         let runner = SystemRunner::default();
         let ledger = Ledger::new(settings.state_dir.clone());
         let ctx = Context::new(ledger, settings.backend.resolve(), &runner);
@@ -244,7 +273,7 @@ impl Plugin for Natledger {
                 "GC needs the list of still valid attachments",
             ));
         };
-        let settings = self.settings(request)?;
+        let settings = self.settings(request, Bad::Ignored)?;
         let runner = SystemRunner::default();
         let ctx = Self::context(&settings, &runner);
         let listed = ctx
@@ -277,7 +306,7 @@ impl Plugin for Natledger {
     /// backend's restore tools exist for both families (nftables: a netfilter netlink socket
     /// opens); otherwise 50 with the reason.
     fn status(&self, request: &Request) -> Result<(), CniError> {
-        let settings = self.settings(request)?;
+        let settings = self.settings(request, Bad::Ignored)?;
         let ledger = Ledger::new(settings.state_dir.clone());
         let unavailable = |details: String| {
             CniError::new(

@@ -197,7 +197,11 @@ mod tests {
             args(text),
         );
         let rule = record.rule().expect("typed");
-        assert_ne!(rule.to_args(), args(text), "the example must be spelled otherwise");
+        assert_ne!(
+            rule.to_args(),
+            args(text),
+            "the example must be spelled otherwise"
+        );
         assert_eq!(record.table(), Some(Table::Filter));
         assert_eq!(record.args().as_ref(), args(text).as_slice());
         let json = serde_json::to_string(&record).unwrap();
