@@ -156,6 +156,9 @@ pub fn nat_dump(backend: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The process of the one container the hook benchmarks run at a time.
+static CONTAINER: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
+
 /// One container's natledger hooks (state dir, bundle, backend), and the floor for the same
 /// rules: shared by the hook and peers benchmarks.
 pub struct Case<'a> {
@@ -168,8 +171,23 @@ impl Case<'_> {
     /// Runs one hook stage; with `trace`, also counts the processes natledger started (from
     /// `NATLEDGER_TRACE`), else 0.
     pub fn hook_counted(&self, stage: &str, trace: bool) -> (Duration, usize) {
+        // The container's process: alive at create-runtime (its pid in the state, as a
+        // runtime sends it), gone before poststop (which then removes); outside the timing.
+        let mut process = CONTAINER.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = if stage == "create-runtime" {
+            let child = process
+                .get_or_insert_with(|| Command::new("sleep").arg("100000").spawn().expect("sleep"));
+            format!(r#","pid":{}"#, child.id())
+        } else {
+            if let Some(mut child) = process.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            String::new()
+        };
+        drop(process);
         let state = format!(
-            r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"}}"#,
+            r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"{pid}}}"#,
             if stage == "create-runtime" {
                 "creating"
             } else {

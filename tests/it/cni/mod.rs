@@ -3,9 +3,11 @@
 //! container namespace bound at /run/netns (as `ip netns` and CNI runtimes do). Real TCP and
 //! UDP traffic through the mappings; full `*-save` dumps equal before ADD and after DEL.
 //!
-//! Submodules: `concurrent` (many CNI calls at once) and `sweep` (liveness of attachments).
+//! Submodules: `concurrent` (many CNI calls at once), `settings` (a bad `NATLEDGER_*` value
+//! refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
 
 mod concurrent;
+mod settings;
 mod sweep;
 
 use std::process::Output;
