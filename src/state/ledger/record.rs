@@ -32,12 +32,13 @@ pub struct RuleRecord {
 /// A record's table and rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Entry {
-    /// A rule natledger writes, in a table it writes; `text` is the record's arguments when
-    /// they are not how this release renders `rule` (stored again as read).
+    /// A rule natledger writes, in a table it writes; `text` is its arguments as recorded
+    /// (stored again as read, and what the restore tools and natledger's own tables take:
+    /// never rendered again).
     Rule {
         table: Table,
         rule: Rule,
-        text: Option<Vec<String>>,
+        text: Vec<String>,
     },
     /// Anything else, as read: `table` and the arguments after `-A CHAIN`.
     Text { table: String, rule: Vec<String> },
@@ -51,8 +52,8 @@ impl RuleRecord {
             chain: chain.to_string(),
             entry: Entry::Rule {
                 table,
+                text: rule.to_args(),
                 rule,
-                text: None,
             },
         }
     }
@@ -107,10 +108,7 @@ impl RuleRecord {
     /// The arguments after `-A CHAIN`, as recorded.
     pub fn args(&self) -> Cow<'_, [String]> {
         match &self.entry {
-            Entry::Rule {
-                text: Some(text), ..
-            } => Cow::Borrowed(text),
-            Entry::Rule { rule, .. } => Cow::Owned(rule.to_args()),
+            Entry::Rule { text, .. } => Cow::Borrowed(text),
             Entry::Text { rule, .. } => Cow::Borrowed(rule),
         }
     }
@@ -138,19 +136,27 @@ struct Wire {
 
 impl From<Wire> for RuleRecord {
     fn from(wire: Wire) -> Self {
-        let typed = wire.table.parse::<Table>().ok().and_then(|table| {
-            let rule = Rule::parse_args(&wire.rule).ok()?;
-            let text = (rule.to_args() != wire.rule).then(|| wire.rule.clone());
-            Some(Entry::Rule { table, rule, text })
-        });
+        let typed = wire
+            .table
+            .parse::<Table>()
+            .ok()
+            .and_then(|table| Some((table, Rule::parse_args(&wire.rule).ok()?)));
+        let entry = match typed {
+            Some((table, rule)) => Entry::Rule {
+                table,
+                rule,
+                text: wire.rule,
+            },
+            None => Entry::Text {
+                table: wire.table,
+                rule: wire.rule,
+            },
+        };
         RuleRecord {
             backend: wire.backend,
             family: wire.family,
             chain: wire.chain,
-            entry: typed.unwrap_or(Entry::Text {
-                table: wire.table,
-                rule: wire.rule,
-            }),
+            entry,
         }
     }
 }
@@ -158,10 +164,7 @@ impl From<Wire> for RuleRecord {
 impl From<RuleRecord> for Wire {
     fn from(record: RuleRecord) -> Self {
         let (table, rule) = match record.entry {
-            Entry::Rule { table, rule, text } => (
-                table.as_str().to_string(),
-                text.unwrap_or_else(|| rule.to_args()),
-            ),
+            Entry::Rule { table, text, .. } => (table.as_str().to_string(), text),
             Entry::Text { table, rule } => (table, rule),
         };
         Wire {
