@@ -84,10 +84,13 @@ fn chain(error: &anyhow::Error) -> String {
 fn wrapper_runtime(args: Vec<OsString>) -> ExitCode {
     // It needs only the real runtime's path: a bad value of another variable (for the hooks
     // it injects, which refuse it themselves) must not stop runc's every call.
-    let (settings, refused) = Settings::lenient(&env);
-    for (name, e) in &refused {
-        log::debug!("{name} ignored here: {}", settings::one_line(e));
-    }
+    let settings = Settings::from_env(&env).unwrap_or_else(|_| {
+        let (settings, refused) = Settings::lenient(&env);
+        for (name, e) in &refused {
+            log::debug!("{name} ignored here: {}", settings::one_line(e));
+        }
+        settings
+    });
     settings.install();
     let error = anyhow::Error::new(wrapper::run(args, settings.runtime));
     eprintln!("natledger-runtime: {}", limit(&chain(&error), LINE));
@@ -97,8 +100,11 @@ fn wrapper_runtime(args: Vec<OsString>) -> ExitCode {
 /// The CNI plugin: its settings from its environment (a bad one is its error object).
 fn cni_plugin() -> ExitCode {
     let settings = Settings::from_env(&env);
-    let lenient = Settings::lenient(&env);
-    settings.as_ref().unwrap_or(&lenient.0).install();
+    // Only when a variable is refused: DEL, GC and STATUS then go on without it.
+    let lenient = settings.is_err().then(|| Settings::lenient(&env));
+    if let Some(settings) = settings.as_ref().ok().or(lenient.as_ref().map(|l| &l.0)) {
+        settings.install();
+    }
     let output = cni::run_process(&env, &cni::plugin::Natledger::new(settings, lenient));
     out(&output.stdout);
     ExitCode::from(output.code)
@@ -106,30 +112,33 @@ fn cni_plugin() -> ExitCode {
 
 /// The command line: parsed, its settings resolved, its command run.
 fn command_line() -> ExitCode {
-    let refused = settings::refused(&env);
-    let (cli, refused) = match parse_command_line(&[]) {
-        Ok(cli) => (cli, Vec::new()),
+    let parsed = parse_command_line(&[]).and_then(|cli| {
+        let settings = Settings::new(&cli.global, &env)?;
+        Ok((cli, settings))
+    });
+    let (cli, settings, refused) = match parsed {
+        Ok((cli, settings)) => (cli, settings, Vec::new()),
         // A variable's value is refused: only a hook goes on without it (a poststop must
         // still remove what was recorded; a create-runtime refuses, `hook`).
-        Err(e) if !refused.is_empty() => {
+        Err(e) => {
+            let refused = settings::refused(&env);
             let names: Vec<&str> = refused.iter().map(|(name, _)| name.as_str()).collect();
-            match parse_command_line(&names) {
-                Ok(cli) if matches!(cli.command, Command::Hook { .. }) => (cli, refused),
-                _ => return usage(e),
-            }
+            let usable = |name: &str| {
+                if names.contains(&name) {
+                    None
+                } else {
+                    env(name)
+                }
+            };
+            let retried = parse_command_line(&names)
+                .ok()
+                .filter(|cli| !names.is_empty() && matches!(cli.command, Command::Hook { .. }))
+                .and_then(|cli| Some((Settings::new(&cli.global, &usable).ok()?, cli)));
+            let Some((settings, cli)) = retried else {
+                return usage(e);
+            };
+            (cli, settings, refused)
         }
-        Err(e) => return usage(e),
-    };
-    let usable = |name: &str| {
-        if refused.iter().any(|(bad, _)| bad == name) {
-            None
-        } else {
-            env(name)
-        }
-    };
-    let settings = match Settings::new(&cli.global, &usable) {
-        Ok(settings) => settings,
-        Err(e) => return usage(e),
     };
     settings.install();
     let code = match run(cli.command, &settings, &refused) {

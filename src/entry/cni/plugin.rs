@@ -18,7 +18,7 @@ pub struct Natledger {
     settings: Result<Settings, String>,
     /// The settings with each refused variable at its default, and the refusals: what DEL,
     /// GC and STATUS use, so that a bad setting never stops a conflist's DEL.
-    lenient: (Settings, Vec<(String, clap::Error)>),
+    lenient: Option<(Settings, Vec<(String, clap::Error)>)>,
 }
 
 /// Whether a command refuses a bad variable (ADD, CHECK: what writes or judges rules) or
@@ -31,10 +31,10 @@ enum Bad {
 
 impl Natledger {
     /// `settings`: from the environment, a bad variable refused in clap's words; `lenient`:
-    /// [`Settings::lenient`] of the same environment.
+    /// [`Settings::lenient`] of the same environment, when `settings` is refused.
     pub fn new(
         settings: Result<Settings, clap::Error>,
-        lenient: (Settings, Vec<(String, clap::Error)>),
+        lenient: Option<(Settings, Vec<(String, clap::Error)>)>,
     ) -> Self {
         Natledger {
             settings: settings.map_err(|e| settings::one_line(&e)),
@@ -45,20 +45,20 @@ impl Natledger {
     /// Where and how: the config's keys first, then the environment the hooks read, then the
     /// defaults.
     fn settings(&self, request: &Request, bad: Bad) -> Result<Settings, CniError> {
-        let mut settings = match (&self.settings, bad) {
-            (Ok(settings), _) => settings.clone(),
-            (Err(details), Bad::Refused) => {
+        let mut settings = match (&self.settings, bad, &self.lenient) {
+            (Ok(settings), _, _) => settings.clone(),
+            (Err(_), Bad::Ignored, Some((lenient, refused))) => {
+                for (name, e) in refused {
+                    log::warn!("{name} ignored: {}", settings::one_line(e));
+                }
+                lenient.clone()
+            }
+            (Err(details), _, _) => {
                 return Err(CniError::new(
                     Code::InvalidEnv,
                     "invalid natledger setting",
                     details.clone(),
                 ));
-            }
-            (Err(_), Bad::Ignored) => {
-                for (name, e) in &self.lenient.1 {
-                    log::warn!("{name} ignored: {}", settings::one_line(e));
-                }
-                self.lenient.0.clone()
             }
         };
         if let Some(dir) = &request.conf.state_dir {

@@ -14,7 +14,7 @@ fn a_bad_setting_is_the_error_object_in_clap_words() {
     };
     let plugin = plugin::Natledger::new(
         crate::entry::settings::Settings::from_env(&lookup),
-        crate::entry::settings::Settings::lenient(&lookup),
+        Some(crate::entry::settings::Settings::lenient(&lookup)),
     );
     let out = run(&serde_json::to_vec(&config()).unwrap(), &lookup, &plugin);
     assert_eq!(out.code, 1, "{}", out.stdout);
