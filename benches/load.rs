@@ -43,19 +43,11 @@ fn main() {
 /// Run one hook to completion: the natledger command and the state it reads on stdin.
 /// Returns its own peak resident set size in KiB (as it reports it with NATLEDGER_TRACE).
 fn run_hook(state: &Path, backend: &str, id: &str, stage: &str, bundle: &Path) -> u64 {
-    let status = if stage == "create-runtime" {
-        "creating"
-    } else {
-        "stopped"
-    };
+    let stdin = hook_state(id, stage, bundle);
     let mut cmd = Command::new(BIN);
     cmd.args(["--state-dir", state.to_str().unwrap(), "--backend", backend])
         .args(["hook", stage])
         .env("NATLEDGER_TRACE", "1");
-    let stdin = format!(
-        r#"{{"ociVersion":"1.0.2","id":"{id}","status":"{status}","bundle":"{}"}}"#,
-        bundle.display()
-    );
     let out = run_cmd(cmd, stdin.as_bytes());
     String::from_utf8_lossy(&out.stderr)
         .lines()

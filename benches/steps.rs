@@ -79,15 +79,7 @@ fn bundle(dir: &Path, name: &str, spec: &str) -> std::path::PathBuf {
 
 /// Run one stage with the trace on; its stderr.
 fn traced(state: &Path, backend: &str, bundle: &Path, stage: &str) -> String {
-    let status = if stage == "create-runtime" {
-        "creating"
-    } else {
-        "stopped"
-    };
-    let input = format!(
-        r#"{{"ociVersion":"1.0.2","id":"bench","status":"{status}","bundle":"{}"}}"#,
-        bundle.display()
-    );
+    let input = hook_state("bench", stage, bundle);
     let mut cmd = Command::new(BIN);
     cmd.args(["--state-dir", state.to_str().unwrap(), "--backend", backend])
         .args(["hook", stage])

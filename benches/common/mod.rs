@@ -156,8 +156,40 @@ pub fn nat_dump(backend: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// The process of the one container the hook benchmarks run at a time.
-static CONTAINER: std::sync::Mutex<Option<std::process::Child>> = std::sync::Mutex::new(None);
+/// The containers' processes, by container id, while they run.
+static CONTAINERS: std::sync::Mutex<Vec<(String, std::process::Child)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The OCI state a runtime sends a hook of container `id` at `stage`: at create-runtime with
+/// the pid of a process started for it (a runtime always sends the container's), at poststop
+/// without, that process ended first (outside any timing), as after a container's exit.
+pub fn hook_state(id: &str, stage: &str, bundle: &std::path::Path) -> String {
+    let mut running = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
+    let at = running.iter().position(|(c, _)| c == id);
+    let (status, pid) = if stage == "create-runtime" {
+        let pid = match at {
+            Some(i) => running[i].1.id(),
+            None => {
+                let child = Command::new("sleep").arg("100000").spawn().expect("sleep");
+                let pid = child.id();
+                running.push((id.to_string(), child));
+                pid
+            }
+        };
+        ("creating", format!(r#","pid":{pid}"#))
+    } else {
+        if let Some(i) = at {
+            let (_, mut child) = running.swap_remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        ("stopped", String::new())
+    };
+    format!(
+        r#"{{"ociVersion":"1.0.2","id":"{id}","status":"{status}","bundle":"{}"{pid}}}"#,
+        bundle.display()
+    )
+}
 
 /// One container's natledger hooks (state dir, bundle, backend), and the floor for the same
 /// rules: shared by the hook and peers benchmarks.
@@ -171,30 +203,7 @@ impl Case<'_> {
     /// Runs one hook stage; with `trace`, also counts the processes natledger started (from
     /// `NATLEDGER_TRACE`), else 0.
     pub fn hook_counted(&self, stage: &str, trace: bool) -> (Duration, usize) {
-        // The container's process: alive at create-runtime (its pid in the state, as a
-        // runtime sends it), gone before poststop (which then removes); outside the timing.
-        let mut process = CONTAINER.lock().unwrap_or_else(|e| e.into_inner());
-        let pid = if stage == "create-runtime" {
-            let child = process
-                .get_or_insert_with(|| Command::new("sleep").arg("100000").spawn().expect("sleep"));
-            format!(r#","pid":{}"#, child.id())
-        } else {
-            if let Some(mut child) = process.take() {
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-            String::new()
-        };
-        drop(process);
-        let state = format!(
-            r#"{{"ociVersion":"1.0.2","id":"bench","status":"{}","bundle":"{}"{pid}}}"#,
-            if stage == "create-runtime" {
-                "creating"
-            } else {
-                "stopped"
-            },
-            self.bundle.display()
-        );
+        let state = hook_state("bench", stage, self.bundle);
         let mut cmd = Command::new(BIN);
         cmd.args([
             "--state-dir",
