@@ -12,7 +12,6 @@
 //! fix it, printed, never run.
 
 mod checks;
-pub use crate::analysis::matchset;
 /// Host facts live in [`crate::kernel::host`] (create-runtime uses them too).
 pub use crate::kernel::host as evidence;
 pub mod paths;
