@@ -29,6 +29,7 @@ mod daemons;
 mod dockerd;
 mod doctor;
 mod dumps;
+mod libcni;
 mod localnet;
 mod netns;
 mod node;
@@ -44,9 +45,9 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, localnet::*,
-    netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, suite::*, timed::*, topology::*,
-    traffic::*,
+    cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, libcni::*,
+    localnet::*, netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, suite::*, timed::*,
+    topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;

@@ -346,6 +346,20 @@ impl Topology {
         })
     }
 
+    /// Creates namespace "<prefix>-s<n>" with only `lo` up (no IPv6 DAD): a pod sandbox for a
+    /// CNI runtime to wire ([`super::Conflist`]); its name is returned.
+    pub fn add_sandbox(&mut self, n: u8) -> String {
+        let ns = format!("{}-s{n}", self.prefix);
+        let made = self.create_ns(&ns).and_then(|()| {
+            set_sysctls(&ns, NO_DAD)?;
+            ip(&["-n", &ns, "link", "set", "lo", "up"]).map(drop)
+        });
+        if let Err(e) = made {
+            panic!("add_sandbox({n}) in {}: {e}", self.prefix);
+        }
+        ns
+    }
+
     /// Delete a container's namespace now (`ip netns del`: its `/run/netns` bind mount
     /// unmounted and removed), as a runtime that dies half-way leaves it: no CNI DEL ran.
     pub fn delete_ns_now(&mut self, ns: &str) {

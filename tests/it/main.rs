@@ -12,7 +12,8 @@
 //! natledger's, `delete_recorded_rule`: a manifest's rule deleted behind natledger's back),
 //! `node` (the `Node` fixture that runs natledger on a node; `both`: iptables-legacy,
 //! iptables-nft and natledger's nftables tables; `iptables_both`: only what iptables has),
-//! `cni` and `timed` (CNI calls, timed runs), `doctor` (running doctor and reading its
+//! `cni` and `timed` (CNI calls, timed runs), `libcni` (a CNI runtime running a conflist of
+//! real plugins as libcni does), `doctor` (running doctor and reading its
 //! report, `garbled`), `localnet` (a neighbour that sends to the node's 127.0.0.1),
 //! `conntrack`.
 //!
