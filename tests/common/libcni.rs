@@ -110,8 +110,8 @@ pub struct CniFailure {
     pub command: &'static str,
     /// The signal that ended the plugin, if one did.
     pub signal: Option<i32>,
-    /// The error object printed on stdout, if any.
-    pub error: Option<Value>,
+    /// The error object printed on stdout, if any (boxed: a failure stays small).
+    pub error: Option<Box<Value>>,
     pub stderr: String,
 }
 
@@ -143,7 +143,7 @@ impl CniFailure {
             plugin: "libcni".into(),
             command,
             signal: None,
-            error: Some(json!({"code": 999, "msg": why})),
+            error: Some(Box::new(json!({"code": 999, "msg": why}))),
             stderr: String::new(),
         }
     }
@@ -192,6 +192,8 @@ pub struct Conflist<'n> {
     plugins: Vec<Value>,
     /// (plugin type, variable, value): extra environment for one plugin type.
     env: Vec<(String, String, String)>,
+    /// (plugin type, directory): hidden from that plugin type under an empty tmpfs.
+    hidden: Vec<(String, String)>,
 }
 
 impl<'n> Conflist<'n> {
@@ -203,6 +205,7 @@ impl<'n> Conflist<'n> {
             cni_version: cni_version.into(),
             plugins: Vec::new(),
             env: Vec::new(),
+            hidden: Vec::new(),
         };
         let bin = conflist.dir().join("bin");
         std::fs::create_dir_all(&bin).expect("the driver's CNI_PATH directory");
@@ -263,6 +266,13 @@ impl<'n> Conflist<'n> {
     pub fn with_env(mut self, plugin_type: &str, key: &str, value: &str) -> Conflist<'n> {
         self.env
             .push((plugin_type.into(), key.into(), value.into()));
+        self
+    }
+
+    /// Runs every plugin of type `plugin_type` with an empty tmpfs over `dir`, in a mount
+    /// namespace of its own (as if what `dir` holds were not installed).
+    pub fn with_hidden(mut self, plugin_type: &str, dir: &str) -> Conflist<'n> {
+        self.hidden.push((plugin_type.into(), dir.into()));
         self
     }
 
@@ -515,13 +525,28 @@ impl<'n> Conflist<'n> {
                 env.push((key.clone(), value.clone()));
             }
         }
-        let mut argv: Vec<String> = vec!["-i".into()];
+        let hidden: Vec<&str> = (self.hidden.iter())
+            .filter(|(ty, _)| ty == plugin_type)
+            .map(|(_, dir)| dir.as_str())
+            .collect();
+        let mut argv: Vec<String> = Vec::new();
+        if !hidden.is_empty() {
+            // unshare --mount sh -c 'mount -t tmpfs … DIR && … && exec "$@"' sh env …
+            let mounts: Vec<String> = (hidden.iter())
+                .map(|d| format!("mount -t tmpfs libcni-hidden {d}"))
+                .collect();
+            argv.extend(["--mount", "--propagation", "private", "sh", "-c"].map(String::from));
+            argv.push(format!("{} && exec \"$@\"", mounts.join(" && ")));
+            argv.extend(["sh", "env"].map(String::from));
+        }
+        argv.push("-i".into());
         argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
         argv.push(program.display().to_string());
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let launcher = if hidden.is_empty() { "env" } else { "unshare" };
         let out = run_in(
             self.node.topo.node(),
-            "env",
+            launcher,
             &argv,
             Some(conf.to_string().as_bytes()),
         );
@@ -532,7 +557,7 @@ impl<'n> Conflist<'n> {
             plugin: plugin_type.into(),
             command,
             signal: out.status.signal(),
-            error: serde_json::from_slice(&out.stdout).ok(),
+            error: serde_json::from_slice(&out.stdout).ok().map(Box::new),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         })
     }

@@ -4,9 +4,9 @@
 //! UDP traffic through the mappings; full `*-save` dumps equal before ADD and after DEL.
 //!
 //! Submodules: `concurrent` (many CNI calls at once), `conflist` (a conflist with Debian's
-//! bridge and host-local run by the libcni-style driver, portmap side by side), `crash` (ADD and DEL killed at every fault point), `settings` (a
-//! bad `NATLEDGER_*` value refuses ADD and never stops DEL) and `sweep` (liveness of
-//! attachments).
+//! bridge and host-local run by the libcni-style driver, portmap side by side: SCTP, `hostIP`,
+//! STATUS, GC), `crash` (ADD and DEL killed at every fault point), `settings` (a bad
+//! `NATLEDGER_*` value refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
 
 mod concurrent;
 mod conflist;
