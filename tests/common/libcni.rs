@@ -418,6 +418,30 @@ impl<'n> Conflist<'n> {
         Ok(())
     }
 
+    /// `ValidateNetworkList`: every plugin answers VERSION with the list's `cniVersion` among
+    /// its supported versions; the first that does not is the failure.
+    pub fn validate(&self) -> Result<(), CniFailure> {
+        for plugin in &self.plugins {
+            let conf = json!({"cniVersion": self.cni_version});
+            let out = self.exec(plugin, "VERSION", None, &conf)?;
+            let info: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+            let supported = info["supportedVersions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if !supported.iter().any(|v| *v == self.cni_version.as_str()) {
+                return Err(CniFailure::refused(
+                    "VERSION",
+                    format!(
+                        "plugin {} does not support config version {:?}",
+                        plugin["type"], self.cni_version
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The cached ADD result of `(container_id, eth0)` on this network, if any.
     pub fn cached(&self, container_id: &str) -> Option<Value> {
         let text = std::fs::read_to_string(self.cache_file(container_id)).ok()?;

@@ -21,6 +21,8 @@
 //! - `gc_deletes_the_cached_attachments_missing_from_the_valid_list`: libcni's GC at 1.0.0
 //!   (Debian's plugins), a DEL through the cache of each attachment not listed: its port
 //!   goes, the listed one answers.
+//! - `the_lists_version_is_the_highest_debians_plugins_accept`: libcni's validation (VERSION)
+//!   passes at `PLUGINS_VERSION`, the bridge refuses 1.1.0, natledger accepts it.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -325,4 +327,25 @@ fn gc_deletes_the_cached_attachments_missing_from_the_valid_list() {
             .unwrap_or_else(|e| panic!("{backend:?} DEL: {e}"));
         assert_eq!(node.dump(), before, "{backend:?}: every rule gone");
     });
+}
+
+#[test]
+fn the_lists_version_is_the_highest_debians_plugins_accept() {
+    let node = Node::new(Backend::Nftables);
+    let list = |version: &str| {
+        let mut net = Conflist::bridge(&node, "net1", 1).with_plugin("natledger", json!({}));
+        net.cni_version = version.into();
+        net
+    };
+    list(PLUGINS_VERSION)
+        .validate()
+        .unwrap_or_else(|e| panic!("{PLUGINS_VERSION}: {e}"));
+    let e = list("1.1.0")
+        .validate()
+        .expect_err("bridge 1.1.1 stops at 1.0.0");
+    assert!(e.message().contains("\"bridge\""), "{e}");
+    let alone = Conflist::new(&node, "net1", "1.1.0").with_plugin("natledger", json!({}));
+    alone
+        .validate()
+        .unwrap_or_else(|e| panic!("natledger at 1.1.0: {e}"));
 }

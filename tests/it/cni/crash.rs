@@ -36,6 +36,8 @@ struct Crashes<'n> {
     node: &'n Node,
     pod: String,
     net: Conflist<'n>,
+    /// The dumps with only the foreign rules, before natledger ran.
+    foreign: String,
     baseline: String,
 }
 
@@ -61,6 +63,7 @@ impl<'n> Crashes<'n> {
             node,
             pod,
             net,
+            foreign: node.dump(),
             baseline: String::new(),
         };
         crashes.add_answers("clean");
@@ -105,6 +108,14 @@ impl<'n> Crashes<'n> {
     /// call's left, and the port works for the next attachment.
     fn assert_repaired(&self, point: &str, id: &str) {
         let backend = self.node.backend;
+        let dump = self.node.dump();
+        let gone: Vec<&str> = (self.foreign.lines())
+            .filter(|l| !dump.lines().any(|d| d == *l))
+            .collect();
+        assert!(
+            gone.is_empty(),
+            "{backend:?} {point}: foreign lines changed: {gone:?}"
+        );
         assert_ok(
             &self.node.sweep(&[]),
             &format!("{backend:?} sweep after {point}"),
