@@ -6,8 +6,8 @@
 //!   `prevResult`), TCP and UDP over IPv4 and IPv6, CHECK, DEL with the cached result: the
 //!   dumps as before ADD; every backend.
 //! - `portmap_serves_the_same_conflist`: the list with `type: portmap` instead forwards the
-//!   same (the driver runs portmap as it runs natledger); portmap 1.1.1's CHECK of a
-//!   dual-stack attachment fails where natledger's passes.
+//!   same, `hostIP` included (the driver runs portmap as it runs natledger); portmap 1.1.1's
+//!   CHECK of a dual-stack attachment fails where natledger's passes.
 //! - `an_sctp_mapping_is_written_checked_and_removed`: an SCTP mapping's DNATs are in both
 //!   families' tables, CHECK passes, DEL restores the dumps; every backend. At the rule level
 //!   only where the kernel makes no SCTP socket (this machine's: it says so on stderr).
@@ -108,7 +108,7 @@ fn portmap_serves_the_same_conflist() {
     let pod = node.topo.add_sandbox(2);
     let _server = serve_tcp(&pod, sock([0, 0, 0, 0], 80), "pod tcp");
     let net = Conflist::bridge(&node, "net1", 1).with_plugin("portmap", json!({}));
-    let ports = [PortMap::tcp(8080, 80)];
+    let ports = [PortMap::tcp(8080, 80), PortMap::tcp(8081, 80).on(NODE_V4)];
     net.add("pod2", &pod, &ports)
         .unwrap_or_else(|e| panic!("portmap ADD: {e}"));
     let ext = node.topo.ext().to_string();
@@ -119,6 +119,10 @@ fn portmap_serves_the_same_conflist() {
         "{tcp:?}\n{}",
         node.dump()
     );
+    // portmap's `hostIP` as natledger's (`a_host_ip_mapping_answers_on_that_address_only`).
+    let answer = |ip: std::net::Ipv4Addr| tcp_request(&ext, sock(ip, 8081), T).ok();
+    assert_eq!(answer(NODE_V4).as_deref(), Some("pod tcp"));
+    assert_eq!(answer(BRIDGE_V4), None);
     // portmap 1.1.1's CHECK of a dual-stack attachment looks for its IPv4 rules in the
     // IPv6 table and fails; natledger's passes (the test above).
     let check = net
