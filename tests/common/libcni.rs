@@ -18,7 +18,9 @@
 //!   driver's directory (a `natledger` symlink to the binary under test) then Debian's
 //!   `/usr/lib/cni` (bridge, host-local, portmap: containernetworking/plugins 1.1.1, which
 //!   accept at most CNI 1.0.0: [`PLUGINS_VERSION`]), and `PATH`; nothing else of the test's
-//!   environment, except what [`Conflist::with_env`] gives one plugin type.
+//!   environment, except what [`Conflist::with_env`] gives one plugin type; a plugin type
+//!   may run with a directory hidden under an empty tmpfs ([`Conflist::with_hidden`], its own
+//!   mount namespace: tools not installed). `validate` is `ValidateNetworkList` (VERSION).
 //!
 //! What differs from libcni: the cache keeps the configuration as JSON (libcni: base64), and
 //! a cached result is handed on as the plugin printed it (libcni converts it to the list's
