@@ -11,6 +11,7 @@
 //! | `dst_local` | `fib daddr type local` | `fib` flags daddr, result type; `cmp eq` RTN_LOCAL (host order) |
 //! | `not_dnatted` | `ct status & dnat == 0` (printed `ct status ! dnat`) | `ct status`, `bitwise & 0x20 ^ 0` (with an explicit op), `cmp eq 0` |
 //! | `untracked` | `ct state invalid,untracked` | `ct state`, `bitwise & 0x41 ^ 0` (no op attribute), `cmp neq 0` |
+//! | `dnatted` (a `Masquerade` only) | `ct status dnat ct original protocol tcp [ct original ip daddr H] ct reply ip saddr A ct original proto-dst 8080 ct reply proto-src 80` | `ct status`, `bitwise & 0x20 ^ 0` (no op), `cmp neq 0`; then per key `ct` with its direction (protocol, dst_ip/dst_ip6 original; src_ip/src_ip6 reply; proto_dst original; proto_src reply) and `cmp eq` (1 byte, the address, 2 bytes), or `cmp gte` + `cmp lte` for a port range |
 //! | `Jump`, `Accept`, `Drop` | `jump X`, `accept`, `drop` | `immediate` reg 0 verdict |
 //! | `Masquerade` | `masquerade` | `masq`, no attributes |
 //! | `Dnat` | `dnat to 10.1.0.2:80` | `immediate` reg 1 address, `immediate` reg 2 port (2 bytes), `nat dnat` family, addr_min 1, proto_min 2, flags 0x2 (PROTO_SPECIFIED) |
@@ -20,7 +21,8 @@
 //! no base port (net/netfilter/nft_nat.c: its attributes are type, family, address and port
 //! registers and flags; `nf_nat_range2.base_proto` stays zeroed, so even the
 //! `NF_NAT_RANGE_PROTO_OFFSET` flag it accepts offsets from port 0, not from the first host
-//! port). natledger's forward accept (`dnatted`) is not written by the nftables backend.
+//! port). natledger's forward accept (`dnatted` with ACCEPT) is not written by the nftables
+//! backend; its hairpin masquerade's conntrack match is.
 //!
 //! # Decoding
 //! [`decode`] reads what natledger sent and what the kernel dumps back, which differ only
@@ -37,7 +39,9 @@ use super::super::read::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK,
 use crate::kernel::netlink;
 use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
-use crate::model::rule::{DnatTo, IpNet, Rule, Target, is_interface_name, is_user_chain_name};
+use crate::model::rule::{
+    DnatTo, Dnatted, IpNet, Rule, Target, is_interface_name, is_user_chain_name,
+};
 
 /// Registers as nft numbers them (the 16-byte ones; 0 is the verdict).
 const REG_VERDICT: u32 = 0;
@@ -46,6 +50,12 @@ const REG_2: u32 = 2;
 /// `meta`/`ct` keys, `fib` flags and results, verdicts, `nat` types and flags.
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
+/// `ct` keys with a direction (`nft_ct_keys`), and the directions.
+const CT_PROTOCOL: u32 = 10;
+const CT_PROTO_SRC: u32 = 11;
+const CT_PROTO_DST: u32 = 12;
+const CT_ORIGINAL: u8 = 0;
+const CT_REPLY: u8 = 1;
 /// `ct state` bits: invalid (no conntrack entry) and untracked (`NF_CT_STATE_UNTRACKED_BIT`).
 const CT_STATE_INVALID_OR_UNTRACKED: u32 = 0x01 | 0x40;
 const FIB_F_DADDR: u32 = 2;
@@ -68,7 +78,7 @@ const IFNAMSIZ: usize = 16;
 pub enum EncodeError {
     #[error(
         "the forwarded-connection accept (conntrack DNAT match) is not written by the nftables \
-         backend, which has no filter rules"
+         backend, which has no filter rules; only a masquerade has the match there"
     )]
     Dnatted,
     #[error("{what} {addr} is not an {family} address, but the rule is for the {family} table")]
@@ -170,7 +180,11 @@ pub fn comment_udata(comment: &str) -> Vec<u8> {
 /// A test of conntrack bits as nft writes it: `ct KEY`, `bitwise & MASK ^ 0` (with `op` when
 /// nft sends one), `cmp OP 0`.
 fn ct_bits(out: &mut Vec<Expr>, key: u32, mask: u32, op: Option<u32>, cmp_op: u32) {
-    out.push(Expr::Ct { key, dreg: REG_1 });
+    out.push(Expr::Ct {
+        key,
+        dreg: REG_1,
+        dir: None,
+    });
     out.push(Expr::Bitwise {
         sreg: REG_1,
         dreg: REG_1,
@@ -206,12 +220,7 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
             out.push(cmp(EQ, vec![protocol.number()]));
             if let Some(ports) = ports {
                 out.push(payload(TRANSPORT, 2, 2));
-                if ports.is_single() {
-                    out.push(cmp(EQ, ports.start.to_be_bytes().to_vec()));
-                } else {
-                    out.push(cmp(GTE, ports.start.to_be_bytes().to_vec()));
-                    out.push(cmp(LTE, ports.end.to_be_bytes().to_vec()));
-                }
+                port_cmp(&mut out, ports);
             }
         }
         (None, Some(ports)) => {
@@ -229,8 +238,11 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
         });
         out.push(cmp(EQ, RTN_LOCAL.to_ne_bytes().to_vec()));
     }
-    if rule.dnatted.is_some() {
-        return Err(EncodeError::Dnatted);
+    if let Some(ct) = &rule.dnatted {
+        if rule.target != Target::Masquerade {
+            return Err(EncodeError::Dnatted);
+        }
+        dnatted(&mut out, family, ct)?;
     }
     if rule.not_dnatted {
         // `ct status & dnat == 0`: nft writes this `&` with an explicit op.
@@ -284,6 +296,50 @@ fn address(
         });
         out.push(cmp(EQ, addr));
     }
+    Ok(())
+}
+
+/// `cmp eq` a port, or `cmp gte` + `cmp lte` a range.
+fn port_cmp(out: &mut Vec<Expr>, ports: PortRange) {
+    if ports.is_single() {
+        out.push(cmp(EQ, ports.start.to_be_bytes().to_vec()));
+    } else {
+        out.push(cmp(GTE, ports.start.to_be_bytes().to_vec()));
+        out.push(cmp(LTE, ports.end.to_be_bytes().to_vec()));
+    }
+}
+
+/// The `ct` keys of the original destination and reply source addresses in `family`.
+fn ct_addresses(family: Family) -> (u32, u32) {
+    match family {
+        Family::Ipv4 => (20, 19),
+        Family::Ipv6 => (22, 21),
+    }
+}
+
+/// The connections a DNAT made (`rule::Dnatted`), in iptables' option order: `ct status
+/// dnat ct original protocol P [ct original ip daddr H] ct reply ip saddr A ct original
+/// proto-dst PORTS ct reply proto-src PORTS`.
+fn dnatted(out: &mut Vec<Expr>, family: Family, ct: &Dnatted) -> Result<(), EncodeError> {
+    let load = |key, dir| Expr::Ct {
+        key,
+        dreg: REG_1,
+        dir: Some(dir),
+    };
+    let (orig_dst, repl_src) = ct_addresses(family);
+    ct_bits(out, CT_STATUS, IPS_DST_NAT, None, NEQ);
+    out.push(load(CT_PROTOCOL, CT_ORIGINAL));
+    out.push(cmp(EQ, vec![ct.protocol.number()]));
+    if let Some(host) = ct.orig_dst {
+        out.push(load(orig_dst, CT_ORIGINAL));
+        out.push(cmp(EQ, octets(family, "conntrack original destination", host)?));
+    }
+    out.push(load(repl_src, CT_REPLY));
+    out.push(cmp(EQ, octets(family, "conntrack reply source", ct.repl_src)?));
+    out.push(load(CT_PROTO_DST, CT_ORIGINAL));
+    port_cmp(out, ct.orig_dst_ports);
+    out.push(load(CT_PROTO_SRC, CT_REPLY));
+    port_cmp(out, ct.repl_src_ports);
     Ok(())
 }
 
@@ -424,6 +480,8 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
     let (saddr, daddr) = family.header_addresses();
     let mut target = None;
     let (mut nat_addr, mut nat_port) = (None, None);
+    let mut ct = CtParts::default();
+    let (orig_dst, repl_src) = ct_addresses(family);
     let mut it = exprs.iter().peekable();
     while let Some(expr) = it.next() {
         match expr {
@@ -454,29 +512,40 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                 rule.protocol = Some(Protocol::from_number(*next_cmp(&mut it)?.first()?)?);
             }
             Expr::Payload { base, .. } if *base == TRANSPORT => {
-                let start = be16(&next_cmp(&mut it)?)?;
-                let end = match it.peek() {
-                    Some(Expr::Cmp { data, .. }) => {
-                        it.next();
-                        be16(data)?
-                    }
-                    _ => start,
-                };
-                rule.dports = Some(PortRange { start, end });
+                rule.dports = Some(next_ports(&mut it)?);
             }
             Expr::Fib { .. } => {
                 next_cmp(&mut it)?;
                 rule.dst_local = true;
             }
-            Expr::Ct { key, .. } => {
+            Expr::Ct { key, dir: None, .. } => {
                 it.next();
+                let op = match it.peek() {
+                    Some(Expr::Cmp { op, .. }) => *op,
+                    _ => return None,
+                };
                 next_cmp(&mut it)?;
-                match *key {
-                    CT_STATUS => rule.not_dnatted = true,
-                    CT_STATE => rule.untracked = true,
+                match (*key, op) {
+                    (CT_STATUS, EQ) => rule.not_dnatted = true,
+                    (CT_STATUS, _) => ct.state = true,
+                    (CT_STATE, _) => rule.untracked = true,
                     _ => return None,
                 }
             }
+            Expr::Ct {
+                key,
+                dir: Some(dir),
+                ..
+            } => match (*key, *dir) {
+                (CT_PROTOCOL, CT_ORIGINAL) => {
+                    ct.protocol = Some(Protocol::from_number(*next_cmp(&mut it)?.first()?)?);
+                }
+                (k, CT_ORIGINAL) if k == orig_dst => ct.orig_dst = Some(ip_of(&next_cmp(&mut it)?)?),
+                (k, CT_REPLY) if k == repl_src => ct.repl_src = Some(ip_of(&next_cmp(&mut it)?)?),
+                (CT_PROTO_DST, CT_ORIGINAL) => ct.orig_dst_ports = Some(next_ports(&mut it)?),
+                (CT_PROTO_SRC, CT_REPLY) => ct.repl_src_ports = Some(next_ports(&mut it)?),
+                _ => return None,
+            },
             Expr::Immediate {
                 data: Data::Verdict { code, chain },
                 ..
@@ -509,7 +578,40 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
         }
     }
     rule.target = target?;
+    if ct.state {
+        rule.dnatted = Some(Dnatted {
+            protocol: ct.protocol?,
+            orig_dst: ct.orig_dst,
+            repl_src: ct.repl_src?,
+            orig_dst_ports: ct.orig_dst_ports?,
+            repl_src_ports: ct.repl_src_ports?,
+        });
+    }
     Some(rule)
+}
+
+/// The parts of a conntrack DNAT match read so far.
+#[derive(Default)]
+struct CtParts {
+    state: bool,
+    protocol: Option<Protocol>,
+    orig_dst: Option<IpAddr>,
+    repl_src: Option<IpAddr>,
+    orig_dst_ports: Option<PortRange>,
+    repl_src_ports: Option<PortRange>,
+}
+
+/// A port (`cmp eq`) or a range (`cmp gte`, `cmp lte`) compared next.
+fn next_ports(it: &mut std::iter::Peekable<std::slice::Iter<'_, Expr>>) -> Option<PortRange> {
+    let start = be16(&next_cmp(it)?)?;
+    let end = match it.peek() {
+        Some(Expr::Cmp { data, .. }) => {
+            it.next();
+            be16(data)?
+        }
+        _ => start,
+    };
+    Some(PortRange { start, end })
 }
 
 /// The value of the `cmp` that comes next.
