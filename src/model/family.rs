@@ -194,11 +194,23 @@ mod tests {
     #[test]
     fn the_subnet_is_the_interfaces_network_never_wider() {
         let subnet = |a: &str, p| at(a, p).subnet().map(|n| n.to_string());
-        assert_eq!(subnet("10.77.0.2", Some(24)).as_deref(), Some("10.77.0.0/24"));
-        assert_eq!(subnet("10.77.1.130", Some(25)).as_deref(), Some("10.77.1.128/25"));
-        assert_eq!(subnet("10.77.0.2", Some(32)).as_deref(), Some("10.77.0.2/32"));
+        assert_eq!(
+            subnet("10.77.0.2", Some(24)).as_deref(),
+            Some("10.77.0.0/24")
+        );
+        assert_eq!(
+            subnet("10.77.1.130", Some(25)).as_deref(),
+            Some("10.77.1.128/25")
+        );
+        assert_eq!(
+            subnet("10.77.0.2", Some(32)).as_deref(),
+            Some("10.77.0.2/32")
+        );
         assert_eq!(subnet("fd77::2", Some(64)).as_deref(), Some("fd77::/64"));
-        assert_eq!(subnet("fd77::1:2", Some(112)).as_deref(), Some("fd77::1:0/112"));
+        assert_eq!(
+            subnet("fd77::1:2", Some(112)).as_deref(),
+            Some("fd77::1:0/112")
+        );
         assert_eq!(subnet("fd77::2", Some(128)).as_deref(), Some("fd77::2/128"));
         // No prefix, every source, more bits than the family has, link-local: none.
         for (a, p) in [
@@ -211,6 +223,9 @@ mod tests {
         ] {
             assert_eq!(subnet(a, p), None, "{a} {p:?}");
         }
-        assert_eq!(IfAddr::from(at("10.0.0.1", None).addr), at("10.0.0.1", None));
+        assert_eq!(
+            IfAddr::from(at("10.0.0.1", None).addr),
+            at("10.0.0.1", None)
+        );
     }
 }

@@ -560,7 +560,12 @@ mod tests {
              --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80-82/9000"
         );
         let m = parse_entry("10.78.0.1:8080:80").unwrap();
-        let rules = mapping_rules(Backend::Nft, &id, &m, "10.77.0.2".parse::<IpAddr>().unwrap());
+        let rules = mapping_rules(
+            Backend::Nft,
+            &id,
+            &m,
+            "10.77.0.2".parse::<IpAddr>().unwrap(),
+        );
         assert_eq!(rules.len(), 3, "not reachable on 127.0.0.1");
         assert_eq!(rules.iter().filter(|p| p.table == FILTER).count(), 1);
     }

@@ -17,9 +17,9 @@ pub mod spec;
 mod tests;
 pub mod validate;
 
+use crate::model::family::IfAddr;
 use std::ffi::OsString;
 use std::io::Read;
-use crate::model::family::IfAddr;
 
 use serde_json::Value;
 

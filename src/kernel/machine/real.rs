@@ -11,8 +11,8 @@ use super::{Host, Process};
 use crate::kernel::host::{self, Listener, Roots};
 use crate::kernel::netns::{self, NetnsError};
 use crate::kernel::netns_id::NetnsId;
-use crate::model::family::IfAddr;
 use crate::kernel::procfs;
+use crate::model::family::IfAddr;
 
 /// This machine, as seen from the calling thread.
 #[derive(Clone, Copy, Debug, Default)]

@@ -323,8 +323,7 @@ impl Rule {
             (Some(other), _) => return Err(RuleParseError::Unsupported(format!("-j {other}"))),
             (None, _) => return Err(RuleParseError::NoTarget),
         };
-        if rule.dnatted.is_some() && rule.protocol.is_some() && rule.target != Target::Masquerade
-        {
+        if rule.dnatted.is_some() && rule.protocol.is_some() && rule.target != Target::Masquerade {
             // natledger's accept names its protocol in the conntrack match only; the
             // hairpin masquerade has both (`layout::mapping_rules`).
             return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));

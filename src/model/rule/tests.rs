@@ -278,7 +278,10 @@ fn the_subnet_masquerade_round_trips() {
     let rule = Rule::parse_args(&tokens).unwrap();
     assert_eq!(rule.source, Some("10.77.0.0/24".parse().unwrap()));
     assert_eq!(rule.protocol, Some(Protocol::Tcp));
-    assert_eq!(rule.dnatted.unwrap().orig_dst_ports, PortRange::single(8080));
+    assert_eq!(
+        rule.dnatted.unwrap().orig_dst_ports,
+        PortRange::single(8080)
+    );
     assert_eq!(rule.to_args().join(" "), line);
     let accept = line.replace("MASQUERADE", "ACCEPT");
     let tokens: Vec<&str> = accept.split_whitespace().collect();

@@ -39,9 +39,7 @@ use super::super::read::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK,
 use crate::kernel::netlink;
 use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
-use crate::model::rule::{
-    DnatTo, Dnatted, IpNet, Rule, Target, is_interface_name, is_user_chain_name,
-};
+use crate::model::rule::{DnatTo, IpNet, Rule, Target, is_interface_name, is_user_chain_name};
 
 /// Registers as nft numbers them (the 16-byte ones; 0 is the verdict).
 const REG_VERDICT: u32 = 0;
@@ -50,12 +48,6 @@ const REG_2: u32 = 2;
 /// `meta`/`ct` keys, `fib` flags and results, verdicts, `nat` types and flags.
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
-/// `ct` keys with a direction (`nft_ct_keys`), and the directions.
-const CT_PROTOCOL: u32 = 10;
-const CT_PROTO_SRC: u32 = 11;
-const CT_PROTO_DST: u32 = 12;
-const CT_ORIGINAL: u8 = 0;
-const CT_REPLY: u8 = 1;
 /// `ct state` bits: invalid (no conntrack entry) and untracked (`NF_CT_STATE_UNTRACKED_BIT`).
 const CT_STATE_INVALID_OR_UNTRACKED: u32 = 0x01 | 0x40;
 const FIB_F_DADDR: u32 = 2;
@@ -242,7 +234,7 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
         if rule.target != Target::Masquerade {
             return Err(EncodeError::Dnatted);
         }
-        dnatted(&mut out, family, ct)?;
+        ct::dnatted(&mut out, family, ct)?;
     }
     if rule.not_dnatted {
         // `ct status & dnat == 0`: nft writes this `&` with an explicit op.
@@ -307,40 +299,6 @@ fn port_cmp(out: &mut Vec<Expr>, ports: PortRange) {
         out.push(cmp(GTE, ports.start.to_be_bytes().to_vec()));
         out.push(cmp(LTE, ports.end.to_be_bytes().to_vec()));
     }
-}
-
-/// The `ct` keys of the original destination and reply source addresses in `family`.
-fn ct_addresses(family: Family) -> (u32, u32) {
-    match family {
-        Family::Ipv4 => (20, 19),
-        Family::Ipv6 => (22, 21),
-    }
-}
-
-/// The connections a DNAT made (`rule::Dnatted`), in iptables' option order: `ct status
-/// dnat ct original protocol P [ct original ip daddr H] ct reply ip saddr A ct original
-/// proto-dst PORTS ct reply proto-src PORTS`.
-fn dnatted(out: &mut Vec<Expr>, family: Family, ct: &Dnatted) -> Result<(), EncodeError> {
-    let load = |key, dir| Expr::Ct {
-        key,
-        dreg: REG_1,
-        dir: Some(dir),
-    };
-    let (orig_dst, repl_src) = ct_addresses(family);
-    ct_bits(out, CT_STATUS, IPS_DST_NAT, None, NEQ);
-    out.push(load(CT_PROTOCOL, CT_ORIGINAL));
-    out.push(cmp(EQ, vec![ct.protocol.number()]));
-    if let Some(host) = ct.orig_dst {
-        out.push(load(orig_dst, CT_ORIGINAL));
-        out.push(cmp(EQ, octets(family, "conntrack original destination", host)?));
-    }
-    out.push(load(repl_src, CT_REPLY));
-    out.push(cmp(EQ, octets(family, "conntrack reply source", ct.repl_src)?));
-    out.push(load(CT_PROTO_DST, CT_ORIGINAL));
-    port_cmp(out, ct.orig_dst_ports);
-    out.push(load(CT_PROTO_SRC, CT_REPLY));
-    port_cmp(out, ct.repl_src_ports);
-    Ok(())
 }
 
 /// `dnat to ADDR:PORT`, or `dnat to ADDR` for a range mapped to the same ports.
@@ -480,8 +438,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
     let (saddr, daddr) = family.header_addresses();
     let mut target = None;
     let (mut nat_addr, mut nat_port) = (None, None);
-    let mut ct = CtParts::default();
-    let (orig_dst, repl_src) = ct_addresses(family);
+    let mut ct = ct::Parts::default();
     let mut it = exprs.iter().peekable();
     while let Some(expr) = it.next() {
         match expr {
@@ -536,16 +493,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                 key,
                 dir: Some(dir),
                 ..
-            } => match (*key, *dir) {
-                (CT_PROTOCOL, CT_ORIGINAL) => {
-                    ct.protocol = Some(Protocol::from_number(*next_cmp(&mut it)?.first()?)?);
-                }
-                (k, CT_ORIGINAL) if k == orig_dst => ct.orig_dst = Some(ip_of(&next_cmp(&mut it)?)?),
-                (k, CT_REPLY) if k == repl_src => ct.repl_src = Some(ip_of(&next_cmp(&mut it)?)?),
-                (CT_PROTO_DST, CT_ORIGINAL) => ct.orig_dst_ports = Some(next_ports(&mut it)?),
-                (CT_PROTO_SRC, CT_REPLY) => ct.repl_src_ports = Some(next_ports(&mut it)?),
-                _ => return None,
-            },
+            } => ct.read(family, *key, *dir, &mut it)?,
             Expr::Immediate {
                 data: Data::Verdict { code, chain },
                 ..
@@ -578,27 +526,8 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
         }
     }
     rule.target = target?;
-    if ct.state {
-        rule.dnatted = Some(Dnatted {
-            protocol: ct.protocol?,
-            orig_dst: ct.orig_dst,
-            repl_src: ct.repl_src?,
-            orig_dst_ports: ct.orig_dst_ports?,
-            repl_src_ports: ct.repl_src_ports?,
-        });
-    }
+    rule.dnatted = ct.finish()?;
     Some(rule)
-}
-
-/// The parts of a conntrack DNAT match read so far.
-#[derive(Default)]
-struct CtParts {
-    state: bool,
-    protocol: Option<Protocol>,
-    orig_dst: Option<IpAddr>,
-    repl_src: Option<IpAddr>,
-    orig_dst_ports: Option<PortRange>,
-    repl_src_ports: Option<PortRange>,
 }
 
 /// A port (`cmp eq`) or a range (`cmp gte`, `cmp lte`) compared next.
@@ -652,6 +581,7 @@ fn be16(d: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(d.try_into().ok()?))
 }
 
+mod ct;
 mod wire;
 
 use wire::put;

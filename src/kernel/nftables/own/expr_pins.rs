@@ -598,7 +598,14 @@ fn the_hairpin_masquerade_encodes_as_nft_does() {
     assert_eq!(netlink::attr(data(15), 3), Some(&[1u8][..]));
     // The accept stays unwritten here; a half conntrack match does not decode.
     assert_eq!(
-        encode(&mut Vec::new(), V4, &Rule { target: Target::Accept, ..rules[1].rule.clone() }),
+        encode(
+            &mut Vec::new(),
+            V4,
+            &Rule {
+                target: Target::Accept,
+                ..rules[1].rule.clone()
+            }
+        ),
         Err(EncodeError::Dnatted)
     );
     let mut half = list.clone();
