@@ -427,6 +427,17 @@ fn normal(expr: Expr) -> Expr {
                 flags: (flags != 0).then_some(flags),
             }
         }
+        // The kernel dumps `ct protocol` without the direction nft sends (it is the same
+        // either way: `nft_ct_get_dump`).
+        Expr::Ct {
+            key: ct::PROTOCOL,
+            dreg,
+            dir: Some(_),
+        } => Expr::Ct {
+            key: ct::PROTOCOL,
+            dreg,
+            dir: None,
+        },
         other => other,
     }
 }
@@ -475,7 +486,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                 next_cmp(&mut it)?;
                 rule.dst_local = true;
             }
-            Expr::Ct { key, dir: None, .. } => {
+            Expr::Ct { key, dir: None, .. } if *key != ct::PROTOCOL => {
                 it.next();
                 let op = match it.peek() {
                     Some(Expr::Cmp { op, .. }) => *op,
@@ -489,11 +500,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                     _ => return None,
                 }
             }
-            Expr::Ct {
-                key,
-                dir: Some(dir),
-                ..
-            } => ct.read(family, *key, *dir, &mut it)?,
+            Expr::Ct { key, dir, .. } => ct.read(family, *key, *dir, &mut it)?,
             Expr::Immediate {
                 data: Data::Verdict { code, chain },
                 ..

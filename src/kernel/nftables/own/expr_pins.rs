@@ -596,6 +596,15 @@ fn the_hairpin_masquerade_encodes_as_nft_does() {
     assert_eq!(kinds(11), [2, 1, 3], "ct protocol: key, dreg, direction");
     assert_eq!(netlink::attr(data(11), 3), Some(&[0u8][..]));
     assert_eq!(netlink::attr(data(15), 3), Some(&[1u8][..]));
+    // The kernel dumps `ct protocol` without its direction: read all the same.
+    let mut dumped = Vec::new();
+    for e in exprs(V4, &rules[1].rule).unwrap().into_iter().map(normal) {
+        put(&mut dumped, &e);
+    }
+    assert_ne!(dumped, list);
+    let mut bare = rules[1].rule.clone();
+    bare.comment = None;
+    assert_eq!(decode(V4, &dumped), Some(bare));
     // The accept stays unwritten here; a half conntrack match does not decode.
     assert_eq!(
         encode(

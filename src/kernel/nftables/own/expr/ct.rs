@@ -15,8 +15,9 @@ use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
 use crate::model::rule::Dnatted;
 
-/// `ct` keys with a direction (`nft_ct_keys`), and the directions.
-const CT_PROTOCOL: u32 = 10;
+/// `ct` keys with a direction (`nft_ct_keys`), and the directions. The kernel dumps
+/// `protocol` without its direction (`normal` takes it off what nft sends too).
+pub(super) const PROTOCOL: u32 = 10;
 const CT_PROTO_SRC: u32 = 11;
 const CT_PROTO_DST: u32 = 12;
 const CT_ORIGINAL: u8 = 0;
@@ -46,7 +47,7 @@ pub(super) fn dnatted(
     let (orig_dst, repl_src) = addresses(family);
     // `ct status dnat`: this `&` without an op attribute (not written out as `ct status &`).
     ct_bits(out, CT_STATUS, IPS_DST_NAT, None, NEQ);
-    out.push(load(CT_PROTOCOL, CT_ORIGINAL));
+    out.push(load(PROTOCOL, CT_ORIGINAL));
     out.push(cmp(EQ, vec![ct.protocol.number()]));
     if let Some(host) = ct.orig_dst {
         out.push(load(orig_dst, CT_ORIGINAL));
@@ -81,20 +82,24 @@ pub(super) struct Parts {
 }
 
 impl Parts {
-    /// One directed `ct` load and the compare(s) after it; `None` for a key natledger never
-    /// writes.
+    /// One `ct` load of a tuple's part and the compare(s) after it (the protocol's
+    /// direction normalised away); `None` for a key natledger never writes.
     pub(super) fn read(
         &mut self,
         family: Family,
         key: u32,
-        dir: u8,
+        dir: Option<u8>,
         it: &mut Peekable<Iter<'_, Expr>>,
     ) -> Option<()> {
         let (orig_dst, repl_src) = addresses(family);
-        match (key, dir) {
-            (CT_PROTOCOL, CT_ORIGINAL) => {
-                self.protocol = Some(Protocol::from_number(*next_cmp(it)?.first()?)?);
+        let Some(dir) = dir else {
+            if key != PROTOCOL {
+                return None;
             }
+            self.protocol = Some(Protocol::from_number(*next_cmp(it)?.first()?)?);
+            return Some(());
+        };
+        match (key, dir) {
             (k, CT_ORIGINAL) if k == orig_dst => self.orig_dst = Some(ip_of(&next_cmp(it)?)?),
             (k, CT_REPLY) if k == repl_src => self.repl_src = Some(ip_of(&next_cmp(it)?)?),
             (CT_PROTO_DST, CT_ORIGINAL) => self.orig_dst_ports = Some(next_ports(it)?),
