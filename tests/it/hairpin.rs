@@ -134,7 +134,10 @@ fn b_reaches_a(node: &Node, a: &Container, b: &Container, what: &str) {
         let client = UdpClient::start(&b.ns, sock(b_addr, 41000 + i as u16), via_port);
         let since = Instant::now();
         let first = client.wait_for(&bridge.to_string(), since, T);
-        assert!(first.is_some(), "{what}: B to A over udp through {via_port}");
+        assert!(
+            first.is_some(),
+            "{what}: B to A over udp through {via_port}"
+        );
         // Still answered a moment later: the flow stays on its path.
         let later = Instant::now();
         assert!(
@@ -167,7 +170,10 @@ fn assert_subnet_rules(node: &Node, id: &str, what: &str) {
         .filter(|r| r["chain"] == "NATLEDGER-MASQ")
         .map(|r| {
             let tokens = r["rule"].as_array().unwrap().iter();
-            tokens.map(|t| t.as_str().unwrap()).collect::<Vec<_>>().join(" ")
+            tokens
+                .map(|t| t.as_str().unwrap())
+                .collect::<Vec<_>>()
+                .join(" ")
         })
         .collect();
     for subnet in ["10.77.0.0/24", "fd77::/64"] {
