@@ -153,6 +153,10 @@ impl From<IpAddr> for IfAddr {
 }
 
 impl IfAddr {
+    pub fn family(&self) -> Family {
+        Family::of(self.addr)
+    }
+
     /// The network the container's interface is on (host bits cleared): what other
     /// containers on its bridge send from. None without a prefix, for a prefix past the
     /// family's or of 0 (never a rule for every source), and for a link-local address.

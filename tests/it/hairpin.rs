@@ -119,7 +119,7 @@ fn setup(backend: Backend, br: bool) -> (Node, Container, Container, WhoServers)
 
 /// B reaches A through the node's host port (A sees the node's bridge address), TCP and a
 /// UDP client that keeps sending, both families; and directly, A seeing B's own address.
-fn b_reaches_a(node: &Node, a: &Container, b: &Container, what: &str) {
+fn b_reaches_a(a: &Container, b: &Container, what: &str) {
     let paths: [(IpAddr, IpAddr, IpAddr, IpAddr); 2] = [
         (NODE_V4.into(), BRIDGE_V4.into(), a.v4.into(), b.v4.into()),
         (NODE_V6.into(), BRIDGE_V6.into(), a.v6.into(), b.v6.into()),
@@ -207,7 +207,7 @@ fn between_containers_through_cni() {
             let printed: Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(printed, config["prevResult"]);
             assert_subnet_rules(&node, &format!("{CID}+eth0"), &what);
-            b_reaches_a(&node, &a, &b, &what);
+            b_reaches_a(&a, &b, &what);
             assert_ok(
                 &cni_call(&node, "DEL", CID, Some(&netns), &config),
                 &format!("{what}: DEL"),
@@ -231,7 +231,7 @@ fn between_containers_through_the_hooks() {
                 &[("io.natledger.ports", "8080:80,8080:80/udp")],
             );
             assert_subnet_rules(&node, "a", &what);
-            b_reaches_a(&node, &a, &b, &what);
+            b_reaches_a(&a, &b, &what);
             assert_ok(&node.poststop("a"), &format!("{what}: poststop"));
             assert_eq!(node.dump(), before, "{what}: dumps after poststop");
         }

@@ -46,12 +46,7 @@ pub(super) fn check_rules(
     mappings: &[PortMapping],
     addresses: &[IfAddr],
 ) -> Result<(), Error> {
-    let address_of = |family: Family| {
-        addresses
-            .iter()
-            .copied()
-            .find(|a| Family::of(a.addr) == family)
-    };
+    let address_of = |family: Family| addresses.iter().copied().find(|a| a.family() == family);
     let rules: usize = mappings
         .iter()
         .map(|m| {

@@ -119,8 +119,6 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         Err(e) => return Err(e),
     };
     limits::check_rules(ctx.backend, &input.id, &mappings, &addresses)?;
-    // The manifest records the addresses; their prefixes live in the rules written.
-    let recorded: Vec<IpAddr> = addresses.iter().map(|a| a.addr).collect();
     let keepers = check_listeners(ctx, input, &mappings)?;
     let pid_start_time = match input.pid {
         Some(pid) => Some(
@@ -148,7 +146,8 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         pid_namespace: input.pid.and_then(|_| ctx.host.pid_namespace()),
         phase: Phase::Installing,
         mappings,
-        addresses: recorded,
+        // Recorded bare; their prefixes live in the hairpin rules.
+        addresses: addresses.iter().map(|a| a.addr).collect(),
         rules: Vec::new(),
         netns: input.netns,
         pod: input.pod.clone(),
@@ -185,8 +184,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     })
 }
 
-/// The manifest as drafted before the lock, and the container's addresses with their
-/// prefixes (the manifest records them bare; the prefixes go into the hairpin rules).
+/// The manifest drafted before the lock, and the addresses it records bare, with prefixes.
 struct Draft {
     manifest: Manifest,
     addresses: Vec<IfAddr>,
@@ -215,10 +213,7 @@ fn install_locked(
     cache: &std::path::Path,
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
-    let Draft {
-        mut manifest,
-        mut addresses,
-    } = draft;
+    let (mut manifest, mut addresses) = (draft.manifest, draft.addresses);
     let mut claims = judge_claims(ctx, input, &manifest)?;
     // What is left of a range split around shared ports, merged again where consecutive.
     manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
@@ -385,12 +380,7 @@ fn plan(
     mappings: &[PortMapping],
     addresses: &[IfAddr],
 ) -> Result<Vec<RuleRecord>, Error> {
-    let address_of = |family: Family| {
-        addresses
-            .iter()
-            .copied()
-            .find(|a| Family::of(a.addr) == family)
-    };
+    let address_of = |family: Family| addresses.iter().copied().find(|a| a.family() == family);
     let mut placed = Vec::new();
     for mapping in mappings {
         let families: Vec<Family> = match mapping.family() {

@@ -427,18 +427,7 @@ fn normal(expr: Expr) -> Expr {
                 flags: (flags != 0).then_some(flags),
             }
         }
-        // The kernel dumps `ct protocol` without the direction nft sends (it is the same
-        // either way: `nft_ct_get_dump`).
-        Expr::Ct {
-            key: ct::PROTOCOL,
-            dreg,
-            dir: Some(_),
-        } => Expr::Ct {
-            key: ct::PROTOCOL,
-            dreg,
-            dir: None,
-        },
-        other => other,
+        other => ct::normal(other),
     }
 }
 
@@ -597,6 +586,9 @@ pub(super) use wire::{Data, Expr, parse_list};
 #[cfg(test)]
 #[path = "expr_pins.rs"]
 mod pins;
+#[cfg(test)]
+#[path = "expr_pins_ct.rs"]
+mod pins_ct;
 #[cfg(test)]
 #[path = "expr_tests.rs"]
 mod tests;

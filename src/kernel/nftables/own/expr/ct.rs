@@ -23,6 +23,23 @@ const CT_PROTO_DST: u32 = 12;
 const CT_ORIGINAL: u8 = 0;
 const CT_REPLY: u8 = 1;
 
+/// The kernel dumps `ct protocol` without the direction nft sends (the same either way:
+/// `nft_ct_get_dump`): taken off.
+pub(super) fn normal(expr: Expr) -> Expr {
+    match expr {
+        Expr::Ct {
+            key: PROTOCOL,
+            dreg,
+            dir: Some(_),
+        } => Expr::Ct {
+            key: PROTOCOL,
+            dreg,
+            dir: None,
+        },
+        other => other,
+    }
+}
+
 /// The `ct` keys of the original destination and the reply source address in `family`
 /// (`dst_ip`/`src_ip`, `dst_ip6`/`src_ip6`).
 fn addresses(family: Family) -> (u32, u32) {
