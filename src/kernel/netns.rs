@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use nix::sched::{CloneFlags, setns};
 
 use crate::kernel::host;
+use crate::model::family::IfAddr;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
@@ -28,15 +29,40 @@ pub enum NetnsError {
 }
 
 /// The global unicast addresses (IPv4 and IPv6, loopback and link-local excluded) inside the
-/// network namespace of `pid`, in interface order. `setns` changes only the calling thread,
-/// so a short-lived thread does the looking and the process never leaves the host namespace.
-pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
+/// network namespace of `pid`, in interface order, each with its interface's prefix length
+/// (from its netmask). `setns` changes only the calling thread, so a short-lived thread does
+/// the looking and the process never leaves the host namespace.
+pub fn container_addresses(pid: i32) -> Result<Vec<IfAddr>, NetnsError> {
     let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
     in_namespace(&path, || {
-        let mut found = interface_addresses().map_err(|source| NetnsError::List { pid, source })?;
-        found.retain(|ip| is_global_unicast(*ip));
+        let mut found: Vec<IfAddr> = Vec::new();
+        let all = nix::ifaddrs::getifaddrs().map_err(|source| NetnsError::List { pid, source })?;
+        for ifa in all {
+            let Some(addr) = ifa.address.as_ref().and_then(ip_of) else {
+                continue;
+            };
+            let prefix = ifa.netmask.as_ref().and_then(ip_of).and_then(prefix_of);
+            if is_global_unicast(addr) && !found.iter().any(|f| f.addr == addr) {
+                found.push(IfAddr { addr, prefix });
+            }
+        }
         Ok(found)
     })?
+}
+
+fn ip_of(a: &nix::sys::socket::SockaddrStorage) -> Option<IpAddr> {
+    a.as_sockaddr_in()
+        .map(|s| IpAddr::V4(s.ip()))
+        .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+}
+
+/// The prefix length of a contiguous netmask; `None` for any other.
+fn prefix_of(mask: IpAddr) -> Option<u8> {
+    let (ones, leading) = match mask {
+        IpAddr::V4(m) => (u32::from(m).count_ones(), u32::from(m).leading_ones()),
+        IpAddr::V6(m) => (u128::from(m).count_ones(), u128::from(m).leading_ones()),
+    };
+    (ones == leading).then_some(ones as u8)
 }
 
 /// Every address of every interface of the calling thread's network namespace, IPv4 and
@@ -44,11 +70,7 @@ pub fn container_addresses(pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
 pub fn interface_addresses() -> nix::Result<Vec<IpAddr>> {
     let mut found: Vec<IpAddr> = Vec::new();
     for ifa in nix::ifaddrs::getifaddrs()? {
-        let ip = ifa.address.as_ref().and_then(|a| {
-            a.as_sockaddr_in()
-                .map(|s| IpAddr::V4(s.ip()))
-                .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
-        });
+        let ip = ifa.address.as_ref().and_then(ip_of);
         if let Some(ip) = ip.filter(|ip| !found.contains(ip)) {
             found.push(ip);
         }
@@ -146,6 +168,16 @@ mod tests {
                 "never the default route's interface"
             );
         }
+    }
+
+    #[test]
+    fn netmasks_are_prefixes_only_when_contiguous() {
+        let prefix = |m: &str| prefix_of(m.parse().unwrap());
+        assert_eq!(prefix("255.255.255.0"), Some(24));
+        assert_eq!(prefix("255.255.255.255"), Some(32));
+        assert_eq!(prefix("ffff:ffff:ffff:ffff::"), Some(64));
+        assert_eq!(prefix("0.0.0.0"), Some(0));
+        assert_eq!(prefix("255.0.255.0"), None);
     }
 
     #[test]

@@ -136,3 +136,100 @@ impl FromStr for IpNet {
         Ok(IpNet { addr, prefix })
     }
 }
+
+/// A container's address and, when known, the prefix length of the network its interface is
+/// on (CNI `prevResult`'s `10.77.0.2/24`, the interface's netmask); `io.natledger.ip` names
+/// bare addresses, so none.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IfAddr {
+    pub addr: IpAddr,
+    pub prefix: Option<u8>,
+}
+
+impl From<IpAddr> for IfAddr {
+    fn from(addr: IpAddr) -> Self {
+        IfAddr { addr, prefix: None }
+    }
+}
+
+impl IfAddr {
+    pub fn family(&self) -> Family {
+        Family::of(self.addr)
+    }
+
+    /// The network the container's interface is on (host bits cleared): what other
+    /// containers on its bridge send from. None without a prefix, for a prefix past the
+    /// family's or of 0 (never a rule for every source), and for a link-local address.
+    pub fn subnet(&self) -> Option<IpNet> {
+        let prefix = self.prefix?;
+        let family = Family::of(self.addr);
+        let link_local = match self.addr {
+            IpAddr::V4(a) => a.is_link_local(),
+            IpAddr::V6(a) => a.segments()[0] & 0xffc0 == 0xfe80,
+        };
+        if prefix == 0 || prefix > family.host_prefix() || link_local {
+            return None;
+        }
+        let addr = match self.addr {
+            IpAddr::V4(a) => {
+                let mask = u32::MAX << (32 - u32::from(prefix));
+                IpAddr::from((u32::from(a) & mask).to_be_bytes())
+            }
+            IpAddr::V6(a) => {
+                let mask = u128::MAX << (128 - u32::from(prefix));
+                IpAddr::from((u128::from(a) & mask).to_be_bytes())
+            }
+        };
+        Some(IpNet { addr, prefix })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(addr: &str, prefix: Option<u8>) -> IfAddr {
+        IfAddr {
+            addr: addr.parse().unwrap(),
+            prefix,
+        }
+    }
+
+    #[test]
+    fn the_subnet_is_the_interfaces_network_never_wider() {
+        let subnet = |a: &str, p| at(a, p).subnet().map(|n| n.to_string());
+        assert_eq!(
+            subnet("10.77.0.2", Some(24)).as_deref(),
+            Some("10.77.0.0/24")
+        );
+        assert_eq!(
+            subnet("10.77.1.130", Some(25)).as_deref(),
+            Some("10.77.1.128/25")
+        );
+        assert_eq!(
+            subnet("10.77.0.2", Some(32)).as_deref(),
+            Some("10.77.0.2/32")
+        );
+        assert_eq!(subnet("fd77::2", Some(64)).as_deref(), Some("fd77::/64"));
+        assert_eq!(
+            subnet("fd77::1:2", Some(112)).as_deref(),
+            Some("fd77::1:0/112")
+        );
+        assert_eq!(subnet("fd77::2", Some(128)).as_deref(), Some("fd77::2/128"));
+        // No prefix, every source, more bits than the family has, link-local: none.
+        for (a, p) in [
+            ("10.77.0.2", None),
+            ("10.77.0.2", Some(0)),
+            ("fd77::2", Some(0)),
+            ("10.77.0.2", Some(33)),
+            ("fe80::2", Some(64)),
+            ("169.254.0.2", Some(16)),
+        ] {
+            assert_eq!(subnet(a, p), None, "{a} {p:?}");
+        }
+        assert_eq!(
+            IfAddr::from(at("10.0.0.1", None).addr),
+            at("10.0.0.1", None)
+        );
+    }
+}

@@ -38,11 +38,9 @@
 //! kernel believe the packet came in on `lo`. Everything it drops, the kernel would drop
 //! as a martian with `route_localnet=0` (see [`guard`]).
 
-use std::net::IpAddr;
-
 use crate::model::anyrule::{Target as MatchTarget, parse_rule};
 use crate::model::capabilities::Capabilities;
-use crate::model::family::Family;
+use crate::model::family::{Family, IfAddr};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
 use crate::model::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
@@ -271,17 +269,26 @@ pub(crate) fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
 
 /// The rules that forward `mapping` to `container` (one family):
 /// - DNAT from the host port (range), restricted to the mapping's host address if it has one;
-/// - masquerade for hairpin traffic (the container reaching itself through the node);
+/// - masquerade for hairpin traffic: when the container's subnet is known
+///   ([`IfAddr::subnet`]), of the connections that DNAT made from anywhere in that subnet
+///   (another container on its bridge, or itself, reaching the host port: without
+///   br_netfilter the reply would go straight back over the bridge, never de-NATed); without
+///   one, of the container reaching itself (its own address);
 /// - where the family has a routable loopback (IPv4), when the mapping is reachable on
 ///   127.0.0.1: masquerade for loopback sources;
 /// - in filter, the accept of the forwarded packets of the connections that DNAT made.
+///
+/// The same number of rules either way, so `portspec::bounds` holds for both.
 pub fn mapping_rules(
     caps: impl Into<Capabilities>,
     id: &ContainerId,
     mapping: &PortMapping,
-    container: IpAddr,
+    container: impl Into<IfAddr>,
 ) -> Vec<Placed> {
     let caps = caps.into();
+    let container = container.into();
+    let subnet = container.subnet();
+    let container = container.addr;
     let family = Family::of(container);
     let comment = Some(tag(id));
     let container_net = IpNet::host(container);
@@ -297,7 +304,15 @@ pub fn mapping_rules(
             base,
         }))
     };
-    let masquerade_from = |source: IpNet| Placed {
+    // The connections this mapping's DNAT made.
+    let dnatted = Dnatted {
+        protocol: mapping.protocol,
+        orig_dst: mapping.host_destination(),
+        repl_src: container,
+        orig_dst_ports: mapping.host_ports,
+        repl_src_ports: mapping.container_ports,
+    };
+    let masquerade_from = |source: IpNet, dnatted: Option<Dnatted>| Placed {
         table: crate::model::table::Table::Nat,
         chain: MASQ_CHAIN,
         rule: Rule {
@@ -305,18 +320,13 @@ pub fn mapping_rules(
             destination: Some(container_net),
             protocol: Some(mapping.protocol),
             dports: Some(mapping.container_ports),
+            dnatted,
             comment: comment.clone(),
             ..Rule::unconditional(Target::Masquerade)
         },
     };
     let accept = Rule {
-        dnatted: Some(Dnatted {
-            protocol: mapping.protocol,
-            orig_dst: mapping.host_destination(),
-            repl_src: container,
-            orig_dst_ports: mapping.host_ports,
-            repl_src_ports: mapping.container_ports,
-        }),
+        dnatted: Some(dnatted),
         comment: comment.clone(),
         ..Rule::unconditional(Target::Accept)
     };
@@ -328,25 +338,33 @@ pub fn mapping_rules(
             rule: accept,
         });
     }
+    // Only DNATed connections from the subnet: with br_netfilter on, a neighbour's direct
+    // connection to the container passes POSTROUTING too, and keeps its source.
+    let hairpin = match subnet {
+        Some(subnet) => masquerade_from(subnet, Some(dnatted)),
+        None => masquerade_from(container_net, None),
+    };
     rules.extend([
         Placed {
             table: crate::model::table::Table::Nat,
             chain: DNAT_CHAIN,
             rule: dnat,
         },
-        masquerade_from(container_net),
+        hairpin,
     ]);
     if let (Some(loopback), true) = (
         family.routable_loopback(),
         mapping.reachable_from_loopback(),
     ) {
-        rules.push(masquerade_from(loopback));
+        rules.push(masquerade_from(loopback, None));
     }
     rules
 }
 
 #[cfg(test)]
 mod tests {
+    use std::net::IpAddr;
+
     use super::*;
     use crate::model::backend_name::Backend;
     use crate::model::portspec::parse_entry;
@@ -456,7 +474,7 @@ mod tests {
             Backend::Nft,
             &id,
             &parse_entry("8080:80").unwrap(),
-            "10.77.0.2".parse().unwrap(),
+            "10.77.0.2".parse::<IpAddr>().unwrap(),
         );
         let text: Vec<String> = rules.iter().map(args).collect();
         assert_eq!(
@@ -476,10 +494,50 @@ mod tests {
     }
 
     #[test]
+    fn a_known_subnet_masquerades_its_dnatted_connections_instead() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let at = |addr: &str, prefix: u8| IfAddr {
+            addr: addr.parse().unwrap(),
+            prefix: Some(prefix),
+        };
+        let rules = mapping_rules(
+            Backend::Nft,
+            &id,
+            &parse_entry("8080:80").unwrap(),
+            at("10.77.0.2", 24),
+        );
+        // The hairpin rule in place of the bare address's, the same count.
+        assert_eq!(rules.len(), 4);
+        assert_eq!(
+            args(&rules[2]),
+            "NATLEDGER-MASQ -s 10.77.0.0/24 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 \
+             -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc 10.77.0.2 --ctorigdstport 8080 \
+             --ctreplsrcport 80 -m comment --comment natledger:c1 -j MASQUERADE"
+        );
+        let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
+        let rules = mapping_rules(Backend::Nftables, &id, &m, at("fd77::2", 64));
+        assert_eq!(rules.len(), 2);
+        assert_eq!(
+            args(&rules[1]),
+            "NATLEDGER-MASQ -s fd77::/64 -d fd77::2/128 -p udp -m udp --dport 80:82 \
+             -m conntrack --ctstate DNAT --ctproto 17 --ctorigdst fd78::1 --ctreplsrc fd77::2 \
+             --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment natledger:c1 \
+             -j MASQUERADE"
+        );
+        // A /0 or link-local address has no subnet: the container's own address, as before.
+        let m = parse_entry("8080:80").unwrap();
+        for (addr, prefix) in [("10.77.0.2", 0), ("fe80::2", 64)] {
+            let rules = mapping_rules(Backend::Nft, &id, &m, at(addr, prefix));
+            let bare = mapping_rules(Backend::Nft, &id, &m, addr.parse::<IpAddr>().unwrap());
+            assert_eq!(rules, bare, "{addr}/{prefix}");
+        }
+    }
+
+    #[test]
     fn ranges_use_the_base_port_and_host_ips_restrict() {
         let id: ContainerId = "c1".parse().unwrap();
         let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
-        let rules = mapping_rules(Backend::Nft, &id, &m, "fd77::2".parse().unwrap());
+        let rules = mapping_rules(Backend::Nft, &id, &m, "fd77::2".parse::<IpAddr>().unwrap());
         assert_eq!(rules.len(), 3, "no loopback masquerade for IPv6");
         assert_eq!(
             args(&rules[0]),
@@ -493,7 +551,12 @@ mod tests {
              --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80-82/9000"
         );
         let m = parse_entry("10.78.0.1:8080:80").unwrap();
-        let rules = mapping_rules(Backend::Nft, &id, &m, "10.77.0.2".parse().unwrap());
+        let rules = mapping_rules(
+            Backend::Nft,
+            &id,
+            &m,
+            "10.77.0.2".parse::<IpAddr>().unwrap(),
+        );
         assert_eq!(rules.len(), 3, "not reachable on 127.0.0.1");
         assert_eq!(rules.iter().filter(|p| p.table == FILTER).count(), 1);
     }

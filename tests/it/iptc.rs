@@ -16,7 +16,7 @@ use natledger::backend::{Backend, Native, Netfilter};
 use natledger::kernel::exec::SystemRunner;
 use natledger::kernel::iptc::entry::{Encoded, Layout, encode};
 use natledger::kernel::iptc::{self, Outcome, Place};
-use natledger::model::family::Family;
+use natledger::model::family::{Family, IfAddr};
 use natledger::model::layout::{
     DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules,
 };
@@ -40,16 +40,26 @@ fn test_family(family: Family) -> TestFamily {
 
 /// natledger's rules for container `id` in `family` and `table`, with their chains.
 fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, Rule)> {
-    let container = match family {
-        Family::Ipv4 => "10.77.0.2".parse().unwrap(),
-        Family::Ipv6 => "fd77::2".parse().unwrap(),
+    // A bare address, and one with its subnet (the hairpin masquerade's shape).
+    let at = |addr: &str, prefix| IfAddr {
+        addr: addr.parse().unwrap(),
+        prefix,
+    };
+    let containers = match family {
+        Family::Ipv4 => [at("10.77.0.2", None), at("10.77.1.3", Some(24))],
+        Family::Ipv6 => [at("fd77::2", None), at("fd77:1::3", Some(64))],
     };
     let id = id.parse().unwrap();
     SPECS
         .iter()
         .map(|s| parse_entry(s).unwrap())
         .filter(|m| m.family().is_none_or(|f| f == family))
-        .flat_map(|m| mapping_rules(natledger::backend::Backend::Legacy, &id, &m, container))
+        .flat_map(|m| {
+            containers
+                .iter()
+                .flat_map(|c| mapping_rules(Backend::Legacy, &id, &m, *c))
+                .collect::<Vec<_>>()
+        })
         .filter(|p| p.table == table)
         .map(|p| (p.chain, p.rule))
         .collect()
@@ -375,7 +385,7 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
             natledger::backend::Backend::Legacy,
             &big,
             &m,
-            "10.77.0.2".parse().unwrap(),
+            "10.77.0.2".parse::<std::net::IpAddr>().unwrap(),
         )
         .into_iter()
         .map(|p| (true, p))
@@ -386,7 +396,7 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
                 natledger::backend::Backend::Legacy,
                 &keep,
                 &m,
-                "10.77.0.3".parse().unwrap(),
+                "10.77.0.3".parse::<std::net::IpAddr>().unwrap(),
             );
             placed.extend(kept.into_iter().map(|p| (false, p)));
         }

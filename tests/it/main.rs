@@ -31,6 +31,7 @@ mod conntrack_kernel;
 mod docs;
 mod doctor;
 mod forward;
+mod hairpin;
 mod harness_smoke;
 mod hook_files;
 mod hooks;

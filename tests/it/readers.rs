@@ -1,6 +1,6 @@
 //! The in-process readers against the real kernel: realistic rulesets of other owners
 //! (Docker 20.10, kube-proxy, CNI portmap, netavark 1.4, hand-written rules, natledger's
-//! own) are loaded with `iptables-legacy-restore` and `iptables-nft-restore` in a private
+//! own, its hairpin masquerade with the conntrack match included) are loaded with `iptables-legacy-restore` and `iptables-nft-restore` in a private
 //! namespace, read back natively chain by chain, and compared token for token with
 //! `*-save` of the same namespace. Deliberately unsupported shapes must come back opaque,
 //! never narrower.
@@ -167,6 +167,7 @@ const V4_NAT: &str = r#"*nat
 -A NATLEDGER-HOSTPORTS -d 10.78.0.1/32 -p udp -m udp --dport 9000:9002 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80-82/9000
 -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT --to-destination 10.77.0.2:80
 -A NATLEDGER-MASQ -s 127.0.0.0/8 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m comment --comment natledger:c1 -j MASQUERADE
+-A NATLEDGER-MASQ -s 10.77.0.0/24 -d 10.77.0.2/32 -p udp -m udp --dport 80:82 -m conntrack --ctstate DNAT --ctproto 17 --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 --ctorigdstport 9000:9002 --ctreplsrcport 80:82 -m comment --comment natledger:c1 -j MASQUERADE
 COMMIT
 "#;
 
@@ -205,6 +206,7 @@ const V6_NAT: &str = r#"*nat
 :DOCKER - [0:0]
 :HAND6 - [0:0]
 :NATLEDGER-HOSTPORTS - [0:0]
+:NATLEDGER-MASQ - [0:0]
 -A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger -j NATLEDGER-HOSTPORTS
 -A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER
 -A PREROUTING -j HAND6
@@ -226,6 +228,7 @@ const V6_NAT: &str = r#"*nat
 -A HAND6 -p tcp -m multiport --dports 80,443 -j DNAT --to-destination [2001:db8::1-2001:db8::3]:8080
 -A HAND6 -m string --algo kmp --string y -j RETURN
 -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment natledger:c1 -j DNAT --to-destination [fd77::2]:80
+-A NATLEDGER-MASQ -s fd77::/64 -d fd77::2/128 -p tcp -m tcp --dport 80 -m conntrack --ctstate DNAT --ctproto 6 --ctreplsrc fd77::2 --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:c1 -j MASQUERADE
 COMMIT
 "#;
 

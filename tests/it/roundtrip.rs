@@ -1,17 +1,25 @@
 //! The rule model against the real backends: a rule rendered by natledger, applied with
 //! `*-restore` (or, on nftables, encoded into natledger's own table), read back with
 //! `*-save` (or decoded from a netlink dump) and parsed, equals the rule written, on every
-//! backend and both families. On nftables its IPv6 filter table is never written and reads as
+//! backend and both families (the hairpin masquerade of a known subnet, with its conntrack
+//! match, included). On nftables its IPv6 filter table is never written and reads as
 //! none.
 
 use crate::common::{Topology, in_netns};
 use natledger::backend::{Backend, Netfilter};
 use natledger::kernel::exec::SystemRunner;
-use natledger::model::family::Family;
+use natledger::model::family::{Family, IfAddr};
 use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
 use natledger::model::portspec::parse_entry;
 use natledger::model::rule::Rule;
 use natledger::model::save::{Batch, Op};
+
+fn at(addr: &str, prefix: Option<u8>) -> IfAddr {
+    IfAddr {
+        addr: addr.parse().unwrap(),
+        prefix,
+    }
+}
 
 #[test]
 fn rendered_rules_read_back_equal() {
@@ -26,9 +34,10 @@ fn rendered_rules_read_back_equal() {
     ];
     for backend in Backend::ALL {
         for family in Family::ALL {
-            let container = match family {
-                Family::Ipv4 => "10.77.0.2".parse().unwrap(),
-                Family::Ipv6 => "fd77::2".parse().unwrap(),
+            // A bare address, and one with its subnet (the hairpin masquerade's shape).
+            let containers = match family {
+                Family::Ipv4 => [at("10.77.0.2", None), at("10.77.1.3", Some(24))],
+                Family::Ipv6 => [at("fd77::2", None), at("fd77:1::3", Some(64))],
             };
             for table in TABLES {
                 let mut written: Vec<(String, Rule)> = shared_rules(backend, table, family)
@@ -45,12 +54,14 @@ fn rendered_rules_read_back_equal() {
                     if backend == Backend::Nftables && shifted {
                         continue;
                     }
-                    written.extend(
-                        mapping_rules(backend, &id, &m, container)
-                            .into_iter()
-                            .filter(|p| p.table == table)
-                            .map(|p| (p.chain.to_string(), p.rule)),
-                    );
+                    for container in containers {
+                        written.extend(
+                            mapping_rules(backend, &id, &m, container)
+                                .into_iter()
+                                .filter(|p| p.table == table)
+                                .map(|p| (p.chain.to_string(), p.rule)),
+                        );
+                    }
                 }
                 let mut batch = Batch::new(table);
                 for chain in owned_chains(backend, table, family) {

@@ -17,9 +17,9 @@ pub mod spec;
 mod tests;
 pub mod validate;
 
+use crate::model::family::IfAddr;
 use std::ffi::OsString;
 use std::io::Read;
-use std::net::IpAddr;
 
 use serde_json::Value;
 
@@ -52,8 +52,9 @@ impl Request {
         self.env.attachment.as_ref()
     }
 
-    /// The container's addresses, one per family, from `prevResult`; none without one.
-    pub fn container_addresses(&self) -> Result<Vec<IpAddr>, CniError> {
+    /// The container's addresses, one per family, with their prefixes, from `prevResult`;
+    /// none without one.
+    pub fn container_addresses(&self) -> Result<Vec<IfAddr>, CniError> {
         match (&self.conf.prev_result, self.attachment()) {
             (Some(prev), Some(att)) => result::container_addresses(prev, &att.ifname),
             _ => Ok(Vec::new()),

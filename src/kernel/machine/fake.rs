@@ -6,13 +6,14 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::io::ErrorKind;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use super::{Host, Process};
 use crate::kernel::host::Listener;
 use crate::kernel::netns::NetnsError;
 use crate::kernel::netns_id::{NetnsId, proc_netns};
+use crate::model::family::IfAddr;
 
 /// The boot id of a fresh [`FakeHost`].
 pub(crate) const BOOT_ID: &str = "fake-boot";
@@ -30,7 +31,7 @@ pub(crate) struct FakeHost {
     pub(crate) processes: RefCell<HashMap<i32, Process>>,
     /// Namespace paths (`/proc/PID/ns/net` included) and what reading them gives.
     pub(crate) namespaces: RefCell<HashMap<PathBuf, Result<NetnsId, ErrorKind>>>,
-    pub(crate) addresses: RefCell<HashMap<i32, Vec<IpAddr>>>,
+    pub(crate) addresses: RefCell<HashMap<i32, Vec<IfAddr>>>,
     pub(crate) listeners: RefCell<Vec<Listener>>,
     pub(crate) procfs_readable: bool,
     /// The destinations `route_localnet` was asked for.
@@ -123,7 +124,7 @@ impl Host for FakeHost {
         }
     }
 
-    fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
+    fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError> {
         Ok(self
             .addresses
             .borrow()

@@ -11,12 +11,13 @@ pub(crate) mod fake;
 
 pub use real::Machine;
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::Path;
 
 use crate::kernel::host::Listener;
 use crate::kernel::netns::NetnsError;
 use crate::kernel::netns_id::{NetnsId, proc_netns};
+use crate::model::family::IfAddr;
 
 /// What `/proc` shows of one process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,8 +61,8 @@ pub trait Host {
     fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId>;
 
     /// The global unicast addresses inside the network namespace of `pid`, in interface
-    /// order.
-    fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError>;
+    /// order, with their interfaces' prefix lengths.
+    fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError>;
 
     /// The listening sockets `keep` selects, with their owners
     /// ([`crate::kernel::host::listeners_where`]).

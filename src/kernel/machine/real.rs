@@ -1,6 +1,6 @@
 //! [`Machine`]: the host seam read from this machine.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::Ipv4Addr;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -12,6 +12,7 @@ use crate::kernel::host::{self, Listener, Roots};
 use crate::kernel::netns::{self, NetnsError};
 use crate::kernel::netns_id::NetnsId;
 use crate::kernel::procfs;
+use crate::model::family::IfAddr;
 
 /// This machine, as seen from the calling thread.
 #[derive(Clone, Copy, Debug, Default)]
@@ -47,7 +48,7 @@ impl Host for Machine {
         NetnsId::at(path)
     }
 
-    fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
+    fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError> {
         netns::container_addresses(pid)
     }
 

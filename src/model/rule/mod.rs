@@ -56,7 +56,8 @@ pub struct Rule {
     pub dports: Option<PortRange>,
     /// `-m addrtype --dst-type LOCAL`
     pub dst_local: bool,
-    /// `-m conntrack …`.
+    /// `-m conntrack --ctstate DNAT …`: the forward accept's only condition, and the hairpin
+    /// masquerade's beside `-p` and `--dport`.
     pub dnatted: Option<Dnatted>,
     /// `-m conntrack ! --ctstate DNAT`: a packet of a flow no DNAT rewrote (any packet of it,
     /// an ICMP error about it, an invalid or untracked one). Never together with
@@ -310,10 +311,6 @@ impl Rule {
                 "two conntrack matches natledger does not write together".into(),
             ));
         }
-        if rule.dnatted.is_some() && rule.protocol.is_some() {
-            // natledger's accept names its protocol in the conntrack match only.
-            return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));
-        }
         rule.target = match (jump.as_deref(), to_destination) {
             (Some("MASQUERADE"), None) => Target::Masquerade,
             (Some("ACCEPT"), None) => Target::Accept,
@@ -326,6 +323,11 @@ impl Rule {
             (Some(other), _) => return Err(RuleParseError::Unsupported(format!("-j {other}"))),
             (None, _) => return Err(RuleParseError::NoTarget),
         };
+        if rule.dnatted.is_some() && rule.protocol.is_some() && rule.target != Target::Masquerade {
+            // natledger's accept names its protocol in the conntrack match only; the
+            // hairpin masquerade has both (`layout::mapping_rules`).
+            return Err(RuleParseError::Unsupported("-p with -m conntrack".into()));
+        }
         Ok(rule)
     }
 }

@@ -265,3 +265,25 @@ fn the_untracked_guard_round_trips_and_stands_alone() {
         assert!(Rule::parse_args(&tokens).is_err(), "{both}");
     }
 }
+
+/// The hairpin masquerade for a known subnet: `-p`/`--dport` and the conntrack match
+/// together, as iptables-legacy-save and iptables-nft-save 1.8.9 print it; only a
+/// MASQUERADE has both.
+#[test]
+fn the_subnet_masquerade_round_trips() {
+    let line = "-s 10.77.0.0/24 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m conntrack --ctstate DNAT \
+                --ctproto 6 --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 --ctorigdstport 8080 \
+                --ctreplsrcport 80 -m comment --comment natledger:x -j MASQUERADE";
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let rule = Rule::parse_args(&tokens).unwrap();
+    assert_eq!(rule.source, Some("10.77.0.0/24".parse().unwrap()));
+    assert_eq!(rule.protocol, Some(Protocol::Tcp));
+    assert_eq!(
+        rule.dnatted.unwrap().orig_dst_ports,
+        PortRange::single(8080)
+    );
+    assert_eq!(rule.to_args().join(" "), line);
+    let accept = line.replace("MASQUERADE", "ACCEPT");
+    let tokens: Vec<&str> = accept.split_whitespace().collect();
+    assert!(Rule::parse_args(&tokens).is_err(), "{accept}");
+}

@@ -2,10 +2,8 @@
 //! written: the mappings merged as this backend writes ranges, then counted, and the rules
 //! they need counted.
 
-use std::net::IpAddr;
-
 use crate::backend::Backend;
-use crate::model::family::Family;
+use crate::model::family::{Family, IfAddr};
 use crate::model::layout::mapping_rules;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
@@ -46,9 +44,9 @@ pub(super) fn check_rules(
     backend: Backend,
     id: &ContainerId,
     mappings: &[PortMapping],
-    addresses: &[IpAddr],
+    addresses: &[IfAddr],
 ) -> Result<(), Error> {
-    let address_of = |family: Family| addresses.iter().copied().find(|a| Family::of(*a) == family);
+    let address_of = |family: Family| addresses.iter().copied().find(|a| a.family() == family);
     let rules: usize = mappings
         .iter()
         .map(|m| {

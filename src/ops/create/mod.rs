@@ -10,7 +10,7 @@ use crate::kernel::host::{self, Listener};
 use crate::kernel::netns::is_global_unicast;
 use crate::kernel::netns_id::NetnsId;
 use crate::model::echo::Echo;
-use crate::model::family::Family;
+use crate::model::family::{Family, IfAddr};
 use crate::model::layout::mapping_rules;
 use crate::model::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
 use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
@@ -93,9 +93,9 @@ pub struct Creating<'a> {
     pub pid: Option<i32>,
     pub bundle: Option<PathBuf>,
     pub mappings: Vec<PortMapping>,
-    /// The container's addresses (read before the lock, and again under it when a create
-    /// that shares nothing had none).
-    pub addresses: &'a dyn Fn() -> Result<Vec<IpAddr>, Error>,
+    /// The container's addresses, with their subnets' prefixes where known (read before the
+    /// lock, and again under it when a create that shares nothing had none).
+    pub addresses: &'a dyn Fn() -> Result<Vec<IfAddr>, Error>,
     /// Refuse the start over another owner's forward or a listener, instead of warning.
     pub refuse_conflicts: bool,
     pub pod: Option<String>,
@@ -146,7 +146,8 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         pid_namespace: input.pid.and_then(|_| ctx.host.pid_namespace()),
         phase: Phase::Installing,
         mappings,
-        addresses,
+        // Recorded bare; their prefixes live in the hairpin rules.
+        addresses: addresses.iter().map(|a| a.addr).collect(),
         rules: Vec::new(),
         netns: input.netns,
         pod: input.pod.clone(),
@@ -159,7 +160,11 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     // transactions, and the netlink socket is released.
     let cache = ctx.ledger.file(forwards::CACHE_FILE);
     let mut after = AfterWrites::default();
-    let result = install_locked(ctx, &locked, input, manifest, &keepers, &cache, &mut after);
+    let draft = Draft {
+        manifest,
+        addresses,
+    };
+    let result = install_locked(ctx, &locked, input, draft, &keepers, &cache, &mut after);
     flows::forget(ctx, &after.stale_flows);
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
@@ -177,6 +182,12 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     Ok(Created::Installed {
         rules: manifest.rules.len(),
     })
+}
+
+/// The manifest drafted before the lock, and the addresses it records bare, with prefixes.
+struct Draft {
+    manifest: Manifest,
+    addresses: Vec<IfAddr>,
 }
 
 /// What the way out of [`create_runtime`] settles, gathered on the way in.
@@ -197,19 +208,21 @@ fn install_locked(
     ctx: &Context,
     locked: &Locked,
     input: &Creating,
-    mut manifest: Manifest,
+    draft: Draft,
     keepers: &[(Listener, PortMapping)],
     cache: &std::path::Path,
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
+    let (mut manifest, mut addresses) = (draft.manifest, draft.addresses);
     let mut claims = judge_claims(ctx, input, &manifest)?;
     // What is left of a range split around shared ports, merged again where consecutive.
     manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
     manifest.shares = std::mem::take(&mut claims.shared);
-    if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
-        manifest.addresses = (input.addresses)()?;
+    if addresses.is_empty() && !manifest.mappings.is_empty() {
+        addresses = (input.addresses)()?;
+        manifest.addresses = addresses.iter().map(|a| a.addr).collect();
     }
-    manifest.rules = plan(ctx, input, &manifest.mappings, &manifest.addresses)?;
+    manifest.rules = plan(ctx, input, &manifest.mappings, &addresses)?;
     if manifest.rules.len() > MAX_RULES {
         // Addresses read only now (above): still nothing written.
         let bound = Bound::Rules {
@@ -327,8 +340,9 @@ fn install_locked(
     Ok(manifest)
 }
 
-/// `io.natledger.ip`, or the addresses found inside the container's network namespace.
-fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IpAddr>, Error> {
+/// `io.natledger.ip` (bare addresses: no subnet), or the addresses found inside the
+/// container's network namespace, with their interfaces' prefixes.
+fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IfAddr>, Error> {
     if let Some(value) = input.annotations.get(IP_ANNOTATION) {
         let bad = |reason: String| Error::BadIpAnnotation {
             value: Echo::from(value.as_str()),
@@ -345,7 +359,7 @@ fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IpAddr>, 
         if let Some(ip) = addrs.iter().find(|ip| !is_global_unicast(**ip)) {
             return Err(bad(format!("{ip} is not a global unicast address")));
         }
-        return Ok(addrs);
+        return Ok(addrs.into_iter().map(IfAddr::from).collect());
     }
     let pid = input.pid.ok_or_else(|| Error::NoPid(input.id.clone()))?;
     let addrs = ctx.host.container_addresses(pid)?;
@@ -359,14 +373,14 @@ fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IpAddr>, 
 }
 
 /// The records of every rule to write, for every mapping, each towards the container's first
-/// address of the family, in the backend new rules go to.
+/// address of the family (its subnet's hairpin with it), in the backend new rules go to.
 fn plan(
     ctx: &Context,
     input: &Creating,
     mappings: &[PortMapping],
-    addresses: &[IpAddr],
+    addresses: &[IfAddr],
 ) -> Result<Vec<RuleRecord>, Error> {
-    let address_of = |family: Family| addresses.iter().copied().find(|a| Family::of(*a) == family);
+    let address_of = |family: Family| addresses.iter().copied().find(|a| a.family() == family);
     let mut placed = Vec::new();
     for mapping in mappings {
         let families: Vec<Family> = match mapping.family() {
@@ -375,7 +389,7 @@ fn plan(
                     return Err(Error::FamilyMismatch {
                         mapping: mapping.clone(),
                         family,
-                        have: addresses.to_vec(),
+                        have: addresses.iter().map(|a| a.addr).collect(),
                     });
                 }
                 vec![family]

@@ -80,12 +80,31 @@ fn addresses_come_from_the_containers_namespace() {
     assert!(matches!(err, Error::NoAddress { pid: PID, .. }), "{err}");
     assert!(script.calls.borrow().is_empty());
 
-    host.addresses.borrow_mut().insert(PID, found.clone());
+    let with_prefixes = vec![
+        IfAddr {
+            addr: found[0],
+            prefix: Some(24),
+        },
+        IfAddr {
+            addr: found[1],
+            prefix: Some(64),
+        },
+    ];
+    host.addresses.borrow_mut().insert(PID, with_prefixes);
     let script = Script::new(vec![ok(""), ok("")]);
     let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
     create_runtime(&ctx, &plain).unwrap();
     let m = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(m.addresses, found);
+    // The subnets are in the hairpin masquerades (the manifest's addresses stay bare).
+    let sources: Vec<String> = m
+        .rules
+        .iter()
+        .filter(|r| r.chain == "NATLEDGER-MASQ")
+        .filter_map(|r| Some(r.rule()?.source?.to_string()))
+        .collect();
+    assert!(sources.contains(&"10.77.0.0/24".to_string()), "{sources:?}");
+    assert!(sources.contains(&"fd77::/64".to_string()), "{sources:?}");
 }
 
 /// A process listening on a mapped port loses its connections: a warning, or with

@@ -92,7 +92,11 @@ mod tests {
 
     /// A CNI attachment of this process's network namespace holding 8080:80, as ADD makes it.
     fn add_attachment(ctx: &Context) -> Created {
-        let addresses = || Ok(vec!["10.77.0.2".parse().unwrap()]);
+        let addresses = || {
+            Ok(vec![
+                "10.77.0.2".parse::<std::net::IpAddr>().unwrap().into(),
+            ])
+        };
         let path = std::path::PathBuf::from(NETNS_PATH);
         create(
             ctx,

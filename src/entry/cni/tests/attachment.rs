@@ -9,11 +9,23 @@ use super::super::*;
 use super::{ID, config_0_3_1, prev_result};
 
 fn addresses(prev: Value, ifname: &str) -> Vec<IpAddr> {
-    result::container_addresses(&prev, ifname).unwrap()
+    let found = result::container_addresses(&prev, ifname).unwrap();
+    found.into_iter().map(|a| a.addr).collect()
 }
 
 fn ips(list: &[&str]) -> Vec<IpAddr> {
     list.iter().map(|a| a.parse().unwrap()).collect()
+}
+
+/// The prefix goes with the address: the hairpin masquerade's subnet (`IfAddr::subnet`).
+#[test]
+fn container_addresses_keep_their_prefixes() {
+    let found = result::container_addresses(&prev_result(), "eth0").unwrap();
+    let subnets: Vec<String> = found
+        .iter()
+        .map(|a| a.subnet().unwrap().to_string())
+        .collect();
+    assert_eq!(subnets, ["10.88.0.0/16", "fd00::/64"]);
 }
 
 #[test]

@@ -53,6 +53,20 @@ fn every_rule_shape_round_trips() {
             "-m conntrack --ctstate DNAT --ctproto 132 --ctreplsrc fd77::2 --ctorigdstport 8080 \
              --ctreplsrcport 80 -m comment --comment natledger:c1 -j ACCEPT",
         ),
+        // The hairpin masquerade of a known subnet: a network source, the protocol and port
+        // matches and the conntrack match in one entry.
+        (
+            Family::Ipv4,
+            "-s 10.77.0.0/24 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m conntrack --ctstate \
+             DNAT --ctproto 6 --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 --ctorigdstport 8080 \
+             --ctreplsrcport 80 -m comment --comment natledger:c1 -j MASQUERADE",
+        ),
+        (
+            Family::Ipv6,
+            "-s fd77::/64 -d fd77::2/128 -p udp -m udp --dport 80:82 -m conntrack --ctstate \
+             DNAT --ctproto 17 --ctreplsrc fd77::2 --ctorigdstport 9000:9002 \
+             --ctreplsrcport 80:82 -m comment --comment natledger:c1 -j MASQUERADE",
+        ),
     ] {
         let r = rule(args);
         let Some(Encoded::Entry(e)) = encode(&r, family) else {

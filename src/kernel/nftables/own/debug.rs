@@ -83,7 +83,7 @@ fn line(expr: &Expr) -> String {
             ];
             format!("meta load {} => reg {dreg}", name(&names, *key))
         }
-        Expr::Ct { key, dreg } => {
+        Expr::Ct { key, dreg, dir } => {
             let names = [
                 "state",
                 "direction",
@@ -91,8 +91,30 @@ fn line(expr: &Expr) -> String {
                 "mark",
                 "secmark",
                 "expiration",
+                "helper",
+                "l3protocol",
+                "src",
+                "dst",
+                "protocol",
+                "proto_src",
+                "proto_dst",
+                "label",
+                "packets",
+                "bytes",
+                "avgpkt",
+                "zone",
+                "event",
+                "src_ip",
+                "dst_ip",
+                "src_ip6",
+                "dst_ip6",
             ];
-            format!("ct load {} => reg {dreg}", name(&names, *key))
+            let dir = match dir {
+                None => "",
+                Some(0) => " , dir original",
+                Some(_) => " , dir reply",
+            };
+            format!("ct load {} => reg {dreg}{dir}", name(&names, *key))
         }
         Expr::Fib {
             flags,

@@ -11,6 +11,7 @@
 //! | `dst_local` | `fib daddr type local` | `fib` flags daddr, result type; `cmp eq` RTN_LOCAL (host order) |
 //! | `not_dnatted` | `ct status & dnat == 0` (printed `ct status ! dnat`) | `ct status`, `bitwise & 0x20 ^ 0` (with an explicit op), `cmp eq 0` |
 //! | `untracked` | `ct state invalid,untracked` | `ct state`, `bitwise & 0x41 ^ 0` (no op attribute), `cmp neq 0` |
+//! | `dnatted` (a `Masquerade` only) | `ct status dnat ct original protocol tcp [ct original ip daddr H] ct reply ip saddr A ct original proto-dst 8080 ct reply proto-src 80` | `ct status`, `bitwise & 0x20 ^ 0` (no op), `cmp neq 0`; then per key `ct` with its direction (protocol, dst_ip/dst_ip6 original; src_ip/src_ip6 reply; proto_dst original; proto_src reply) and `cmp eq` (1 byte, the address, 2 bytes), or `cmp gte` + `cmp lte` for a port range |
 //! | `Jump`, `Accept`, `Drop` | `jump X`, `accept`, `drop` | `immediate` reg 0 verdict |
 //! | `Masquerade` | `masquerade` | `masq`, no attributes |
 //! | `Dnat` | `dnat to 10.1.0.2:80` | `immediate` reg 1 address, `immediate` reg 2 port (2 bytes), `nat dnat` family, addr_min 1, proto_min 2, flags 0x2 (PROTO_SPECIFIED) |
@@ -20,7 +21,8 @@
 //! no base port (net/netfilter/nft_nat.c: its attributes are type, family, address and port
 //! registers and flags; `nf_nat_range2.base_proto` stays zeroed, so even the
 //! `NF_NAT_RANGE_PROTO_OFFSET` flag it accepts offsets from port 0, not from the first host
-//! port). natledger's forward accept (`dnatted`) is not written by the nftables backend.
+//! port). natledger's forward accept (`dnatted` with ACCEPT) is not written by the nftables
+//! backend; its hairpin masquerade's conntrack match is.
 //!
 //! # Decoding
 //! [`decode`] reads what natledger sent and what the kernel dumps back, which differ only
@@ -68,7 +70,7 @@ const IFNAMSIZ: usize = 16;
 pub enum EncodeError {
     #[error(
         "the forwarded-connection accept (conntrack DNAT match) is not written by the nftables \
-         backend, which has no filter rules"
+         backend, which has no filter rules; only a masquerade has the match there"
     )]
     Dnatted,
     #[error("{what} {addr} is not an {family} address, but the rule is for the {family} table")]
@@ -170,7 +172,11 @@ pub fn comment_udata(comment: &str) -> Vec<u8> {
 /// A test of conntrack bits as nft writes it: `ct KEY`, `bitwise & MASK ^ 0` (with `op` when
 /// nft sends one), `cmp OP 0`.
 fn ct_bits(out: &mut Vec<Expr>, key: u32, mask: u32, op: Option<u32>, cmp_op: u32) {
-    out.push(Expr::Ct { key, dreg: REG_1 });
+    out.push(Expr::Ct {
+        key,
+        dreg: REG_1,
+        dir: None,
+    });
     out.push(Expr::Bitwise {
         sreg: REG_1,
         dreg: REG_1,
@@ -206,12 +212,7 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
             out.push(cmp(EQ, vec![protocol.number()]));
             if let Some(ports) = ports {
                 out.push(payload(TRANSPORT, 2, 2));
-                if ports.is_single() {
-                    out.push(cmp(EQ, ports.start.to_be_bytes().to_vec()));
-                } else {
-                    out.push(cmp(GTE, ports.start.to_be_bytes().to_vec()));
-                    out.push(cmp(LTE, ports.end.to_be_bytes().to_vec()));
-                }
+                port_cmp(&mut out, ports);
             }
         }
         (None, Some(ports)) => {
@@ -229,8 +230,11 @@ pub(super) fn exprs(family: Family, rule: &Rule) -> Result<Vec<Expr>, EncodeErro
         });
         out.push(cmp(EQ, RTN_LOCAL.to_ne_bytes().to_vec()));
     }
-    if rule.dnatted.is_some() {
-        return Err(EncodeError::Dnatted);
+    if let Some(ct) = &rule.dnatted {
+        if rule.target != Target::Masquerade {
+            return Err(EncodeError::Dnatted);
+        }
+        ct::dnatted(&mut out, family, ct)?;
     }
     if rule.not_dnatted {
         // `ct status & dnat == 0`: nft writes this `&` with an explicit op.
@@ -285,6 +289,16 @@ fn address(
         out.push(cmp(EQ, addr));
     }
     Ok(())
+}
+
+/// `cmp eq` a port, or `cmp gte` + `cmp lte` a range.
+fn port_cmp(out: &mut Vec<Expr>, ports: PortRange) {
+    if ports.is_single() {
+        out.push(cmp(EQ, ports.start.to_be_bytes().to_vec()));
+    } else {
+        out.push(cmp(GTE, ports.start.to_be_bytes().to_vec()));
+        out.push(cmp(LTE, ports.end.to_be_bytes().to_vec()));
+    }
 }
 
 /// `dnat to ADDR:PORT`, or `dnat to ADDR` for a range mapped to the same ports.
@@ -413,7 +427,7 @@ fn normal(expr: Expr) -> Expr {
                 flags: (flags != 0).then_some(flags),
             }
         }
-        other => other,
+        other => ct::normal(other),
     }
 }
 
@@ -424,6 +438,7 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
     let (saddr, daddr) = family.header_addresses();
     let mut target = None;
     let (mut nat_addr, mut nat_port) = (None, None);
+    let mut ct = ct::Parts::default();
     let mut it = exprs.iter().peekable();
     while let Some(expr) = it.next() {
         match expr {
@@ -454,29 +469,27 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
                 rule.protocol = Some(Protocol::from_number(*next_cmp(&mut it)?.first()?)?);
             }
             Expr::Payload { base, .. } if *base == TRANSPORT => {
-                let start = be16(&next_cmp(&mut it)?)?;
-                let end = match it.peek() {
-                    Some(Expr::Cmp { data, .. }) => {
-                        it.next();
-                        be16(data)?
-                    }
-                    _ => start,
-                };
-                rule.dports = Some(PortRange { start, end });
+                rule.dports = Some(next_ports(&mut it)?);
             }
             Expr::Fib { .. } => {
                 next_cmp(&mut it)?;
                 rule.dst_local = true;
             }
-            Expr::Ct { key, .. } => {
+            Expr::Ct { key, dir: None, .. } if *key != ct::PROTOCOL => {
                 it.next();
+                let op = match it.peek() {
+                    Some(Expr::Cmp { op, .. }) => *op,
+                    _ => return None,
+                };
                 next_cmp(&mut it)?;
-                match *key {
-                    CT_STATUS => rule.not_dnatted = true,
-                    CT_STATE => rule.untracked = true,
+                match (*key, op) {
+                    (CT_STATUS, EQ) => rule.not_dnatted = true,
+                    (CT_STATUS, _) => ct.state = true,
+                    (CT_STATE, _) => rule.untracked = true,
                     _ => return None,
                 }
             }
+            Expr::Ct { key, dir, .. } => ct.read(family, *key, *dir, &mut it)?,
             Expr::Immediate {
                 data: Data::Verdict { code, chain },
                 ..
@@ -509,7 +522,21 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
         }
     }
     rule.target = target?;
+    rule.dnatted = ct.finish()?;
     Some(rule)
+}
+
+/// A port (`cmp eq`) or a range (`cmp gte`, `cmp lte`) compared next.
+fn next_ports(it: &mut std::iter::Peekable<std::slice::Iter<'_, Expr>>) -> Option<PortRange> {
+    let start = be16(&next_cmp(it)?)?;
+    let end = match it.peek() {
+        Some(Expr::Cmp { data, .. }) => {
+            it.next();
+            be16(data)?
+        }
+        _ => start,
+    };
+    Some(PortRange { start, end })
 }
 
 /// The value of the `cmp` that comes next.
@@ -550,6 +577,7 @@ fn be16(d: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(d.try_into().ok()?))
 }
 
+mod ct;
 mod wire;
 
 use wire::put;
@@ -558,6 +586,9 @@ pub(super) use wire::{Data, Expr, parse_list};
 #[cfg(test)]
 #[path = "expr_pins.rs"]
 mod pins;
+#[cfg(test)]
+#[path = "expr_pins_ct.rs"]
+mod pins_ct;
 #[cfg(test)]
 #[path = "expr_tests.rs"]
 mod tests;

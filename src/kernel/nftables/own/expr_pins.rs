@@ -39,7 +39,7 @@ fn lines(captured: &str) -> String {
 }
 
 /// `rule` encodes to `captured` and decodes back (comment aside).
-fn pin(family: Family, rule: &Rule, nft: &str, captured: &str) {
+pub(super) fn pin(family: Family, rule: &Rule, nft: &str, captured: &str) {
     let list = encoded(family, rule);
     assert_eq!(debug_text(family, &list), lines(captured), "{nft}");
     let mut bare = rule.clone();
@@ -180,7 +180,7 @@ fn the_mapping_rules_encode_as_nft_does() {
             crate::model::backend_name::Backend::Legacy,
             &id,
             &parse_entry(entry).unwrap(),
-            container.parse().unwrap(),
+            container.parse::<std::net::IpAddr>().unwrap(),
         )
     };
     // One port, IPv4: the forward accept, DNAT, hairpin and loopback masquerades.

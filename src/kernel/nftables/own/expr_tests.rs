@@ -24,7 +24,7 @@ fn what_nf_tables_cannot_say_is_an_error_naming_it() {
         crate::model::backend_name::Backend::Legacy,
         &id,
         &parse_entry("8000-8010:9000-9010").unwrap(),
-        "10.77.0.2".parse().unwrap(),
+        "10.77.0.2".parse::<std::net::IpAddr>().unwrap(),
     );
     let err = encode(&mut Vec::new(), V4, &shifted[1].rule).unwrap_err();
     assert_eq!(

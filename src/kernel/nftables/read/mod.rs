@@ -450,6 +450,56 @@ mod tests {
         assert_eq!(decode(&two, None), "! -p udp -m nft:cmp --natledger-opaque");
     }
 
+    /// natledger's hairpin masquerade of a subnet as iptables-nft 1.8.9 writes it (`nft
+    /// --debug=netlink list ruleset`): native header and port compares, then compat
+    /// `conntrack` and `comment` matches and the `MASQUERADE` target, whose info is the
+    /// legacy entry's (taken from natledger's own encoder). Read back, it parses to the rule.
+    #[test]
+    fn the_hairpin_masquerade_reads_back_as_written() {
+        use crate::kernel::iptc::entry::{Encoded, Layout, encode, xt_at};
+        use crate::model::rule::Rule;
+        let args = "-s 10.77.0.0/24 -d 10.77.0.2/32 -p tcp -m tcp --dport 80 -m conntrack \
+                    --ctstate DNAT --ctproto 6 --ctorigdst 10.78.0.1 --ctreplsrc 10.77.0.2 \
+                    --ctorigdstport 8080 --ctreplsrcport 80 -m comment --comment natledger:x \
+                    -j MASQUERADE";
+        let tokens: Vec<&str> = args.split_whitespace().collect();
+        let rule = Rule::parse_args(&tokens).unwrap();
+        let Some(Encoded::Entry(entry)) = encode(&rule, Family::Ipv4) else {
+            panic!("not encoded");
+        };
+        let layout = Layout::of(Family::Ipv4);
+        let compat = |kind: &str, at: usize| {
+            let (xt, size) = xt_at(&entry, at).unwrap();
+            let mut d = Vec::new();
+            netlink::put_str(&mut d, 1, xt.name);
+            d.extend(u32s(&[(2, u32::from(xt.revision))]));
+            netlink::put_attr(&mut d, 3, xt.data);
+            (expr(kind, d), at + size)
+        };
+        // The entry's matches after tcp: conntrack, comment; then the target.
+        let (_, at) = xt_at(&entry, layout.entry_size).unwrap();
+        let (conntrack, at) = compat("match", layout.entry_size + at);
+        let (comment, _) = compat("match", at);
+        let (masquerade, _) = compat("target", layout.target_offset(&entry));
+        let written = [
+            meta(META_L4PROTO),
+            cmp(EQ, &[TCP as u8]),
+            payload(NETWORK, 12, 3),
+            cmp(EQ, &[10, 77, 0]),
+            payload(NETWORK, 16, 4),
+            cmp(EQ, &[10, 77, 0, 2]),
+            payload(TRANSPORT, 2, 2),
+            cmp(EQ, &80u16.to_be_bytes()),
+            conntrack,
+            comment,
+            expr("counter", Vec::new()),
+            masquerade,
+        ];
+        let read = decode(&written, None);
+        let tokens: Vec<&str> = read.split_whitespace().collect();
+        assert_eq!(Rule::parse_args(&tokens).unwrap(), rule, "{read}");
+    }
+
     #[test]
     fn an_unknown_expression_forgets_what_the_registers_held() {
         // The destination address loaded, then overwritten by an expression not understood

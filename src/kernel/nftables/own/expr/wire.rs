@@ -35,9 +35,12 @@ pub(in crate::kernel::nftables) enum Expr {
         key: u32,
         dreg: u32,
     },
+    /// `dir`: the tuple (0 original, 1 reply) of a key that has one, as nft writes
+    /// `ct original …`/`ct reply …`.
     Ct {
         key: u32,
         dreg: u32,
+        dir: Option<u8>,
     },
     Fib {
         flags: u32,
@@ -126,7 +129,13 @@ pub(super) fn put(buf: &mut Vec<u8>, expr: &Expr) {
             value(buf, 4, mask);
             value(buf, 5, xor);
         }
-        Expr::Meta { key, dreg } | Expr::Ct { key, dreg } => u32s(buf, &[(2, *key), (1, *dreg)]),
+        Expr::Meta { key, dreg } => u32s(buf, &[(2, *key), (1, *dreg)]),
+        Expr::Ct { key, dreg, dir } => {
+            u32s(buf, &[(2, *key), (1, *dreg)]);
+            if let Some(dir) = dir {
+                netlink::put_attr(buf, 3, &[*dir]);
+            }
+        }
         Expr::Fib {
             flags,
             result,
@@ -268,9 +277,14 @@ fn parse_data(name: &str, data: &[u8]) -> Option<Expr> {
             key: u32_of(2)?,
             dreg: u32_of(1)?,
         },
-        "ct" if known(&[1, 2]) => Expr::Ct {
+        "ct" if known(&[1, 2, 3]) => Expr::Ct {
             key: u32_of(2)?,
             dreg: u32_of(1)?,
+            dir: match get(3) {
+                None => None,
+                Some(&[dir]) => Some(dir),
+                Some(_) => return None,
+            },
         },
         "fib" if known(&[1, 2, 3]) => Expr::Fib {
             flags: u32_of(3)?,
