@@ -24,17 +24,22 @@ use super::{Context, Error, flows};
 use crate::kernel::conntrack::Flows;
 
 mod checks;
+mod held;
 mod install;
 mod limits;
 mod share;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_held;
+#[cfg(test)]
 mod tests_host;
 #[cfg(test)]
 mod tests_share;
 
 use checks::*;
+pub use held::Held;
+use held::Stacked;
 use install::*;
 
 /// What create-runtime did.
@@ -78,6 +83,9 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         mappings,
         addresses: &lookup,
         refuse_conflicts: refuse_conflicts(ctx, input),
+        // Docker, podman and the Kubernetes scheduler refuse a second holder themselves:
+        // their users expect the start to fail (`held`).
+        held: Held::Refuse,
         pod: sharing::pod_of(&input.annotations),
         netns: ctx.host.netns_of_pid(pid),
         cni: None,
@@ -98,6 +106,9 @@ pub struct Creating<'a> {
     pub addresses: &'a dyn Fn() -> Result<Vec<IpAddr>, Error>,
     /// Refuse the start over another owner's forward or a listener, instead of warning.
     pub refuse_conflicts: bool,
+    /// A host port a live container in another network namespace holds: stacked on, or
+    /// refused.
+    pub held: Held,
     pub pod: Option<String>,
     /// The network namespace the container is in.
     pub netns: Option<NetnsId>,
@@ -164,6 +175,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
+    held::log_stacked(&manifest.container_id, &after.stacked);
     allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
@@ -187,6 +199,8 @@ struct AfterWrites {
     stale_flows: Vec<Flows>,
     /// The iptables-nft generation before natledger wrote.
     generation: Option<forwards::Before>,
+    /// The live holders this container's rules go in front of.
+    stacked: Vec<Stacked>,
 }
 
 /// create-runtime under the lock: the claims (dead holders, live ones, rules shared in one
@@ -206,6 +220,7 @@ fn install_locked(
     // What is left of a range split around shared ports, merged again where consecutive.
     manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
     manifest.shares = std::mem::take(&mut claims.shared);
+    after.stacked = std::mem::take(&mut claims.stacked);
     if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
         manifest.addresses = (input.addresses)()?;
     }
@@ -262,7 +277,7 @@ fn install_locked(
 
     // The holders learn of this sharer before its manifest says it shares: a crash between
     // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
-    store_holders(locked, input, &claims.holders)?;
+    share::store_holders(locked, input, &claims.holders)?;
     locked.store(&manifest)?;
     if adopted {
         return Ok(manifest);
@@ -438,17 +453,6 @@ fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
     }
 }
 
-/// Record this container in the `shared_by` of each holder whose rules it shares.
-fn store_holders(locked: &Locked, input: &Creating, holders: &[Manifest]) -> Result<(), Error> {
-    for holder in holders {
-        let mut holder = holder.clone();
-        holder.shared_by.retain(|id| *id != input.id);
-        holder.shared_by.push(input.id.clone());
-        locked.store(&holder)?;
-    }
-    Ok(())
-}
-
 /// The host-port claims other manifests make on this container's mappings.
 struct Claims {
     /// Manifests whose rules go first, and why: holders of a clashing port whose container
@@ -464,12 +468,15 @@ struct Claims {
     /// This container's earlier manifest, when live containers of its namespace share its
     /// rules (also in `dead`, unless its rules can be taken over as they are).
     restarted: Option<Manifest>,
+    /// Live holders in other network namespaces whose ports this container takes over
+    /// ([`Held::Stack`]).
+    stacked: Vec<Stacked>,
 }
 
 /// Judge host-port claims, changing nothing: a live holder of the same address, port and
-/// protocol refuses the start, unless this container is in the holder's network namespace
-/// (`crate::state::sharing`) and asks for ports the holder forwards the same way, which it then
-/// shares port by port (`share::split_shared`: a range is cut around them); a holder whose
+/// protocol in another network namespace is stacked on or refuses the start ([`Held`]); a
+/// container in the holder's network namespace (`crate::state::sharing`) asking for ports the
+/// holder forwards the same way shares them port by port (`share::split_shared`: a range is cut around them); a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
 /// container id (a retried create) is replaced the same way.
 fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims, Error> {
@@ -487,6 +494,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         shared: Vec::new(),
         holders: Vec::new(),
         restarted: None,
+        stacked: Vec::new(),
     };
     for other in &others {
         let id = &other.container_id;
@@ -543,9 +551,15 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         }
         let keeper = members[0];
         let membership = sharing::membership(ctx.host, me, other, &members);
+        if membership != Membership::Same {
+            // Not a member: another holder of the port, stacked on or refused (`held`).
+            let stacked = held::judge(input.held, &first, other, keeper, membership)?;
+            claims.stacked.push(stacked);
+            continue;
+        }
         // Only a complete set of rules is shared (not one written ahead by a create that
         // never finished, nor what a failed removal left).
-        if membership != Membership::Same || other.phase != Phase::Installed {
+        if other.phase != Phase::Installed {
             return Err(Error::PortClaimed {
                 mapping: first,
                 holder: keeper.container_id.clone(),

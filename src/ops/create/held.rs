@@ -1,0 +1,75 @@
+//! Held ports: what a create does about a host port that a live container (or attachment) in
+//! another network namespace holds. portmap's way is to accept the second and let the newest
+//! take the traffic; Docker, rootful podman and the Kubernetes scheduler each refuse a second
+//! holder before any hook runs, so their users expect a start to fail. The caller chooses
+//! ([`Held`]): the CNI plugin from `portConflict`, the OCI hooks always [`Held::Refuse`].
+//!
+//! Stacking changes nothing of the older holder: its rules and manifest stay behind the newer's
+//! (DNATs go at the top of their chain, `layout::goes_first`), and its flows move to the newer
+//! with the new DNATs' (create forgets every UDP/SCTP flow of a host port it adds). When the
+//! newer goes first, its removal deletes only its own records, so the older's DNAT serves again;
+//! when the older goes first, only the flows pinned to its address are forgotten
+//! (`ops::flows`), so the newer's stay.
+
+use crate::model::oci::ContainerId;
+use crate::model::portspec::PortMapping;
+use crate::state::ledger::Manifest;
+use crate::state::sharing::Membership;
+
+use super::Error;
+
+/// What a create does when a live container in another network namespace holds one of its
+/// host ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    /// Forward the port to the new container; the older keeps its rules behind and gets
+    /// the port back when the newer goes (portmap's behaviour; CNI ADD by default).
+    Stack,
+    /// Refuse the start ([`Error::PortClaimed`]): the OCI hooks, and CNI with
+    /// `portConflict: "refuse"`.
+    Refuse,
+}
+
+/// A host port this create takes over from a live holder, which waits behind it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Stacked {
+    /// The new container's mapping that clashes with the holder's.
+    pub mapping: PortMapping,
+    /// The holder whose rules stay behind.
+    pub older: ContainerId,
+}
+
+/// A live holder (`keeper`, of `holder`'s rules) of `mapping` that the new container is not a
+/// member of: stacked on with [`Held::Stack`], else refused.
+pub(super) fn judge(
+    held: Held,
+    mapping: &PortMapping,
+    holder: &Manifest,
+    keeper: &Manifest,
+    membership: Membership,
+) -> Result<Stacked, Error> {
+    match held {
+        Held::Stack => Ok(Stacked {
+            mapping: mapping.clone(),
+            older: holder.container_id.clone(),
+        }),
+        Held::Refuse => Err(Error::PortClaimed {
+            mapping: mapping.clone(),
+            holder: keeper.container_id.clone(),
+            origin: keeper.origin(),
+            membership,
+        }),
+    }
+}
+
+/// Say, once the new rules are in, whose port the new container now serves.
+pub(super) fn log_stacked(newer: &ContainerId, stacked: &[Stacked]) {
+    for s in stacked {
+        log::info!(
+            "host port {} of {} now forwarded to {newer}; {} gets it back when {newer} goes",
+            s.mapping,
+            s.older,
+            s.older
+        );
+    }
+}
