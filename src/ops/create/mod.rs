@@ -333,7 +333,7 @@ fn install_locked(
     fault::point(fault::CREATE_RECORDED);
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
-    after.stale_flows.extend(flows::of_rules(
+    after.stale_flows.extend(flows::of_added(
         manifest
             .rules
             .iter()
