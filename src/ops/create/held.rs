@@ -13,7 +13,7 @@
 
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
-use crate::state::ledger::Manifest;
+use crate::state::ledger::{Locked, Manifest};
 use crate::state::sharing::Membership;
 
 use super::Error;
@@ -37,12 +37,17 @@ pub(super) struct Stacked {
     pub mapping: PortMapping,
     /// The holder whose rules stay behind.
     pub older: ContainerId,
+    /// The holder's manifest without this container in its `stacked_on`, when it names it:
+    /// an earlier instance of this container (same id) went behind the holder, and now
+    /// goes in front.
+    pub turned: Option<Manifest>,
 }
 
 /// A live holder (`keeper`, of `holder`'s rules) of `mapping` that the new container is not a
 /// member of: stacked on with [`Held::Stack`], else refused.
 pub(super) fn judge(
     held: Held,
+    newer: &ContainerId,
     mapping: &PortMapping,
     holder: &Manifest,
     keeper: &Manifest,
@@ -52,6 +57,11 @@ pub(super) fn judge(
         Held::Stack => Ok(Stacked {
             mapping: mapping.clone(),
             older: holder.container_id.clone(),
+            turned: holder.stacked_on.contains(newer).then(|| {
+                let mut turned = holder.clone();
+                turned.stacked_on.retain(|id| id != newer);
+                turned
+            }),
         }),
         Held::Refuse => Err(Error::PortClaimed {
             mapping: mapping.clone(),
@@ -72,4 +82,25 @@ pub(super) fn log_stacked(newer: &ContainerId, stacked: &[Stacked]) {
             s.older
         );
     }
+}
+
+/// The holders this container goes in front of, each once (its manifest's `stacked_on`).
+pub(super) fn stacked_on(stacked: &[Stacked]) -> Vec<ContainerId> {
+    let mut ids: Vec<ContainerId> = Vec::new();
+    for s in stacked {
+        if !ids.contains(&s.older) {
+            ids.push(s.older.clone());
+        }
+    }
+    ids
+}
+
+/// Store the holders that named this container in their `stacked_on` without it, before this
+/// container's manifest says it stacks on them: a crash in between leaves neither naming the
+/// other, never both.
+pub(super) fn store_turned(locked: &Locked, stacked: &[Stacked]) -> Result<(), Error> {
+    for turned in stacked.iter().filter_map(|s| s.turned.as_ref()) {
+        locked.store(turned)?;
+    }
+    Ok(())
 }

@@ -27,6 +27,7 @@ mod checks;
 mod held;
 mod install;
 mod limits;
+mod loopback;
 mod share;
 #[cfg(test)]
 mod tests;
@@ -41,6 +42,7 @@ use checks::*;
 pub use held::Held;
 use held::Stacked;
 use install::*;
+use loopback::allow_loopback_sources;
 
 /// What create-runtime did.
 #[derive(Debug, PartialEq, Eq)]
@@ -163,6 +165,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         pod: input.pod.clone(),
         shares: Vec::new(),
         shared_by: Vec::new(),
+        stacked_on: Vec::new(),
         cni: input.cni.clone(),
     };
     // Whatever happens once rules may have changed, on every way out: the flows that would
@@ -221,6 +224,7 @@ fn install_locked(
     manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
     manifest.shares = std::mem::take(&mut claims.shared);
     after.stacked = std::mem::take(&mut claims.stacked);
+    manifest.stacked_on = held::stacked_on(&after.stacked);
     if manifest.addresses.is_empty() && !manifest.mappings.is_empty() {
         manifest.addresses = (input.addresses)()?;
     }
@@ -278,6 +282,7 @@ fn install_locked(
     // The holders learn of this sharer before its manifest says it shares: a crash between
     // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
     share::store_holders(locked, input, &claims.holders)?;
+    held::store_turned(locked, &after.stacked)?;
     locked.store(&manifest)?;
     if adopted {
         return Ok(manifest);
@@ -412,47 +417,6 @@ fn plan(
     Ok(placed)
 }
 
-/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1, and
-/// only when this create wrote the IPv4 filter table: the localhost guard is then in place
-/// (created or checked with the shared rules), so the switch opens the node's 127.0.0.0/8
-/// to nothing but the node's own connections. A failure only costs the localhost path, so
-/// it is a warning. On the nftables backend every IPv4 create writes or checks the guard in
-/// the same transaction as its rules.
-fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
-    let backend = ctx.backend;
-    let wanted = manifest
-        .mappings
-        .iter()
-        .any(|m| m.reachable_from_loopback() && m.family() != Some(Family::Ipv6));
-    let own: Vec<&RuleRecord> = manifest
-        .rules
-        .iter()
-        .filter(|r| r.family == Family::Ipv4)
-        .collect();
-    // None: the rules are shared with a holder, whose create did this.
-    let guarded = own.iter().any(|r| r.is_in(Table::Filter))
-        || (backend.driver().capabilities().one_transaction && !own.is_empty());
-    if wanted && !own.is_empty() && !guarded {
-        log::warn!(
-            "127.0.0.1 will not reach this container: the ipv4 filter \
-             table was not written, so the localhost guard is not known to be in place and \
-             route_localnet stays as it is"
-        );
-        return;
-    }
-    let v4 = manifest.addresses.iter().find_map(|a| match a {
-        IpAddr::V4(v4) => Some(*v4),
-        IpAddr::V6(_) => None,
-    });
-    if let (true, Some(v4)) = (wanted && guarded, v4) {
-        match ctx.host.enable_route_localnet(v4) {
-            Ok(Some(iface)) => log::info!("set route_localnet=1 on {iface}"),
-            Ok(None) => {}
-            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Chain(&e)),
-        }
-    }
-}
-
 /// The host-port claims other manifests make on this container's mappings.
 struct Claims {
     /// Manifests whose rules go first, and why: holders of a clashing port whose container
@@ -553,7 +517,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         let membership = sharing::membership(ctx.host, me, other, &members);
         if membership != Membership::Same {
             // Not a member: another holder of the port, stacked on or refused (`held`).
-            let stacked = held::judge(input.held, &first, other, keeper, membership)?;
+            let stacked = held::judge(input.held, &input.id, &first, other, keeper, membership)?;
             claims.stacked.push(stacked);
             continue;
         }

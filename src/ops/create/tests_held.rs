@@ -2,6 +2,8 @@
 //! - `a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules`: CNI ADD stacks
 //!   (its DNAT inserted first, nothing of the older deleted or rewritten), the newer's DEL
 //!   deletes only its own rules, the older's manifest is as it was.
+//! - `an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it`: `stacked_on`
+//!   says who is in front, also after the older's re-ADD.
 //! - `with_refuse_the_second_attachment_is_refused_and_writes_nothing`: `Held::Refuse`.
 //! - `a_hook_container_is_refused_over_a_live_attachment`: the hooks refuse (Docker's,
 //!   podman's and Kubernetes' users expect it); a CNI ADD over a hook container stacks.
@@ -93,7 +95,8 @@ fn a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules() {
         written[0]
     );
     assert_eq!(ctx.ledger.load(&id("a+eth0")).unwrap().unwrap(), older);
-    assert!(ctx.ledger.load(&id("b+eth0")).unwrap().is_some());
+    let newer = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
+    assert_eq!(newer.stacked_on, [id("a+eth0")]);
 
     // The newer's DEL deletes its own rules only; the older's manifest stays as it was.
     let script = Script::new(vec![ok(""), ok("")]);
@@ -217,4 +220,21 @@ fn a_member_of_the_holders_namespace_still_shares() {
         ctx.ledger.load(&id("a+eth0")).unwrap().unwrap().shared_by,
         [id("c1")]
     );
+}
+
+#[test]
+fn an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok(""); 5]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
+    // a again (the runtime retries it): its earlier rules go (one restore per table), its
+    // new ones go in front of b's.
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    let a = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
+    let b = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
+    assert_eq!(a.stacked_on, [id("b+eth0")]);
+    assert!(b.stacked_on.is_empty(), "{:?}", b.stacked_on);
 }
