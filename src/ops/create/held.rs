@@ -11,6 +11,7 @@
 //! when the older goes first, only the flows pinned to its address are forgotten
 //! (`ops::flows`), so the newer's stay.
 
+use crate::backend::Backend;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
 use crate::state::ledger::{Locked, Manifest};
@@ -37,6 +38,9 @@ pub(super) struct Stacked {
     pub mapping: PortMapping,
     /// The holder whose rules stay behind.
     pub older: ContainerId,
+    /// The backend of the holder's rules when it is not the one this container's go to:
+    /// then which of them serves is the backends' hook order, not the newest first.
+    pub elsewhere: Option<Backend>,
     /// The holder's manifest without this container in its `stacked_on`, when it names it:
     /// an earlier instance of this container (same id) went behind the holder, and now
     /// goes in front.
@@ -47,6 +51,7 @@ pub(super) struct Stacked {
 /// member of: stacked on with [`Held::Stack`], else refused.
 pub(super) fn judge(
     held: Held,
+    backend: Backend,
     newer: &ContainerId,
     mapping: &PortMapping,
     holder: &Manifest,
@@ -57,6 +62,11 @@ pub(super) fn judge(
         Held::Stack => Ok(Stacked {
             mapping: mapping.clone(),
             older: holder.container_id.clone(),
+            elsewhere: holder
+                .rules
+                .iter()
+                .map(|r| r.backend)
+                .find(|b| *b != backend),
             turned: holder.stacked_on.contains(newer).then(|| {
                 let mut turned = holder.clone();
                 turned.stacked_on.retain(|id| id != newer);
@@ -73,14 +83,23 @@ pub(super) fn judge(
 }
 
 /// Say, once the new rules are in, whose port the new container now serves.
-pub(super) fn log_stacked(newer: &ContainerId, stacked: &[Stacked]) {
+pub(super) fn log_stacked(newer: &ContainerId, backend: Backend, stacked: &[Stacked]) {
     for s in stacked {
-        log::info!(
-            "host port {} of {} now forwarded to {newer}; {} gets it back when {newer} goes",
-            s.mapping,
-            s.older,
-            s.older
-        );
+        match s.elsewhere {
+            None => log::info!(
+                "host port {} of {} now forwarded to {newer}; {} gets it back when {newer} goes",
+                s.mapping,
+                s.older,
+                s.older
+            ),
+            Some(theirs) => log::warn!(
+                "host port {} of {} is forwarded in {theirs} and now to {newer} in {backend}: \
+                 which of them serves depends on the backends' hook order, not on which came \
+                 last",
+                s.mapping,
+                s.older
+            ),
+        }
     }
 }
 

@@ -178,7 +178,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
-    held::log_stacked(&manifest.container_id, &after.stacked);
+    held::log_stacked(&manifest.container_id, ctx.backend, &after.stacked);
     allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
@@ -517,7 +517,15 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         let membership = sharing::membership(ctx.host, me, other, &members);
         if membership != Membership::Same {
             // Not a member: another holder of the port, stacked on or refused (`held`).
-            let stacked = held::judge(input.held, &input.id, &first, other, keeper, membership)?;
+            let stacked = held::judge(
+                input.held,
+                ctx.backend,
+                &input.id,
+                &first,
+                other,
+                keeper,
+                membership,
+            )?;
             claims.stacked.push(stacked);
             continue;
         }

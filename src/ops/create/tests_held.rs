@@ -9,6 +9,7 @@
 //!   podman's and Kubernetes' users expect it); a CNI ADD over a hook container stacks.
 //! - `a_dead_holder_is_still_replaced`: its rules deleted and its manifest gone first.
 //! - `a_member_of_the_holders_namespace_still_shares`: sharing is unchanged by `Stack`.
+//! - `a_holder_in_another_backend_is_named_so`: the newest first holds within one backend only.
 
 use super::*;
 use crate::backend::Backend;
@@ -237,4 +238,30 @@ fn an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it() {
     let b = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
     assert_eq!(a.stacked_on, [id("b+eth0")]);
     assert!(b.stacked_on.is_empty(), "{:?}", b.stacked_on);
+}
+
+#[test]
+fn a_holder_in_another_backend_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    let holder = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
+    let mapping = &holder.mappings[0];
+    let judge = |backend| {
+        let newer = id("b+eth0");
+        held::judge(
+            Held::Stack,
+            backend,
+            &newer,
+            mapping,
+            &holder,
+            &holder,
+            Membership::OtherNamespace,
+        )
+        .unwrap()
+    };
+    assert_eq!(judge(NFT).elsewhere, None);
+    assert_eq!(judge(Backend::Nftables).elsewhere, Some(NFT));
 }
