@@ -134,6 +134,7 @@ fn manifest(id: &str, pid: i32, rules: Vec<RuleRecord>, spec: &str) -> Manifest 
         pod: None,
         shares: Vec::new(),
         shared_by: Vec::new(),
+        stacked_on: Vec::new(),
         cni: None,
     }
 }

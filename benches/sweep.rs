@@ -177,6 +177,7 @@ fn dead_containers(state: &Path, backend: Backend, n: usize, first: bool) -> Vec
                 pod: None,
                 shares: Vec::new(),
                 shared_by: Vec::new(),
+                stacked_on: Vec::new(),
                 cni: None,
             })
             .unwrap();

@@ -7,7 +7,10 @@
 //!
 //! The flows come from the DNAT rules themselves, as recorded or as found in a dump, never
 //! from configuration: protocol, host port range, and the host address when the rule has
-//! one.
+//! one. A DNAT added takes every flow of its host port ([`of_added`]: the newest holder
+//! wins); a DNAT removed only those whose replies come from its target ([`of_rules`],
+//! [`of_saved`]), so a stacked holder's flows to the same host port stay where they are
+//! (`ops::create::held`).
 
 use crate::kernel::conntrack::Flows;
 use crate::model::family::Family;
@@ -16,8 +19,9 @@ use crate::model::rule::{Rule, Target};
 
 use super::Context;
 
-/// The UDP and SCTP flows the DNAT rules among `rules` (as read from a dump: arguments after
-/// `-A CHAIN`) forward, without duplicates; what does not parse as natledger's has none.
+/// The UDP and SCTP flows the removed DNAT rules among `rules` (as read from a dump:
+/// arguments after `-A CHAIN`) forwarded, without duplicates; what does not parse as
+/// natledger's has none.
 pub fn of_saved<'a>(rules: impl IntoIterator<Item = (Family, &'a [String])>) -> Vec<Flows> {
     let parsed: Vec<(Family, Rule)> = rules
         .into_iter()
@@ -26,12 +30,26 @@ pub fn of_saved<'a>(rules: impl IntoIterator<Item = (Family, &'a [String])>) -> 
     of_rules(parsed.iter().map(|(family, rule)| (*family, rule)))
 }
 
-/// The UDP and SCTP flows the DNAT rules among `rules` forward, without duplicates. Anything
-/// else (masquerade, accept, TCP) has none.
+/// The UDP and SCTP flows of the DNAT rules among `rules` just added: every flow to their
+/// host ports, wherever it went before, without duplicates.
+pub fn of_added<'a>(rules: impl IntoIterator<Item = (Family, &'a Rule)>) -> Vec<Flows> {
+    let mut flows: Vec<Flows> = Vec::new();
+    for flow in of_rules(rules) {
+        let flow = Flows { to: None, ..flow };
+        if !flows.contains(&flow) {
+            flows.push(flow);
+        }
+    }
+    flows
+}
+
+/// The UDP and SCTP flows the removed DNAT rules among `rules` forwarded: those to their
+/// host ports whose replies come from their targets, without duplicates. Anything else
+/// (masquerade, accept, TCP) has none.
 pub fn of_rules<'a>(rules: impl IntoIterator<Item = (Family, &'a Rule)>) -> Vec<Flows> {
     let mut flows: Vec<Flows> = Vec::new();
     for (family, rule) in rules {
-        let (Target::Dnat(_), Some(protocol), Some(ports)) =
+        let (Target::Dnat(to), Some(protocol), Some(ports)) =
             (&rule.target, rule.protocol, rule.dports)
         else {
             continue;
@@ -44,6 +62,7 @@ pub fn of_rules<'a>(rules: impl IntoIterator<Item = (Family, &'a Rule)>) -> Vec<
             protocol,
             ports,
             host: rule.destination.map(|net| net.addr),
+            to: Some(to.addr),
         };
         if !flows.contains(&flow) {
             flows.push(flow);
@@ -113,6 +132,7 @@ mod tests {
                     protocol: Protocol::Udp,
                     ports: PortRange::single(53),
                     host: None,
+                    to: Some("10.77.0.2".parse().unwrap()),
                 },
                 Flows {
                     family: Family::Ipv4,
@@ -122,8 +142,27 @@ mod tests {
                         end: 9002
                     },
                     host: Some("10.78.0.1".parse().unwrap()),
+                    to: Some("10.77.0.2".parse().unwrap()),
                 },
             ]
         );
+    }
+
+    #[test]
+    fn an_added_dnat_takes_every_flow_of_its_port_a_removed_one_only_its_own() {
+        let rule = |to: &str| {
+            Rule::parse_args(&args(&format!(
+                "-p udp -m udp --dport 53 -m comment --comment natledger:c1 -j DNAT --to-destination {to}:53"
+            )))
+            .unwrap()
+        };
+        let (a, b) = (rule("10.77.0.2"), rule("10.77.0.3"));
+        let both = [(Family::Ipv4, &a), (Family::Ipv4, &b)];
+        let added = of_added(both);
+        assert_eq!(added.len(), 1);
+        assert_eq!(added[0].to, None);
+        let removed = of_rules(both);
+        let to: Vec<_> = removed.iter().map(|f| f.to.unwrap().to_string()).collect();
+        assert_eq!(to, ["10.77.0.2", "10.77.0.3"]);
     }
 }

@@ -1,5 +1,7 @@
 //! `natledger list`: every manifest, with whether its container is alive (a CNI attachment:
-//! its network namespace, see `crate::state::liveness`), and for an attachment its network and ifname.
+//! its network namespace, see `crate::state::liveness`), for an attachment its network and
+//! ifname, and for a stacked host port (`ops::Held::Stack`) which container serves it and which
+//! wait behind.
 
 use std::fmt::Write as _;
 
@@ -17,6 +19,13 @@ pub struct ListEntry {
     /// rules, which therefore stay (`crate::state::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<ContainerId>,
+    /// The containers whose rules for some of its host ports go first (their `stacked_on`
+    /// names it, and their manifests, so their rules, are there): it waits behind them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub behind: Vec<ContainerId>,
+    /// The containers of its `stacked_on` whose manifests are there: they wait behind it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub in_front_of: Vec<ContainerId>,
     #[serde(flatten)]
     pub manifest: Manifest,
 }
@@ -41,20 +50,49 @@ pub fn list(
             })
         })
         .collect();
+    let present: Vec<&Manifest> = entries.iter().filter_map(|m| m.as_ref().ok()).collect();
+    let stacks: Vec<(Vec<ContainerId>, Vec<ContainerId>)> = entries
+        .iter()
+        .map(|m| {
+            m.as_ref()
+                .map_or_else(|_| Default::default(), |m| stack(m, &present))
+        })
+        .collect();
     Ok(entries
         .into_iter()
         .zip(judged)
-        .map(|(m, judged)| {
+        .zip(stacks)
+        .map(|((m, judged), (behind, in_front_of))| {
             m.map(|manifest| {
                 let (alive, kept_for) = judged.unwrap_or_default();
                 ListEntry {
                     alive,
                     kept_for: if alive { Vec::new() } else { kept_for },
+                    behind,
+                    in_front_of,
                     manifest,
                 }
             })
         })
         .collect())
+}
+
+/// Whom `m` waits behind (those whose `stacked_on` names it) and whom it is in front of
+/// (those of its `stacked_on`), among the manifests `present`.
+fn stack(m: &Manifest, present: &[&Manifest]) -> (Vec<ContainerId>, Vec<ContainerId>) {
+    let id = &m.container_id;
+    let behind = present
+        .iter()
+        .filter(|o| o.container_id != *id && o.stacked_on.contains(id))
+        .map(|o| o.container_id.clone())
+        .collect();
+    let in_front_of = m
+        .stacked_on
+        .iter()
+        .filter(|s| present.iter().any(|o| o.container_id == **s))
+        .cloned()
+        .collect();
+    (behind, in_front_of)
 }
 
 /// A table for people: one block per container, its rules indented below.
@@ -70,14 +108,21 @@ pub fn render_table(entries: &[ListEntry]) -> String {
             .rules
             .first()
             .map_or("-".to_string(), |r| r.backend.to_string());
-        let state = match (e.alive, e.kept_for.is_empty()) {
+        let ids = |ids: &[ContainerId]| -> String {
+            let ids: Vec<&str> = ids.iter().map(ContainerId::as_str).collect();
+            ids.join(",")
+        };
+        let mut state = match (e.alive, e.kept_for.is_empty()) {
             (true, _) => "alive".to_string(),
             (false, true) => "dead".to_string(),
-            (false, false) => {
-                let ids: Vec<&str> = e.kept_for.iter().map(ContainerId::as_str).collect();
-                format!("dead (rules kept for {})", ids.join(","))
-            }
+            (false, false) => format!("dead (rules kept for {})", ids(&e.kept_for)),
         };
+        if !e.behind.is_empty() {
+            let _ = write!(state, " (behind {})", ids(&e.behind));
+        }
+        if !e.in_front_of.is_empty() {
+            let _ = write!(state, " (serves, in front of {})", ids(&e.in_front_of));
+        }
         let _ = writeln!(
             out,
             "{}  {}  {state}  {:?}  {}  {}",
@@ -161,9 +206,51 @@ mod tests {
             render_table(&[ListEntry {
                 alive: true,
                 kept_for: Vec::new(),
+                behind: Vec::new(),
+                in_front_of: Vec::new(),
                 manifest: sample(),
             }])
             .contains("c0ffee  pid 4242  alive")
         );
+    }
+
+    #[test]
+    fn a_stacked_port_shows_who_serves_and_who_waits_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let host = FakeHost::default()
+            .with_namespace("/run/netns/cni-1", netns(1))
+            .with_namespace("/run/netns/cni-2", netns(2));
+        let older = cni_sample("older", Path::new("/run/netns/cni-1"), Some(netns(1)));
+        let mut newer = cni_sample("newer", Path::new("/run/netns/cni-2"), Some(netns(2)));
+        newer.stacked_on = vec![older.container_id.clone(), "gone+eth0".parse().unwrap()];
+        {
+            let locked = ledger.lock().unwrap();
+            locked.store(&older).unwrap();
+            locked.store(&newer).unwrap();
+        }
+        let entries: Vec<ListEntry> = list(&host, &ledger)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let text = render_table(&entries);
+        assert!(
+            text.contains("container=newer  alive (serves, in front of older+eth0)  "),
+            "{text}"
+        );
+        assert!(
+            text.contains("container=older  alive (behind newer+eth0)  "),
+            "{text}"
+        );
+        let json = serde_json::to_value(&entries).unwrap();
+        assert_eq!(json[0]["container_id"], "newer+eth0");
+        assert_eq!(json[0]["in_front_of"], serde_json::json!(["older+eth0"]));
+        assert_eq!(
+            json[0]["stacked_on"],
+            serde_json::json!(["older+eth0", "gone+eth0"])
+        );
+        assert_eq!(json[1]["behind"], serde_json::json!(["newer+eth0"]));
+        assert!(json[0].get("behind").is_none() && json[1].get("in_front_of").is_none());
     }
 }

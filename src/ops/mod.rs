@@ -11,7 +11,7 @@ pub mod sweep;
 mod testing;
 mod verify;
 
-pub use create::{Created, Creating, create, create_runtime};
+pub use create::{Created, Creating, Held, create, create_runtime};
 pub use detach::remove_recorded;
 pub use list::{ListEntry, list, render_table};
 pub use remove::{Removal, Removed, poststop, remove_container};

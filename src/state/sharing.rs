@@ -245,6 +245,7 @@ mod tests {
             pod: None,
             shares: Vec::new(),
             shared_by: Vec::new(),
+            stacked_on: Vec::new(),
             cni: Some(crate::state::ledger::CniAttachment {
                 container_id: "cid".into(),
                 ifname: "eth0".into(),

@@ -20,6 +20,7 @@ pub fn udp_flows(ports: (u16, u16), family: Family, host: Option<IpAddr>) -> Flo
             end: ports.1,
         },
         host,
+        to: None,
     }
 }
 

@@ -9,7 +9,7 @@ use crate::kernel::exec::SystemRunner;
 use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
 use crate::model::portspec::bounds::canonical;
-use crate::ops::{self, Context, Creating};
+use crate::ops::{self, Context, Creating, Held};
 use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
@@ -130,6 +130,13 @@ impl Plugin for Natledger {
             mappings: request.conf.mappings.clone(),
             addresses: &lookup,
             refuse_conflicts: settings.refuse_conflicts(),
+            // portmap's way (the newest serves, the older waits behind), unless
+            // `portConflict: "refuse"`.
+            held: if settings.refuse_conflicts() {
+                Held::Refuse
+            } else {
+                Held::Stack
+            },
             pod: None,
             netns: netns_path.as_deref().and_then(NetnsId::of_path),
             cni: Some(CniAttachment {

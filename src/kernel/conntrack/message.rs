@@ -8,6 +8,7 @@ pub(super) const IPCTNL_MSG_CT_NEW: u16 = 0;
 pub(super) const IPCTNL_MSG_CT_GET: u16 = 1;
 pub(super) const IPCTNL_MSG_CT_DELETE: u16 = 2;
 pub(super) const CTA_TUPLE_ORIG: u16 = 1;
+pub(super) const CTA_TUPLE_REPLY: u16 = 2;
 pub(super) const CTA_ID: u16 = 12;
 pub(super) const CTA_ZONE: u16 = 18;
 pub(super) const CTA_FILTER: u16 = 25;
@@ -135,18 +136,30 @@ pub fn parse_entry(payload: &[u8]) -> Option<Entry> {
     let body = payload.get(4..)?;
     let tuple = netlink::attr(body, CTA_TUPLE_ORIG)?;
     let ip = netlink::attr(tuple, CTA_TUPLE_IP)?;
-    let (src, dst) = if family == libc::AF_INET as u8 {
-        let addr = |kind| -> Option<IpAddr> {
+    let reply_ip =
+        netlink::attr(body, CTA_TUPLE_REPLY).and_then(|t| netlink::attr(t, CTA_TUPLE_IP));
+    let (src, dst, reply_src) = if family == libc::AF_INET as u8 {
+        let addr = |ip, kind| -> Option<IpAddr> {
             let octets: [u8; 4] = netlink::attr(ip, kind)?.try_into().ok()?;
             Some(Ipv4Addr::from(octets).into())
         };
-        (addr(CTA_IP_V4_SRC)?, addr(CTA_IP_V4_DST)?)
+        let reply_src = reply_ip.and_then(|r| addr(r, CTA_IP_V4_SRC));
+        (
+            addr(ip, CTA_IP_V4_SRC)?,
+            addr(ip, CTA_IP_V4_DST)?,
+            reply_src,
+        )
     } else if family == libc::AF_INET6 as u8 {
-        let addr = |kind| -> Option<IpAddr> {
+        let addr = |ip, kind| -> Option<IpAddr> {
             let octets: [u8; 16] = netlink::attr(ip, kind)?.try_into().ok()?;
             Some(Ipv6Addr::from(octets).into())
         };
-        (addr(CTA_IP_V6_SRC)?, addr(CTA_IP_V6_DST)?)
+        let reply_src = reply_ip.and_then(|r| addr(r, CTA_IP_V6_SRC));
+        (
+            addr(ip, CTA_IP_V6_SRC)?,
+            addr(ip, CTA_IP_V6_DST)?,
+            reply_src,
+        )
     } else {
         return None;
     };
@@ -161,6 +174,7 @@ pub fn parse_entry(payload: &[u8]) -> Option<Entry> {
         dst,
         src_port,
         dst_port,
+        reply_src,
         zone: netlink::attr(body, CTA_ZONE).and_then(be16),
         tuple_zone: netlink::attr(tuple, CTA_TUPLE_ZONE).and_then(be16),
         id: netlink::attr(body, CTA_ID).and_then(|d| Some(u32::from_be_bytes(d.try_into().ok()?))),

@@ -10,7 +10,8 @@
 //! it removed them), it deletes exactly the entries whose ORIGINAL tuple (the addresses as
 //! the client sent them, before DNAT) has the mapping's protocol, a destination port in its
 //! host-port range, and as destination the mapping's host address, or, without one, an
-//! address local to the network namespace: the DNAT rules match `--dst-type LOCAL` only, so
+//! address local to the network namespace (for a removed DNAT, only those whose reply
+//! comes from its target, [`Flows::to`]): the DNAT rules match `--dst-type LOCAL` only, so
 //! a flow forwarded through the node (to 8.8.8.8:53, say) was never natledger's and is never
 //! touched. Nothing else is deleted: no other port, host address, protocol (TCP only when a
 //! [`Flows`] asks for TCP), and no other network namespace (the netlink socket sees only
@@ -35,7 +36,8 @@
 //!       CTA_TUPLE_IP (nested)    CTA_IP_V4_SRC/DST (4 bytes) or CTA_IP_V6_SRC/DST (16)
 //!       CTA_TUPLE_PROTO (nested) CTA_PROTO_NUM (u8), CTA_PROTO_SRC_PORT/DST_PORT (be16)
 //!       CTA_TUPLE_ZONE (be16)    only for a zone of the original direction alone
-//!     CTA_TUPLE_REPLY, CTA_STATUS, CTA_TIMEOUT, ...      (not read)
+//!     CTA_TUPLE_REPLY (nested)  CTA_TUPLE_IP's source only: a DNATed flow's target
+//!     CTA_STATUS, CTA_TIMEOUT, ...                       (not read)
 //!     CTA_ZONE (be16)            only for a non-default zone of both directions
 //!     CTA_ID (be32)              the entry's id
 //! IPCTNL_MSG_CT_DELETE, NLM_F_ACK, family of the entry    one per entry to forget
@@ -135,6 +137,10 @@ pub struct Flows {
     pub protocol: Protocol,
     pub ports: PortRange,
     pub host: Option<IpAddr>,
+    /// Only the entries whose replies come from this address (a DNAT's target): the flows a
+    /// removed DNAT took, while another DNAT of the port (a stacked holder's) keeps its own.
+    /// `None`: every flow to the host port (a DNAT added takes them all).
+    pub to: Option<IpAddr>,
 }
 
 impl Flows {
@@ -152,6 +158,10 @@ impl Flows {
                 Some(host) => entry.dst == host,
                 None => locals.contains(entry.dst),
             }
+            // An entry whose reply source was not read is judged by its original tuple alone.
+            && self
+                .to
+                .is_none_or(|to| entry.reply_src.is_none_or(|from| from == to))
     }
 }
 
@@ -165,6 +175,8 @@ pub struct Entry {
     pub dst: IpAddr,
     pub src_port: u16,
     pub dst_port: u16,
+    /// The source of the reply tuple (`CTA_TUPLE_REPLY`): a DNATed flow's target.
+    pub reply_src: Option<IpAddr>,
     /// `CTA_ZONE`: a non-default zone of both directions.
     pub zone: Option<u16>,
     /// `CTA_TUPLE_ZONE` of the original tuple: a zone of the original direction alone.

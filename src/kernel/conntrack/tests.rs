@@ -15,6 +15,7 @@ fn entry(protocol: u8, src: &str, dst: &str, dst_port: u16) -> Entry {
         dst: ip(dst),
         src_port: 40000,
         dst_port,
+        reply_src: Some(ip(dst)),
         zone: None,
         tuple_zone: None,
         id: Some(7),
@@ -30,6 +31,7 @@ fn flows(family: Family, protocol: Protocol, ports: (u16, u16), host: Option<&st
             end: ports.1,
         },
         host: host.map(ip),
+        to: None,
     }
 }
 
@@ -40,7 +42,10 @@ fn kernel_entry(e: &Entry, icmp: bool) -> Vec<u8> {
     genmsg(&mut p, Family::of(e.dst).af());
     for (kind, (src, dst, sport, dport)) in [
         (CTA_TUPLE_ORIG, (e.src, e.dst, e.src_port, e.dst_port)),
-        (2, (e.dst, e.src, e.dst_port, e.src_port)), // CTA_TUPLE_REPLY
+        (
+            2,
+            (e.reply_src.unwrap_or(e.dst), e.src, e.dst_port, e.src_port),
+        ), // CTA_TUPLE_REPLY
     ] {
         let tuple = netlink::begin_nest(&mut p, kind);
         let nest = netlink::begin_nest(&mut p, CTA_TUPLE_IP);
@@ -96,6 +101,32 @@ fn parses_the_original_tuple_zone_and_id_of_either_family() {
     );
 }
 
+/// A DNATed flow's reply comes from the target: a removed DNAT's flows are those alone, so a
+/// stacked holder's flows to the same host port stay (`Flows::to`).
+#[test]
+fn a_removed_dnats_flows_are_those_whose_replies_come_from_its_target() {
+    let mut to_old = entry(UDP, "10.78.0.2", "10.78.0.1", 5353);
+    to_old.reply_src = Some(ip("10.77.0.2"));
+    assert_eq!(parse_entry(&kernel_entry(&to_old, false)), Some(to_old));
+    let mut to_new = to_old;
+    to_new.reply_src = Some(ip("10.77.0.3"));
+    let locals = LocalAddrs::default();
+    let removed = Flows {
+        to: Some(ip("10.77.0.2")),
+        ..flows(Family::Ipv4, Protocol::Udp, (5353, 5353), Some("10.78.0.1"))
+    };
+    assert!(matches(&to_old, &[removed], &locals));
+    assert!(!matches(&to_new, &[removed], &locals));
+    // Added: every flow of the port; a reply not read: judged by the original tuple.
+    let added = Flows {
+        to: None,
+        ..removed
+    };
+    assert!(matches(&to_new, &[added], &locals));
+    to_new.reply_src = None;
+    assert!(matches(&to_new, &[removed], &locals));
+}
+
 #[test]
 fn entries_without_ports_or_of_other_families_are_not_read() {
     let icmp = entry(1, "10.0.0.1", "10.0.0.2", 0);
@@ -141,7 +172,12 @@ fn a_delete_names_the_dumped_tuple_zone_and_id() {
         assert_eq!(message.kind, 0x0102);
         assert_eq!(message.seq, seq);
         assert!(netlink::attr(&message.payload[4..], CTA_TUPLE_ORIG).is_some());
-        assert_eq!(parse_entry(message.payload), Some(e), "{e:?}");
+        // The reply tuple is not sent: the original one names the entry.
+        let sent = Entry {
+            reply_src: None,
+            ..e
+        };
+        assert_eq!(parse_entry(message.payload), Some(sent), "{e:?}");
     }
     let flags = u16::from_ne_bytes([m[6], m[7]]);
     assert_eq!(flags, NLM_F_REQUEST | NLM_F_ACK);

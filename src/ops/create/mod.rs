@@ -24,18 +24,25 @@ use super::{Context, Error, flows};
 use crate::kernel::conntrack::Flows;
 
 mod checks;
+mod held;
 mod install;
 mod limits;
+mod loopback;
 mod share;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_held;
 #[cfg(test)]
 mod tests_host;
 #[cfg(test)]
 mod tests_share;
 
 use checks::*;
+pub use held::Held;
+use held::Stacked;
 use install::*;
+use loopback::allow_loopback_sources;
 
 /// What create-runtime did.
 #[derive(Debug, PartialEq, Eq)]
@@ -78,6 +85,9 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         mappings,
         addresses: &lookup,
         refuse_conflicts: refuse_conflicts(ctx, input),
+        // Docker, podman and the Kubernetes scheduler refuse a second holder themselves:
+        // their users expect the start to fail (`held`).
+        held: Held::Refuse,
         pod: sharing::pod_of(&input.annotations),
         netns: ctx.host.netns_of_pid(pid),
         cni: None,
@@ -98,6 +108,9 @@ pub struct Creating<'a> {
     pub addresses: &'a dyn Fn() -> Result<Vec<IfAddr>, Error>,
     /// Refuse the start over another owner's forward or a listener, instead of warning.
     pub refuse_conflicts: bool,
+    /// A host port a live container in another network namespace holds: stacked on, or
+    /// refused.
+    pub held: Held,
     pub pod: Option<String>,
     /// The network namespace the container is in.
     pub netns: Option<NetnsId>,
@@ -153,6 +166,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         pod: input.pod.clone(),
         shares: Vec::new(),
         shared_by: Vec::new(),
+        stacked_on: Vec::new(),
         cni: input.cni.clone(),
     };
     // Whatever happens once rules may have changed, on every way out: the flows that would
@@ -169,6 +183,7 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     forwards::carry(&ctx.netfilter, &cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
+    held::log_stacked(&manifest.container_id, ctx.backend, &after.stacked);
     allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
@@ -198,6 +213,8 @@ struct AfterWrites {
     stale_flows: Vec<Flows>,
     /// The iptables-nft generation before natledger wrote.
     generation: Option<forwards::Before>,
+    /// The live holders this container's rules go in front of.
+    stacked: Vec<Stacked>,
 }
 
 /// create-runtime under the lock: the claims (dead holders, live ones, rules shared in one
@@ -218,6 +235,8 @@ fn install_locked(
     // What is left of a range split around shared ports, merged again where consecutive.
     manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend));
     manifest.shares = std::mem::take(&mut claims.shared);
+    after.stacked = std::mem::take(&mut claims.stacked);
+    manifest.stacked_on = held::stacked_on(&after.stacked);
     if addresses.is_empty() && !manifest.mappings.is_empty() {
         addresses = (input.addresses)()?;
         manifest.addresses = addresses.iter().map(|a| a.addr).collect();
@@ -275,7 +294,8 @@ fn install_locked(
 
     // The holders learn of this sharer before its manifest says it shares: a crash between
     // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
-    store_holders(locked, input, &claims.holders)?;
+    share::store_holders(locked, input, &claims.holders)?;
+    held::store_turned(locked, &after.stacked)?;
     locked.store(&manifest)?;
     if adopted {
         return Ok(manifest);
@@ -331,7 +351,7 @@ fn install_locked(
     fault::point(fault::CREATE_RECORDED);
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
-    after.stale_flows.extend(flows::of_rules(
+    after.stale_flows.extend(flows::of_added(
         manifest
             .rules
             .iter()
@@ -411,58 +431,6 @@ fn plan(
     Ok(placed)
 }
 
-/// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1, and
-/// only when this create wrote the IPv4 filter table: the localhost guard is then in place
-/// (created or checked with the shared rules), so the switch opens the node's 127.0.0.0/8
-/// to nothing but the node's own connections. A failure only costs the localhost path, so
-/// it is a warning. On the nftables backend every IPv4 create writes or checks the guard in
-/// the same transaction as its rules.
-fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
-    let backend = ctx.backend;
-    let wanted = manifest
-        .mappings
-        .iter()
-        .any(|m| m.reachable_from_loopback() && m.family() != Some(Family::Ipv6));
-    let own: Vec<&RuleRecord> = manifest
-        .rules
-        .iter()
-        .filter(|r| r.family == Family::Ipv4)
-        .collect();
-    // None: the rules are shared with a holder, whose create did this.
-    let guarded = own.iter().any(|r| r.is_in(Table::Filter))
-        || (backend.driver().capabilities().one_transaction && !own.is_empty());
-    if wanted && !own.is_empty() && !guarded {
-        log::warn!(
-            "127.0.0.1 will not reach this container: the ipv4 filter \
-             table was not written, so the localhost guard is not known to be in place and \
-             route_localnet stays as it is"
-        );
-        return;
-    }
-    let v4 = manifest.addresses.iter().find_map(|a| match a {
-        IpAddr::V4(v4) => Some(*v4),
-        IpAddr::V6(_) => None,
-    });
-    if let (true, Some(v4)) = (wanted && guarded, v4) {
-        match ctx.host.enable_route_localnet(v4) {
-            Ok(Some(iface)) => log::info!("set route_localnet=1 on {iface}"),
-            Ok(None) => {}
-            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Chain(&e)),
-        }
-    }
-}
-
-/// Record this container in the `shared_by` of each holder whose rules it shares.
-fn store_holders(locked: &Locked, input: &Creating, holders: &[Manifest]) -> Result<(), Error> {
-    for holder in holders {
-        let mut holder = holder.clone();
-        holder.shared_by.retain(|id| *id != input.id);
-        holder.shared_by.push(input.id.clone());
-        locked.store(&holder)?;
-    }
-    Ok(())
-}
-
 /// The host-port claims other manifests make on this container's mappings.
 struct Claims {
     /// Manifests whose rules go first, and why: holders of a clashing port whose container
@@ -478,12 +446,15 @@ struct Claims {
     /// This container's earlier manifest, when live containers of its namespace share its
     /// rules (also in `dead`, unless its rules can be taken over as they are).
     restarted: Option<Manifest>,
+    /// Live holders in other network namespaces whose ports this container takes over
+    /// ([`Held::Stack`]).
+    stacked: Vec<Stacked>,
 }
 
 /// Judge host-port claims, changing nothing: a live holder of the same address, port and
-/// protocol refuses the start, unless this container is in the holder's network namespace
-/// (`crate::state::sharing`) and asks for ports the holder forwards the same way, which it then
-/// shares port by port (`share::split_shared`: a range is cut around them); a holder whose
+/// protocol in another network namespace is stacked on or refuses the start ([`Held`]); a
+/// container in the holder's network namespace (`crate::state::sharing`) asking for ports the
+/// holder forwards the same way shares them port by port (`share::split_shared`: a range is cut around them); a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
 /// container id (a retried create) is replaced the same way.
 fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims, Error> {
@@ -501,6 +472,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         shared: Vec::new(),
         holders: Vec::new(),
         restarted: None,
+        stacked: Vec::new(),
     };
     for other in &others {
         let id = &other.container_id;
@@ -557,9 +529,23 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         }
         let keeper = members[0];
         let membership = sharing::membership(ctx.host, me, other, &members);
+        if membership != Membership::Same {
+            // Not a member: another holder of the port, stacked on or refused (`held`).
+            let stacked = held::judge(
+                input.held,
+                ctx.backend,
+                &input.id,
+                &first,
+                other,
+                keeper,
+                membership,
+            )?;
+            claims.stacked.push(stacked);
+            continue;
+        }
         // Only a complete set of rules is shared (not one written ahead by a create that
         // never finished, nor what a failed removal left).
-        if membership != Membership::Same || other.phase != Phase::Installed {
+        if other.phase != Phase::Installed {
             return Err(Error::PortClaimed {
                 mapping: first,
                 holder: keeper.container_id.clone(),

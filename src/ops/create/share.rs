@@ -109,6 +109,21 @@ fn aligned(held: &PortMapping, piece: &PortMapping) -> bool {
         && offset(held) == offset(piece)
 }
 
+/// Record the joiner `input` in the `shared_by` of each holder whose rules it shares.
+pub(super) fn store_holders(
+    locked: &crate::state::ledger::Locked,
+    input: &super::Creating,
+    holders: &[crate::state::ledger::Manifest],
+) -> Result<(), Error> {
+    for holder in holders {
+        let mut holder = holder.clone();
+        holder.shared_by.retain(|id| *id != input.id);
+        holder.shared_by.push(input.id.clone());
+        locked.store(&holder)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

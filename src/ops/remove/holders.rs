@@ -107,6 +107,7 @@ mod tests {
                 mappings: parse_mappings("8080:80").unwrap(),
                 addresses: &addresses,
                 refuse_conflicts: false,
+                held: crate::ops::Held::Stack,
                 pod: None,
                 netns: ctx.host.netns_at(&path).ok(),
                 cni: Some(CniAttachment {

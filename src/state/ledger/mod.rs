@@ -147,6 +147,11 @@ pub struct Manifest {
     /// these manifests to find a live sharer (each is checked against its `shares`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shared_by: Vec<ContainerId>,
+    /// Live holders of its host ports in other network namespaces whose rules this
+    /// container's went in front of at create (`ops::Held::Stack`): they wait behind it, and
+    /// serve again once it goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stacked_on: Vec<ContainerId>,
     /// Set when the container is a CNI attachment (added by the CNI plugin): its manifest is named by
     /// the attachment's ledger id, and has no pid.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -179,6 +179,8 @@ pub fn summarize(path: &Path) -> Result<Summary, LedgerError> {
             })
             .collect(),
         shared_by: wire.shared_by,
+        // Not needed to judge liveness.
+        stacked_on: Vec::new(),
         cni: wire.cni,
     };
     Ok(Summary {

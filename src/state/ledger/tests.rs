@@ -85,6 +85,7 @@ pub(crate) fn sample() -> Manifest {
         pod: None,
         shares: Vec::new(),
         shared_by: Vec::new(),
+        stacked_on: Vec::new(),
         cni: None,
     }
 }

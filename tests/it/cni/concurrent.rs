@@ -1,7 +1,8 @@
 //! Concurrent CNI calls, as a runtime starting and stopping many pods makes them: every call a
 //! process of its own (the binary with `CNI_*` and the config on stdin), many at once.
-//! ADDs on distinct host ports all forward; two ADDs asking the same host port: one wins, the
-//! other gets a CNI error naming the holder and leaves nothing behind; DELs, a DEL twice at
+//! ADDs on distinct host ports all forward; two ADDs asking the same host port with
+//! `portConflict: "refuse"`: one wins, the other gets a CNI error naming the holder and leaves
+//! nothing behind (without it both win: `held.rs`); DELs, a DEL twice at
 //! once and DELs racing a re-ADD of the same attachment end with full `*-save` dumps equal to
 //! those before (`nft list ruleset` included) and no manifest. All three backends.
 
@@ -177,8 +178,16 @@ fn concurrent_adds_and_dels_forward_then_restore_the_tables() {
     });
 }
 
-/// Two ADDs of different attachments asking one host port (three rounds): one wins and
-/// forwards, the other's CNI error names the holder and the port, it leaves no rule and no
+/// ADD of `cid` forwarding 9100 to `c`, with `portConflict: "refuse"`.
+fn refusing_add(node: &Node, cid: &str, c: &Container) -> Output {
+    let mut config = cni_config(node, "testnet", c, 9100);
+    config["portConflict"] = serde_json::json!("refuse");
+    let netns = format!("/run/netns/{}", c.ns);
+    cni_call(node, "ADD", cid, Some(&netns), &config)
+}
+
+/// Two ADDs of different attachments asking one host port with `portConflict: "refuse"`
+/// (three rounds): one wins and forwards, the other's CNI error names the holder and the port, it leaves no rule and no
 /// manifest, and its DEL changes nothing.
 #[test]
 fn two_adds_asking_the_same_host_port_one_wins_the_other_leaves_nothing() {
@@ -192,8 +201,8 @@ fn two_adds_asking_the_same_host_port_one_wins_the_other_leaves_nothing() {
         let node_ref = &node;
         for round in 0..3 {
             let outs = at_once(vec![
-                Box::new(|| cni_add(node_ref, "testnet", "ra", &a, 9100)),
-                Box::new(|| cni_add(node_ref, "testnet", "rb", &b, 9100)),
+                Box::new(|| refusing_add(node_ref, "ra", &a)),
+                Box::new(|| refusing_add(node_ref, "rb", &b)),
             ]);
             let won: Vec<usize> = (0..2).filter(|&i| outs[i].status.success()).collect();
             assert_eq!(won.len(), 1, "{backend:?} round {round}: exactly one wins");

@@ -5,12 +5,14 @@
 //!
 //! Submodules: `concurrent` (many CNI calls at once), `conflist` (a conflist with Debian's
 //! bridge and host-local run by the libcni-style driver, portmap side by side: SCTP, `hostIP`,
-//! STATUS, GC), `crash` (ADD and DEL killed at every fault point), `settings` (a bad
-//! `NATLEDGER_*` value refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
+//! STATUS, GC), `crash` (ADD and DEL killed at every fault point), `held` (two attachments on
+//! one host port), `settings` (a bad `NATLEDGER_*` value refuses ADD and never stops DEL) and
+//! `sweep` (liveness of attachments).
 
 mod concurrent;
 mod conflist;
 mod crash;
+mod held;
 mod settings;
 mod sweep;
 

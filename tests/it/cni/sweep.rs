@@ -162,7 +162,16 @@ fn sweep_removes_attachments_whose_netns_is_gone_or_another_keeps_the_live() {
     });
 }
 
-/// A second ADD on the host port of a deleted attachment wins (refused while that one lived).
+/// ADD of `cid` forwarding `port` to `c`, with `portConflict: "refuse"`.
+fn refusing_add(node: &Node, cid: &str, c: &Container, port: u16) -> std::process::Output {
+    let mut config = cni_config(node, "testnet", c, port);
+    config["portConflict"] = serde_json::json!("refuse");
+    let netns = format!("/run/netns/{}", c.ns);
+    cni_call(node, "ADD", cid, Some(&netns), &config)
+}
+
+/// A second ADD on the host port of a deleted attachment wins, also with `portConflict:
+/// "refuse"` (which refuses it while that one lives).
 #[test]
 fn an_add_on_the_port_of_a_deleted_attachment_wins() {
     both(|backend| {
@@ -175,7 +184,7 @@ fn an_add_on_the_port_of_a_deleted_attachment_wins() {
         assert_ok(&cni_add(&node, "testnet", "first", &c2, 8080), "ADD first");
         let holding = node.dump();
         // While the first attachment's namespace lives, the port is its.
-        let out = cni_add(&node, "testnet", "second", &c3, 8080);
+        let out = refusing_add(&node, "second", &c3, 8080);
         assert!(!out.status.success(), "{backend:?}: second ADD refused");
         let error: Value = serde_json::from_slice(&out.stdout).expect("an error object");
         let msg = format!("{} {}", error["msg"], error["details"]);
@@ -187,10 +196,7 @@ fn an_add_on_the_port_of_a_deleted_attachment_wins() {
         assert_eq!(node.dump(), holding);
 
         node.topo.delete_ns_now(&c2.ns);
-        assert_ok(
-            &cni_add(&node, "testnet", "second", &c3, 8080),
-            "ADD second",
-        );
+        assert_ok(&refusing_add(&node, "second", &c3, 8080), "ADD second");
         assert!(!node.manifest_exists("first+eth0"), "the dead one released");
         assert!(node.manifest_exists("second+eth0"));
         assert!(!node.dump().contains("natledger:first+eth0"));

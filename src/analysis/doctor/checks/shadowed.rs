@@ -4,9 +4,15 @@
 //! chain reached from PREROUTING and OUTPUT (kube-proxy's KUBE-SERVICES) may shadow rules on
 //! both, each named with the hook it never matches on. A rule is claimed on a hook only when
 //! no path of that hook reaches it unshadowed.
+//!
+//! natledger's own DNATs of a live container in front of those of the holders it stacked on
+//! (`ops::Held::Stack`, its manifest's `stacked_on`) are the stack working as meant: one
+//! informational finding saying who serves and who waits, never a shadow error. A dead
+//! container's rule in front, or a foreign one, is a shadow as before.
 
 use super::*;
 use crate::analysis::doctor::paths::Shadow;
+use crate::kernel::machine::Machine;
 
 /// A rule of one table of one ruleset: (ruleset index, table, chain, position).
 type RuleKey<'k> = (usize, &'k str, &'k str, usize);
@@ -82,6 +88,10 @@ impl Checks<'_> {
             }
         }
         for ((.., duplicate), group) in groups {
+            if let Some(stacked) = self.stacked(&group) {
+                self.findings.push(stacked);
+                continue;
+            }
             let all_hooks = |sb: &Step| -> Vec<&'static str> {
                 let k = (
                     set_of(group.w),
@@ -93,6 +103,66 @@ impl Checks<'_> {
             };
             self.findings.push(finding(&group, duplicate, all_hooks));
         }
+    }
+}
+
+impl Checks<'_> {
+    /// A group that is a natledger stack: the earlier rule a live container's, every rule it
+    /// shadows a container's whose manifest that one's `stacked_on` names. Needs the host's
+    /// manifests (not with `--from` dumps alone).
+    fn stacked(&self, g: &Group) -> Option<Finding> {
+        let host = self.host?;
+        let manifest = |id: &str| {
+            host.manifests
+                .iter()
+                .find(|m| m.container_id.as_str() == id)
+        };
+        let Owner::Container(newer) = owner(&g.by.rule.chain, &g.by.rule.args) else {
+            return None;
+        };
+        let front = manifest(newer)?;
+        let mut waiting: Vec<&str> = Vec::new();
+        for (sb, _) in &g.shadowed {
+            let Owner::Container(older) = owner(&sb.rule.chain, &sb.rule.args) else {
+                return None;
+            };
+            manifest(older)?;
+            if !front.stacked_on.iter().any(|id| id.as_str() == older) {
+                return None;
+            }
+            if !waiting.contains(&older) {
+                waiting.push(older);
+            }
+        }
+        if !front.alive(&Machine) {
+            return None;
+        }
+        let (port, protocol) = port_of(&g.shadowed[0].0.cond);
+        let what = match (port, &protocol) {
+            (Some(port), Some(proto)) => format!("{port}/{proto}"),
+            (Some(port), None) => port.to_string(),
+            _ => "the port".to_string(),
+        };
+        let waits = if waiting.len() == 1 { "waits" } else { "wait" };
+        let mut rules = vec![rule_ref(g.w, g.by)];
+        rules.extend(g.shadowed.iter().map(|(sb, hooks)| RuleRef {
+            hooks: hooks.clone(),
+            ..rule_ref(g.w, sb)
+        }));
+        Some(Finding {
+            severity: Severity::Info,
+            kind: Kind::Shadowed,
+            port,
+            protocol,
+            summary: format!(
+                "Stacked: {newer} serves {what}, {} {waits} behind it and serves again when \
+                 {newer} goes.",
+                waiting.join(", ")
+            ),
+            rules,
+            evidence: vec![format!("natledger manifest: {newer} is stacked on them")],
+            fix: None,
+        })
     }
 }
 

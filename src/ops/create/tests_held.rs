@@ -1,0 +1,267 @@
+//! Held ports ([`Held`]): a live attachment in another network namespace holding the port.
+//! - `a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules`: CNI ADD stacks
+//!   (its DNAT inserted first, nothing of the older deleted or rewritten), the newer's DEL
+//!   deletes only its own rules, the older's manifest is as it was.
+//! - `an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it`: `stacked_on`
+//!   says who is in front, also after the older's re-ADD.
+//! - `with_refuse_the_second_attachment_is_refused_and_writes_nothing`: `Held::Refuse`.
+//! - `a_hook_container_is_refused_over_a_live_attachment`: the hooks refuse (Docker's,
+//!   podman's and Kubernetes' users expect it); a CNI ADD over a hook container stacks.
+//! - `a_dead_holder_is_still_replaced`: its rules deleted and its manifest gone first.
+//! - `a_member_of_the_holders_namespace_still_shares`: sharing is unchanged by `Stack`.
+//! - `a_holder_in_another_backend_is_named_so`: the newest first holds within one backend only.
+
+use super::*;
+use crate::backend::Backend;
+use crate::model::oci::ContainerId;
+use crate::model::portspec::parse_mappings;
+use crate::ops::testing::*;
+use crate::ops::{Removed, remove_recorded};
+use crate::state::ledger::{CniAttachment, Ledger};
+
+const NFT: Backend = Backend::Nft;
+
+fn id(s: &str) -> ContainerId {
+    s.parse().unwrap()
+}
+
+/// A host where [`PID`] runs in namespace 1 ([`NETNS_PATH`]), and `/run/netns/b` names
+/// namespace 2.
+fn two_namespaces() -> FakeHost {
+    fake_host().with_namespace("/run/netns/b", netns(2))
+}
+
+/// ADD of attachment `name`+eth0 at namespace path `path`, address `addr`, asking 8080:80.
+fn add(ctx: &Context, name: &str, path: &str, addr: &str, held: Held) -> Result<Created, Error> {
+    let addr: IpAddr = addr.parse().unwrap();
+    let addresses = move || Ok(vec![addr.into()]);
+    let path = std::path::PathBuf::from(path);
+    create(
+        ctx,
+        &Creating {
+            id: id(&format!("{name}+eth0")),
+            pid: None,
+            bundle: None,
+            mappings: parse_mappings("8080:80").unwrap(),
+            addresses: &addresses,
+            refuse_conflicts: false,
+            held,
+            pod: None,
+            netns: ctx.host.netns_at(&path).ok(),
+            cni: Some(CniAttachment {
+                container_id: name.into(),
+                ifname: "eth0".into(),
+                network: "net".into(),
+                netns_path: Some(path),
+                deleted: false,
+            }),
+        },
+    )
+}
+
+fn batches(script: &Script) -> Vec<String> {
+    script
+        .calls
+        .borrow()
+        .iter()
+        .map(|c| String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default()).into())
+        .collect()
+}
+
+#[test]
+fn a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    let older = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
+
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let created = add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
+    assert_eq!(created, Created::Installed { rules: 4 });
+    let written = batches(&script);
+    assert_eq!(
+        written.len(),
+        1,
+        "one restore, nothing of the older removed"
+    );
+    assert!(
+        written[0].contains("-I NATLEDGER-HOSTPORTS 1 -p tcp -m tcp --dport 8080")
+            && written[0].contains("natledger:b+eth0")
+            && !written[0].contains("natledger:a+eth0")
+            && !written[0].contains("-D "),
+        "{}",
+        written[0]
+    );
+    assert_eq!(ctx.ledger.load(&id("a+eth0")).unwrap().unwrap(), older);
+    let newer = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
+    assert_eq!(newer.stacked_on, [id("a+eth0")]);
+
+    // The newer's DEL deletes its own rules only; the older's manifest stays as it was.
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    assert!(matches!(
+        remove_recorded(&ctx, &id("b+eth0")).unwrap(),
+        Removed::Done { .. }
+    ));
+    let deleted = batches(&script);
+    assert!(
+        !deleted.is_empty()
+            && deleted
+                .iter()
+                .all(|d| d.contains("natledger:b+eth0") && !d.contains("natledger:a+eth0")),
+        "{deleted:#?}"
+    );
+    assert_eq!(ctx.ledger.load(&id("a+eth0")).unwrap().unwrap(), older);
+    assert!(ctx.ledger.load(&id("b+eth0")).unwrap().is_none());
+}
+
+#[test]
+fn with_refuse_the_second_attachment_is_refused_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+
+    let script = Script::new(Vec::new());
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let err = add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Refuse).unwrap_err();
+    assert!(matches!(err, Error::PortClaimed { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "host port 8080:80/tcp is held by live container a+eth0 \
+         (cni net=net ifname=eth0 container=a) in another network namespace"
+    );
+    assert!(script.calls.borrow().is_empty(), "nothing run");
+    assert!(ctx.ledger.load(&id("b+eth0")).unwrap().is_none());
+}
+
+#[test]
+fn a_hook_container_is_refused_over_a_live_attachment() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", "/run/netns/b", "10.77.0.2", Held::Stack).unwrap();
+
+    // The hook container c1 (PID, namespace 1) asks for 8080:80.
+    let script = Script::new(Vec::new());
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let err = create_runtime(&ctx, &input(dir.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("held by live container a+eth0")
+            && err.ends_with("in another network namespace"),
+        "{err}"
+    );
+    assert!(script.calls.borrow().is_empty());
+    assert!(ctx.ledger.load(&id("c1")).unwrap().is_none());
+
+    // The other way round, a CNI ADD over a live hook container stacks.
+    let dir = tempfile::tempdir().unwrap();
+    let script = Script::new(vec![ok(""), ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    create_runtime(&ctx, &input(dir.path())).unwrap();
+    add(&ctx, "a", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
+    assert_eq!(script.calls.borrow().len(), 2);
+    assert_eq!(ctx.ledger.list().unwrap().len(), 2);
+}
+
+#[test]
+fn a_dead_holder_is_still_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", "/run/netns/b", "10.77.0.2", Held::Stack).unwrap();
+    // Its namespace goes (`ip netns del`).
+    host.set_namespace(
+        std::path::Path::new("/run/netns/b"),
+        Err(std::io::ErrorKind::NotFound),
+    );
+
+    // Two restores delete the dead holder's rules, one writes the new ones.
+    let script = Script::new(vec![ok(""), ok(""), ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
+    let written = batches(&script);
+    assert_eq!(written.len(), 3, "{written:#?}");
+    assert!(
+        written[..2]
+            .iter()
+            .all(|d| d.contains("-D ") && d.contains("natledger:a+eth0")),
+        "{written:#?}"
+    );
+    assert!(written[2].contains("natledger:b+eth0"));
+    assert!(ctx.ledger.load(&id("a+eth0")).unwrap().is_none());
+}
+
+#[test]
+fn a_member_of_the_holders_namespace_still_shares() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    // The hook container c1 runs in namespace 1, the attachment's.
+    let script = Script::new(Vec::new());
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    assert_eq!(
+        create_runtime(&ctx, &input(dir.path())).unwrap(),
+        Created::Installed { rules: 0 }
+    );
+    assert!(script.calls.borrow().is_empty());
+    let c1 = ctx.ledger.load(&id("c1")).unwrap().unwrap();
+    assert_eq!(c1.shares[0].holder, id("a+eth0"));
+    assert_eq!(
+        ctx.ledger.load(&id("a+eth0")).unwrap().unwrap().shared_by,
+        [id("c1")]
+    );
+}
+
+#[test]
+fn an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok(""); 5]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
+    // a again (the runtime retries it): its earlier rules go (one restore per table), its
+    // new ones go in front of b's.
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    let a = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
+    let b = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
+    assert_eq!(a.stacked_on, [id("b+eth0")]);
+    assert!(b.stacked_on.is_empty(), "{:?}", b.stacked_on);
+}
+
+#[test]
+fn a_holder_in_another_backend_is_named_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = two_namespaces();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
+    let holder = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
+    let mapping = &holder.mappings[0];
+    let judge = |backend| {
+        let newer = id("b+eth0");
+        held::judge(
+            Held::Stack,
+            backend,
+            &newer,
+            mapping,
+            &holder,
+            &holder,
+            Membership::OtherNamespace,
+        )
+        .unwrap()
+    };
+    assert_eq!(judge(NFT).elsewhere, None);
+    assert_eq!(judge(Backend::Nftables).elsewhere, Some(NFT));
+}
