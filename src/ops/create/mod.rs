@@ -26,6 +26,7 @@ use crate::kernel::conntrack::Flows;
 mod checks;
 mod install;
 mod limits;
+mod planned;
 mod share;
 #[cfg(test)]
 mod tests;
@@ -36,6 +37,7 @@ mod tests_share;
 
 use checks::*;
 use install::*;
+pub use planned::planned;
 
 /// What create-runtime did.
 #[derive(Debug, PartialEq, Eq)]

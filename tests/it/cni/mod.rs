@@ -3,10 +3,12 @@
 //! container namespace bound at /run/netns (as `ip netns` and CNI runtimes do). Real TCP and
 //! UDP traffic through the mappings; full `*-save` dumps equal before ADD and after DEL.
 //!
-//! Submodules: `concurrent` (many CNI calls at once), `settings` (a bad `NATLEDGER_*` value
-//! refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
+//! Submodules: `concurrent` (many CNI calls at once), `lost` (DEL, CHECK and GC without a
+//! manifest), `settings` (a bad `NATLEDGER_*` value refuses ADD and never stops DEL) and
+//! `sweep` (liveness of attachments).
 
 mod concurrent;
+mod lost;
 mod settings;
 mod sweep;
 
