@@ -123,6 +123,20 @@ pub trait Driver: Sync {
         Ok(Native::Off)
     }
 
+    /// Whether natledger's chains of `table` hold a rule tagged `tag`, judged without a
+    /// process: `Some(false)` lets a removal without records skip reading the table (a CNI
+    /// DEL after natledger's state was lost pays it on every attachment's second DEL).
+    /// `None` (by default, or when it cannot tell): read the table.
+    fn holds_tagged(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _table: Table,
+        _tag: &str,
+    ) -> Option<bool> {
+        None
+    }
+
     /// Delete every rule tagged as `expected` says from its chain without a process, when
     /// each chain holds exactly that many; whether that was done (nothing changed otherwise:
     /// the caller uses the restore). None by default.

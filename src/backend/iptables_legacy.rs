@@ -6,7 +6,7 @@ use crate::chain::Chain;
 use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
-use crate::model::layout::shared_rules;
+use crate::model::layout::{comment_and_target, is_owned_chain, shared_rules};
 use crate::model::rule::Rule;
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
@@ -51,6 +51,33 @@ impl Driver for IptablesLegacy {
         placed: &[Placement],
     ) -> bool {
         insert(nf, family, table, placed)
+    }
+
+    /// Through the table's socket options ([`iptc::read`], no lock): every `NATLEDGER-`
+    /// chain's rules; an absent table (procfs) holds none and is not created.
+    fn holds_tagged(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: Table,
+        tag: &str,
+    ) -> Option<bool> {
+        if !nf.native() {
+            return None;
+        }
+        if !legacy_table_exists(family, table.as_str()).ok()? {
+            return Some(false);
+        }
+        let blob = iptc::read(family, table.as_str())
+            .map_err(|e| log::debug!("{}; reading the table instead", Chain(&e)))
+            .ok()?;
+        let found = blob
+            .user_chains()
+            .filter(|c| is_owned_chain(c))
+            .filter_map(|c| iptc::render::chain_rules(&blob, c))
+            .flatten()
+            .any(|args| comment_and_target(&args).0 == Some(tag));
+        Some(found)
     }
 
     /// Exactly the recorded rules of one table, through its socket options

@@ -7,8 +7,9 @@ use crate::chain::Chain;
 use crate::kernel::nftables::NftError;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
-use crate::model::layout::tag;
+use crate::model::layout::{owned_chains, tag};
 use crate::model::oci::ContainerId;
+use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
 use super::{Backend, Driver, Native, NativeError, Netfilter, Tagged, Tools};
@@ -57,6 +58,33 @@ impl Driver for IptablesNft {
             }
         }
         Ok(nf.delete_tagged_nft(family, &tag(id), &expected)?)
+    }
+
+    /// Over netlink: the rules of natledger's chains of this version (`layout::owned_chains`),
+    /// each chain dumped alone (the kernel filters; an absent table or chain is empty).
+    fn holds_tagged(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: Table,
+        tag: &str,
+    ) -> Option<bool> {
+        if !nf.native() {
+            return None;
+        }
+        let chains = owned_chains(self.capabilities(), table.as_str(), family);
+        let found = nf.with_nft(|session| {
+            for chain in chains {
+                let rules = session.rules(family, table.as_str(), chain)?;
+                if rules.iter().any(|r| r.comment.as_deref() == Some(tag)) {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        });
+        found
+            .map_err(|e| log::debug!("{}; reading the table instead", Chain(&e)))
+            .ok()
     }
 
     fn delete_tagged(&self, nf: &Netfilter, family: Family, expected: &[Tagged]) -> bool {

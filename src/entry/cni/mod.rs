@@ -15,6 +15,7 @@ pub mod result;
 pub mod spec;
 #[cfg(test)]
 mod tests;
+pub mod unrecorded;
 pub mod validate;
 
 use crate::model::family::IfAddr;

@@ -1,16 +1,21 @@
 //! The plugin the binary is: each command on natledger's ledger and backends, through the
-//! same operations as the OCI hooks (`ops::create`, `ops::remove_recorded`).
+//! same operations as the OCI hooks (`ops::create`, `ops::detach`). Without a manifest (the
+//! state directory lost), DEL and GC act on the rules tagged with the attachment's ledger id
+//! and CHECK on the rules ADD would write (`ops::planned`); nothing is written back.
 
-use super::{CniError, Code, Plugin, Request};
+use crate::model::family::IfAddr;
+
+use super::{Attachment, CniError, Code, Plugin, Request, unrecorded};
 use crate::backend::tool;
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
 use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
+use crate::model::oci::ContainerId;
 use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating, Held};
-use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
+use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Manifest, Phase, RuleRecord};
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
@@ -95,6 +100,131 @@ fn failed_ledger(what: &'static str, e: LedgerError) -> CniError {
     CniError::new(Code::Failed, what, crate::chain::text(&e))
 }
 
+/// A create's error as ADD and CHECK answer it: a refusal before anything was written (the
+/// configuration asks too much) is the configuration's error.
+fn too_large_or(e: ops::Error, what: &'static str) -> CniError {
+    match e {
+        ops::Error::TooLarge { bound, .. } => CniError::new(
+            Code::InvalidConfig,
+            "too many port mappings",
+            bound.to_string(),
+        ),
+        e => failed(what, e),
+    }
+}
+
+/// The container's addresses in `prevResult`, at least one.
+fn container_addresses(
+    request: &Request,
+    attachment: &Attachment,
+) -> Result<Vec<IfAddr>, CniError> {
+    let addresses = request.container_addresses()?;
+    if addresses.is_empty() {
+        return Err(CniError::new(
+            Code::InvalidConfig,
+            "no container address",
+            format!(
+                "prevResult has no address of interface {} in the container",
+                crate::model::echo::Echo::from(attachment.ifname.as_str())
+            ),
+        ));
+    }
+    Ok(addresses)
+}
+
+/// What ADD creates for `request` (and CHECK plans without a manifest): the attachment `id`
+/// with the request's mappings towards `addresses`.
+fn creating<'a>(
+    request: &Request,
+    attachment: &Attachment,
+    id: ContainerId,
+    addresses: &'a dyn Fn() -> Result<Vec<IfAddr>, ops::Error>,
+    settings: &Settings,
+) -> Creating<'a> {
+    let netns_path = request.env.netns.clone();
+    Creating {
+        id,
+        pid: None,
+        bundle: None,
+        mappings: request.conf.mappings.clone(),
+        addresses,
+        refuse_conflicts: settings.refuse_conflicts(),
+        // portmap's way (the newest serves, the older waits behind), unless
+        // `portConflict: "refuse"`.
+        held: if settings.refuse_conflicts() {
+            Held::Refuse
+        } else {
+            Held::Stack
+        },
+        pod: None,
+        netns: netns_path.as_deref().and_then(NetnsId::of_path),
+        cni: Some(CniAttachment {
+            container_id: attachment.container_id.clone(),
+            ifname: attachment.ifname.clone(),
+            network: request.conf.name.clone(),
+            netns_path,
+            deleted: false,
+        }),
+    }
+}
+
+/// CHECK's error when `missing` of the `total` rules of attachment `id` are not in place
+/// (`note` says why these were the rules looked for); `None` when all are.
+fn missing_error(
+    id: &ContainerId,
+    missing: &[RuleRecord],
+    total: usize,
+    note: &str,
+) -> Option<CniError> {
+    let first = missing.first()?;
+    Some(CniError::new(
+        Code::Failed,
+        "port mapping rules missing",
+        format!(
+            "{note}{} of {total} rule(s) of attachment {id} missing, first in {} {} {}: -A {} {}",
+            missing.len(),
+            first.backend,
+            first.family,
+            first.table_name(),
+            first.chain,
+            first.args().join(" ")
+        ),
+    ))
+}
+
+/// CHECK of an attachment natledger has no manifest of (its state lost): the rules ADD
+/// would write for this request ([`ops::planned`]) looked for where they would be. Success
+/// when all are there (a warning says the state is lost: a later DEL removes by tag);
+/// otherwise the first missing one is named.
+fn check_unrecorded(
+    ctx: &Context,
+    request: &Request,
+    attachment: &Attachment,
+    id: ContainerId,
+    settings: &Settings,
+) -> Result<(), CniError> {
+    let addresses = container_addresses(request, attachment)?;
+    let lookup = || Ok(addresses.clone());
+    let input = creating(request, attachment, id, &lookup, settings);
+    let planned = ops::planned(ctx, &input)
+        .map_err(|e| too_large_or(e, "could not plan the port mappings"))?;
+    let missing =
+        ops::missing_rules(ctx, &planned).map_err(|e| failed("could not read the rules", e))?;
+    let note = format!(
+        "natledger has no manifest of attachment {} (its state lost): ",
+        input.id
+    );
+    if let Some(e) = missing_error(&input.id, &missing, planned.len(), &note) {
+        return Err(e);
+    }
+    log::warn!(
+        "{note}its {} rule(s) are in place; a DEL removes the rules tagged {}",
+        planned.len(),
+        crate::model::layout::tag(&input.id)
+    );
+    Ok(())
+}
+
 impl Plugin for Natledger {
     /// The attachment's mappings installed and recorded as a hook container's are, under the
     /// attachment's ledger id; no mapping: nothing is run, nothing recorded.
@@ -107,64 +237,24 @@ impl Plugin for Natledger {
         }
         let attachment = request.attachment().expect("ADD has an attachment");
         let id = attachment.ledger_id()?;
-        let addresses = request.container_addresses()?;
-        if addresses.is_empty() {
-            return Err(CniError::new(
-                Code::InvalidConfig,
-                "no container address",
-                format!(
-                    "prevResult has no address of interface {} in the container",
-                    crate::model::echo::Echo::from(attachment.ifname.as_str())
-                ),
-            ));
-        }
+        let addresses = container_addresses(request, attachment)?;
         let settings = self.settings(request, Bad::Refused)?;
         let runner = SystemRunner::default();
         let ctx = Self::context(&settings, &runner);
-        let netns_path = request.env.netns.clone();
         let lookup = || Ok(addresses.clone());
-        let creating = Creating {
-            id,
-            pid: None,
-            bundle: None,
-            mappings: request.conf.mappings.clone(),
-            addresses: &lookup,
-            refuse_conflicts: settings.refuse_conflicts(),
-            // portmap's way (the newest serves, the older waits behind), unless
-            // `portConflict: "refuse"`.
-            held: if settings.refuse_conflicts() {
-                Held::Refuse
-            } else {
-                Held::Stack
-            },
-            pod: None,
-            netns: netns_path.as_deref().and_then(NetnsId::of_path),
-            cni: Some(CniAttachment {
-                container_id: attachment.container_id.clone(),
-                ifname: attachment.ifname.clone(),
-                network: request.conf.name.clone(),
-                netns_path,
-                deleted: false,
-            }),
-        };
+        let creating = creating(request, attachment, id, &lookup, &settings);
         ops::create(&ctx, &creating)
             .map(|_| ())
-            .map_err(|e| match e {
-                // Refused before anything was written: the configuration asks too much.
-                ops::Error::TooLarge { bound, .. } => CniError::new(
-                    Code::InvalidConfig,
-                    "too many port mappings",
-                    bound.to_string(),
-                ),
-                e => failed("could not install the port mappings", e),
-            })
+            .map_err(|e| too_large_or(e, "could not install the port mappings"))
     }
 
     /// Whatever the ledger recorded for the attachment goes; `runtimeConfig` and
-    /// `prevResult` are not needed. Nothing recorded (no ADD, a second DEL) is success.
+    /// `prevResult` are not needed. Without a manifest (natledger's state lost), every rule
+    /// tagged with the attachment's ledger id in natledger's chains goes, in every backend and
+    /// family (`ops::detach`). Nothing found (no ADD, a second DEL) is success.
     fn del(&self, request: &Request) -> Result<(), CniError> {
         let attachment = request.attachment().expect("DEL has an attachment");
-        // An id that cannot be formed was never recorded.
+        // An id that cannot be formed was never recorded nor tagged.
         let Ok(id) = attachment.ledger_id() else {
             return Ok(());
         };
@@ -177,16 +267,37 @@ impl Plugin for Natledger {
             log::info!("{e}; nothing can be recorded there, DEL has nothing to do");
             return Ok(());
         }
+        let recorded = ledger.has_manifest(&id);
         let runner = SystemRunner::default();
         let ctx = Self::context(&settings, &runner);
-        ops::remove_recorded(&ctx, &id)
-            .map(|_| ())
-            .map_err(|e| failed("could not remove the port mappings", e))
+        match ops::detach(&ctx, &id) {
+            Ok(ops::Removed::Done { rules }) if !recorded && rules > 0 => {
+                log::warn!(
+                    "natledger had no manifest of attachment {id} (its state lost); removed \
+                     the {rules} rule(s) tagged {}",
+                    crate::model::layout::tag(&id)
+                );
+                Ok(())
+            }
+            Ok(_) => Ok(()),
+            // No manifest, and the ledger cannot even be locked (its directory cannot be
+            // made): the conflist's DEL goes on; a sweep removes what may be tagged.
+            Err(ops::Error::Ledger(e)) if !recorded => {
+                log::warn!(
+                    "{}; the rules tagged {} are not looked for",
+                    crate::chain::Chain(&e),
+                    crate::model::layout::tag(&id)
+                );
+                Ok(())
+            }
+            Err(e) => Err(failed("could not remove the port mappings", e)),
+        }
     }
 
     /// Every rule recorded for the attachment is where it was written (backend, family,
-    /// table, chain, arguments); an error names the first missing ones. Mappings asked for
-    /// but nothing recorded, or a manifest not fully installed, are errors too.
+    /// table, chain, arguments); an error names the first missing ones. A manifest not fully
+    /// installed is an error too. Without a manifest (natledger's state lost), the rules ADD
+    /// would write for this request are looked for instead, and the answer says so.
     fn check(&self, request: &Request) -> Result<(), CniError> {
         // The spec requires it; portmap refuses without it too.
         if request.conf.prev_result.is_none() {
@@ -210,11 +321,7 @@ impl Plugin for Natledger {
             if request.conf.mappings.is_empty() {
                 return Ok(());
             }
-            return Err(CniError::new(
-                Code::Failed,
-                "port mappings not installed",
-                format!("natledger has no record of attachment {id}"),
-            ));
+            return check_unrecorded(&ctx, request, attachment, id, &settings);
         };
         if manifest.phase != Phase::Installed {
             return Err(CniError::new(
@@ -247,30 +354,17 @@ impl Plugin for Natledger {
                 ),
             ));
         }
-        let missing = ops::missing_rules(&ctx, &manifest)
+        let missing = ops::missing_rules(&ctx, &manifest.rules)
             .map_err(|e| failed("could not read the rules", e))?;
-        let Some(first) = missing.first() else {
-            return Ok(());
-        };
-        Err(CniError::new(
-            Code::Failed,
-            "port mapping rules missing",
-            format!(
-                "{} of {} rule(s) of attachment {id} missing, first in {} {} {}: -A {} {}",
-                missing.len(),
-                manifest.rules.len(),
-                first.backend,
-                first.family,
-                first.table_name(),
-                first.chain,
-                first.args().join(" ")
-            ),
-        ))
+        missing_error(&id, &missing, manifest.rules.len(), "").map_or(Ok(()), Err)
     }
+
     /// Every attachment of this network (by its manifest's `cni.network`) whose
     /// `(containerID, ifname)` is not in `cni.dev/valid-attachments` is removed as by DEL;
     /// other networks' and OCI hook containers' manifests (no `cni`) are never touched.
-    /// Keeps going past a failure and reports them all (SPEC.md §2 GC).
+    /// Then the rules tagged for attachments without a manifest that `unrecorded::stale`
+    /// proves not valid go, as a DEL without a manifest removes them. Keeps going past a
+    /// failure and reports them all (SPEC.md §2 GC).
     fn gc(&self, request: &Request) -> Result<(), CniError> {
         // Without the list, every attachment of the network would look stale: refuse.
         let Some(valid) = &request.conf.valid_attachments else {
@@ -297,6 +391,24 @@ impl Plugin for Natledger {
             if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
                 errors.push(crate::chain::text(&e));
             }
+        }
+        let network = request.conf.name.as_str();
+        let choose = |ids: &[ContainerId], manifests: &[Manifest]| {
+            unrecorded::stale(network, valid, ids, manifests)
+        };
+        match ops::remove_unrecorded(&ctx, &choose) {
+            Ok(done) => {
+                for one in done {
+                    match one.result {
+                        Ok(rules) => log::info!(
+                            "removed {rules} rule(s) of attachment {} (no manifest, not valid)",
+                            one.id
+                        ),
+                        Err(e) => errors.push(crate::chain::text(&e)),
+                    }
+                }
+            }
+            Err(e) => errors.push(crate::chain::text(&e)),
         }
         if errors.is_empty() {
             Ok(())

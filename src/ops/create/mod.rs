@@ -28,6 +28,7 @@ mod held;
 mod install;
 mod limits;
 mod loopback;
+mod planned;
 mod share;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,7 @@ pub use held::Held;
 use held::Stacked;
 use install::*;
 use loopback::allow_loopback_sources;
+pub use planned::planned;
 
 /// What create-runtime did.
 #[derive(Debug, PartialEq, Eq)]

@@ -6,13 +6,14 @@
 //! Submodules: `concurrent` (many CNI calls at once), `conflist` (a conflist with Debian's
 //! bridge and host-local run by the libcni-style driver, portmap side by side: SCTP, `hostIP`,
 //! STATUS, GC), `crash` (ADD and DEL killed at every fault point), `held` (two attachments on
-//! one host port), `settings` (a bad `NATLEDGER_*` value refuses ADD and never stops DEL) and
-//! `sweep` (liveness of attachments).
+//! one host port), `lost` (DEL, CHECK and GC without a manifest), `settings` (a bad
+//! `NATLEDGER_*` value refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
 
 mod concurrent;
 mod conflist;
 mod crash;
 mod held;
+mod lost;
 mod settings;
 mod sweep;
 

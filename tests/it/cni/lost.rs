@@ -1,0 +1,247 @@
+//! DEL, CHECK and GC of attachments natledger has no manifest of (its state directory lost:
+//! a tmpfs at reboot, a runtime's DEL after a crash recovery, an operator's `rm`), on every
+//! backend: CHECK finds the rules ADD wrote (and names one deleted by hand), DEL removes every
+//! rule tagged with the attachment's ledger id (full dumps as before its ADD, TCP refused and
+//! a UDP client that keeps sending unanswered), a second DEL succeeds; GC removes the tagged
+//! rules of an attachment not in the valid list, keeps a valid one's, and keeps every
+//! unrecorded one while natledger serves another network. A foreign rule in natledger's own
+//! chain and another attachment's rules stay throughout.
+
+use std::io::ErrorKind;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+const T: Duration = Duration::from_secs(3);
+const CID: &str = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9";
+
+/// A foreign DNAT in natledger's own `NATLEDGER-HOSTPORTS` (untagged: never natledger's) and
+/// one in PREROUTING (iptables) or natledger's table's base chain (nftables).
+fn load_foreign(node: &Node) {
+    if node.backend.is_iptables() {
+        let foreign = "*nat\n\
+            -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 7777 -j DNAT --to-destination 10.77.0.9:80\n\
+            -A PREROUTING -p tcp -m tcp --dport 7778 -j DNAT --to-destination 10.77.0.9:80\n\
+            COMMIT\n";
+        load_rules(node.topo.node(), node.backend, Family::V4, foreign);
+    } else {
+        let foreign = "add rule ip natledger NATLEDGER-HOSTPORTS tcp dport 7777 dnat to 10.77.0.9:80\n\
+            add rule ip natledger PREROUTING tcp dport 7778 dnat to 10.77.0.9:80\n";
+        load_nft(node.topo.node(), foreign);
+    }
+}
+
+fn call(node: &Node, command: &str, id: &str, netns: Option<&str>, config: &Value) -> Value {
+    let out = cni_call(node, command, id, netns, config);
+    if out.status.success() {
+        return Value::Null;
+    }
+    serde_json::from_slice(&out.stdout).expect("an error object on stdout")
+}
+
+/// The config without what a runtime that lost its cache has: no runtimeConfig, no prevResult.
+fn bare(config: &Value) -> Value {
+    let mut bare = config.clone();
+    let object = bare.as_object_mut().unwrap();
+    object.remove("runtimeConfig");
+    object.remove("prevResult");
+    bare
+}
+
+fn gc(node: &Node, network: &str, valid: &[&str]) -> std::process::Output {
+    let valid: Vec<Value> = valid
+        .iter()
+        .map(|c| json!({"containerID": c, "ifname": "eth0"}))
+        .collect();
+    let config = json!({
+        "cniVersion": "1.1.0", "name": network, "type": "natledger",
+        "backend": node.backend.name(), "stateDir": node.state_dir(),
+        "cni.dev/valid-attachments": valid,
+    });
+    node.natledger(
+        &[],
+        &config.to_string(),
+        &[("CNI_COMMAND", "GC"), ("CNI_PATH", "/opt/cni/bin")],
+    )
+}
+
+/// The manifest lost two ways (the file alone, the whole state directory): CHECK succeeds
+/// saying natledger has no manifest, fails naming a rule deleted by hand; DEL without
+/// runtimeConfig or prevResult restores the full dumps (the other attachment's rules and the
+/// foreign ones stay), TCP is refused and a UDP client that keeps sending gets no reply; a
+/// second DEL succeeds; every backend.
+#[test]
+fn del_and_check_without_a_manifest_act_on_the_attachments_tagged_rules() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        let c3 = node.topo.add_container(3);
+        let netns = format!("/run/netns/{}", c2.ns);
+        let _servers = [
+            serve_tcp(&c2.ns, c2.sock_v4(80), "c2 tcp"),
+            serve_udp(&c2.ns, c2.sock_v4(53), "c2 udp"),
+            serve_tcp(&c3.ns, c3.sock_v4(80), "c3"),
+        ];
+        node.warm_up();
+        load_foreign(&node);
+        let pristine = node.dump();
+        assert_ok(
+            &cni_add(&node, "testnet", "other1", &c3, 8081),
+            "ADD other1",
+        );
+        let before = node.dump();
+        let mut config = cni_config(&node, "testnet", &c2, 8080);
+        config["runtimeConfig"]["portMappings"] = json!([
+            {"hostPort": 8080, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 5353, "containerPort": 53, "protocol": "udp"}
+        ]);
+        let id = format!("{CID}+eth0");
+        let ext = node.topo.ext().to_string();
+        let other_answers = |when: &str| {
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, 8081), T).ok().as_deref(),
+                Some("c3"),
+                "{backend:?}: the other attachment {when}"
+            );
+        };
+
+        for (round, lose) in ["the manifest", "the state directory"].iter().enumerate() {
+            assert_eq!(call(&node, "ADD", CID, Some(&netns), &config), Value::Null);
+            let added = node.dump();
+            assert!(added.contains(&format!("natledger:{id}")), "{added}");
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, 8080), T).ok().as_deref(),
+                Some("c2 tcp"),
+                "{backend:?} {lose}: tcp after ADD"
+            );
+            let client = UdpClient::start(
+                &ext,
+                sock(EXT_V4, 40200 + round as u16),
+                sock(NODE_V4, 5353),
+            );
+            assert!(
+                client.wait_for("c2 udp", Instant::now(), T).is_some(),
+                "{backend:?} {lose}: udp after ADD"
+            );
+            let manifest = node.manifest(&id);
+            let total = manifest["rules"].as_array().unwrap().len();
+            if round == 0 {
+                std::fs::remove_file(node.state_dir().join(format!("containers/{id}.json")))
+                    .unwrap();
+            } else {
+                std::fs::remove_dir_all(node.state_dir()).unwrap();
+            }
+
+            // CHECK: every rule in place, though no manifest says so.
+            let out = cni_call(&node, "CHECK", CID, Some(&netns), &config);
+            assert_ok(&out, &format!("{backend:?} {lose}: CHECK"));
+            assert!(out.stdout.is_empty());
+            assert!(stderr(&out).contains("no manifest"), "{}", stderr(&out));
+            // Someone deletes the IPv4 DNAT: CHECK names it.
+            let dnat = manifest["rules"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["family"] == "ipv4" && r["chain"] == "NATLEDGER-HOSTPORTS")
+                .expect("an ipv4 DNAT record");
+            delete_recorded_rule(node.topo.node(), backend, dnat);
+            let error = call(&node, "CHECK", CID, Some(&netns), &config);
+            assert_eq!(error["code"], 100, "{error}");
+            let details = error["details"].as_str().unwrap();
+            for needle in [
+                "no manifest".to_string(),
+                format!("1 of {total} rule(s) of attachment {id} missing"),
+                "NATLEDGER-HOSTPORTS".to_string(),
+                "--dport 8080".to_string(),
+            ] {
+                assert!(details.contains(&needle), "{backend:?}: {details}");
+            }
+
+            // DEL as a runtime that lost its cache sends it: every tagged rule goes.
+            assert_eq!(call(&node, "DEL", CID, None, &bare(&config)), Value::Null);
+            assert_eq!(node.dump(), before, "{backend:?} {lose}: DEL by tag");
+            assert!(!node.manifest_exists(&id), "DEL writes no manifest");
+            let refused = tcp_request(&ext, sock(NODE_V4, 8080), T).unwrap_err();
+            assert_eq!(refused.kind(), ErrorKind::ConnectionRefused, "{backend:?}");
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_millis(500));
+            assert!(
+                client.replies_since(t).is_empty(),
+                "{backend:?} {lose}: the UDP client still gets replies after DEL"
+            );
+            client.stop();
+            other_answers(&format!("after DEL ({lose})"));
+            // Again: nothing left, success.
+            assert_eq!(call(&node, "DEL", CID, Some(&netns), &config), Value::Null);
+            assert_eq!(node.dump(), before);
+        }
+        // The other attachment's manifest went with the state directory: its DEL too.
+        let other = cni_config(&node, "testnet", &c3, 8081);
+        assert_eq!(
+            call(&node, "DEL", "other1", None, &bare(&other)),
+            Value::Null
+        );
+        assert_eq!(node.dump(), pristine, "{backend:?}: only the foreign rules");
+    });
+}
+
+/// GC without manifests: a valid list naming both attachments keeps them; one naming only b
+/// removes a's tagged rules (dump as before a's ADD, a's port refused, b's answering); while
+/// natledger serves another network too, an unrecorded attachment stays (it may be that
+/// network's); every backend.
+#[test]
+fn gc_without_manifests_removes_the_tagged_rules_of_attachments_not_valid() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c2 = node.topo.add_container(2);
+        let c3 = node.topo.add_container(3);
+        let c4 = node.topo.add_container(4);
+        let _servers = [&c2, &c3, &c4].map(|c| serve_tcp(&c.ns, c.sock_v4(80), &c.ns));
+        node.warm_up();
+        load_foreign(&node);
+        let pristine = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "bbbb2", &c3, 8081), "ADD b");
+        let only_b = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "aaaa1", &c2, 8080), "ADD a");
+        let both_added = node.dump();
+        std::fs::remove_dir_all(node.state_dir()).unwrap();
+        let ext = node.topo.ext().to_string();
+        let answer = |port: u16| tcp_request(&ext, sock(NODE_V4, port), T);
+
+        assert_ok(&gc(&node, "testnet", &["aaaa1", "bbbb2"]), "GC, both valid");
+        assert_eq!(node.dump(), both_added, "{backend:?}: valid ones kept");
+
+        // Another network's attachment, with its manifest: a's rules may be that network's.
+        assert_ok(&cni_add(&node, "othernet", "cccc3", &c4, 8082), "ADD c");
+        let with_c = node.dump();
+        assert_ok(
+            &gc(&node, "testnet", &["bbbb2"]),
+            "GC, another network known",
+        );
+        assert_eq!(
+            node.dump(),
+            with_c,
+            "{backend:?}: kept while othernet is known"
+        );
+        let c = cni_config(&node, "othernet", &c4, 8082);
+        assert_eq!(call(&node, "DEL", "cccc3", None, &bare(&c)), Value::Null);
+        assert_eq!(node.dump(), both_added);
+
+        assert_ok(&gc(&node, "testnet", &["bbbb2"]), "GC, a not valid");
+        assert_eq!(node.dump(), only_b, "{backend:?}: a's rules gone, b's kept");
+        assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+        assert_eq!(
+            answer(8080).unwrap_err().kind(),
+            ErrorKind::ConnectionRefused,
+            "{backend:?}"
+        );
+        assert_eq!(answer(8081).ok().as_deref(), Some(c3.ns.as_str()));
+        assert_ok(&gc(&node, "testnet", &["bbbb2"]), "GC again");
+        assert_eq!(node.dump(), only_b);
+
+        let b = cni_config(&node, "testnet", &c3, 8081);
+        assert_eq!(call(&node, "DEL", "bbbb2", None, &bare(&b)), Value::Null);
+        assert_eq!(node.dump(), pristine, "{backend:?}: only the foreign rules");
+    });
+}
