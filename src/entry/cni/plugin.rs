@@ -6,11 +6,11 @@ use crate::backend::tool;
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
-use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
 use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating};
 use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase};
+use crate::state::liveness;
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
@@ -131,7 +131,9 @@ impl Plugin for Natledger {
             addresses: &lookup,
             refuse_conflicts: settings.refuse_conflicts(),
             pod: None,
-            netns: netns_path.as_deref().and_then(NetnsId::of_path),
+            netns: netns_path
+                .as_deref()
+                .and_then(|path| liveness::netns_to_record(ctx.host, path)),
             cni: Some(CniAttachment {
                 container_id: attachment.container_id.clone(),
                 ifname: attachment.ifname.clone(),
