@@ -8,7 +8,8 @@
 //! that same open file (so the cookie is the namespace's whose inode it gives), reads the
 //! cookie and goes back to the namespace it started in before answering (so it keeps no
 //! namespace alive). A namespace costs two `setns` (about 10 µs here), not a thread (about
-//! 45 µs): what a sweep over thousands of attachments pays.
+//! 45 µs); many paths are handed over at once ([`read_all`]), so that judging thousands of
+//! attachments on a busy host does not wait for the scheduler twice per namespace.
 
 use std::fs::File;
 use std::io;
@@ -25,10 +26,10 @@ use crate::kernel::netns_id::{NetnsCookie, NetnsId};
 /// The namespace the reader thread starts in and returns to.
 const HOME: &str = "/proc/thread-self/ns/net";
 
-/// The process's one reader thread: where paths are sent and answers come back.
+/// The process's one reader thread: where paths are sent and answers come back, in order.
 struct Reader {
-    ask: Sender<PathBuf>,
-    answer: Receiver<io::Result<NetnsId>>,
+    ask: Sender<Vec<PathBuf>>,
+    answer: Receiver<Vec<io::Result<NetnsId>>>,
 }
 
 static READER: Mutex<Option<Reader>> = Mutex::new(None);
@@ -37,31 +38,46 @@ static READER: Mutex<Option<Reader>> = Mutex::new(None);
 /// `SO_NETNS_COOKIE`), read on the process's reader thread. Fails as opening `path` fails
 /// (`ENOENT`: gone), or when it is no network namespace file (`EINVAL` from `setns`).
 pub fn read(path: &Path) -> io::Result<NetnsId> {
+    read_all(&[path]).pop().expect("one answer per path")
+}
+
+/// [`read`] of each path, in one hand-over to the reader thread; an answer per path, in
+/// order.
+pub fn read_all(paths: &[&Path]) -> Vec<io::Result<NetnsId>> {
+    if paths.is_empty() {
+        return Vec::new();
+    }
     let mut reader = READER.lock().unwrap_or_else(PoisonError::into_inner);
     let live = match reader.take() {
-        Some(live) => live,
-        None => spawn()?,
+        Some(live) => Ok(live),
+        None => spawn(),
     };
-    let answer = match live.ask.send(path.to_path_buf()) {
-        Ok(()) => live.answer.recv().ok(),
-        Err(_) => None,
-    };
-    match answer {
-        Some(answer) => {
-            *reader = Some(live);
-            answer
-        }
-        // The thread ended (it could not go back to its namespace): the next read starts
-        // another.
-        None => Err(io::Error::other(format!(
-            "the namespace cookie reader ended before reading {}",
-            path.display()
-        ))),
+    let answers = live.and_then(|live| {
+        let asked = paths.iter().map(|p| p.to_path_buf()).collect();
+        let answers = live
+            .ask
+            .send(asked)
+            .ok()
+            .and_then(|()| live.answer.recv().ok());
+        // Without answers the thread ended (it could not go back to its namespace): the
+        // next read starts another.
+        let answers =
+            answers.ok_or_else(|| io::Error::other("the namespace cookie reader ended"))?;
+        *reader = Some(live);
+        Ok(answers)
+    });
+    match answers {
+        Ok(answers) if answers.len() == paths.len() => answers,
+        Ok(_) => unreachable!("the reader answers every path"),
+        Err(e) => paths
+            .iter()
+            .map(|_| Err(io::Error::new(e.kind(), e.to_string())))
+            .collect(),
     }
 }
 
 fn spawn() -> io::Result<Reader> {
-    let (ask, asked) = mpsc::channel::<PathBuf>();
+    let (ask, asked) = mpsc::channel::<Vec<PathBuf>>();
     let (answered, answer) = mpsc::channel();
     std::thread::Builder::new()
         .name("netns-cookie".into())
@@ -69,20 +85,26 @@ fn spawn() -> io::Result<Reader> {
     Ok(Reader { ask, answer })
 }
 
-/// Answer each path in turn; end when the namespace the thread started in cannot be
-/// entered again (a thread left in another namespace would keep it alive).
-fn serve(asked: Receiver<PathBuf>, answered: Sender<io::Result<NetnsId>>) {
+/// Answer each batch of paths, each path in turn; end when the namespace the thread started
+/// in cannot be entered again (a thread left in another namespace would keep it alive).
+fn serve(asked: Receiver<Vec<PathBuf>>, answered: Sender<Vec<io::Result<NetnsId>>>) {
     let home = File::open(HOME);
-    for path in asked {
-        let home = match &home {
-            Ok(home) => home,
-            Err(e) => {
-                let _ = answered.send(Err(io::Error::new(e.kind(), format!("cannot open {HOME}"))));
-                continue;
-            }
-        };
-        let (answer, at_home) = read_at(&path, home);
-        if answered.send(answer).is_err() || !at_home {
+    for paths in asked {
+        let mut answers = Vec::with_capacity(paths.len());
+        let mut at_home = true;
+        for path in &paths {
+            let answer = match (&home, at_home) {
+                (Ok(home), true) => {
+                    let (answer, back) = read_at(path, home);
+                    at_home = back;
+                    answer
+                }
+                (Ok(_), false) => Err(io::Error::other("the namespace cookie reader ended")),
+                (Err(e), _) => Err(io::Error::new(e.kind(), format!("cannot open {HOME}"))),
+            };
+            answers.push(answer);
+        }
+        if answered.send(answers).is_err() || !at_home {
             return;
         }
     }
@@ -167,6 +189,12 @@ mod tests {
         let not_a_namespace = super::read(Path::new("/proc/self/stat")).unwrap_err();
         assert_eq!(not_a_namespace.raw_os_error(), Some(libc::EINVAL));
         assert_eq!(read, super::read(path).unwrap(), "still serving");
+        let all = read_all(&[path, Path::new("/nonexistent/x"), path]);
+        let kinds: Vec<_> = all
+            .iter()
+            .map(|a| a.as_ref().map_err(|e| e.kind()))
+            .collect();
+        assert_eq!(kinds, [Ok(&read), Err(io::ErrorKind::NotFound), Ok(&read)]);
     }
 
     fn read_missing() -> io::Error {

@@ -13,7 +13,10 @@
 use std::path::Path;
 
 use crate::kernel::machine::{Host, Process};
+
+mod batched;
 use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
+pub use batched::Batched;
 
 /// The process a manifest records for its container.
 #[derive(Clone, Copy, Debug)]

@@ -66,6 +66,12 @@ pub trait Host {
     /// a namespace, and when judging one only where device and inode match.
     fn netns_with_cookie(&self, path: &Path) -> std::io::Result<NetnsId>;
 
+    /// [`Host::netns_with_cookie`] of each path, an answer per path in order: for judging
+    /// many namespaces at once (`state::liveness::Batched`).
+    fn netns_with_cookies(&self, paths: &[&Path]) -> Vec<std::io::Result<NetnsId>> {
+        paths.iter().map(|p| self.netns_with_cookie(p)).collect()
+    }
+
     /// The global unicast addresses inside the network namespace of `pid`, in interface
     /// order.
     fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError>;

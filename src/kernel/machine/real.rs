@@ -52,6 +52,10 @@ impl Host for Machine {
         netns_cookie::read(path)
     }
 
+    fn netns_with_cookies(&self, paths: &[&Path]) -> Vec<std::io::Result<NetnsId>> {
+        netns_cookie::read_all(paths)
+    }
+
     fn container_addresses(&self, pid: i32) -> Result<Vec<IpAddr>, NetnsError> {
         netns::container_addresses(pid)
     }
