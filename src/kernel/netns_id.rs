@@ -29,18 +29,10 @@ pub struct NetnsId {
 pub struct NetnsCookie(pub u64);
 
 impl NetnsId {
-    /// The network namespace `pid` is in now (`None` when it cannot be read).
-    pub fn of_pid(pid: i32) -> Option<NetnsId> {
-        NetnsId::of_path(&proc_netns(pid))
-    }
-
-    /// The network namespace a path names: `/proc/PID/ns/net`, or a bind mount of one
-    /// (`/run/netns/NAME`, a CNI runtime's `CNI_NETNS`). `None` when it cannot be read.
-    pub fn of_path(path: &Path) -> Option<NetnsId> {
-        NetnsId::at(path).ok()
-    }
-
-    /// What reading `path` gives: the namespace it names, or why it could not be read.
+    /// What a `stat` of `path` (`/proc/PID/ns/net`, or a bind mount of one: `/run/netns/NAME`,
+    /// a CNI runtime's `CNI_NETNS`) gives: the namespace's device and inode (no cookie:
+    /// `kernel::netns_cookie` reads those), or why it could not be read. The operations read
+    /// it through the host seam (`Host::netns_at`).
     pub fn at(path: &Path) -> std::io::Result<NetnsId> {
         let meta = std::fs::metadata(path)?;
         Ok(NetnsId::of_file(&meta))

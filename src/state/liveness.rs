@@ -13,9 +13,9 @@
 use std::path::Path;
 
 use crate::kernel::machine::{Host, Process};
+use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
 
 mod batched;
-use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
 pub use batched::Batched;
 
 /// The process a manifest records for its container.
