@@ -13,6 +13,7 @@ pub mod machine;
 pub mod named_netns;
 pub mod netlink;
 pub mod netns;
+pub mod netns_cookie;
 pub mod netns_id;
 pub mod nftables;
 pub mod procfs;

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::kernel::machine::Host;
 use crate::model::oci::ContainerId;
 use crate::state::ledger::{Ledger, LedgerError, Manifest};
+use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
 
 #[derive(Debug, Serialize)]
@@ -36,7 +37,9 @@ pub fn list(
     ledger: &Ledger,
 ) -> Result<Vec<Result<ListEntry, LedgerError>>, LedgerError> {
     let entries = ledger.list()?;
-    let needs = Needs::judge(host, entries.iter().filter_map(|m| m.as_ref().ok()));
+    let readable = || entries.iter().filter_map(|m| m.as_ref().ok());
+    let host = Batched::new(host, readable().map(Manifest::recorded));
+    let needs = Needs::judge(&host, readable());
     let judged: Vec<Result<(bool, Vec<ContainerId>), ()>> = entries
         .iter()
         .map(|m| {

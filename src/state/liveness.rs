@@ -7,12 +7,16 @@
 //!
 //! A CNI attachment has no process: it is alive while the network namespace its runtime
 //! named (`CNI_NETNS`, a bind mount such as `/run/netns/NAME`) is still the one ADD saw at
-//! that path ([`netns_alive`]).
+//! that path ([`netns_alive`]): the same nsfs device and inode, and the same namespace cookie
+//! where ADD recorded one (an inode is reused, a cookie is not).
 
 use std::path::Path;
 
 use crate::kernel::machine::{Host, Process};
 use crate::kernel::netns_id::{NetnsAtPath, NetnsId};
+
+mod batched;
+pub use batched::Batched;
 
 /// The process a manifest records for its container.
 #[derive(Clone, Copy, Debug)]
@@ -86,9 +90,32 @@ pub fn runs(host: &dyn Host, recorded: Recorded) -> bool {
 }
 
 /// What `path` names now, judged against the namespace `then` it named when recorded
-/// ([`NetnsId::still_at`]).
+/// ([`NetnsId::still_at`]). A `stat` first; the cookie is read (entering the namespace) only
+/// when `then` has one and the device and inode match: another file is not the recorded
+/// namespace whatever its cookie.
 pub fn netns_at_path(host: &dyn Host, path: &Path, then: NetnsId) -> NetnsAtPath {
-    then.still_at(host.netns_at(path))
+    let now = match host.netns_at(path) {
+        Ok(now) if then.cookie.is_some() && now.same_file(then) => host.netns_with_cookie(path),
+        now => now,
+    };
+    then.still_at(now)
+}
+
+/// The identity to record of the namespace at `path` (a CNI ADD's `CNI_NETNS`, a hook
+/// container's `/proc/PID/ns/net`): with its cookie where it can be read, else its device and
+/// inode only (a kernel before 5.14 gives none; an attachment recorded so is judged by device
+/// and inode); `None` when the path cannot be read at all.
+pub fn netns_to_record(host: &dyn Host, path: &Path) -> Option<NetnsId> {
+    match host.netns_with_cookie(path) {
+        Ok(id) => Some(id),
+        Err(e) => {
+            log::debug!(
+                "no namespace cookie of {} ({e}); recording its device and inode",
+                path.display()
+            );
+            host.netns_at(path).ok()
+        }
+    }
 }
 
 /// Whether `path` still names the network namespace `then`. Dead only on positive evidence
@@ -103,7 +130,7 @@ mod tests {
     use std::io::ErrorKind;
 
     use super::*;
-    use crate::kernel::machine::fake::{BOOT_ID, FakeHost, PID_NAMESPACE, netns};
+    use crate::kernel::machine::fake::{BOOT_ID, FakeHost, PID_NAMESPACE, netns, netns_cookie};
 
     const ME: i32 = 4242;
     const START: u64 = 1000;
@@ -217,7 +244,7 @@ mod tests {
         assert!(!netns_alive(&host, below, mine), "ENOTDIR");
         // No namespace file from here (an unmounted or unseen bind mount): cannot judge.
         let plain = Path::new("/run/netns/plain");
-        host.set_namespace(plain, Ok(NetnsId { dev: 9, ino: 7 }));
+        host.set_namespace(plain, Ok(NetnsId { dev: 9, ..mine }));
         assert!(netns_alive(&host, plain, mine));
         // Unreadable for another reason (EACCES): cannot judge.
         let looped = Path::new("/run/netns/loop");
@@ -244,5 +271,39 @@ mod tests {
             "a namespace seen in another boot says nothing now"
         );
         assert!(alive(rec(None, Some("another-boot"))), "nothing to judge");
+    }
+
+    /// A recorded cookie decides between namespaces of one inode: `ip netns del X; ip netns
+    /// add X` reusing the inode reads as dead. The cookie is read only where device and inode
+    /// match; a manifest without one is judged by device and inode, as before.
+    #[test]
+    fn a_recorded_cookie_tells_a_reused_inode_from_the_namespace() {
+        let net = Path::new("/run/netns/cni-1");
+        let mine = netns_cookie(7, 70);
+        let host = FakeHost::default().with_namespace("/run/netns/cni-1", mine);
+        let reads = || host.cookie_reads.replace(0);
+        assert!(netns_alive(&host, net, mine));
+        assert_eq!(reads(), 1, "device and inode match: the cookie is read");
+        assert!(
+            netns_alive(&host, net, netns(7)),
+            "recorded without a cookie"
+        );
+        assert_eq!(reads(), 0, "nothing to compare it with");
+        assert!(!netns_alive(&host, net, netns_cookie(8, 70)));
+        assert_eq!(reads(), 0, "another inode is dead without its cookie");
+        assert!(!netns_alive(&host, Path::new("/run/netns/gone"), mine));
+        assert_eq!(reads(), 0);
+
+        // X deleted and made again with the same inode: a new cookie.
+        host.set_namespace(net, Ok(netns_cookie(7, 71)));
+        assert!(!netns_alive(&host, net, mine), "the inode was reused");
+        assert_eq!(reads(), 1);
+        assert!(
+            netns_alive(&host, net, netns(7)),
+            "an older manifest: alive, as before"
+        );
+
+        assert_eq!(netns_to_record(&host, net), Some(netns_cookie(7, 71)));
+        assert_eq!(netns_to_record(&host, Path::new("/run/netns/gone")), None);
     }
 }

@@ -24,9 +24,10 @@
 //!
 //! Membership is decided only on positive evidence, at the sharer's create (a hook's
 //! create-runtime or a CNI ADD): its network namespace (the device and inode of
-//! `/proc/<pid>/ns/net`, or of a CNI attachment's `CNI_NETNS`) is the one a *live* member is
-//! in right now: its process's, or for a CNI attachment (no process) the one its recorded
-//! path still names (a recorded inode alone could be a reused one), and the
+//! `/proc/<pid>/ns/net`, or of a CNI attachment's `CNI_NETNS`, and the namespace cookie where
+//! both sides recorded one: `NetnsId::same`) is the one a *live* member is in right now: its
+//! process's, or for a CNI attachment (no process) the one its recorded path still names
+//! (device, inode and cookie: a recorded inode alone could be a reused one), and the
 //! pod ids the CRI annotations give (containerd's `io.kubernetes.cri.sandbox-id`, CRI-O's
 //! `io.kubernetes.cri-o.SandboxID`) do not differ. A container in another namespace asking
 //! for a held port is refused, as before.
@@ -162,7 +163,7 @@ pub fn membership(
         .iter()
         .filter_map(|m| current_netns(host, m))
         .collect();
-    if theirs.contains(&netns) {
+    if theirs.iter().any(|theirs| theirs.same(netns)) {
         Membership::Same
     } else if theirs.is_empty() {
         Membership::Unknown
@@ -336,6 +337,28 @@ mod tests {
         let mut in_pod = holder.clone();
         in_pod.pod = Some("p1".into());
         assert_eq!(member(&other_pod, &in_pod), Membership::OtherPod);
+    }
+
+    /// With cookies on both sides, membership needs the same cookie: an attachment whose
+    /// path names a namespace reusing its inode is no evidence, and a joiner recorded with
+    /// another cookie than a member's is in another namespace.
+    #[test]
+    fn membership_compares_cookies_where_both_have_one() {
+        use crate::kernel::machine::fake::netns_cookie;
+        let (a, reused) = (netns_cookie(1, 10), netns_cookie(1, 11));
+        let host = FakeHost::default().with_namespace(NET, a);
+        let mut joiner = container();
+        joiner.netns = Some(a);
+        let holder = attachment(NET, Some(a));
+        let member = |j: &Manifest, h: &Manifest| membership(&host, j, h, &[h]);
+        assert_eq!(member(&joiner, &holder), Membership::Same);
+        let old = attachment(NET, Some(netns(1)));
+        assert_eq!(member(&joiner, &old), Membership::Same, "older manifest");
+        joiner.netns = Some(reused);
+        assert_eq!(member(&joiner, &holder), Membership::OtherNamespace);
+        host.set_namespace(Path::new(NET), Ok(reused));
+        assert_eq!(attachment_netns(&host, Some(Path::new(NET)), Some(a)), None);
+        assert_eq!(member(&joiner, &holder), Membership::Unknown);
     }
 
     /// An attachment has no process: it lives until its DEL is recorded.

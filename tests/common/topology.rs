@@ -393,6 +393,32 @@ impl Topology {
         );
     }
 
+    /// Make a new, bare namespace named NS (deleted before), trying to give it the nsfs inode
+    /// `ino` its deleted namespace had, as `ip netns del NS; ip netns add NS` often does once
+    /// the old one is freed. The kernel hands out the lowest free inode: a try that gets
+    /// another keeps that one (bound at `NS-f<k>`) so that the next try takes the next free
+    /// inode, until `ino` is freed and taken. Every namespace made is deleted with the
+    /// topology. Whether NS got `ino`.
+    pub fn add_ns_reusing(&mut self, ns: &str, ino: u64, tries: usize) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let path = format!("/run/netns/{ns}");
+        for k in 0..tries {
+            self.create_ns(ns)
+                .unwrap_or_else(|e| panic!("add_ns_reusing({ns}): {e}"));
+            let got = std::fs::metadata(&path)
+                .unwrap_or_else(|e| panic!("stat {path}: {e}"))
+                .ino();
+            if got == ino || k + 1 == tries {
+                return got == ino;
+            }
+            let filler = format!("{ns}-f{k}");
+            self.bind_ns_at(&filler, ns);
+            self.delete_ns_now(ns);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     /// Spawns `ip netns exec NS sleep 600` and returns its pid once it is the
     /// `sleep` process (i.e. inside the namespace). Killed when the topology drops.
     pub fn spawn_sleeper(&mut self, ns: &str) -> u32 {

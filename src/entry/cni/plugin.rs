@@ -16,6 +16,7 @@ use crate::model::oci::ContainerId;
 use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating, Held};
 use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Manifest, Phase, RuleRecord};
+use crate::state::liveness;
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
 /// `NATLEDGER_BACKEND`, ...: [`Settings::from_env`]) or why they could not be read.
@@ -140,6 +141,7 @@ fn creating<'a>(
     id: ContainerId,
     addresses: &'a dyn Fn() -> Result<Vec<IfAddr>, ops::Error>,
     settings: &Settings,
+    netns: Option<NetnsId>,
 ) -> Creating<'a> {
     let netns_path = request.env.netns.clone();
     Creating {
@@ -157,7 +159,7 @@ fn creating<'a>(
             Held::Stack
         },
         pod: None,
-        netns: netns_path.as_deref().and_then(NetnsId::of_path),
+        netns,
         cni: Some(CniAttachment {
             container_id: attachment.container_id.clone(),
             ifname: attachment.ifname.clone(),
@@ -205,7 +207,7 @@ fn check_unrecorded(
 ) -> Result<(), CniError> {
     let addresses = container_addresses(request, attachment)?;
     let lookup = || Ok(addresses.clone());
-    let input = creating(request, attachment, id, &lookup, settings);
+    let input = creating(request, attachment, id, &lookup, settings, None);
     let planned = ops::planned(ctx, &input)
         .map_err(|e| too_large_or(e, "could not plan the port mappings"))?;
     let missing =
@@ -242,7 +244,12 @@ impl Plugin for Natledger {
         let runner = SystemRunner::default();
         let ctx = Self::context(&settings, &runner);
         let lookup = || Ok(addresses.clone());
-        let creating = creating(request, attachment, id, &lookup, &settings);
+        let netns = request
+            .env
+            .netns
+            .as_deref()
+            .and_then(|path| liveness::netns_to_record(ctx.host, path));
+        let creating = creating(request, attachment, id, &lookup, &settings, netns);
         ops::create(&ctx, &creating)
             .map(|_| ())
             .map_err(|e| too_large_or(e, "could not install the port mappings"))

@@ -1,9 +1,9 @@
 //! [`FakeHost`]: the host seam for unit tests, holding exactly the listeners, processes,
 //! namespaces and addresses a test gives it. What it was not given is gone (a process,
 //! a namespace path) or absent (addresses, listeners); it records the `route_localnet`
-//! changes asked of it.
+//! changes asked of it, and counts the namespace cookies read.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::ErrorKind;
 use std::net::Ipv4Addr;
@@ -29,13 +29,17 @@ pub(crate) struct FakeHost {
     pub(crate) boot_id: RefCell<Option<String>>,
     pub(crate) pid_namespace: RefCell<Option<u64>>,
     pub(crate) processes: RefCell<HashMap<i32, Process>>,
-    /// Namespace paths (`/proc/PID/ns/net` included) and what reading them gives.
+    /// Namespace paths (`/proc/PID/ns/net` included) and what reading them gives: a `stat`
+    /// (`netns_at`) gives the device and inode, a cookie read (`netns_with_cookie`) the cookie
+    /// too.
     pub(crate) namespaces: RefCell<HashMap<PathBuf, Result<NetnsId, ErrorKind>>>,
     pub(crate) addresses: RefCell<HashMap<i32, Vec<IfAddr>>>,
     pub(crate) listeners: RefCell<Vec<Listener>>,
     pub(crate) procfs_readable: bool,
     /// The destinations `route_localnet` was asked for.
     pub(crate) route_localnet: RefCell<Vec<Ipv4Addr>>,
+    /// How many times a namespace's cookie was read (`netns_with_cookie`).
+    pub(crate) cookie_reads: Cell<usize>,
 }
 
 impl Default for FakeHost {
@@ -49,6 +53,7 @@ impl Default for FakeHost {
             listeners: RefCell::default(),
             procfs_readable: true,
             route_localnet: RefCell::default(),
+            cookie_reads: Cell::new(0),
         }
     }
 }
@@ -84,15 +89,36 @@ impl FakeHost {
         self.processes.borrow_mut().insert(pid, process);
     }
 
+    /// What reading `path` gives (device, inode and cookie).
+    fn namespace(&self, path: &Path) -> std::io::Result<NetnsId> {
+        match self.namespaces.borrow().get(path) {
+            Some(Ok(id)) => Ok(*id),
+            Some(Err(kind)) => Err((*kind).into()),
+            None => Err(ErrorKind::NotFound.into()),
+        }
+    }
+
     /// What reading `path` gives from now on.
     pub(crate) fn set_namespace(&self, path: &Path, now: Result<NetnsId, ErrorKind>) {
         self.namespaces.borrow_mut().insert(path.into(), now);
     }
 }
 
-/// The fake nsfs's namespace number `ino`.
+/// The fake nsfs's namespace number `ino` (no cookie).
 pub(crate) fn netns(ino: u64) -> NetnsId {
-    NetnsId { dev: NSFS, ino }
+    NetnsId {
+        dev: NSFS,
+        ino,
+        cookie: None,
+    }
+}
+
+/// The fake nsfs's namespace number `ino` with cookie `cookie`.
+pub(crate) fn netns_cookie(ino: u64, cookie: u64) -> NetnsId {
+    NetnsId {
+        cookie: Some(crate::kernel::netns_id::NetnsCookie(cookie)),
+        ..netns(ino)
+    }
 }
 
 impl Host for FakeHost {
@@ -117,11 +143,13 @@ impl Host for FakeHost {
     }
 
     fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId> {
-        match self.namespaces.borrow().get(path) {
-            Some(Ok(id)) => Ok(*id),
-            Some(Err(kind)) => Err((*kind).into()),
-            None => Err(ErrorKind::NotFound.into()),
-        }
+        self.namespace(path)
+            .map(|id| NetnsId { cookie: None, ..id })
+    }
+
+    fn netns_with_cookie(&self, path: &Path) -> std::io::Result<NetnsId> {
+        self.cookie_reads.set(self.cookie_reads.get() + 1);
+        self.namespace(path)
     }
 
     fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError> {

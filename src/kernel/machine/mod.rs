@@ -57,8 +57,21 @@ pub trait Host {
     fn check_procfs(&self) -> std::io::Result<()>;
 
     /// The network namespace a path names (`/proc/PID/ns/net`, `/run/netns/NAME`), or why
-    /// it could not be read.
+    /// it could not be read: its nsfs file's device and inode (a `stat`; no cookie).
     fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId>;
+
+    /// The network namespace a path names with its cookie where the kernel gives one
+    /// (`kernel::netns_cookie`: device, inode and cookie of one open of the path), or why it
+    /// could not be read (`EINVAL`: no network namespace file). Costs entering the
+    /// namespace, on the one thread that does it for the whole process: asked when recording
+    /// a namespace, and when judging one only where device and inode match.
+    fn netns_with_cookie(&self, path: &Path) -> std::io::Result<NetnsId>;
+
+    /// [`Host::netns_with_cookie`] of each path, an answer per path in order: for judging
+    /// many namespaces at once (`state::liveness::Batched`).
+    fn netns_with_cookies(&self, paths: &[&Path]) -> Vec<std::io::Result<NetnsId>> {
+        paths.iter().map(|p| self.netns_with_cookie(p)).collect()
+    }
 
     /// The global unicast addresses inside the network namespace of `pid`, in interface
     /// order, with their interfaces' prefix lengths.

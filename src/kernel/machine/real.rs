@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 use super::{Host, Process};
 use crate::kernel::host::{self, Listener, Roots};
 use crate::kernel::netns::{self, NetnsError};
+use crate::kernel::netns_cookie;
 use crate::kernel::netns_id::NetnsId;
 use crate::kernel::procfs;
 use crate::model::family::IfAddr;
@@ -46,6 +47,14 @@ impl Host for Machine {
 
     fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId> {
         NetnsId::at(path)
+    }
+
+    fn netns_with_cookie(&self, path: &Path) -> std::io::Result<NetnsId> {
+        netns_cookie::read(path)
+    }
+
+    fn netns_with_cookies(&self, paths: &[&Path]) -> Vec<std::io::Result<NetnsId>> {
+        netns_cookie::read_all(paths)
     }
 
     fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError> {

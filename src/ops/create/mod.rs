@@ -8,7 +8,7 @@ use crate::chain::Chain;
 use crate::fault;
 use crate::kernel::host::{self, Listener};
 use crate::kernel::netns::is_global_unicast;
-use crate::kernel::netns_id::NetnsId;
+use crate::kernel::netns_id::{NetnsId, proc_netns};
 use crate::model::echo::Echo;
 use crate::model::family::{Family, IfAddr};
 use crate::model::layout::mapping_rules;
@@ -17,6 +17,7 @@ use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::model::portspec::{PortMapping, check_conflicts, parse_entries};
 use crate::model::table::Table;
 use crate::state::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
+use crate::state::liveness;
 use crate::state::sharing::{self, Membership, Needs};
 
 use super::remove::{remove_container, settle};
@@ -91,7 +92,7 @@ pub fn create_runtime(ctx: &Context, input: &HookInput) -> Result<Created, Error
         // their users expect the start to fail (`held`).
         held: Held::Refuse,
         pod: sharing::pod_of(&input.annotations),
-        netns: ctx.host.netns_of_pid(pid),
+        netns: liveness::netns_to_record(ctx.host, &proc_netns(pid)),
         cni: None,
     };
     create(ctx, &creating)

@@ -55,6 +55,20 @@ fn the_manifest_records_the_process_and_namespace_the_host_shows() {
     );
 }
 
+/// The namespace is recorded with its cookie where the host gives one (Linux 5.14+), so
+/// the container's namespace is told from a later one reusing its inode.
+#[test]
+fn the_namespace_is_recorded_with_its_cookie() {
+    use crate::kernel::machine::fake::netns_cookie;
+    let dir = tempfile::tempdir().unwrap();
+    let host = FakeHost::default().with_process(PID, START, netns_cookie(1, 77));
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    create_runtime(&ctx, &input(dir.path())).unwrap();
+    let m = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
+    assert_eq!(m.netns, Some(netns_cookie(1, 77)));
+}
+
 #[test]
 fn a_container_whose_process_is_gone_is_refused() {
     let dir = tempfile::tempdir().unwrap();

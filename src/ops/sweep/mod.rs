@@ -38,6 +38,7 @@ use crate::model::table::Table;
 use crate::state::ledger::{
     FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize,
 };
+use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
 
 use super::{Context, Error, flows};
@@ -219,7 +220,9 @@ fn judge(
     // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
     // read may (named in `shared_by`: what it shares is unknown).
     let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
-        let needs = Needs::judge(ctx.host, readable.iter().map(|(_, m)| m));
+        // The namespace cookies of every attachment read in one hand-over.
+        let host = Batched::new(ctx.host, readable.iter().map(|(_, m)| m.recorded()));
+        let needs = Needs::judge(&host, readable.iter().map(|(_, m)| m));
         readable
             .iter()
             .map(|(_, m)| {

@@ -571,3 +571,33 @@ fn a_record_natledger_does_not_write_is_kept_as_text() {
         assert_eq!(text.args().join(" "), args);
     }
 }
+
+/// A namespace cookie is stored inside `netns`, beside its device and inode, and read back
+/// by both readers (the manifest, and the summary of one past the cap); a `netns` without
+/// one (an older manifest, a kernel before 5.14) stays without.
+#[test]
+fn a_namespace_cookie_is_stored_beside_device_and_inode() {
+    use crate::kernel::machine::fake::{netns, netns_cookie};
+    let dir = tempfile::tempdir().unwrap();
+    let ledger = Ledger::new(dir.path());
+    let locked = ledger.lock().unwrap();
+    let net = Path::new("/run/netns/cni-1");
+    for (recorded, json) in [
+        (
+            netns_cookie(1, 4097),
+            r#""netns": {"dev": 4, "ino": 1, "cookie": 4097}"#,
+        ),
+        (netns(1), r#""netns": {"dev": 4, "ino": 1}"#),
+    ] {
+        let m = cni_sample("abc", net, Some(recorded));
+        locked.store(&m).unwrap();
+        let path = ledger.manifest_path(&m.container_id);
+        let stored = fs::read_to_string(&path).unwrap();
+        let flat: String = stored.split_whitespace().collect::<Vec<_>>().join(" ");
+        let flat = flat.replace("{ ", "{").replace(" }", "}");
+        assert!(flat.contains(json), "{stored}");
+        let loaded = ledger.load(&m.container_id).unwrap().unwrap();
+        assert_eq!(loaded.netns, Some(recorded));
+        assert_eq!(summarize(&path).unwrap().manifest.netns, Some(recorded));
+    }
+}

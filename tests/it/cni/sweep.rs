@@ -1,5 +1,7 @@
 //! Liveness of CNI attachments: an attachment whose network namespace was deleted without a
-//! DEL (seed 002's uninstall), or whose netns path now names another namespace, is dead;
+//! DEL (seed 002's uninstall), or whose netns path now names another namespace (another
+//! inode, or a namespace made again under its name that reuses the inode: told apart by the
+//! recorded namespace cookie; a manifest without one is judged by device and inode), is dead;
 //! `natledger sweep` removes it, a new ADD on its host port releases it; live attachments and
 //! hook containers stay. `list`, `doctor` and `sweep` name attachments by network and ifname.
 
@@ -255,4 +257,146 @@ fn doctor_tells_a_live_attachment_missing_rules_to_add_again() {
         let del = cni_config(&node, "testnet", &c2, 8080);
         assert_ok(&cni_call(&node, "DEL", "gone", Some(&netns), &del), "DEL");
     });
+}
+
+/// `CNI_NETNS`'s namespace `X` deleted without a DEL and made again (`ip netns del X; ip netns
+/// add X`), which often gives the new namespace the old one's inode: the attachment ADD
+/// recorded with a namespace cookie is dead, and `sweep` removes exactly its rules while a live
+/// attachment's TCP and UDP traffic (a client that keeps sending) stays. A manifest without a
+/// cookie (an older release's, a kernel before 5.14) is judged by device and inode as before:
+/// alive while its path names that inode (the reused one too), dead once the path is gone.
+/// Whether the kernel reused the inode this run is printed; every backend.
+#[test]
+fn a_namespace_made_again_under_its_name_is_another_namespace() {
+    use std::os::unix::fs::MetadataExt;
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let x = node.topo.add_container(2);
+        let live = node.topo.add_container(3);
+        let y = node.topo.add_container(4);
+        let x_server = serve_tcp(&x.ns, x.sock_v4(80), &x.ns);
+        let _servers = [
+            serve_tcp(&live.ns, live.sock_v4(80), &live.ns),
+            serve_udp(&live.ns, live.sock_v4(80), &live.ns),
+            serve_tcp(&y.ns, y.sock_v4(80), &y.ns),
+        ];
+        node.warm_up();
+        let before = node.dump();
+        let mut config = cni_config(&node, "testnet", &live, 8081);
+        config["runtimeConfig"]["portMappings"] = serde_json::json!([
+            {"hostPort": 8081, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 8081, "containerPort": 80, "protocol": "udp"}
+        ]);
+        let live_path = format!("/run/netns/{}", live.ns);
+        assert_ok(
+            &cni_call(&node, "ADD", "live", Some(&live_path), &config),
+            "ADD live",
+        );
+        let live_only = node.dump();
+        // Older manifests: written without a cookie.
+        let forget_cookie = |id: &str| {
+            let path = node.state_dir().join(format!("containers/{id}.json"));
+            let mut m = node.manifest(id);
+            assert!(m["netns"]["cookie"].is_u64(), "{backend:?} {id}: {m:#}");
+            m["netns"].as_object_mut().unwrap().remove("cookie");
+            let text = serde_json::to_string_pretty(&m).unwrap() + "\n";
+            std::fs::write(&path, text).unwrap();
+        };
+        assert_ok(&cni_add(&node, "testnet", "old", &y, 8083), "ADD old");
+        forget_cookie("old+eth0");
+        let without_oldx = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "oldx", &x, 8082), "ADD oldx");
+        forget_cookie("oldx+eth0");
+        let without_dead = node.dump();
+        assert_ok(&cni_add(&node, "testnet", "dead", &x, 8080), "ADD dead");
+        let recorded = node.manifest("dead+eth0")["netns"].clone();
+        assert!(recorded["cookie"].is_u64(), "{recorded}");
+        let ext = node.topo.ext().to_string();
+        for (port, c) in [(8080, &x), (8081, &live), (8082, &x), (8083, &y)] {
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, port), T).ok().as_deref(),
+                Some(c.ns.as_str()),
+                "{backend:?} {port} before"
+            );
+        }
+        let udp = UdpClient::start(&ext, sock(EXT_V4, 40181), sock(NODE_V4, 8081));
+        let started = std::time::Instant::now();
+        assert!(
+            udp.wait_for(&live.ns, started, T).is_some(),
+            "{backend:?}: UDP through 8081"
+        );
+
+        // X deleted (nothing of it left to hold it) and made again under its name.
+        drop(x_server);
+        let x_path = format!("/run/netns/{}", x.ns);
+        let ino = std::fs::metadata(&x_path).unwrap().ino();
+        assert_eq!(recorded["ino"], ino);
+        node.topo.delete_ns_now(&x.ns);
+        let reused = node.topo.add_ns_reusing(&x.ns, ino, 40);
+        println!("{backend:?}: ip netns add reused inode {ino}: {reused}");
+
+        let list = json_of(&node.natledger(&["list", "--json"], "", &[]), "list");
+        for (id, alive) in [
+            ("dead+eth0", false),
+            ("oldx+eth0", reused),
+            ("live+eth0", true),
+            ("old+eth0", true),
+        ] {
+            assert_eq!(
+                entry(&list, "container_id", id)["alive"],
+                alive,
+                "{backend:?} {id}"
+            );
+        }
+        let swept = std::time::Instant::now();
+        let report = json_of(&node.sweep(&["--json"]), "sweep --json");
+        let removed = |id| removed_in(&report, id);
+        assert!(removed("dead+eth0"), "{report:#}");
+        assert_eq!(removed("oldx+eth0"), !reused, "{report:#}");
+        let expected = if reused { &without_dead } else { &without_oldx };
+        assert_eq!(
+            &node.dump(),
+            expected,
+            "{backend:?}: exactly the dead attachments' rules went"
+        );
+        for (port, c) in [(8081, &live), (8083, &y)] {
+            assert_eq!(
+                tcp_request(&ext, sock(NODE_V4, port), T).ok().as_deref(),
+                Some(c.ns.as_str()),
+                "{backend:?} {port} after sweep"
+            );
+        }
+        assert!(tcp_request(&ext, sock(NODE_V4, 8080), T).is_err());
+        std::thread::sleep(Duration::from_millis(500));
+        let replies = udp.replies_since(swept);
+        assert!(
+            !replies.is_empty() && replies.iter().all(|r| *r == live.ns),
+            "{backend:?}: the live attachment's UDP flow goes on: {replies:?}"
+        );
+        udp.stop();
+
+        // The manifest without a cookie is dead once its path is gone.
+        let oldx = cni_config(&node, "testnet", &x, 8082);
+        assert_ok(
+            &cni_call(&node, "DEL", "oldx", Some(&x_path), &oldx),
+            "DEL oldx",
+        );
+        node.topo.delete_ns_now(&y.ns);
+        let report = json_of(&node.sweep(&["--json"]), "sweep --json");
+        assert!(removed_in(&report, "old+eth0"), "{report:#}");
+        assert_eq!(
+            node.dump(),
+            live_only,
+            "{backend:?}: only the live one's rules"
+        );
+        assert_ok(
+            &cni_call(&node, "DEL", "live", Some(&live_path), &config),
+            "DEL live",
+        );
+        assert_eq!(node.dump(), before, "{backend:?}: everything removed");
+    });
+}
+
+fn removed_in(report: &Value, id: &str) -> bool {
+    entry(&report["containers"], "id", id)["manifest"] == "removed"
 }

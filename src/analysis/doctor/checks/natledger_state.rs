@@ -3,6 +3,7 @@
 use super::*;
 use crate::kernel::machine::Machine;
 use crate::model::layout::TABLES;
+use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
 
 impl Checks<'_> {
@@ -28,7 +29,8 @@ impl Checks<'_> {
         }
         // A dead container's rules are still needed while a live container in its network
         // namespace shares them (`crate::state::sharing`).
-        let needs = Needs::judge(&Machine, &host.manifests);
+        let batched = Batched::new(&Machine, host.manifests.iter().map(Manifest::recorded));
+        let needs = Needs::judge(&batched, &host.manifests);
         let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) = host
             .manifests
             .iter()
