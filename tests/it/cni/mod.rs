@@ -177,8 +177,9 @@ fn a_0_3_1_config_is_served_like_portmap_serves_it() {
     });
 }
 
-/// Refused calls (unknown or malformed version, bad port, no prevResult, portmap's conditions,
-/// not JSON, missing environment) write no rule and no manifest.
+/// Refused calls (unknown or malformed version, bad port, no prevResult, portmap's
+/// `conditionsV4`/`conditionsV6`, `snat: false` and `masqAll: true`, not JSON, missing
+/// environment) write no rule and no manifest.
 #[test]
 fn refused_calls_write_no_rule_and_no_manifest() {
     let mut node = Node::new(Backend::Nft);
@@ -214,6 +215,13 @@ fn refused_calls_write_no_rule_and_no_manifest() {
             with("conditionsV4", json!(["-s", "10.0.0.0/8"])),
             2,
         ),
+        (
+            "portmap conditions, IPv6",
+            with("conditionsV6", json!(["-s", "fd00::/8"])),
+            2,
+        ),
+        ("portmap snat: false", with("snat", json!(false)), 2),
+        ("portmap masqAll: true", with("masqAll", json!(true)), 2),
     ];
     for (what, config, code) in cases {
         let out = cni(&node, "ADD", Some(&netns), &config);
