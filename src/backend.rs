@@ -94,6 +94,10 @@ pub struct Netfilter<'r> {
     nft_commits: std::cell::Cell<u32>,
     /// Whether rules were deleted through `socket` (its release then waits a grace period).
     nft_deleted: std::cell::Cell<bool>,
+    /// The iptables-legacy nat tables as this process swapped them in, per family, until
+    /// anything else is written: read by create's check of other owners' forwards instead
+    /// of the kernel's copy (`IptablesLegacy`'s insert keeps them).
+    legacy_nat: RefCell<Vec<(Family, crate::kernel::iptc::blob::Blob)>>,
 }
 
 impl<'r> Netfilter<'r> {
@@ -109,6 +113,7 @@ impl<'r> Netfilter<'r> {
             socket: RefCell::new(None),
             nft_commits: std::cell::Cell::new(0),
             nft_deleted: std::cell::Cell::new(false),
+            legacy_nat: RefCell::new(Vec::new()),
         }
     }
 
@@ -211,9 +216,7 @@ impl<'r> Netfilter<'r> {
         family: Family,
         batch: &Batch,
     ) -> Result<(), BackendError> {
-        backend
-            .driver()
-            .apply_all(self, family, std::slice::from_ref(batch))
+        self.apply_all(backend, family, std::slice::from_ref(batch))
     }
 
     /// Apply batches of different tables ([`Driver::apply_all`]).
@@ -223,6 +226,7 @@ impl<'r> Netfilter<'r> {
         family: Family,
         batches: &[Batch],
     ) -> Result<(), BackendError> {
+        self.forget_legacy_nat(family);
         backend.driver().apply_all(self, family, batches)
     }
 

@@ -111,9 +111,23 @@ impl Netfilter<'_> {
         table: &'static str,
         rules: &[(&str, &Rule)],
     ) -> Result<Native, IptcError> {
+        self.forget_legacy_nat(family);
         in_process(self, family, table, "deleted", || {
             iptc::delete(family, table, rules)
         })
+    }
+
+    /// The iptables-legacy nat table of `family` as this process last swapped it in, if
+    /// nothing was written since (taken: a reader uses it once).
+    pub fn take_legacy_nat(&self, family: Family) -> Option<iptc::blob::Blob> {
+        let mut kept = self.legacy_nat.borrow_mut();
+        let at = kept.iter().position(|(f, _)| *f == family)?;
+        Some(kept.swap_remove(at).1)
+    }
+
+    /// Forget the nat table kept for `family`: something else is written.
+    pub(super) fn forget_legacy_nat(&self, family: Family) {
+        self.legacy_nat.borrow_mut().retain(|(f, _)| *f != family);
     }
 }
 
@@ -125,9 +139,16 @@ fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) ->
         .map(|(chain, rule, place)| (*chain, (*rule).clone(), *place))
         .collect();
     let shared = shared_rules(IptablesLegacy.capabilities(), table.as_str(), family);
+    nf.forget_legacy_nat(family);
+    let mut written = None;
     let done = in_process(nf, family, table.as_str(), "inserted", || {
-        iptc::insert(family, table.as_str(), &rules, &shared)
+        let (outcome, blob) = iptc::insert_keeping(family, table.as_str(), &rules, &shared)?;
+        written = blob;
+        Ok(outcome)
     });
+    if let (Some(blob), Table::Nat) = (written, table) {
+        nf.legacy_nat.borrow_mut().push((family, blob));
+    }
     match done {
         Ok(Native::Done(_)) => true,
         Ok(Native::Declined | Native::Off) => false,

@@ -114,10 +114,16 @@ fn other_owners_forwards_are_named_or_refused() {
         );
 
         // Warned: the start goes on, and natledger's rule, first in its backend, takes the
-        // port from the node: the split the warning is about.
-        let out = create_env(&node, "c1", "8080:80", &[]);
+        // port from the node: the split the warning is about. Said once the rules are in: on
+        // iptables-legacy, of the nat table as natledger swapped it in (no second read).
+        let out = create_env(&node, "c1", "8080:80", &[("NATLEDGER_LOG", "debug")]);
         assert_ok(&out, "create with a warning");
         let err = stderr(&out);
+        assert_eq!(
+            err.contains("candidate(s) read from the table as written"),
+            backend == Backend::Legacy,
+            "{err}"
+        );
         assert!(
             err.contains("warning: host port 8080:80/tcp is already forwarded"),
             "{err}"

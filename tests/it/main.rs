@@ -46,6 +46,7 @@ mod metrics;
 mod nft_batch;
 mod nftables;
 mod readers;
+mod readers_skip;
 mod release_manifests;
 mod roundtrip;
 mod selftest;

@@ -47,7 +47,7 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 
-const V4_NAT: &str = r#"*nat
+pub(crate) const V4_NAT: &str = r#"*nat
 :DOCKER - [0:0]
 :KUBE-SERVICES - [0:0]
 :KUBE-NODEPORTS - [0:0]
@@ -202,7 +202,7 @@ const V4_FILTER: &str = r#"*filter
 COMMIT
 "#;
 
-const V6_NAT: &str = r#"*nat
+pub(crate) const V6_NAT: &str = r#"*nat
 :DOCKER - [0:0]
 :HAND6 - [0:0]
 :NATLEDGER-HOSTPORTS - [0:0]
@@ -264,12 +264,17 @@ fn expected_opaque(backend: Backend, line: &str) -> Option<&'static str> {
 
 const BUILTIN: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
 
-struct Native {
+pub(crate) struct Native {
     chains: Vec<(String, String)>,
-    rules: Vec<(String, Vec<String>)>,
+    pub(crate) rules: Vec<(String, Vec<String>)>,
 }
 
-fn read_native(ns: &str, backend: Backend, family: Family, table: &'static str) -> Native {
+pub(crate) fn read_native(
+    ns: &str,
+    backend: Backend,
+    family: Family,
+    table: &'static str,
+) -> Native {
     in_netns(ns, || match backend {
         Backend::Legacy => {
             let blob = iptc::read(family, table).unwrap();
@@ -295,7 +300,7 @@ fn read_native(ns: &str, backend: Backend, family: Family, table: &'static str) 
             let mut rules = Vec::new();
             for (chain, _) in &chains {
                 let n = session
-                    .each_rule(family, table, chain, |_, args| {
+                    .each_rule(family, table, chain, None, |_, _, args| {
                         rules.push((chain.clone(), args.to_vec()))
                     })
                     .unwrap();
@@ -306,7 +311,7 @@ fn read_native(ns: &str, backend: Backend, family: Family, table: &'static str) 
     })
 }
 
-fn test_family(family: Family) -> TestFamily {
+pub(crate) fn test_family(family: Family) -> TestFamily {
     match family {
         Family::Ipv4 => TestFamily::V4,
         Family::Ipv6 => TestFamily::V6,
@@ -466,7 +471,7 @@ fn bench_decoding_a_10000_rule_chain() {
                         let mut sock = Socket::netfilter().unwrap();
                         let mut session = Session::new(&mut sock);
                         session
-                            .each_rule(Family::Ipv4, "nat", "KUBE-SERVICES", |_, args| {
+                            .each_rule(Family::Ipv4, "nat", "KUBE-SERVICES", None, |_, _, args| {
                                 count += 1;
                                 tokens += args.len();
                             })

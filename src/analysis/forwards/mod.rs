@@ -18,7 +18,13 @@
 //!
 //! The rules are read in-process ([`crate::kernel::iptc`] for iptables-legacy, the table's blob;
 //! [`crate::kernel::nftables`] for iptables-nft, chain by chain, only the chains the walk enters),
-//! or through `*-save` when the native paths are off.
+//! or through `*-save` when the native paths are off. Both readers leave undecoded a rule
+//! whose destination compare names no address a packet to a host port may have (the entry
+//! header's `-d`; iptables-nft's destination load and compare, `nftables::read::skip`): the
+//! chains such a packet passes are mostly services of other addresses. When create warns
+//! rather than refuses, it checks once its rules are in, and the iptables-legacy nat table it
+//! just swapped in (`Netfilter::take_legacy_nat`) is walked as written: the same rules a
+//! read would return, without copying the table out of the kernel a second time.
 //!
 //! # Cost, and the iptables-nft cache
 //! Reading a chain over netlink costs about 6 us a rule in the kernel, and more: the kernel
@@ -303,13 +309,21 @@ fn candidates(
         // A backend without tools holds nothing natledger did not write there.
         (b, _) if !b.is_iptables() => Ok((none(), "natledger's own table".into())),
         (Backend::Legacy, true) => {
-            if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
-                return Ok((none(), "no table".into()));
-            }
-            let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
+            // The table as this process just swapped it in, when it did: the same rules a
+            // read would return, without a second copy of the table out of the kernel.
+            let (blob, whence) = match nf.take_legacy_nat(family) {
+                Some(blob) => (blob, "the table as written"),
+                None => {
+                    if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
+                        return Ok((none(), "no table".into()));
+                    }
+                    let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
+                    (blob, "the table")
+                }
+            };
             let mut source = Legacy::new(&blob, locals);
             let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
-            let how = format!("{} candidate(s) read from the table", total(&found));
+            let how = format!("{} candidate(s) read from {whence}", total(&found));
             Ok((found, how))
         }
         (Backend::Nft, true) => nf
@@ -317,7 +331,11 @@ fn candidates(
                 let generation = session.generation()?;
                 let scope = Scope::here(locals);
                 let mut kept = Cache::load(cache);
-                let mut source = Nft { session, family };
+                let mut source = Nft {
+                    session,
+                    family,
+                    dsts: locals,
+                };
                 let cached = kept.valid(family, generation, &scope);
                 let per_packet =
                     |all: &[Candidate]| packets.iter().map(|p| taken(all, p)).collect();

@@ -58,13 +58,15 @@ impl Chains for Legacy<'_> {
     }
 }
 
-/// An iptables-nft table, read over netlink one chain at a time ([`crate::kernel::nftables`]).
-pub(super) struct Nft<'s, 'k> {
+/// An iptables-nft table, read over netlink one chain at a time ([`crate::kernel::nftables`]);
+/// rules whose destination compare names none of `dsts` are skipped undecoded.
+pub(super) struct Nft<'s, 'k, 'd> {
     pub(super) session: &'s mut nftables::Session<'k>,
     pub(super) family: Family,
+    pub(super) dsts: &'d [IpNet],
 }
 
-impl Chains for Nft<'_, '_> {
+impl Chains for Nft<'_, '_, '_> {
     type Error = NftError;
 
     fn rules(
@@ -73,13 +75,14 @@ impl Chains for Nft<'_, '_> {
         keep: &mut dyn FnMut(&[String]) -> bool,
     ) -> Result<Option<Kept>, Self::Error> {
         let mut kept = Vec::new();
-        let mut position = 0;
-        let read = self.session.each_rule(self.family, NAT, chain, |_, args| {
-            position += 1;
-            if keep(args) {
-                kept.push((position, args.to_vec()));
-            }
-        })?;
+        let dsts = Some(self.dsts);
+        let read = self
+            .session
+            .each_rule(self.family, NAT, chain, dsts, |position, _, args| {
+                if keep(args) {
+                    kept.push((position, args.to_vec()));
+                }
+            })?;
         Ok(read.map(|_| kept))
     }
 }

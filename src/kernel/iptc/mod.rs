@@ -84,14 +84,27 @@ pub fn insert(
     rules: &[(&str, Rule, Place)],
     required: &[(&str, Rule)],
 ) -> Result<Outcome, IptcError> {
+    insert_keeping(family, table, rules, required).map(|(outcome, _)| outcome)
+}
+
+/// [`insert`], and when done the table as it was swapped in (the edited blob, parsed again
+/// once the lock is released): what a reader in the same process would otherwise read back
+/// from the kernel (create's check of other owners' forwards, see `analysis::forwards`).
+pub fn insert_keeping(
+    family: Family,
+    table: &'static str,
+    rules: &[(&str, Rule, Place)],
+    required: &[(&str, Rule)],
+) -> Result<(Outcome, Option<Blob>), IptcError> {
     let mut encoded = Vec::with_capacity(rules.len());
     for (chain, rule, place) in rules {
         let Some(Encoded::Entry(e)) = entry::encode(rule, family) else {
-            return Ok(Outcome::Declined); // not encodable, or a jump: never inserted here
+            // Not encodable, or a jump: never inserted here.
+            return Ok((Outcome::Declined, None));
         };
         encoded.push((*chain, e, *place));
     }
-    edit(family, table, |t| {
+    edit(family, table, true, |t| {
         for (chain, jump) in required {
             let span = t.chain(chain)?;
             let found = t
@@ -144,7 +157,7 @@ pub fn delete(
         };
         *wanted[k].1.entry(*rule).or_default() += 1;
     }
-    edit(family, table, |t| {
+    let edited = edit(family, table, false, |t| {
         let mut removes: Vec<usize> = Vec::with_capacity(rules.len());
         for (chain, mut left) in wanted {
             let span = t.chain(chain)?;
@@ -168,7 +181,8 @@ pub fn delete(
             }
         }
         Some((Vec::new(), removes))
-    })
+    });
+    edited.map(|(outcome, _)| outcome)
 }
 
 /// The current `table` of `family`, read without the xtables lock. Asking about an absent
@@ -197,15 +211,18 @@ type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
 /// the wanted rules) is done by the callers before it. Under it, the work is linear in the
 /// table's entries: one read, `plan` (the callers' look each chain up once and decode each
 /// of its entries at most once), one `Blob::edit` pass, one replace, one counters write. Its
-/// cost at scale is in README.md's Speed section (`benches/scale.rs`).
+/// cost at scale is in README.md's Speed section (`benches/scale.rs`). With `keep`, a done
+/// edit also returns the table as swapped in, parsed after the lock is released.
 fn edit(
     family: Family,
     table: &'static str,
+    keep: bool,
     plan: impl FnOnce(&Blob) -> Option<Plan>,
-) -> Result<Outcome, IptcError> {
+) -> Result<(Outcome, Option<Blob>), IptcError> {
+    const DECLINED: (Outcome, Option<Blob>) = (Outcome::Declined, None);
     // The table structures carry a user pointer: laid out here for 64-bit processes only.
     if cfg!(not(target_pointer_width = "64")) {
-        return Ok(Outcome::Declined);
+        return Ok(DECLINED);
     }
     let sock = Socket::open(family, table)?;
     let lock = xtables_lock()?;
@@ -213,32 +230,37 @@ fn edit(
         Ok(blob) => blob,
         // Changed between GET_INFO and GET_ENTRIES by a writer without the lock.
         Err(IptcError::Kernel { source, .. }) if source.raw_os_error() == Some(libc::EAGAIN) => {
-            return Ok(Outcome::Declined);
+            return Ok(DECLINED);
         }
         Err(e) => return Err(e),
     };
     let Some((inserts, removes)) = plan(&blob) else {
-        return Ok(Outcome::Declined);
+        return Ok(DECLINED);
     };
     let count = inserts.len() + removes.len();
     let old_entries = blob.info.num_entries;
     let Some(mut edited) = blob.edit(&inserts, &removes) else {
-        return Ok(Outcome::Declined);
+        return Ok(DECLINED);
     };
     let old_counters = match sock.replace(&mut edited, old_entries) {
         Ok(counters) => counters,
         // The table changed between the read and the replace (another writer without the
         // lock): the kernel refused it whole.
         Err(IptcError::Kernel { source, .. }) if source.raw_os_error() == Some(libc::EAGAIN) => {
-            return Ok(Outcome::Declined);
+            return Ok(DECLINED);
         }
         Err(e) => return Err(e),
     };
     // The new table is in force from here on: a failure below costs counters, not rules, and
     // must not send the caller to write the rules again.
-    drop(edited.buf);
-    let counters: Vec<[u64; 2]> = edited
-        .from_old
+    let Edited {
+        info,
+        buf,
+        start,
+        from_old,
+    } = edited;
+    let buf = keep.then_some(buf);
+    let counters: Vec<[u64; 2]> = from_old
         .iter()
         .map(|old| old.map_or([0, 0], |i| old_counters[i as usize]))
         .collect();
@@ -248,7 +270,8 @@ fn edit(
     if let Err(e) = added {
         log::warn!("rule counters of the {table} table were reset: {e}");
     }
-    Ok(Outcome::Done(count))
+    let written = buf.and_then(|buf| Blob::parse(Layout::of(family), info, buf, start));
+    Ok((Outcome::Done(count), written))
 }
 
 static LOCK_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();

@@ -69,22 +69,7 @@ pub fn may_be_for(t: &Blob, e: &[u8], dsts: &[crate::model::rule::IpNet]) -> boo
     if e[l.invflags_at] & INV_DSTIP != 0 || mask.iter().all(|b| *b == 0) {
         return true;
     }
-    dsts.iter().any(|net| {
-        let octets = match net.addr {
-            std::net::IpAddr::V4(a) => a.octets().to_vec(),
-            std::net::IpAddr::V6(a) => a.octets().to_vec(),
-        };
-        if octets.len() != n {
-            return false;
-        }
-        // Two networks share an address unless they differ in a bit both fix.
-        (0..n).all(|i| {
-            let bits = usize::from(net.prefix).saturating_sub(8 * i).min(8) as u32;
-            let net_mask = (0xffu16 << (8 - bits)) as u8;
-            let both = mask[i] & net_mask;
-            octets[i] & both == addr[i] & both
-        })
-    })
+    xt::may_hold_any(addr, mask, dsts)
 }
 
 /// Append the tokens of the entry `e` at offset `at` (from [`Blob::rules`]) to `out`.

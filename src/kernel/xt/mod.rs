@@ -40,6 +40,28 @@ pub(crate) const INV_FRAG: u8 = 0x20;
 pub(crate) const INV_PROTO: u8 = 0x40;
 pub(crate) const IFNAMSIZ: usize = 16;
 
+/// Whether a destination compare of the address's first `addr.len()` bytes, under `mask`
+/// (as long), may hold for an address in one of `dsts`: false only when each of them differs
+/// from `addr` in a bit both fix. What both readers skip undecoded, looking for the rules a
+/// packet to this host may meet (`iptc::render::may_be_for`, `nftables::read`'s `skip`).
+pub fn may_hold_any(addr: &[u8], mask: &[u8], dsts: &[crate::model::family::IpNet]) -> bool {
+    dsts.iter().any(|net| {
+        let octets = match net.addr {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        };
+        if octets.len() < addr.len() || mask.len() != addr.len() {
+            return true; // not comparable: never a reason to skip
+        }
+        (0..addr.len()).all(|i| {
+            let bits = usize::from(net.prefix).saturating_sub(8 * i).min(8) as u32;
+            let net_mask = (0xffu16 << (8 - bits)) as u8;
+            let both = mask[i] & net_mask;
+            octets[i] & both == addr[i] & both
+        })
+    })
+}
+
 /// The part of a rule before its matches, as both backends describe it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Header {

@@ -275,6 +275,7 @@ fn install_locked(
         .into_iter()
         .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
         .collect();
+    let mut check_after = None;
     if !manifest.mappings.is_empty() && !adopted {
         // Each keeper with the own mapping its port is in (one split around shared ports
         // keeps the pieces that remain).
@@ -289,7 +290,11 @@ fn install_locked(
                 Some((l.clone(), own.clone()))
             })
             .collect();
-        check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?;
+        // Warnings wait for the rules: the legacy nat table is walked as just written.
+        match input.refuse_conflicts {
+            true => check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?,
+            false => check_after = Some(keepers),
+        }
     }
     after.generation = forwards::before_writes(&ctx.netfilter, cache);
     after.stale_flows = release_dead(ctx, locked, claims.dead);
@@ -352,6 +357,10 @@ fn install_locked(
         return Err(error.into());
     }
     fault::point(fault::CREATE_RECORDED);
+    if let Some(keepers) = check_after {
+        forwards::carry(&ctx.netfilter, cache, after.generation.take()); // own commits first
+        check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?;
+    }
     // Now that the new rules are in place: a packet arriving before them would only have
     // made a new entry on the old path.
     after.stale_flows.extend(flows::of_added(

@@ -32,6 +32,7 @@
 //! differs; iptables-nft-save prints it as both differing (narrower), natledger as opaque.
 
 mod expr;
+pub mod skip;
 
 use std::io;
 
@@ -159,14 +160,17 @@ impl Session<'_> {
     }
 
     /// Decode every rule of `chain` in `table`, in order, handing each to `each` with its
-    /// handle while the dump streams. Returns how many there were, or `None` when the table
-    /// or chain does not exist.
+    /// 1-based position and handle while the dump streams; with `dsts`, a rule that no packet
+    /// to one of them can match ([`skip::elsewhere`]) is counted but neither decoded nor
+    /// handed on. Returns how many there were, or `None` when the table or chain does not
+    /// exist.
     pub fn each_rule(
         &mut self,
         family: Family,
         table: &str,
         chain: &str,
-        mut each: impl FnMut(u64, &[String]),
+        dsts: Option<&[crate::model::family::IpNet]>,
+        mut each: impl FnMut(usize, u64, &[String]),
     ) -> Result<Option<usize>, NftError> {
         let err = |source| NftError::Read {
             family,
@@ -182,13 +186,21 @@ impl Session<'_> {
                 if message.kind != subsys(NFT_MSG_NEWRULE) {
                     return Ok(());
                 }
-                args.clear();
-                let (in_table, on, handle) = decode_rule(family, message.payload, &mut args)
-                    .ok_or_else(|| io::Error::other("malformed rule message"))?;
-                if in_table == table && on == chain {
-                    count += 1;
-                    each(handle, &args);
+                let malformed = || io::Error::other("malformed rule message");
+                let body = message.payload.get(4..).ok_or_else(malformed)?;
+                let name = |kind| netlink::attr(body, kind).and_then(netlink::str_of);
+                let (in_table, on) = (name(NFTA_RULE_TABLE), name(NFTA_RULE_CHAIN));
+                if (in_table.ok_or_else(malformed)?, on.ok_or_else(malformed)?) != (table, chain) {
+                    return Ok(());
                 }
+                count += 1;
+                if dsts.is_some_and(|d| skip::elsewhere(family, message.payload, d)) {
+                    return Ok(());
+                }
+                args.clear();
+                let (_, _, handle) =
+                    decode_rule(family, message.payload, &mut args).ok_or_else(malformed)?;
+                each(count, handle, &args);
                 Ok(())
             });
         match answer {
@@ -235,16 +247,16 @@ pub fn decode_rule<'p>(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {
+    pub(super) fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {
         let mut b = Vec::new();
         netlink::put_attr(&mut b, kind, inner);
         b
     }
 
-    fn u32s(pairs: &[(u16, u32)]) -> Vec<u8> {
+    pub(super) fn u32s(pairs: &[(u16, u32)]) -> Vec<u8> {
         let mut b = Vec::new();
         for (k, v) in pairs {
             netlink::put_attr(&mut b, *k, &v.to_be_bytes());
@@ -252,46 +264,46 @@ mod tests {
         b
     }
 
-    fn value(kind: u16, bytes: &[u8]) -> Vec<u8> {
+    pub(super) fn value(kind: u16, bytes: &[u8]) -> Vec<u8> {
         nested(kind, &nested(NFTA_DATA_VALUE, bytes))
     }
 
-    fn expr(name: &str, data: Vec<u8>) -> Vec<u8> {
+    pub(super) fn expr(name: &str, data: Vec<u8>) -> Vec<u8> {
         let mut e = Vec::new();
         netlink::put_str(&mut e, NFTA_EXPR_NAME, name);
         netlink::put_attr(&mut e, NFTA_EXPR_DATA, &data);
         e
     }
 
-    fn meta(key: u32) -> Vec<u8> {
+    pub(super) fn meta(key: u32) -> Vec<u8> {
         expr("meta", u32s(&[(1, 1), (2, key)]))
     }
 
-    fn payload(base: u32, offset: u32, len: u32) -> Vec<u8> {
+    pub(super) fn payload(base: u32, offset: u32, len: u32) -> Vec<u8> {
         expr("payload", u32s(&[(1, 1), (2, base), (3, offset), (4, len)]))
     }
 
-    fn cmp(op: u32, bytes: &[u8]) -> Vec<u8> {
+    pub(super) fn cmp(op: u32, bytes: &[u8]) -> Vec<u8> {
         let mut d = u32s(&[(1, 1), (2, op)]);
         d.extend(value(3, bytes));
         expr("cmp", d)
     }
 
-    fn bitwise(mask: &[u8]) -> Vec<u8> {
+    pub(super) fn bitwise(mask: &[u8]) -> Vec<u8> {
         let mut d = u32s(&[(1, 1), (2, 1), (3, mask.len() as u32)]);
         d.extend(value(4, mask));
         d.extend(value(5, &vec![0; mask.len()]));
         expr("bitwise", d)
     }
 
-    fn range(op: u32, from: u16, to: u16) -> Vec<u8> {
+    pub(super) fn range(op: u32, from: u16, to: u16) -> Vec<u8> {
         let mut d = u32s(&[(1, 1), (2, op)]);
         d.extend(value(3, &from.to_be_bytes()));
         d.extend(value(4, &to.to_be_bytes()));
         expr("range", d)
     }
 
-    fn verdict(code: i32, chain: Option<&str>) -> Vec<u8> {
+    pub(super) fn verdict(code: i32, chain: Option<&str>) -> Vec<u8> {
         let mut v = Vec::new();
         netlink::put_attr(&mut v, NFTA_VERDICT_CODE, &code.to_be_bytes());
         if let Some(c) = chain {
@@ -302,7 +314,8 @@ mod tests {
         expr("immediate", d)
     }
 
-    fn decode(exprs: &[Vec<u8>], comment: Option<&str>) -> String {
+    /// A NEWRULE message (after `nlmsghdr`) of rule 7 in nat chain C.
+    pub(super) fn message(exprs: &[Vec<u8>], comment: Option<&str>) -> Vec<u8> {
         let mut p = Vec::new();
         genmsg(&mut p, libc::AF_INET as u8, 0);
         netlink::put_str(&mut p, NFTA_RULE_TABLE, "nat");
@@ -319,6 +332,11 @@ mod tests {
             u.push(0);
             netlink::put_attr(&mut p, NFTA_RULE_USERDATA, &u);
         }
+        p
+    }
+
+    pub(super) fn decode(exprs: &[Vec<u8>], comment: Option<&str>) -> String {
+        let p = message(exprs, comment);
         let mut out = Vec::new();
         let (table, chain, handle) = decode_rule(Family::Ipv4, &p, &mut out).unwrap();
         assert_eq!((table, chain, handle), ("nat", "C", 7));
