@@ -11,6 +11,10 @@
 //!   portmap accepts the second ADD too, but the older keeps serving (TCP and the flow) until
 //!   its DEL; then the newer serves TCP, while the client's UDP flow, still pinned to the
 //!   gone older (portmap forgets no flow at DEL), goes unanswered.
+//! - `held_port_refused_with_port_conflict_refuse_and_the_runtimes_del_keeps_the_holder`:
+//!   with `portConflict: "refuse"` the second ADD fails in natledger (code 100, naming the
+//!   holder), nothing cached or written; the runtime's DEL after the failed ADD leaves the
+//!   holder's rules and its TCP answering.
 //! - `hairpin_between_sandboxes_with_br_netfilter_off`: `bridge-nf-call-iptables=0` and
 //!   `-ip6tables=0` set in the node, bridge `hairpinMode: true`: sandbox B reaches A through
 //!   the node's address and A's host port, TCP over IPv4 and IPv6 and a UDP client that keeps
@@ -194,6 +198,43 @@ fn held_port_the_newest_serves_and_the_oldest_gets_it_back() {
     client.stop();
     assert_eq!(tcp_answer(&node, 8080), None, "portmap");
     assert!(portmap_dnat_lines(&node.dump()).is_empty(), "portmap");
+}
+
+#[test]
+fn held_port_refused_with_port_conflict_refuse_and_the_runtimes_del_keeps_the_holder() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (a, b) = (node.topo.add_sandbox(2), node.topo.add_sandbox(3));
+        let _servers = [serve(&a, "A"), serve(&b, "B")];
+        node.warm_up();
+        let before = node.dump();
+        let net = Conflist::bridge(&node, "net1", 1)
+            .with_plugin("natledger", json!({"portConflict": "refuse"}));
+        add(&net, "a", &a, &PORTS);
+        let held = node.dump();
+        let e = net.add("b", &b, &PORTS).expect_err("the refused ADD");
+        assert_eq!(
+            (e.plugin.as_str(), e.code()),
+            ("natledger", Some(100)),
+            "{e}"
+        );
+        assert!(
+            e.message().contains("is held by live container a+eth0"),
+            "{e}"
+        );
+        assert_eq!(
+            net.cached("b"),
+            None,
+            "{backend:?}: a failed ADD caches nothing"
+        );
+        assert_eq!(node.dump(), held, "{backend:?}: the refused ADD wrote");
+        // The runtime's DEL after the failed ADD (no cached result) keeps the holder's rules.
+        del(&net, "b", &b, &PORTS);
+        assert_eq!(node.dump(), held, "{backend:?}: the refused one's DEL");
+        assert_eq!(tcp_answer(&node, 8080).as_deref(), Some("A"), "{backend:?}");
+        del(&net, "a", &a, &PORTS);
+        assert_eq!(node.dump(), before, "{backend:?}: dumps after both DELs");
+    });
 }
 
 /// br_netfilter's calls into iptables and ip6tables for bridged packets off in the node.
