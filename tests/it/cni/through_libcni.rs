@@ -15,6 +15,10 @@
 //!   with `portConflict: "refuse"` the second ADD fails in natledger (code 100, naming the
 //!   holder), nothing cached or written; the runtime's DEL after the failed ADD leaves the
 //!   holder's rules and its TCP answering.
+//! - `held_port_given_back_by_the_newers_del_without_state_or_sweep`: the newer's DEL through
+//!   the conflist after natledger's state directory was lost, and a sweep once the newer's
+//!   namespace is gone without a DEL, each give the port (TCP and the sending client's UDP
+//!   flow) back to the older; its DEL restores the dumps.
 //! - `hairpin_between_sandboxes_with_br_netfilter_off`: `bridge-nf-call-iptables=0` and
 //!   `-ip6tables=0` set in the node, bridge `hairpinMode: true`: sandbox B reaches A through
 //!   the node's address and A's host port, TCP over IPv4 and IPv6 and a UDP client that keeps
@@ -234,6 +238,59 @@ fn held_port_refused_with_port_conflict_refuse_and_the_runtimes_del_keeps_the_ho
         assert_eq!(tcp_answer(&node, 8080).as_deref(), Some("A"), "{backend:?}");
         del(&net, "a", &a, &PORTS);
         assert_eq!(node.dump(), before, "{backend:?}: dumps after both DELs");
+    });
+}
+
+/// a, then b on the held ports: b serves and the sending client's flow is on b.
+fn stacked(node: &Node, a: &str, b: &str) -> UdpClient {
+    let net = conflist(node, "natledger");
+    add(&net, "a", a, &PORTS);
+    let client = UdpClient::start(node.topo.ext(), sock(EXT_V4, 40055), sock(NODE_V4, 8053));
+    add(&net, "b", b, &PORTS);
+    follows(&client, "B", Instant::now(), "after ADD b");
+    assert_eq!(tcp_answer(node, 8080).as_deref(), Some("B"));
+    client
+}
+
+/// The older, a, serves TCP again and the sending client's flow is back on it.
+fn back_to_a(node: &Node, client: &UdpClient, what: &str) {
+    let since = Instant::now();
+    assert_eq!(tcp_answer(node, 8080).as_deref(), Some("A"), "{what}");
+    follows(client, "A", since, what);
+}
+
+#[test]
+fn held_port_given_back_by_the_newers_del_without_state_or_sweep() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (a, b) = (node.topo.add_sandbox(2), node.topo.add_sandbox(3));
+        let _servers = serve(&a, "A");
+        let b_servers = serve(&b, "B");
+        node.warm_up();
+        let before = node.dump();
+        // The state directory lost, then b's DEL through the conflist.
+        let client = stacked(&node, &a, &b);
+        std::fs::remove_dir_all(node.state_dir()).expect("delete the state directory");
+        del(&conflist(&node, "natledger"), "b", &b, &PORTS);
+        back_to_a(
+            &node,
+            &client,
+            &format!("{backend:?}: b's DEL without state"),
+        );
+        del(&conflist(&node, "natledger"), "a", &a, &PORTS);
+        client.stop();
+        assert_eq!(node.dump(), before, "{backend:?}: dumps after both DELs");
+
+        // b's namespace gone without a DEL, then a sweep.
+        let client = stacked(&node, &a, &b);
+        drop(b_servers);
+        node.topo.delete_ns_now(&b);
+        assert_ok(&node.sweep(&[]), &format!("{backend:?} sweep"));
+        back_to_a(&node, &client, &format!("{backend:?}: the sweep of b"));
+        assert_eq!(node.manifests(), ["a+eth0.json"], "{backend:?}");
+        del(&conflist(&node, "natledger"), "a", &a, &PORTS);
+        client.stop();
+        assert_eq!(node.dump(), before, "{backend:?}: dumps after a's DEL");
     });
 }
 
