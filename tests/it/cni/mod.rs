@@ -7,7 +7,9 @@
 //! bridge and host-local run by the libcni-style driver, portmap side by side: SCTP, `hostIP`,
 //! STATUS, GC), `crash` (ADD and DEL killed at every fault point), `held` (two attachments on
 //! one host port), `lost` (DEL, CHECK and GC without a manifest), `settings` (a bad
-//! `NATLEDGER_*` value refuses ADD and never stops DEL) and `sweep` (liveness of attachments).
+//! `NATLEDGER_*` value refuses ADD and never stops DEL), `sweep` (liveness of attachments) and
+//! `through_libcni` (held ports, hairpin, lost state and a namespace made again, each through
+//! the conflist with portmap as the control).
 
 mod concurrent;
 mod conflist;
@@ -16,6 +18,7 @@ mod held;
 mod lost;
 mod settings;
 mod sweep;
+mod through_libcni;
 
 use std::process::Output;
 use std::time::Duration;
