@@ -1,7 +1,8 @@
 //! `natledger list`: every manifest, with whether its container is alive (a CNI attachment:
 //! its network namespace, see `crate::state::liveness`), for an attachment its network and
-//! ifname, and for a stacked host port (`ops::Held::Stack`) which container serves it and which
-//! wait behind.
+//! ifname, and for a stacked host port (`ops::Held::Stack`) where each stands ([`Stack`]):
+//! the one that serves, who waits behind whom, dead rules still in front, stacks across
+//! backends (whose order no one here decides).
 
 use std::fmt::Write as _;
 
