@@ -1,7 +1,8 @@
 //! `natledger list`: every manifest, with whether its container is alive (a CNI attachment:
 //! its network namespace, see `crate::state::liveness`), for an attachment its network and
-//! ifname, and for a stacked host port (`ops::Held::Stack`) which container serves it and which
-//! wait behind.
+//! ifname, and for a stacked host port (`ops::Held::Stack`) where each stands ([`Stack`]):
+//! the one that serves, who waits behind whom, dead rules still in front, stacks across
+//! backends (whose order no one here decides).
 
 use std::fmt::Write as _;
 
@@ -20,15 +21,36 @@ pub struct ListEntry {
     /// rules, which therefore stay (`crate::state::sharing`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kept_for: Vec<ContainerId>,
-    /// The containers whose rules for some of its host ports go first (their `stacked_on`
-    /// names it, and their manifests, so their rules, are there): it waits behind them.
+    #[serde(flatten)]
+    pub stack: Stack,
+    #[serde(flatten)]
+    pub manifest: Manifest,
+}
+
+/// Where a container stands in the stacks of its host ports (`ops::Held::Stack`): who is in
+/// front of whom follows the manifests' `stacked_on`, within one backend; a container is in
+/// force while it lives or live sharers keep its rules (`Needs::needed`).
+#[derive(Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stack {
+    /// It takes the traffic of its stacked ports: it is in force, in front of someone, and
+    /// nothing is in front of it, nor stacked with it in another backend.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub serves: bool,
+    /// The containers in force whose rules for some of its host ports go first (their
+    /// `stacked_on` names it): it waits behind them.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub behind: Vec<ContainerId>,
+    /// Dead containers, in force for no one, whose rules still go first until a sweep (or the
+    /// next create of the port) removes them: until then the port goes to them.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub behind_dead: Vec<ContainerId>,
     /// The containers of its `stacked_on` whose manifests are there: they wait behind it.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub in_front_of: Vec<ContainerId>,
-    #[serde(flatten)]
-    pub manifest: Manifest,
+    /// Containers stacked with it (either way) whose rules are in another backend: which of
+    /// them serves is the backends' hook order (natledger's own nftables tables first).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub other_backend: Vec<ContainerId>,
 }
 
 /// Every manifest in the ledger (read without the lock: a snapshot for people and scripts).
@@ -40,39 +62,30 @@ pub fn list(
     let readable = || entries.iter().filter_map(|m| m.as_ref().ok());
     let host = Batched::new(host, readable().map(Manifest::recorded));
     let needs = Needs::judge(&host, readable());
-    let judged: Vec<Result<(bool, Vec<ContainerId>), ()>> = entries
+    let present: Vec<&Manifest> = readable().collect();
+    let judged: Vec<Option<(bool, Vec<ContainerId>, Stack)>> = entries
         .iter()
         .map(|m| {
-            m.as_ref().map_err(|_| ()).map(|m| {
-                let id = &m.container_id;
-                let sharers = needs.sharers(id).into_iter();
-                (
-                    needs.alive(id),
-                    sharers.map(|s| s.container_id.clone()).collect(),
-                )
-            })
-        })
-        .collect();
-    let present: Vec<&Manifest> = entries.iter().filter_map(|m| m.as_ref().ok()).collect();
-    let stacks: Vec<(Vec<ContainerId>, Vec<ContainerId>)> = entries
-        .iter()
-        .map(|m| {
-            m.as_ref()
-                .map_or_else(|_| Default::default(), |m| stack(m, &present))
+            let m = m.as_ref().ok()?;
+            let id = &m.container_id;
+            let sharers = needs.sharers(id).into_iter();
+            Some((
+                needs.alive(id),
+                sharers.map(|s| s.container_id.clone()).collect(),
+                stack(m, &present, &|id| needs.needed(id)),
+            ))
         })
         .collect();
     Ok(entries
         .into_iter()
         .zip(judged)
-        .zip(stacks)
-        .map(|((m, judged), (behind, in_front_of))| {
+        .map(|(m, judged)| {
             m.map(|manifest| {
-                let (alive, kept_for) = judged.unwrap_or_default();
+                let (alive, kept_for, stack) = judged.unwrap_or_default();
                 ListEntry {
                     alive,
                     kept_for: if alive { Vec::new() } else { kept_for },
-                    behind,
-                    in_front_of,
+                    stack,
                     manifest,
                 }
             })
@@ -80,22 +93,37 @@ pub fn list(
         .collect())
 }
 
-/// Whom `m` waits behind (those whose `stacked_on` names it) and whom it is in front of
-/// (those of its `stacked_on`), among the manifests `present`.
-fn stack(m: &Manifest, present: &[&Manifest]) -> (Vec<ContainerId>, Vec<ContainerId>) {
+/// Where `m` stands among the manifests `present`, `in_force` telling whose rules are needed.
+fn stack(m: &Manifest, present: &[&Manifest], in_force: &dyn Fn(&ContainerId) -> bool) -> Stack {
     let id = &m.container_id;
-    let behind = present
-        .iter()
-        .filter(|o| o.container_id != *id && o.stacked_on.contains(id))
-        .map(|o| o.container_id.clone())
-        .collect();
-    let in_front_of = m
-        .stacked_on
-        .iter()
-        .filter(|s| present.iter().any(|o| o.container_id == **s))
-        .cloned()
-        .collect();
-    (behind, in_front_of)
+    let backend = |m: &Manifest| m.rules.first().map(|r| r.backend);
+    let same_backend = |o: &Manifest| match (backend(m), backend(o)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    };
+    let mut stack = Stack::default();
+    for o in present.iter().filter(|o| o.container_id != *id) {
+        let oid = o.container_id.clone();
+        let (front, back) = (o.stacked_on.contains(id), m.stacked_on.contains(&oid));
+        if !(front || back) {
+            continue;
+        }
+        if !same_backend(o) {
+            stack.other_backend.push(oid);
+        } else if front && in_force(&oid) {
+            stack.behind.push(oid);
+        } else if front {
+            stack.behind_dead.push(oid);
+        } else {
+            stack.in_front_of.push(oid);
+        }
+    }
+    stack.serves = in_force(id)
+        && !stack.in_front_of.is_empty()
+        && stack.behind.is_empty()
+        && stack.behind_dead.is_empty()
+        && stack.other_backend.is_empty();
+    stack
 }
 
 /// A table for people: one block per container, its rules indented below.
@@ -120,11 +148,27 @@ pub fn render_table(entries: &[ListEntry]) -> String {
             (false, true) => "dead".to_string(),
             (false, false) => format!("dead (rules kept for {})", ids(&e.kept_for)),
         };
-        if !e.behind.is_empty() {
-            let _ = write!(state, " (behind {})", ids(&e.behind));
+        let st = &e.stack;
+        if !st.behind.is_empty() {
+            let _ = write!(state, " (behind {})", ids(&st.behind));
         }
-        if !e.in_front_of.is_empty() {
-            let _ = write!(state, " (serves, in front of {})", ids(&e.in_front_of));
+        if !st.behind_dead.is_empty() {
+            let _ = write!(
+                state,
+                " (behind dead {}, whose rules go at the next sweep)",
+                ids(&st.behind_dead)
+            );
+        }
+        if !st.in_front_of.is_empty() {
+            let serves = if st.serves { "serves, " } else { "" };
+            let _ = write!(state, " ({serves}in front of {})", ids(&st.in_front_of));
+        }
+        if !st.other_backend.is_empty() {
+            let _ = write!(
+                state,
+                " (stacked with {} in another backend: the hooks' order decides who serves)",
+                ids(&st.other_backend)
+            );
         }
         let _ = writeln!(
             out,
@@ -209,8 +253,7 @@ mod tests {
             render_table(&[ListEntry {
                 alive: true,
                 kept_for: Vec::new(),
-                behind: Vec::new(),
-                in_front_of: Vec::new(),
+                stack: Stack::default(),
                 manifest: sample(),
             }])
             .contains("c0ffee  pid 4242  alive")
@@ -255,5 +298,131 @@ mod tests {
         );
         assert_eq!(json[1]["behind"], serde_json::json!(["newer+eth0"]));
         assert!(json[0].get("behind").is_none() && json[1].get("in_front_of").is_none());
+    }
+
+    /// Attachments `names` in namespaces 1, 2, … (one each, all alive), `stacked_on` as
+    /// given by index, the backend of each one's rules as given; returns `list`'s text and
+    /// `--json`.
+    fn listed(
+        stacked: &[(&str, &[&str], crate::backend::Backend)],
+        host: impl Fn(FakeHost) -> FakeHost,
+    ) -> (String, serde_json::Value) {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = Ledger::new(dir.path());
+        let mut fake = FakeHost::default();
+        {
+            let locked = ledger.lock().unwrap();
+            for (n, (name, on, backend)) in stacked.iter().enumerate() {
+                let path = format!("/run/netns/cni-{n}");
+                let ns = netns(n as u64 + 1);
+                fake = fake.with_namespace(&path, ns);
+                let mut m = cni_sample(name, Path::new(&path), Some(ns));
+                m.stacked_on = on
+                    .iter()
+                    .map(|o| format!("{o}+eth0").parse().unwrap())
+                    .collect();
+                m.rules.iter_mut().for_each(|r| r.backend = *backend);
+                locked.store(&m).unwrap();
+            }
+        }
+        let fake = host(fake);
+        let entries: Vec<ListEntry> = list(&fake, &ledger)
+            .unwrap()
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        (
+            render_table(&entries),
+            serde_json::to_value(&entries).unwrap(),
+        )
+    }
+
+    fn state_of<'t>(text: &'t str, name: &str) -> &'t str {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}+eth0 ")))
+            .unwrap_or_else(|| panic!("{name}: {text}"));
+        let (_, rest) = line.split_once(&format!("container={name}  ")).unwrap();
+        rest.split("  ").next().unwrap()
+    }
+
+    fn entry<'j>(json: &'j serde_json::Value, name: &str) -> &'j serde_json::Value {
+        let id = format!("{name}+eth0");
+        json.as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["container_id"] == id.as_str())
+            .unwrap()
+    }
+
+    /// a < b < c: only c serves; b is behind c and in front of a; a behind both.
+    #[test]
+    fn of_three_stacked_only_the_newest_serves() {
+        use crate::backend::Backend::Nft;
+        let (text, json) = listed(
+            &[("a", &[], Nft), ("b", &["a"], Nft), ("c", &["a", "b"], Nft)],
+            |h| h,
+        );
+        assert_eq!(
+            state_of(&text, "c"),
+            "alive (serves, in front of a+eth0,b+eth0)"
+        );
+        assert_eq!(
+            state_of(&text, "b"),
+            "alive (behind c+eth0) (in front of a+eth0)"
+        );
+        assert_eq!(state_of(&text, "a"), "alive (behind b+eth0,c+eth0)");
+        assert_eq!(entry(&json, "c")["serves"], true);
+        for name in ["a", "b"] {
+            assert!(entry(&json, name).get("serves").is_none(), "{json:#}");
+        }
+        assert_eq!(entry(&json, "b")["behind"], serde_json::json!(["c+eth0"]));
+        assert_eq!(
+            entry(&json, "b")["in_front_of"],
+            serde_json::json!(["a+eth0"])
+        );
+    }
+
+    /// A dead newer (its namespace gone) serves no one but its rules still go first until a
+    /// sweep: neither it nor the one behind it serves.
+    #[test]
+    fn a_dead_newer_serves_no_one() {
+        use crate::backend::Backend::Nft;
+        let (text, json) = listed(&[("a", &[], Nft), ("b", &["a"], Nft)], |h| {
+            h.with_namespace("/run/netns/cni-1", netns(9))
+        });
+        assert_eq!(state_of(&text, "b"), "dead (in front of a+eth0)");
+        assert_eq!(
+            state_of(&text, "a"),
+            "alive (behind dead b+eth0, whose rules go at the next sweep)"
+        );
+        assert!(entry(&json, "b").get("serves").is_none());
+        assert_eq!(
+            entry(&json, "a")["behind_dead"],
+            serde_json::json!(["b+eth0"])
+        );
+        assert!(entry(&json, "a").get("behind").is_none());
+    }
+
+    /// Stacked across backends: the hooks' order decides, so neither is said to serve.
+    #[test]
+    fn across_backends_no_one_is_said_to_serve() {
+        use crate::backend::Backend::{Legacy, Nftables};
+        let (text, json) = listed(&[("a", &[], Nftables), ("b", &["a"], Legacy)], |h| h);
+        let other = |o: &str| {
+            format!(
+                "alive (stacked with {o}+eth0 in another backend: the hooks' order decides who serves)"
+            )
+        };
+        assert_eq!(state_of(&text, "b"), other("a"));
+        assert_eq!(state_of(&text, "a"), other("b"));
+        for (name, o) in [("a", "b+eth0"), ("b", "a+eth0")] {
+            let e = entry(&json, name);
+            assert_eq!(e["other_backend"], serde_json::json!([o]));
+            assert!(
+                e.get("serves").is_none() && e.get("behind").is_none(),
+                "{e:#}"
+            );
+        }
     }
 }

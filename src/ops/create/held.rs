@@ -10,6 +10,10 @@
 //! newer goes first, its removal deletes only its own records, so the older's DNAT serves again;
 //! when the older goes first, only the flows pinned to its address are forgotten
 //! (`ops::flows`), so the newer's stay.
+//!
+//! A container joining a namespace whose holder is stacked shares that holder's place: the
+//! holders it stacks on are no claim on the joiner, and a joiner that only shares writes no
+//! rule, so it stacks on nothing ([`judge_foreign`]).
 
 use crate::backend::Backend;
 use crate::model::oci::ContainerId;
@@ -17,7 +21,7 @@ use crate::model::portspec::PortMapping;
 use crate::state::ledger::{Locked, Manifest};
 use crate::state::sharing::Membership;
 
-use super::Error;
+use super::{Claims, Creating, Error};
 
 /// What a create does when a live container in another network namespace holds one of its
 /// host ports.
@@ -45,6 +49,67 @@ pub(super) struct Stacked {
     /// an earlier instance of this container (same id) went behind the holder, and now
     /// goes in front.
     pub turned: Option<Manifest>,
+}
+
+/// A live holder (or one kept for live sharers) of one of the new container's host ports,
+/// in a network namespace the new container is not in (or one not known): judged once the
+/// ports it shares in its own namespace are known ([`judge_foreign`]).
+pub(super) struct Foreign<'m> {
+    pub holder: &'m Manifest,
+    /// Its live member named in a refusal: the holder, or a live sharer of its rules.
+    pub keeper: &'m Manifest,
+    pub membership: Membership,
+}
+
+/// Judge each [`Foreign`] holder against what the new container writes and what it shares
+/// (`claims.own`, `claims.shared`). A clash with a port it writes rules for is stacked on or
+/// refused ([`judge`]). A clash only with ports it shares with a holder of its own namespace
+/// writes nothing: no claim at all where that holder stacks on this one (the namespace's
+/// place in the stack is taken), else (that holder waits behind this one) refused with
+/// [`Held::Refuse`] and left as it is with [`Held::Stack`].
+pub(super) fn judge_foreign(
+    input: &Creating,
+    backend: Backend,
+    foreign: &[Foreign],
+    claims: &mut Claims,
+) -> Result<(), Error> {
+    for foreign in foreign {
+        let holder = foreign.holder;
+        let clashes = |m: &PortMapping| holder.mappings.iter().any(|o| m.conflicts_with(o));
+        if let Some(first) = claims.own.iter().find(|m| clashes(m)) {
+            let stacked = judge(
+                input.held,
+                backend,
+                &input.id,
+                first,
+                holder,
+                foreign.keeper,
+                foreign.membership,
+            )?;
+            claims.stacked.push(stacked);
+            continue;
+        }
+        let stacks_on_it = |id: &ContainerId| {
+            claims
+                .holders
+                .iter()
+                .any(|h| h.container_id == *id && h.stacked_on.contains(&holder.container_id))
+        };
+        let unstacked = claims
+            .shared
+            .iter()
+            .flat_map(|s| s.mappings.iter().map(move |m| (&s.holder, m)))
+            .find(|(id, m)| clashes(m) && !stacks_on_it(id));
+        if let (Some((_, mapping)), Held::Refuse) = (unstacked, input.held) {
+            return Err(Error::PortClaimed {
+                mapping: mapping.clone(),
+                holder: foreign.keeper.container_id.clone(),
+                origin: foreign.keeper.origin(),
+                membership: foreign.membership,
+            });
+        }
+    }
+    Ok(())
 }
 
 /// A live holder (`keeper`, of `holder`'s rules) of `mapping` that the new container is not a

@@ -464,7 +464,8 @@ struct Claims {
 }
 
 /// Judge host-port claims, changing nothing: a live holder of the same address, port and
-/// protocol in another network namespace is stacked on or refuses the start ([`Held`]); a
+/// protocol in another network namespace is stacked on or refuses the start ([`Held`]), judged
+/// after sharing (`held::judge_foreign`: ports only shared write nothing to stack); a
 /// container in the holder's network namespace (`crate::state::sharing`) asking for ports the
 /// holder forwards the same way shares them port by port (`share::split_shared`: a range is cut around them); a holder whose
 /// container and sharers are all dead is marked for removal. An earlier manifest of this same
@@ -486,6 +487,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         restarted: None,
         stacked: Vec::new(),
     };
+    let mut foreign = Vec::new();
     for other in &others {
         let id = &other.container_id;
         if *id == input.id {
@@ -522,8 +524,9 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
             ));
             continue;
         }
-        let clash = claims
-            .own
+        // Every mapping asked for: a shared one may clash with a holder elsewhere too.
+        let clash = me
+            .mappings
             .iter()
             .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
         let Some(first) = clash.cloned() else {
@@ -542,18 +545,20 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         let keeper = members[0];
         let membership = sharing::membership(ctx.host, me, other, &members);
         if membership != Membership::Same {
-            // Not a member: another holder of the port, stacked on or refused (`held`).
-            let stacked = held::judge(
-                input.held,
-                ctx.backend,
-                &input.id,
-                &first,
-                other,
+            // Not a member: another holder of the port, judged once the shared ports are known.
+            foreign.push(held::Foreign {
+                holder: other,
                 keeper,
                 membership,
-            )?;
-            claims.stacked.push(stacked);
+            });
             continue;
+        }
+        if !claims
+            .own
+            .iter()
+            .any(|m| other.mappings.iter().any(|o| m.conflicts_with(o)))
+        {
+            continue; // already shared with another holder of this namespace
         }
         // Only a complete set of rules is shared (not one written ahead by a create that
         // never finished, nor what a failed removal left).
@@ -573,6 +578,7 @@ fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims
         });
         claims.holders.push(other.clone());
     }
+    held::judge_foreign(input, ctx.backend, &foreign, &mut claims)?;
     Ok(claims)
 }
 

@@ -10,6 +10,11 @@
 //! - `a_dead_holder_is_still_replaced`: its rules deleted and its manifest gone first.
 //! - `a_member_of_the_holders_namespace_still_shares`: sharing is unchanged by `Stack`.
 //! - `a_holder_in_another_backend_is_named_so`: the newest first holds within one backend only.
+//! - `a_hook_container_joins_a_namespace_whose_holder_is_stacked_on_another` and
+//!   `a_cni_joiner_of_a_stacked_holder_shares_and_stacks_on_nothing`: a holder the joiner's
+//!   in-namespace holder stacks on is no claim against the joiner; a joiner that only shares
+//!   records no `stacked_on`; a port of its own still stacks (or, hooks, refuses); a holder in
+//!   front of the joiner's still refuses a hook container.
 
 use super::*;
 use crate::backend::Backend;
@@ -33,6 +38,16 @@ fn two_namespaces() -> FakeHost {
 
 /// ADD of attachment `name`+eth0 at namespace path `path`, address `addr`, asking 8080:80.
 fn add(ctx: &Context, name: &str, path: &str, addr: &str, held: Held) -> Result<Created, Error> {
+    add_ports(ctx, (name, path, addr), "8080:80", held)
+}
+
+/// ADD of attachment `name`+eth0 at namespace path `path`, address `addr`, asking `ports`.
+fn add_ports(
+    ctx: &Context,
+    (name, path, addr): (&str, &str, &str),
+    ports: &str,
+    held: Held,
+) -> Result<Created, Error> {
     let addr: IpAddr = addr.parse().unwrap();
     let addresses = move || Ok(vec![addr.into()]);
     let path = std::path::PathBuf::from(path);
@@ -42,7 +57,7 @@ fn add(ctx: &Context, name: &str, path: &str, addr: &str, held: Held) -> Result<
             id: id(&format!("{name}+eth0")),
             pid: None,
             bundle: None,
-            mappings: parse_mappings("8080:80").unwrap(),
+            mappings: parse_mappings(ports).unwrap(),
             addresses: &addresses,
             refuse_conflicts: false,
             held,
@@ -264,4 +279,100 @@ fn a_holder_in_another_backend_is_named_so() {
     };
     assert_eq!(judge(NFT).elsewhere, None);
     assert_eq!(judge(Backend::Nftables).elsewhere, Some(NFT));
+}
+
+/// A host where attachment a is in namespace 3 (`/run/netns/a`), b in namespace 1
+/// ([`NETNS_PATH`], where the hook container [`PID`] runs too) stacked on a, both on 8080.
+fn b_stacked_on_a(dir: &std::path::Path) -> FakeHost {
+    let host = fake_host().with_namespace("/run/netns/a", netns(3));
+    let script = Script::new(vec![ok(""); 2]);
+    let ctx = context(Ledger::new(dir), NFT, &script, &host);
+    add(&ctx, "a", "/run/netns/a", "10.77.0.2", Held::Stack).unwrap();
+    add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
+    let b = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
+    assert_eq!(b.stacked_on, [id("a+eth0")]);
+    host
+}
+
+#[test]
+fn a_hook_container_joins_a_namespace_whose_holder_is_stacked_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = b_stacked_on_a(dir.path());
+    // c1 (PID, namespace 1, b's) asks 8080:80: it shares b's rules, a is no claim on it.
+    let script = Script::new(Vec::new());
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    assert_eq!(
+        create_runtime(&ctx, &input(dir.path())).unwrap(),
+        Created::Installed { rules: 0 }
+    );
+    assert!(script.calls.borrow().is_empty(), "nothing written");
+    let c1 = ctx.ledger.load(&id("c1")).unwrap().unwrap();
+    assert_eq!(c1.shares[0].holder, id("b+eth0"));
+    assert!(c1.stacked_on.is_empty());
+
+    // With a port of its own that a holds too (8081), the hook still refuses.
+    let dir = tempfile::tempdir().unwrap();
+    let host = fake_host().with_namespace("/run/netns/a", netns(3));
+    let script = Script::new(vec![ok(""); 2]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let a = ("a", "/run/netns/a", "10.77.0.2");
+    add_ports(&ctx, a, "8080-8081:80-81", Held::Stack).unwrap();
+    add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
+    let mut both = input(dir.path());
+    both.annotations
+        .insert("io.natledger.ports".into(), "8080-8081:80-81".into());
+    let err = create_runtime(&ctx, &both).unwrap_err().to_string();
+    assert!(
+        err.starts_with("host port 8081:81/tcp is held by live container a+eth0"),
+        "{err}"
+    );
+
+    // A holder in front of b's (c, stacked on b) still refuses the hook container.
+    let dir = tempfile::tempdir().unwrap();
+    let host = fake_host().with_namespace("/run/netns/c", netns(3));
+    let script = Script::new(vec![ok(""); 2]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
+    add(&ctx, "c", "/run/netns/c", "10.77.0.4", Held::Stack).unwrap();
+    let err = create_runtime(&ctx, &input(dir.path()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("held by live container c+eth0"), "{err}");
+}
+
+#[test]
+fn a_cni_joiner_of_a_stacked_holder_shares_and_stacks_on_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = b_stacked_on_a(dir.path());
+    // j, another attachment in namespace 1 (b's), asks 8080:80: it shares b's rules.
+    let script = Script::new(Vec::new());
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let j = ("j", NETNS_PATH, "10.77.0.3");
+    assert_eq!(
+        add_ports(&ctx, j, "8080:80", Held::Stack).unwrap(),
+        Created::Installed { rules: 0 }
+    );
+    assert!(script.calls.borrow().is_empty(), "nothing written");
+    let joiner = ctx.ledger.load(&id("j+eth0")).unwrap().unwrap();
+    assert_eq!(joiner.shares[0].holder, id("b+eth0"));
+    assert!(joiner.stacked_on.is_empty(), "{:?}", joiner.stacked_on);
+    // Refuse changes nothing for a port only shared.
+    let k = ("k", NETNS_PATH, "10.77.0.3");
+    add_ports(&ctx, k, "8080:80", Held::Refuse).unwrap();
+
+    // A port of its own that a holds too (8081) still stacks on a, for that port.
+    let dir = tempfile::tempdir().unwrap();
+    let host = fake_host().with_namespace("/run/netns/a", netns(3));
+    let script = Script::new(vec![ok(""); 2]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let a = ("a", "/run/netns/a", "10.77.0.2");
+    add_ports(&ctx, a, "8080-8081:80-81", Held::Stack).unwrap();
+    add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
+    let script = Script::new(vec![ok("")]);
+    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let l = ("l", NETNS_PATH, "10.77.0.3");
+    add_ports(&ctx, l, "8080-8081:80-81", Held::Stack).unwrap();
+    let joiner = ctx.ledger.load(&id("l+eth0")).unwrap().unwrap();
+    assert_eq!(joiner.mappings, parse_mappings("8081:81").unwrap());
+    assert_eq!(joiner.stacked_on, [id("a+eth0")]);
 }

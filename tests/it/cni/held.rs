@@ -6,7 +6,8 @@
 //! older; DEL of the older first, or a sweep of the older once its namespace is gone, leaves
 //! the newer serving, its UDP flow's conntrack entry untouched. After both DELs the full `*-save` dumps equal those before the first ADD. With
 //! `portConflict: "refuse"` the second ADD fails (code 100, naming the holder) and writes
-//! nothing. All three backends.
+//! nothing. A third attachment in the newer's namespace shares the newer's rules: it writes
+//! nothing, stacks on no one and says nothing of taking the port over. All three backends.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -288,5 +289,46 @@ fn with_port_conflict_refuse_the_second_add_fails_and_writes_nothing() {
         assert_eq!(node.dump(), held, "{backend:?}: the refused one's DEL");
         assert_ok(&call(&node, "DEL", "a", &a, true), "DEL a");
         assert_eq!(node.dump(), before, "{backend:?}");
+    });
+}
+
+/// a, then b; then j, another attachment in b's namespace asking the same ports: it shares
+/// b's rules (nothing written, no `stacked_on`, no "now forwarded"), b keeps serving, and
+/// j's DEL changes nothing.
+#[test]
+fn a_joiner_of_the_newers_namespace_shares_its_place() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (a, b, _servers) = two(&mut node);
+        node.warm_up();
+        let before = node.dump();
+        assert_ok(&call(&node, "ADD", "a", &a, false), "ADD a");
+        assert_ok(&call(&node, "ADD", "b", &b, false), "ADD b");
+        let stacked = node.dump();
+
+        let out = call(&node, "ADD", "j", &b, false);
+        assert_ok(&out, "ADD j");
+        let said = stderr(&out);
+        assert!(!said.contains("now forwarded"), "{backend:?}: {said}");
+        assert_eq!(node.dump(), stacked, "{backend:?}: the joiner wrote");
+        let list = node.natledger(&["list", "--json"], "", &[]);
+        let listed: Value = serde_json::from_slice(&list.stdout).unwrap();
+        let j = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["container_id"] == "j+eth0")
+            .unwrap_or_else(|| panic!("{backend:?}: {listed:#}"));
+        assert!(j.get("stacked_on").is_none(), "{backend:?}: {j:#}");
+        assert_eq!(j["shares"][0]["holder"], "b+eth0", "{backend:?}: {j:#}");
+        assert_eq!(tcp_answer(&node).as_deref(), Some("B"), "{backend:?}");
+
+        assert_ok(&call(&node, "DEL", "j", &b, false), "DEL j");
+        assert_eq!(node.dump(), stacked, "{backend:?}: the joiner's DEL");
+        assert_eq!(tcp_answer(&node).as_deref(), Some("B"), "{backend:?}");
+        for (cid, c) in [("b", &b), ("a", &a)] {
+            assert_ok(&call(&node, "DEL", cid, c, false), "DEL");
+        }
+        assert_eq!(node.dump(), before, "{backend:?}: dumps after the DELs");
     });
 }

@@ -143,7 +143,6 @@ impl Checks<'_> {
             (Some(port), None) => port.to_string(),
             _ => "the port".to_string(),
         };
-        let waits = if waiting.len() == 1 { "waits" } else { "wait" };
         let mut rules = vec![rule_ref(g.w, g.by)];
         rules.extend(g.shadowed.iter().map(|(sb, hooks)| RuleRef {
             hooks: hooks.clone(),
@@ -154,15 +153,28 @@ impl Checks<'_> {
             kind: Kind::Shadowed,
             port,
             protocol,
-            summary: format!(
-                "Stacked: {newer} serves {what}, {} {waits} behind it and serves again when \
-                 {newer} goes.",
-                waiting.join(", ")
-            ),
+            summary: stacked_summary(newer, &what, &waiting),
             rules,
             evidence: vec![format!("natledger manifest: {newer} is stacked on them")],
             fix: None,
         })
+    }
+}
+
+/// What a stack's finding says: who serves `what`, who waits behind it (in the chain's order)
+/// and who serves when it goes.
+fn stacked_summary(newer: &str, what: &str, waiting: &[&str]) -> String {
+    match waiting {
+        [one] => format!(
+            "Stacked: {newer} serves {what}, {one} waits behind it and serves again when \
+             {newer} goes."
+        ),
+        [next, .., last] => format!(
+            "Stacked: {newer} serves {what}, {} and {last} wait behind it in that order; \
+             {next} serves again when {newer} goes.",
+            waiting[..waiting.len() - 1].join(", ")
+        ),
+        [] => format!("Stacked: {newer} serves {what}."),
     }
 }
 
@@ -317,5 +329,29 @@ pub(super) fn interesting(table: &str, step: &Step) -> bool {
                     .iter()
                     .any(|c| matches!(c, Cond::DPorts { negated: false, .. }))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stacked_summary;
+
+    #[test]
+    fn a_stack_says_who_waits_in_agreement() {
+        assert_eq!(
+            stacked_summary("b+eth0", "8080/tcp", &["a+eth0"]),
+            "Stacked: b+eth0 serves 8080/tcp, a+eth0 waits behind it and serves again when \
+             b+eth0 goes."
+        );
+        assert_eq!(
+            stacked_summary("c+eth0", "8080/tcp", &["b+eth0", "a+eth0"]),
+            "Stacked: c+eth0 serves 8080/tcp, b+eth0 and a+eth0 wait behind it in that order; \
+             b+eth0 serves again when c+eth0 goes."
+        );
+        assert_eq!(
+            stacked_summary("d", "the port", &["c", "b", "a"]),
+            "Stacked: d serves the port, c, b and a wait behind it in that order; c serves \
+             again when d goes."
+        );
     }
 }
