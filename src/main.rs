@@ -202,6 +202,7 @@ fn run(
             dry_run,
             json,
             all,
+            repair,
             wait,
             metrics_file,
         } => {
@@ -209,6 +210,7 @@ fn run(
                 dry_run,
                 all,
                 wait: wait.map(Duration::from_secs),
+                repair,
             };
             sweep(settings, &opts, json, metrics_file)
         }

@@ -187,6 +187,11 @@ pub enum Command {
         /// jumps included (for uninstalling).
         #[arg(long)]
         all: bool,
+        /// Also put back what live containers' manifests record and the tables lack (after
+        /// a firewall reload, a restored ruleset, a flush), with the chains, jumps and guard
+        /// they need, in the same transaction per table.
+        #[arg(long, conflicts_with = "all")]
+        repair: bool,
         /// First give exiting containers up to SECONDS to die (ends early once none has
         /// exited for 3 s).
         #[arg(long, value_name = "SECONDS")]

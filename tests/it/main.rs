@@ -46,6 +46,7 @@ mod nft_batch;
 mod nftables;
 mod readers;
 mod release_manifests;
+mod repair;
 mod roundtrip;
 mod selftest;
 mod sharing;

@@ -128,6 +128,24 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
             );
         }
     }
+    if report.repair {
+        let restored = e.gauge(
+            "natledger_sweep_last_rules_restored",
+            "Rules of live containers (and the shared chains' jumps and guard) the last \
+             sweep --repair put back because the table lacked them, by backend, family and \
+             table.",
+        );
+        for t in &report.tables {
+            let labels = [
+                ("backend", word(&t.backend)),
+                ("family", word(&t.family)),
+                ("table", t.table.to_string()),
+            ];
+            let labels: Vec<(&'static str, &str)> =
+                labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            restored.sample(&labels, t.rules_restored.len() as f64);
+        }
+    }
     e
 }
 
