@@ -55,3 +55,4 @@ mod sweep;
 mod sweep_all_nft;
 mod sweep_interleaved;
 mod udp_flows;
+mod watch;

@@ -19,7 +19,7 @@ use crate::ops::sweep::{Fate, Liveness, Reason};
 use super::Exposition;
 
 /// The word a report's JSON uses for `value`.
-fn word<T: Serialize>(value: &T) -> String {
+pub(crate) fn word<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         other => format!("{other:?}"),
