@@ -5,7 +5,9 @@
 //! live containers' manifests record (their DNATs newest first) with the chains and jumps,
 //! the ports answer again and the dump equals the one before the wipe; a dead container's
 //! rules are never put back (they and its manifest go, as sweep removes them); foreign rules
-//! are untouched.
+//! are untouched. CNI attachments and sharing groups alike: a live attachment's rules and a
+//! dead sandbox's that a live member of its pod shares come back, a dead attachment's (its
+//! namespace deleted without DEL) never.
 
 use std::time::Duration;
 
@@ -199,6 +201,64 @@ fn repair_puts_back_what_live_containers_lack_and_only_that() {
             let text = String::from_utf8_lossy(&again.stdout).to_string();
             assert!(text.contains("put back 0 rule(s)"), "{what}: {text}");
             assert_eq!(node.dump(), before, "{what}: second repair");
+        }
+    });
+}
+
+/// CNI attachments and a pod's sharing group, every backend: a live attachment's and a dead
+/// sandbox's rules that a live member of its pod shares come back; a dead attachment's (its
+/// namespace deleted, no DEL) never do, and its manifest goes.
+#[test]
+fn repair_handles_cni_attachments_and_sharing_groups() {
+    const POD: (&str, &str) = ("io.kubernetes.cri.sandbox-id", "pod-1");
+    both(|backend| {
+        let mut node = Node::new(backend);
+        load_foreign(&node);
+        let (att, gone, pod) = (
+            node.topo.add_container(5),
+            node.topo.add_container(6),
+            node.topo.add_container(7),
+        );
+        let _servers = [
+            serve_tcp(&att.ns, att.sock_v4(80), "att"),
+            serve_tcp(&gone.ns, gone.sock_v4(80), "gone"),
+            serve_tcp(&pod.ns, pod.sock_v4(80), "pod"),
+        ];
+        let ext = node.topo.ext().to_string();
+        let answers = |port: u16| tcp_request(&ext, sock(NODE_V4, port), T).ok();
+        assert_ok(&cni_add(&node, "testnet", "att", &att, 8090), "ADD att");
+        let (sandbox, app) = (
+            node.topo.spawn_sleeper(&pod.ns),
+            node.topo.spawn_sleeper(&pod.ns),
+        );
+        let ports = ("io.natledger.ports", "8092:80");
+        node.create("sandbox", Some(sandbox), &[ports, POD]);
+        node.create("app", Some(app), &[ports, POD]);
+        assert_eq!(node.manifest("app")["shares"][0]["holder"], "sandbox");
+        let before = node.dump();
+
+        assert_ok(&cni_add(&node, "testnet", "gone", &gone, 8091), "ADD gone");
+        assert_eq!(answers(8091).as_deref(), Some("gone"));
+        let gone_ns = gone.ns.clone();
+        node.topo.delete_ns_now(&gone_ns);
+        // The sandbox dies first; the app keeps its rules needed.
+        kill_pid(sandbox);
+
+        for how in [Wipe::Restore, Wipe::FlushRuleset] {
+            let what = format!("{backend:?} {how:?}");
+            wipe(&node, how);
+            let out = node.sweep(&["--repair"]);
+            assert_ok(&out, &format!("{what}: sweep --repair"));
+            assert_eq!(answers(8090).as_deref(), Some("att"), "{what}");
+            assert_eq!(answers(8092).as_deref(), Some("pod"), "{what}");
+            assert!(answers(8091).is_none(), "{what}");
+            let manifests = node.manifests();
+            assert!(
+                manifests.iter().all(|m| !m.starts_with("gone")),
+                "{what}: {manifests:?}"
+            );
+            assert!(node.manifest_exists("sandbox"), "{what}");
+            assert_eq!(node.dump(), before, "{what}: the tables as before");
         }
     });
 }
