@@ -1,5 +1,5 @@
 //! `natledger watch` in the node namespace on every backend (the test starts it and ends it
-//! by pid): a wipe of natledger's rules (a ruleset restored without `--noflush` on the
+//! by pid): another owner's nf_tables commits wake no reconcile; a wipe of natledger's rules (a ruleset restored without `--noflush` on the
 //! iptables backends, its own tables deleted on nftables) is put back within 2 s, proven with
 //! real TCP from the outside namespace, and the dump is then the one before the wipe; a
 //! hostile loop flushing natledger's DNAT chain every 50 ms makes watch back off (its log
@@ -191,6 +191,26 @@ fn watch_repairs_a_wipe_within_two_seconds_and_backs_off_a_hostile_deleter() {
             share * 100.0
         );
         assert!(share < 0.01, "{backend:?}: idle at {:.1}%", share * 100.0);
+
+        // Another owner's nf_tables table changing wakes no reconcile.
+        let ns = node.topo.node().to_string();
+        let runs = metric(&metrics, "natledger_watch_reconciles_total");
+        load_nft(
+            &ns,
+            "table inet other {\n chain input {\n type filter hook input priority 0;\n }\n}\n",
+        );
+        for port in 7000..7010 {
+            let rule = format!("add rule inet other input tcp dport {port} accept\n");
+            load_nft(&ns, &rule);
+        }
+        std::thread::sleep(Duration::from_millis(700));
+        assert_eq!(
+            metric(&metrics, "natledger_watch_reconciles_total"),
+            runs,
+            "{backend:?}: another owner's commits woke a reconcile:\n{}",
+            watch.log()
+        );
+        load_nft(&ns, "delete table inet other\n");
 
         // A wipe: back within 2 s, then exactly as before.
         wipe(&node);

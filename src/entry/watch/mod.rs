@@ -3,15 +3,16 @@
 //! ledger lock, as every change) when something may have changed:
 //! - an nf_tables commit, anyone's (iptables-nft's tables, natledger's own, a `nft flush
 //!   ruleset`): told by the kernel through the `NFNLGRP_NFTABLES` multicast group
-//!   ([`Monitor`]); the generation it announces says whether anything was committed since
-//!   the last reconcile;
+//!   ([`Monitor`]); only a table, chain or rule of an `ip`/`ip6` `nat`, `filter` or
+//!   `natledger` table counts, and the generation it announces says whether it was committed
+//!   since the last reconcile;
 //! - a changed iptables-legacy table, which tells no one: its `IPT_SO_GET_INFO` size and
 //!   entry count ([`iptc::stamp`]), per family, nat and filter, compared every
 //!   [`LEGACY_EVERY`];
 //! - SIGHUP (at once, a back-off hold included), and the backstop period.
 //!
 //! Between them it sleeps in `poll(2)` on the signalfd and the monitor: idle costs a wake-up
-//! per [`LEGACY_EVERY`]. The state before a reconcile is what the next is compared with, and
+//! per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before a reconcile is what the next is compared with, and
 //! a reconcile that wrote is followed by one more, so a change made during or right after a
 //! reconcile is never missed (a reconcile that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as soon as the
 //! reconcile under way ends; the signals have a handler of their own (blocked, read from the
@@ -47,6 +48,9 @@ use crate::state::ledger::Ledger;
 pub const LEGACY_EVERY: Duration = Duration::from_millis(500);
 /// The backstop: a reconcile at least this often, whatever was told.
 pub const PERIOD: Duration = Duration::from_secs(60);
+/// Reconciles start at least this far apart: another owner committing to the nat table many
+/// times a second (kube-proxy's resyncs) costs at most five reads a second.
+pub const GAP: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -105,9 +109,16 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let mut generation: Option<u32> = None;
     let mut next_legacy = Instant::now() + LEGACY_EVERY;
     let mut next_period = Instant::now() + opts.period;
+    let mut last: Option<Instant> = None;
+    // Until when a due reconcile waits: a back-off hold, or the gap after the last one.
+    let gate = |backoff: &Backoff, last: Option<Instant>, now: Instant| {
+        let gap = last.map(|l| l + GAP).filter(|g| *g > now);
+        backoff.held(now).max(gap)
+    };
     loop {
         let now = Instant::now();
-        if let (Some(why), None) = (due, backoff.held(now)) {
+        if let (Some(why), None) = (due, gate(&backoff, last, now)) {
+            last = Some(now);
             // What the reconcile reads is at least this new: changes after it are seen again.
             if let Some(m) = &monitor {
                 generation = newer(generation, drain(m)).1;
@@ -148,7 +159,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
 
         let now = Instant::now();
         let mut wake = next_legacy.min(next_period);
-        if let (Some(_), Some(until)) = (due, backoff.held(now)) {
+        if let (Some(_), Some(until)) = (due, gate(&backoff, last, now)) {
             wake = wake.min(until);
         }
         let timeout = wake.saturating_duration_since(now);
@@ -232,13 +243,12 @@ fn drain(monitor: &Monitor) -> Events {
     })
 }
 
-/// Whether `events` tell of a commit after generation `seen`, and the newest generation.
+/// Whether `events` tell of a change to natledger's tables committed after generation
+/// `seen`, and the newest generation.
 fn newer(seen: Option<u32>, events: Events) -> (bool, Option<u32>) {
-    match events.generation {
-        _ if events.overflowed => (true, events.generation.or(seen)),
-        Some(g) => (Some(g) != seen, Some(g)),
-        None => (events.any, seen),
-    }
+    let fresh = events.generation.is_none() || events.generation != seen;
+    let changed = events.overflowed || (events.any && fresh);
+    (changed, events.generation.or(seen))
 }
 
 /// The iptables-legacy nat and filter tables of both families, as `IPT_SO_GET_INFO` tells
@@ -286,7 +296,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_generation_already_seen_is_no_change_and_an_overflow_always_is() {
+    fn a_generation_already_seen_or_another_owners_commit_is_no_change_an_overflow_always_is() {
         let told = |g: Option<u32>, overflowed| Events {
             any: true,
             generation: g,
@@ -297,5 +307,11 @@ mod tests {
         assert_eq!(newer(None, told(Some(1), false)), (true, Some(1)));
         assert_eq!(newer(Some(5), told(None, true)), (true, Some(5)));
         assert_eq!(newer(Some(5), Events::default()), (false, Some(5)));
+        // Another owner's commit: a new generation, nothing of natledger's tables.
+        let foreign = Events {
+            generation: Some(6),
+            ..Events::default()
+        };
+        assert_eq!(newer(Some(5), foreign), (false, Some(6)));
     }
 }

@@ -26,10 +26,21 @@ pub struct Monitor {
     fd: OwnedFd,
 }
 
+/// The tables natledger writes: iptables-nft's `nat` and `filter`, and its own `natledger`.
+const TABLES: [&str; 3] = ["nat", "filter", "natledger"];
+/// Message types that add or remove a table, chain or rule (`NFT_MSG_NEWTABLE`,
+/// `DELTABLE`, `NEWCHAIN`, `DELCHAIN`, `NEWRULE`, `DELRULE`, and the `DESTROY…` ones of
+/// Linux 6.3), all with the table's name as attribute 1.
+const TOUCHING: [u16; 9] = [0, 2, 3, 5, 6, 8, 26, 27, 28];
+/// `AF_UNSPEC`, `AF_INET`, `AF_INET6`: the families of natledger's tables (and of a message
+/// for all of them).
+const FAMILIES: [u8; 3] = [0, 2, 10];
+
 /// What a drain found.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Events {
-    /// Messages arrived (some commit happened).
+    /// A commit changed a table, chain or rule of a table natledger writes (or one that may
+    /// have: a message without a readable table name counts).
     pub any: bool,
     /// The newest generation announced, if a `NEWGEN` was among them.
     pub generation: Option<u32>,
@@ -65,8 +76,8 @@ impl Monitor {
             match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
                 Ok(0) => return Ok(events),
                 Ok(n) => {
-                    events.any = true;
                     for message in netlink::messages(&buf[..n]).flatten() {
+                        events.any |= touches_ours(message.kind, message.payload);
                         if message.kind != subsys(NFT_MSG_NEWGEN) {
                             continue;
                         }
@@ -92,6 +103,26 @@ impl Monitor {
     }
 }
 
+/// Whether a message of type `kind` (with `payload`: `nfgenmsg`, then attributes) adds or
+/// removes something in a table natledger writes. Another owner's table (firewalld's `inet
+/// firewalld`, Docker's, kube-proxy's `ip kube-proxy`) wakes nothing.
+fn touches_ours(kind: u16, payload: &[u8]) -> bool {
+    if !TOUCHING.iter().any(|t| kind == subsys(*t)) {
+        return false;
+    }
+    let Some(&family) = payload.first() else {
+        return true;
+    };
+    if !FAMILIES.contains(&family) {
+        return false;
+    }
+    let name = payload
+        .get(4..)
+        .and_then(|attrs| netlink::attr(attrs, 1))
+        .and_then(netlink::str_of);
+    name.is_none_or(|name| TABLES.contains(&name))
+}
+
 impl AsFd for Monitor {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
@@ -113,4 +144,51 @@ fn set(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) 
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(family: u8, table: Option<&str>) -> Vec<u8> {
+        let mut payload = vec![family, 0, 0, 0];
+        if let Some(table) = table {
+            netlink::put_str(&mut payload, 1, table);
+        }
+        payload
+    }
+
+    #[test]
+    fn only_changes_to_natledgers_tables_count() {
+        let (rule, chain, table, gen_, set) = (6, 3, 2, 15, 9);
+        let ours = [
+            (rule, 2, Some("nat")),
+            (rule + 2, 10, Some("filter")),
+            (chain + 2, 2, Some("natledger")),
+            (table, 0, Some("natledger")),
+            // A table name that cannot be read: counted.
+            (table, 2, None),
+        ];
+        for (kind, family, name) in ours {
+            let payload = payload(family, name);
+            assert!(
+                touches_ours(subsys(kind), &payload),
+                "{kind} {family} {name:?}"
+            );
+        }
+        let others = [
+            (rule, 1, Some("firewalld")),
+            (rule, 2, Some("kube-proxy")),
+            (rule, 7, Some("nat")),
+            (gen_, 0, None),
+            (set, 2, Some("nat")),
+        ];
+        for (kind, family, name) in others {
+            let payload = payload(family, name);
+            assert!(
+                !touches_ours(subsys(kind), &payload),
+                "{kind} {family} {name:?}"
+            );
+        }
+    }
 }
