@@ -217,10 +217,12 @@ fn run(
         Command::Watch {
             period,
             metrics_file,
+            metrics_address,
         } => {
             let opts = watch::Options {
                 period: Duration::from_secs(period),
                 metrics_file,
+                metrics_address,
             };
             watch::run(settings, &opts)?;
             Ok(ExitCode::SUCCESS)

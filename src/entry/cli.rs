@@ -219,6 +219,10 @@ pub enum Command {
         /// reconcile, as sweep --metrics-file does.
         #[arg(long, value_name = "FILE")]
         metrics_file: Option<PathBuf>,
+        /// Also serve the counters as GET /metrics over HTTP on ADDR:PORT (e.g.
+        /// 127.0.0.1:9655), for a container without a textfile collector.
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_address: Option<std::net::SocketAddr>,
     },
     /// Add natledger's hooks to an OCI bundle's config.json
     ///

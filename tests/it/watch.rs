@@ -3,7 +3,8 @@
 //! iptables backends, its own tables deleted on nftables) is put back within 2 s, proven with
 //! real TCP from the outside namespace, and the dump is then the one before the wipe; a
 //! hostile loop flushing natledger's DNAT chain every 50 ms makes watch back off (its log
-//! says so, its metrics count it) while its CPU, children included, stays under 5%; idle it
+//! says so, its metrics count it, in its file and served over HTTP as Prometheus' parser
+//! reads them) while its CPU, children included, stays under 5%; idle it
 //! uses under 1%; SIGHUP repairs at once; SIGTERM ends it with status 0 within a second.
 
 use std::io::Read;
@@ -13,6 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+
+/// Where watch serves its counters, in the node namespace.
+const ADDRESS: &str = "127.0.0.1:19655";
 
 /// watch, ended by pid: SIGTERM by the test, SIGKILL on drop if it is still running.
 struct Watch {
@@ -38,6 +42,7 @@ impl Watch {
                 BIN,
             ])
             .args(["watch", "--metrics-file", metrics])
+            .args(["--metrics-address", ADDRESS])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -230,6 +235,23 @@ fn watch_repairs_a_wipe_within_two_seconds_and_backs_off_a_hostile_deleter() {
             node.dump()
         );
         assert!(watch.log().contains("put back"), "{}", watch.log());
+
+        // The same counters over HTTP, as Prometheus' own parser reads them.
+        let url = format!("http://{ADDRESS}/metrics");
+        let got = run_in(node.topo.node(), "curl", &["-sSf", &url], None);
+        assert_ok(&got, "curl /metrics");
+        let served = node.dir.path().join("served.prom");
+        std::fs::write(&served, &got.stdout).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/prometheus/parse.py");
+        let parsed = Command::new("python3")
+            .arg(script)
+            .arg(&served)
+            .output()
+            .unwrap();
+        assert_ok(&parsed, "prometheus_client parses /metrics");
+        let text = String::from_utf8_lossy(&parsed.stdout);
+        assert!(text.contains("natledger_watch_repairs"), "{text}");
+        assert!(metric(&served, "natledger_watch_rules_restored_total") >= 1.0);
 
         // A hostile deleter every 50 ms for 6 s: watch backs off, at a low CPU.
         let stop = Arc::new(AtomicBool::new(false));

@@ -21,10 +21,12 @@
 
 mod backoff;
 mod counters;
+mod http;
 
 pub use backoff::Backoff;
 pub use counters::Counters;
 
+use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
@@ -56,6 +58,8 @@ pub const GAP: Duration = Duration::from_millis(200);
 pub struct Options {
     pub period: Duration,
     pub metrics_file: Option<PathBuf>,
+    /// Serve the counters as `GET /metrics` here ([`http`]).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +70,11 @@ pub enum WatchError {
     Poll(#[source] nix::Error),
     #[error("reading the signalfd")]
     ReadSignal(#[source] nix::Error),
+    #[error("listening on {address} for metrics requests")]
+    Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
 }
 
 /// What made a reconcile due.
@@ -81,6 +90,12 @@ enum Why {
 /// Run until SIGTERM or SIGINT.
 pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let signals = signals().map_err(WatchError::Signals)?;
+    let listener = match opts.metrics_address {
+        Some(address) => {
+            Some(http::listen(address).map_err(|source| WatchError::Listen { address, source })?)
+        }
+        None => None,
+    };
     let monitor = match Monitor::open() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -165,17 +180,33 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let timeout = wake.saturating_duration_since(now);
         let timeout =
             PollTimeout::try_from(timeout.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
+        // The signalfd, then the monitor and the metrics listener where there are.
         let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-        if let Some(m) = &monitor {
-            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
-        }
+        let waited: Vec<Option<usize>> = [
+            monitor.as_ref().map(|m| m.as_fd()),
+            listener.as_ref().map(|l| l.as_fd()),
+        ]
+        .into_iter()
+        .map(|fd| {
+            fd.map(|fd| {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                fds.len() - 1
+            })
+        })
+        .collect();
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(WatchError::Poll(e)),
         }
-        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
-        let (signalled, told) = (ready(&fds[0]), fds.get(1).is_some_and(ready));
+        let ready = |at: Option<usize>| {
+            at.and_then(|i| fds[i].revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let (signalled, told, asked) = (ready(Some(0)), ready(waited[0]), ready(waited[1]));
         drop(fds);
+        if let (true, Some(listener)) = (asked, &listener) {
+            http::serve(listener, || counters.exposition().render());
+        }
         if signalled {
             while let Some(info) = signals.read_signal().map_err(WatchError::ReadSignal)? {
                 match Signal::try_from(info.ssi_signo as i32) {
