@@ -17,6 +17,8 @@
 //!   wins); it appends the rest, so theirs is oldest first; each manifest's records in order.
 //!   A manifest's age is its file's modification time (`sweep::judge`).
 
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
 use serde::Serialize;
 
 use crate::backend::{Backend, write};
@@ -82,16 +84,32 @@ pub fn repair(
     if !needed {
         return out;
     }
-    let mut after = dump.clone();
-    for gone in removed {
-        let at = after
-            .rules
-            .iter()
-            .position(|r| r.chain == gone.chain && r.args == gone.rule);
-        if let Some(at) = at {
-            after.rules.remove(at);
-        }
+    // The table as the sweep's operations leave it: one copy less per rule removed.
+    let mut gone: HashMap<(&str, &[String]), usize> = HashMap::new();
+    for r in removed {
+        *gone
+            .entry((r.chain.as_str(), r.rule.as_slice()))
+            .or_default() += 1;
     }
+    let rules = dump
+        .rules
+        .iter()
+        .filter(
+            |r| match gone.get_mut(&(r.chain.as_str(), r.args.as_slice())) {
+                Some(n) if *n > 0 => {
+                    *n -= 1;
+                    false
+                }
+                _ => true,
+            },
+        )
+        .cloned()
+        .collect();
+    let after = Dump {
+        name: dump.name.clone(),
+        chains: dump.chains.clone(),
+        rules,
+    };
 
     for op in write::missing_shared(caps, family, table, &after) {
         if let Op::InsertFirst(chain, args)
@@ -107,22 +125,13 @@ pub fn repair(
         out.ops.push(op);
     }
 
-    let mut chains: Vec<&str> = wanted.iter().map(|(_, _, c, _)| *c).collect();
-    chains.dedup();
-    let mut seen = Vec::new();
-    chains.retain(|c| {
-        let first = !seen.contains(c);
-        seen.push(*c);
-        first
-    });
+    let mut chains: Vec<&str> = Vec::new();
+    for (_, _, chain, _) in &wanted {
+        if !chains.contains(chain) {
+            chains.push(chain);
+        }
+    }
     for chain in chains {
-        // The chain as the transaction will leave it: each rule, and whether a record
-        // accounts for it.
-        let mut rules: Vec<(&[String], bool)> = after
-            .rules_in(chain)
-            .map(|r| (r.args.as_slice(), false))
-            .collect();
-        let mut cursor = 0;
         // Create's order: DNATs inserted at the top (newest manifest first), the rest
         // appended (oldest first); each manifest's records in order.
         let mut order: Vec<&(usize, &str, &str, Vec<String>)> =
@@ -130,28 +139,40 @@ pub fn repair(
         if !goes_first(chain) {
             order.sort_by_key(|(at, ..)| std::cmp::Reverse(*at));
         }
+        // Where each rule of the chain is, by its arguments (copies in order).
+        let present: Vec<&[String]> = after.rules_in(chain).map(|r| r.args.as_slice()).collect();
+        let mut at: HashMap<&[String], VecDeque<usize>> = HashMap::new();
+        for (i, args) in present.iter().enumerate() {
+            at.entry(args).or_default().push_back(i);
+        }
+        // Each missing rule goes after the rule before it in that order that is there (its
+        // anchor), or at the top (`None`); a run of missing rules shares its anchor.
+        let mut groups: BTreeMap<Option<usize>, Vec<(&str, &Vec<String>)>> = BTreeMap::new();
+        let mut anchor = None;
         for (_, id, _, args) in order {
-            if let Some(i) = rules
-                .iter()
-                .position(|(a, used)| !used && *a == args.as_slice())
-            {
-                rules[i].1 = true;
-                cursor = i + 1;
-                continue;
+            match at.get_mut(args.as_slice()).and_then(VecDeque::pop_front) {
+                Some(i) => anchor = Some(i),
+                None => groups.entry(anchor).or_default().push((id, args)),
             }
-            let at = cursor;
-            out.ops.push(if at == rules.len() {
-                Op::Append(chain.to_string(), args.clone())
-            } else {
-                Op::InsertAt(chain.to_string(), at + 1, args.clone())
-            });
-            rules.insert(at, (args.as_slice(), true));
-            cursor = at + 1;
-            out.rules.push(Restored {
-                chain: chain.to_string(),
-                rule: args.clone(),
-                container: Some(id.to_string()),
-            });
+        }
+        // Inserted in chain order, each at its final place.
+        let mut inserted = 0;
+        for (anchor, group) in groups {
+            let (base, count) = (anchor.map_or(0, |i| i + 1) + inserted, group.len());
+            for (k, (id, args)) in group.into_iter().enumerate() {
+                let place = base + k;
+                out.ops.push(if place == present.len() + inserted + k {
+                    Op::Append(chain.to_string(), args.clone())
+                } else {
+                    Op::InsertAt(chain.to_string(), place + 1, args.clone())
+                });
+                out.rules.push(Restored {
+                    chain: chain.to_string(),
+                    rule: args.clone(),
+                    container: Some(id.to_string()),
+                });
+            }
+            inserted += count;
         }
     }
     out

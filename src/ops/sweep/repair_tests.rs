@@ -329,3 +329,28 @@ fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert!(!ctx.ledger.has_manifest(&"dead".parse().unwrap()));
 }
+
+/// Missing rules between present ones, at the top and at the end: each goes in at its final
+/// place, in chain order, so the chain ends in natledger's order.
+#[test]
+fn missing_rules_interleaved_with_present_ones_land_in_order() {
+    let ids = ["x", "a", "b", "c", "d", "e", "f"];
+    let live: Vec<Manifest> = ids
+        .iter()
+        .zip(9000..)
+        .map(|(id, port)| manifest(id, &[port]))
+        .collect();
+    let refs: Vec<&Manifest> = live.iter().collect();
+    let mut lines = shared();
+    lines.extend([dnat("a", 9001), dnat("c", 9003), dnat("e", 9005)]);
+    let (ops, _) = planned(&nat(&lines), &refs);
+    assert_eq!(
+        ops,
+        [
+            format!("-I NATLEDGER-HOSTPORTS 1 {}", dnat_args("x", 9000)),
+            format!("-I NATLEDGER-HOSTPORTS 3 {}", dnat_args("b", 9002)),
+            format!("-I NATLEDGER-HOSTPORTS 5 {}", dnat_args("d", 9004)),
+            format!("-A NATLEDGER-HOSTPORTS {}", dnat_args("f", 9006)),
+        ]
+    );
+}
