@@ -262,3 +262,36 @@ fn repair_handles_cni_attachments_and_sharing_groups() {
         }
     });
 }
+
+/// Not a test: the time `sweep --repair` takes to put back a whole wipe with 1, 100 and 1,000
+/// live containers (one mapping each, one process standing for all), per backend. Run with
+/// `cargo test --test it repair::time_to_repair -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn time_to_repair_a_wipe_at_scale() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        let ip = ("io.natledger.ip", "10.77.0.2,fd77::2");
+        let mut created = 0;
+        for n in [1u16, 100, 1000] {
+            while created < n {
+                let ports = format!("{}:80", 20000 + created);
+                node.create(
+                    &format!("c{created}"),
+                    Some(pid),
+                    &[("io.natledger.ports", ports.as_str()), ip],
+                );
+                created += 1;
+            }
+            let before = node.dump();
+            wipe(&node, Wipe::Restore);
+            let t = std::time::Instant::now();
+            assert_ok(&node.sweep(&["--repair"]), "sweep --repair");
+            let took = t.elapsed();
+            assert_eq!(node.dump(), before, "{backend:?} {n}");
+            eprintln!("{backend:?}: {n} containers: repaired in {took:?}");
+        }
+    });
+}
