@@ -7,7 +7,8 @@
 //! rules are never put back (they and its manifest go, as sweep removes them); foreign rules
 //! are untouched. CNI attachments and sharing groups alike: a live attachment's rules and a
 //! dead sandbox's that a live member of its pod shares come back, a dead attachment's (its
-//! namespace deleted without DEL) never.
+//! namespace deleted without DEL) never. `time_to_repair_a_wipe_at_scale` (ignored) measures
+//! a whole wipe's repair with 1, 100 and 1,000 live containers.
 
 use std::time::Duration;
 
