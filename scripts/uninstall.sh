@@ -20,7 +20,8 @@ scripts_dir=$(dirname "$0")
 # Disable and stop the units (stopping natledger-runtime@X sweeps once more).
 "$scripts_dir/units.sh" disable
 rm -f /etc/systemd/system/natledger-boot.service /etc/systemd/system/natledger-sweep.service \
-  /etc/systemd/system/natledger-sweep.timer /etc/systemd/system/natledger-runtime@.service
+  /etc/systemd/system/natledger-sweep.timer /etc/systemd/system/natledger-runtime@.service \
+  /etc/systemd/system/natledger-watch.service
 if [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   systemctl reset-failed 'natledger-*' 2>/dev/null || true

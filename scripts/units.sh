@@ -13,6 +13,9 @@
 set -euo pipefail
 UNITS=(natledger-boot.service natledger-sweep.timer natledger-runtime@docker.service
   natledger-runtime@containerd.service natledger-runtime@crio.service)
+# Installed but not enabled (an operator's choice, docs/watch.md); disabled and stopped with
+# the others.
+OPTIONAL=(natledger-watch.service)
 # Where the unit files are: install.sh's and the package's.
 UNIT_DIRS=(/etc/systemd/system /lib/systemd/system)
 running() { [ -d /run/systemd/system ]; }
@@ -44,7 +47,7 @@ disable)
   # Only the units whose file is still there, so that running this again after a failure
   # does not stop at an already removed unit.
   present=()
-  for unit in "${UNITS[@]}"; do
+  for unit in "${UNITS[@]}" "${OPTIONAL[@]}"; do
     if installed "$unit"; then present+=("$unit"); fi
   done
   [ ${#present[@]} -gt 0 ] || exit 0

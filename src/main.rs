@@ -23,7 +23,7 @@ use natledger::model::echo::limit;
 use natledger::model::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
 use natledger::state::ledger::Ledger;
-use natledger::{entry::cni, entry::metrics, entry::selftest, entry::wrapper};
+use natledger::{entry::cni, entry::metrics, entry::selftest, entry::watch, entry::wrapper};
 
 /// The library logs through `log`; this prints its records on stderr, one line each, in the
 /// words natledger has always used: `natledger: warning: ...` for warnings, `natledger: ...`
@@ -202,6 +202,7 @@ fn run(
             dry_run,
             json,
             all,
+            repair,
             wait,
             metrics_file,
         } => {
@@ -209,8 +210,22 @@ fn run(
                 dry_run,
                 all,
                 wait: wait.map(Duration::from_secs),
+                repair,
             };
             sweep(settings, &opts, json, metrics_file)
+        }
+        Command::Watch {
+            period,
+            metrics_file,
+            metrics_address,
+        } => {
+            let opts = watch::Options {
+                period: Duration::from_secs(period),
+                metrics_file,
+                metrics_address,
+            };
+            watch::run(settings, &opts)?;
+            Ok(ExitCode::SUCCESS)
         }
         Command::Inject {
             bundle,

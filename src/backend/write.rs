@@ -5,6 +5,7 @@
 //! reading each table not yet written and writing what is missing ([`missing`]).
 
 use crate::kernel::iptc::Place;
+use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{goes_first, jump_op, owned_chains, shared_rules};
 use crate::model::rule::Rule;
@@ -106,10 +107,27 @@ pub fn missing(
     placed: &[Placement],
 ) -> Batch {
     let mut full = Batch::new(table.as_str());
-    let caps = driver.capabilities();
+    full.ops = missing_shared(driver.capabilities(), family, table, dump);
+    if full.ops.is_empty() && all_present(dump, placed) {
+        return full;
+    }
+    push_rules(&mut full, placed);
+    full
+}
+
+/// The operations that make `table` (as `dump` shows it) hold natledger's chains and shared
+/// rules (the jumps, the localhost guard): none when it holds them all. Shared by create's
+/// read-and-diff ([`missing`]) and `sweep --repair`.
+pub fn missing_shared(
+    caps: Capabilities,
+    family: Family,
+    table: Table,
+    dump: &crate::model::save::Table,
+) -> Vec<Op> {
+    let mut ops = Vec::new();
     for chain in owned_chains(caps, table.as_str(), family) {
         if !dump.has_chain(chain) {
-            full.ops.push(Op::DeclareChain(chain.to_string()));
+            ops.push(Op::DeclareChain(chain.to_string()));
         }
     }
     for (chain, shared) in shared_rules(caps, table.as_str(), family) {
@@ -117,14 +135,10 @@ pub fn missing(
             .rules_in(chain)
             .any(|r| Rule::parse_args(&r.args).is_ok_and(|r| r == shared));
         if !present {
-            full.ops.push(jump_op(dump, chain, shared.to_args()));
+            ops.push(jump_op(dump, chain, shared.to_args()));
         }
     }
-    if full.ops.is_empty() && all_present(dump, placed) {
-        return full;
-    }
-    push_rules(&mut full, placed);
-    full
+    ops
 }
 
 /// Read `table` and write what is missing of `placed`, its chains and shared rules included;

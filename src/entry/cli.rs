@@ -187,6 +187,11 @@ pub enum Command {
         /// jumps included (for uninstalling).
         #[arg(long)]
         all: bool,
+        /// Also put back what live containers' manifests record and the tables lack (after
+        /// a firewall reload, a restored ruleset, a flush), with the chains, jumps and guard
+        /// they need, in the same transaction per table.
+        #[arg(long, conflicts_with = "all")]
+        repair: bool,
         /// First give exiting containers up to SECONDS to die (ends early once none has
         /// exited for 3 s).
         #[arg(long, value_name = "SECONDS")]
@@ -196,6 +201,28 @@ pub enum Command {
         /// exist.
         #[arg(long, value_name = "FILE", conflicts_with = "dry_run")]
         metrics_file: Option<PathBuf>,
+    },
+    /// Keep live containers' forwards in place, whoever wipes the tables
+    ///
+    /// Run in the foreground, logging to stderr: put back what live containers' manifests
+    /// record and the tables lack, and remove what sweep removes, under the hooks' lock,
+    /// when something may have changed: an nf_tables commit (told by the kernel), an
+    /// iptables-legacy table's size or entry count (compared every 500 ms), SIGHUP, or
+    /// every --period seconds. Repairs undone again and again back off. SIGTERM and SIGINT
+    /// stop it with status 0.
+    Watch {
+        /// Reconcile at least every SECONDS, whatever was told.
+        #[arg(long, value_name = "SECONDS", default_value_t = 60,
+              value_parser = clap::value_parser!(u64).range(1..))]
+        period: u64,
+        /// Write watch's counters (Prometheus text format) to FILE, atomically, after each
+        /// reconcile, as sweep --metrics-file does.
+        #[arg(long, value_name = "FILE")]
+        metrics_file: Option<PathBuf>,
+        /// Also serve the counters as GET /metrics over HTTP on ADDR:PORT (e.g.
+        /// 127.0.0.1:9655), for a container without a textfile collector.
+        #[arg(long, value_name = "ADDR:PORT")]
+        metrics_address: Option<std::net::SocketAddr>,
     },
     /// Add natledger's hooks to an OCI bundle's config.json
     ///

@@ -7,4 +7,5 @@ pub mod cni;
 pub mod metrics;
 pub mod selftest;
 pub mod settings;
+pub mod watch;
 pub mod wrapper;

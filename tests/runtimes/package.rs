@@ -14,11 +14,12 @@ use std::process::{Child, Command, Output, Stdio};
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 const OVERLAID: [&str; 4] = ["usr", "etc", "var", "opt"];
-const UNITS: [&str; 4] = [
+const UNITS: [&str; 5] = [
     "natledger-boot.service",
     "natledger-runtime@.service",
     "natledger-sweep.service",
     "natledger-sweep.timer",
+    "natledger-watch.service",
 ];
 /// The enable symlinks units.sh makes (docker, containerd and crio instances).
 const ENABLED: [&str; 5] = [

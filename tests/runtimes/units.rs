@@ -3,12 +3,15 @@
 
 use std::process::Command;
 
-const UNITS: [&str; 4] = [
+const UNITS: [&str; 5] = [
     "natledger-boot.service",
     "natledger-runtime@.service",
     "natledger-sweep.service",
     "natledger-sweep.timer",
+    "natledger-watch.service",
 ];
+/// The long-running service; the others are oneshots.
+const WATCH: &str = "natledger-watch.service";
 const BIN: &str = "/usr/local/bin/natledger";
 /// Debian's prometheus-node-exporter textfile collector directory, and natledger's file in it.
 const METRICS: &str = "/var/lib/prometheus/node-exporter/natledger.prom";
@@ -133,7 +136,10 @@ fn the_sweeps_can_write_their_metrics() {
 #[test]
 fn every_service_is_a_bounded_oneshot_with_the_capabilities_iptables_needs() {
     let _suite = crate::one_suite_at_a_time(module_path!());
-    for unit in UNITS.iter().filter(|u| u.ends_with(".service")) {
+    for unit in UNITS
+        .iter()
+        .filter(|u| u.ends_with(".service") && **u != WATCH)
+    {
         assert_eq!(values(unit, "Type"), ["oneshot"], "{unit}");
         let caps = values(unit, "CapabilityBoundingSet");
         assert_eq!(caps, ["CAP_NET_ADMIN", "CAP_NET_RAW"], "{unit}");
@@ -143,4 +149,51 @@ fn every_service_is_a_bounded_oneshot_with_the_capabilities_iptables_needs() {
         ];
         assert!(timeouts.iter().any(|t| !t.is_empty()), "{unit}: no timeout");
     }
+}
+
+/// watch runs after the firewall's restore and the boot sweep, before every runtime; SIGHUP
+/// on reload; restarted on failure; the sweeps' sandbox and capabilities.
+#[test]
+fn watch_runs_after_the_firewall_and_before_every_runtime() {
+    let _suite = crate::one_suite_at_a_time(module_path!());
+    let after = values(WATCH, "After");
+    for unit in [
+        "netfilter-persistent.service",
+        "iptables.service",
+        "ip6tables.service",
+        "nftables.service",
+        "firewalld.service",
+        "natledger-boot.service",
+    ] {
+        assert!(after.iter().any(|u| u == unit), "After= lacks {unit}");
+    }
+    let before = values(WATCH, "Before");
+    for runtime in [
+        "docker.service",
+        "containerd.service",
+        "crio.service",
+        "kubelet.service",
+    ] {
+        assert!(
+            before.iter().any(|u| u == runtime),
+            "Before= lacks {runtime}"
+        );
+    }
+    let metrics = METRICS.replace("natledger.prom", "natledger-watch.prom");
+    assert_eq!(
+        values(WATCH, "ExecStart"),
+        [BIN, "watch", "--metrics-file", metrics.as_str()]
+    );
+    assert_eq!(
+        values(WATCH, "ExecReload"),
+        ["/bin/kill", "-HUP", "$MAINPID"]
+    );
+    assert_eq!(values(WATCH, "Type"), ["exec"]);
+    assert_eq!(values(WATCH, "Restart"), ["on-failure"]);
+    assert_eq!(
+        values(WATCH, "CapabilityBoundingSet"),
+        ["CAP_NET_ADMIN", "CAP_NET_RAW"]
+    );
+    assert_eq!(values(WATCH, "ProtectSystem"), ["full"]);
+    assert_eq!(values(WATCH, "WantedBy"), ["multi-user.target"]);
 }

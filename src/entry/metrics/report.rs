@@ -19,7 +19,7 @@ use crate::ops::sweep::{Fate, Liveness, Reason};
 use super::Exposition;
 
 /// The word a report's JSON uses for `value`.
-fn word<T: Serialize>(value: &T) -> String {
+pub(crate) fn word<T: Serialize>(value: &T) -> String {
     match serde_json::to_value(value) {
         Ok(serde_json::Value::String(s)) => s,
         other => format!("{other:?}"),
@@ -126,6 +126,24 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
                 &[("backend", &word(&backend)), ("family", &word(&family))],
                 n as f64,
             );
+        }
+    }
+    if report.repair {
+        let restored = e.gauge(
+            "natledger_sweep_last_rules_restored",
+            "Rules of live containers (and the shared chains' jumps and guard) the last \
+             sweep --repair put back because the table lacked them, by backend, family and \
+             table.",
+        );
+        for t in &report.tables {
+            let labels = [
+                ("backend", word(&t.backend)),
+                ("family", word(&t.family)),
+                ("table", t.table.to_string()),
+            ];
+            let labels: Vec<(&'static str, &str)> =
+                labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            restored.sample(&labels, t.rules_restored.len() as f64);
         }
     }
     e

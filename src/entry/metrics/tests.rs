@@ -66,7 +66,11 @@ fn names_follow_the_conventions() {
         !valid_metric_name("1natledger") && !valid_metric_name("a-b") && !valid_metric_name("")
     );
     assert!(valid_label_name("reason") && !valid_label_name("__name") && !valid_label_name("a-b"));
-    let report = SweepReport::new(&SweepOptions::default());
+    // With --repair: every series a sweep can write.
+    let report = SweepReport::new(&SweepOptions {
+        repair: true,
+        ..SweepOptions::default()
+    });
     let doctor = crate::analysis::doctor::Report {
         sources: Vec::new(),
         rules_read: 0,
@@ -228,4 +232,39 @@ fn a_missing_directory_creates_nothing() {
     std::fs::write(&file, "").unwrap();
     let err = write(&file.join("x.prom"), "x\n").unwrap_err();
     assert!(err.to_string().contains("a-file"), "{err}");
+}
+
+/// `--repair`: what was put back, per backend, family and table; a sweep without it writes
+/// no such series.
+#[test]
+fn a_repair_reports_the_rules_put_back_per_table() {
+    use crate::ops::sweep::Restored;
+    let opts = SweepOptions {
+        repair: true,
+        ..SweepOptions::default()
+    };
+    let mut report = SweepReport::new(&opts);
+    let mut nat = TableReport::new(Backend::Legacy, IpFamily::Ipv6, "nat");
+    nat.rules_restored = vec![
+        Restored {
+            chain: "NATLEDGER-HOSTPORTS".into(),
+            rule: vec!["-j".into(), "ACCEPT".into()],
+            container: Some("c1".into()),
+        };
+        2
+    ];
+    report.tables = vec![
+        nat,
+        TableReport::new(Backend::Nft, IpFamily::Ipv4, "filter"),
+    ];
+    let text = super::sweep(&report, UNIX_EPOCH).render();
+    for expected in [
+        "natledger_sweep_last_rules_restored{backend=\"legacy\",family=\"ipv6\",table=\"nat\"} 2",
+        "natledger_sweep_last_rules_restored{backend=\"nft\",family=\"ipv4\",table=\"filter\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == expected), "{expected}\n{text}");
+    }
+    report.repair = false;
+    let text = super::sweep(&report, UNIX_EPOCH).render();
+    assert!(!text.contains("restored"), "{text}");
 }

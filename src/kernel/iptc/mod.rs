@@ -191,6 +191,25 @@ pub fn read(family: Family, table: &'static str) -> Result<Blob, IptcError> {
     Socket::open(family, table)?.read()
 }
 
+/// What `IPT_SO_GET_INFO` tells of a table without reading it: its size in bytes and its
+/// entry count. Any edit through `IPT_SO_SET_REPLACE` that adds or removes a rule changes it;
+/// `natledger watch` compares it every 500 ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub size: u32,
+    pub entries: u32,
+}
+
+/// The [`Stamp`] of `table` of `family`. As [`read`], asking about an absent table creates
+/// it: callers check for it first.
+pub fn stamp(family: Family, table: &'static str) -> Result<Stamp, IptcError> {
+    let info = Socket::open(family, table)?.info()?;
+    Ok(Stamp {
+        size: info.size,
+        entries: info.num_entries,
+    })
+}
+
 /// A table entry as a natledger-shaped rule, jumps resolved to chain names.
 pub fn decoded(t: &Blob, e: &[u8]) -> Option<Rule> {
     match entry::decode(e, t.layout.family)? {
@@ -410,20 +429,24 @@ impl Socket {
         Ok(())
     }
 
-    fn read(&self) -> Result<Blob, IptcError> {
+    fn info(&self) -> Result<Info, IptcError> {
         // ipt_getinfo: name[32], valid_hooks, hook_entry[5], underflow[5], num_entries, size.
         let mut info_buf = [0u8; 84];
         info_buf[..32].copy_from_slice(&self.name);
         self.get("IPT_SO_GET_INFO", SO_GET_INFO, &mut info_buf)?;
         let word =
             |i: usize| u32::from_ne_bytes(info_buf[32 + 4 * i..36 + 4 * i].try_into().unwrap());
-        let info = Info {
+        Ok(Info {
             valid_hooks: word(0),
             hook_entry: [word(1), word(2), word(3), word(4), word(5)],
             underflow: [word(6), word(7), word(8), word(9), word(10)],
             num_entries: word(11),
             size: word(12),
-        };
+        })
+    }
+
+    fn read(&self) -> Result<Blob, IptcError> {
+        let info = self.info()?;
         // ipt_get_entries: name[32], size, padding to 8, entries. Placed so that the entries
         // start where `ipt_replace`'s will: the table is read, edited and written back in one
         // buffer, never copied.

@@ -29,6 +29,7 @@ use std::io;
 
 pub mod handles;
 pub mod leftover;
+pub mod monitor;
 pub mod own;
 pub mod read;
 

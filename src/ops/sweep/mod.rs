@@ -19,15 +19,17 @@
 mod leftover;
 mod native;
 mod plan;
+mod repair;
 mod report;
 
 pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
+pub use repair::{Repair, Restored, repair};
 pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::thread::sleep;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::{Backend, BackendError};
 use crate::chain::Chain;
@@ -53,6 +55,9 @@ pub struct SweepOptions {
     pub all: bool,
     /// First give exiting containers up to this long to die (see [`wait_for_exits`]).
     pub wait: Option<Duration>,
+    /// Also put back what live containers' manifests record and the tables lack, with the
+    /// chains, jumps and guard they need ([`repair`]), in the same transactions.
+    pub repair: bool,
 }
 
 /// With `--wait`, the wait ends early once no recorded process has exited for this long:
@@ -75,19 +80,27 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
+    let live: Vec<&Manifest> = judged.live.iter().map(|(_, m)| m).collect();
+    // A repair writes filter before nat, as create does: a DNAT put back finds its accept.
+    let order: Vec<Table> = match opts.repair {
+        true => Table::ALL.to_vec(),
+        false => Table::ALL.into_iter().rev().collect(),
+    };
     for backend in Backend::ALL {
         for family in Family::ALL {
             // nat first: a DNAT is never left in force without its accept, so when the nat
             // table fails its filter table is left as it is too (its records stay).
             let mut nat_failed = false;
-            for name in Table::ALL.into_iter().rev() {
+            for name in order.iter().copied() {
                 let table = if nat_failed && name == Table::Filter {
                     TableReport::new(backend, family, name.as_str()).failed(
                         "not swept: the nat table failed, and its DNATs keep their accepts"
                             .to_string(),
                     )
                 } else {
-                    sweep_table(ctx, backend, family, name, &judged.claims, opts.dry_run)
+                    let repair = opts.repair.then_some(live.as_slice());
+                    let claims = &judged.claims;
+                    sweep_table(ctx, backend, family, name, claims, repair, opts.dry_run)
                 };
                 nat_failed |= name == Table::Nat && table.state == TableState::Failed;
                 if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
@@ -99,11 +112,14 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     }
     fault::point(fault::SWEEP_APPLIED);
     if !opts.dry_run {
-        // The flows of the DNAT rules that went, once every table is done.
+        // The flows of the DNAT rules that went or came back, once every table is done.
         let removed = report.tables.iter().flat_map(|t| {
+            let restored = t.rules_restored.iter().map(|r| r.rule.as_slice());
             t.rules_removed
                 .iter()
-                .map(move |r| (t.family, r.rule.as_slice()))
+                .map(|r| r.rule.as_slice())
+                .chain(restored)
+                .map(move |rule| (t.family, rule))
         });
         flows::forget(ctx, &flows::of_saved(removed));
         if opts.all {
@@ -127,6 +143,9 @@ struct Judged {
     unreadable: Vec<PathBuf>,
     /// Temp files a crash left (always removed).
     temps: Vec<PathBuf>,
+    /// With `--repair`: the kept manifests whose create completed, newest first (by the
+    /// manifest file's modification time, then id), whose rules must be in force.
+    live: Vec<(SystemTime, Manifest)>,
 }
 
 struct Doomed {
@@ -155,6 +174,7 @@ fn judge(
         doomed: Vec::new(),
         unreadable: Vec::new(),
         temps: scan.temps,
+        live: Vec::new(),
     };
     let mut readable = Vec::new();
     let mut unreadable_ids: HashSet<String> = HashSet::new();
@@ -249,6 +269,11 @@ fn judge(
         );
         if needed && !opts.all {
             judged.claims.kept.insert(id);
+            if opts.repair && summary.is_none() && manifest.phase == Phase::Installed {
+                let written = std::fs::metadata(&path).and_then(|m| m.modified());
+                let written = written.unwrap_or(SystemTime::UNIX_EPOCH);
+                judged.live.push((written, manifest));
+            }
         } else {
             judged.claims.dead.insert(id);
             judged.doomed.push(Doomed {
@@ -258,22 +283,36 @@ fn judge(
             });
         }
     }
+    judged
+        .live
+        .sort_by(|(t1, m1), (t2, m2)| (t2, &m2.container_id).cmp(&(t1, &m1.container_id)));
     Ok(judged)
 }
 
 /// Read one table, plan, apply; re-plan from a new read once if the transaction fails.
+/// With `repair` (the live manifests, newest first), what they lack goes back in the same
+/// transaction, after the removals.
 fn sweep_table(
     ctx: &Context,
     backend: Backend,
     family: Family,
     name: Table,
     claims: &Claims,
+    repair: Option<&[&Manifest]>,
     dry_run: bool,
 ) -> TableReport {
     let mut report = TableReport::new(backend, family, name.as_str());
     for attempt in 0..2 {
         let table = match ctx.netfilter.read(backend, family, name.as_str()) {
             Ok(Some(table)) => table,
+            // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
+            // live containers' rules.
+            Ok(None) if repair.is_some_and(|live| needs(live, backend, family)) => {
+                crate::model::save::Table {
+                    name: name.as_str().to_string(),
+                    ..Default::default()
+                }
+            }
             Ok(None) => return report.with_state(TableState::Absent),
             // Legacy is only read when its table exists: rules may be there, unreadable.
             Err(e @ BackendError::ToolNotFound { .. })
@@ -288,11 +327,30 @@ fn sweep_table(
         };
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
-        if plan.batch.is_empty() || dry_run {
-            return report.planned(plan);
+        let caps = backend.driver().capabilities();
+        let live = repair.unwrap_or_default();
+        let fix = repair::repair(backend, caps, family, name, &table, &plan.rules, live);
+        if (plan.batch.is_empty() && fix.ops.is_empty()) || dry_run {
+            return report.planned(plan).restored(fix);
         }
-        match native::apply(ctx, backend, family, name.as_str(), &plan) {
-            Ok(()) => return report.planned(plan),
+        let applied = if fix.ops.is_empty() {
+            native::apply(ctx, backend, family, name.as_str(), &plan)
+        } else {
+            let mut batch = plan.batch.clone();
+            batch.ops.extend(fix.ops.iter().cloned());
+            ctx.netfilter.apply(backend, family, &batch)
+        };
+        match applied {
+            Ok(()) => {
+                if !fix.rules.is_empty() {
+                    log::info!(
+                        "{backend}/{family}/{name}: put back {} rule(s) the table lacked: {}",
+                        fix.rules.len(),
+                        repair::describe(&fix.rules)
+                    );
+                }
+                return report.planned(plan).restored(fix);
+            }
             // The table changed between the read and the write (a rule natledger meant to
             // delete is gone, or a chain got a new reference): read it again.
             Err(e) if attempt == 0 => {
@@ -305,6 +363,14 @@ fn sweep_table(
         }
     }
     unreachable!("the second attempt returns")
+}
+
+/// Whether a live manifest records a rule of this backend and family (its tables need
+/// natledger's chains and shared rules).
+fn needs(live: &[&Manifest], backend: Backend, family: Family) -> bool {
+    live.iter()
+        .flat_map(|m| &m.rules)
+        .any(|r| r.backend == backend && r.family == family)
 }
 
 /// Remove the manifests whose rules are gone; keep the others as `removing`, naming what may

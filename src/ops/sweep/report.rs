@@ -10,12 +10,15 @@ use crate::backend::Backend;
 use crate::model::family::Family;
 use crate::state::ledger::{CniAttachment, Manifest};
 
-use super::{Reason, Removed, SweepOptions, TablePlan};
+use super::{Reason, Removed, Repair, Restored, SweepOptions, TablePlan};
 
 #[derive(Debug, Serialize)]
 pub struct SweepReport {
     pub dry_run: bool,
     pub all: bool,
+    /// `--repair`: live containers' rules the tables lacked were put back.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub repair: bool,
     pub containers: Vec<ContainerReport>,
     pub tables: Vec<TableReport>,
     /// Rules removed that no manifest claimed.
@@ -96,6 +99,9 @@ pub struct TableReport {
     pub state: TableState,
     pub rules_removed: Vec<Removed>,
     pub chains_removed: Vec<String>,
+    /// `--repair`: rules the table lacked, put back (a dry run: that would be).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules_restored: Vec<Restored>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub blocked: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -161,6 +167,7 @@ impl TableReport {
             state: TableState::Swept,
             rules_removed: Vec::new(),
             chains_removed: Vec::new(),
+            rules_restored: Vec::new(),
             blocked: Vec::new(),
             error: None,
             rules_owned_after: None,
@@ -192,6 +199,12 @@ impl TableReport {
         self.rules_owned_after = Some(plan.owned_after);
         self
     }
+
+    pub(super) fn restored(mut self, repair: Repair) -> Self {
+        self.rules_owned_after = self.rules_owned_after.map(|n| n + repair.rules.len());
+        self.rules_restored = repair.rules;
+        self
+    }
 }
 
 impl SweepReport {
@@ -199,6 +212,7 @@ impl SweepReport {
         SweepReport {
             dry_run: opts.dry_run,
             all: opts.all,
+            repair: opts.repair,
             containers: Vec::new(),
             tables: Vec::new(),
             orphans: 0,
@@ -227,6 +241,11 @@ impl SweepReport {
             .filter(|r| r.reason == Reason::Orphan)
             .count();
         self.tables.push(table);
+    }
+
+    /// Rules put back in every table (`--repair`).
+    pub fn restored(&self) -> usize {
+        self.tables.iter().map(|t| t.rules_restored.len()).sum()
     }
 
     /// Record what happened to each manifest, by file.
@@ -318,6 +337,19 @@ impl SweepReport {
             for chain in &t.chains_removed {
                 let _ = writeln!(out, "{place}: {verb} chain {chain}");
             }
+            for r in &t.rules_restored {
+                let _ = writeln!(
+                    out,
+                    "{place}: {} -A {} {}",
+                    if self.dry_run {
+                        "would put back"
+                    } else {
+                        "put back"
+                    },
+                    r.chain,
+                    r.rule.join(" ")
+                );
+            }
         }
         for e in &self.errors {
             let _ = writeln!(out, "error: {e}");
@@ -328,10 +360,15 @@ impl SweepReport {
             .filter(|c| c.state == Liveness::Dead)
             .count();
         let rules: usize = self.tables.iter().map(|t| t.rules_removed.len()).sum();
+        let restored = match self.restored() {
+            _ if !self.repair => String::new(),
+            n if self.dry_run => format!("; would put back {n} rule(s)"),
+            n => format!("; put back {n} rule(s)"),
+        };
         let _ = writeln!(
             out,
             "sweep{}: {} container(s), {dead} dead; {verb} {rules} rule(s), {} of them \
-             orphans; {} error(s)",
+             orphans{restored}; {} error(s)",
             if self.dry_run { " (dry run)" } else { "" },
             self.containers.len(),
             self.orphans,

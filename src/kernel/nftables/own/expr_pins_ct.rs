@@ -20,7 +20,12 @@ fn the_hairpin_masquerade_encodes_as_nft_does() {
         prefix: Some(24),
     };
     let m = parse_entry("10.78.0.1:8080:80").unwrap();
-    let rules = layout::mapping_rules(crate::model::backend_name::Backend::Nftables, &id, &m, container);
+    let rules = layout::mapping_rules(
+        crate::model::backend_name::Backend::Nftables,
+        &id,
+        &m,
+        container,
+    );
     assert_eq!(rules.len(), 2, "DNAT and the hairpin masquerade");
     pin(
         V4,

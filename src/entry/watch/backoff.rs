@@ -1,0 +1,110 @@
+//! Not fighting: when what a repair put back is removed again and again, the repairs slow
+//! down. Pure (time is given), so the policy is tested without a clock.
+//!
+//! A repair that put something back within [`WINDOW`] of the previous such repair continues a
+//! streak; from the [`FREE`]th repair of a streak on, the next repair waits [`FIRST`], then
+//! twice as long each time, up to [`MAX`]. Reconciles that find nothing missing do not end a
+//! streak (a deleter every 50 ms leaves room for them); a quiet [`WINDOW`] does.
+
+use std::time::{Duration, Instant};
+
+/// Repairs further apart than this are unrelated.
+pub const WINDOW: Duration = Duration::from_secs(60);
+/// Repairs in a row before the first hold: a firewall reload or two is not a fight.
+pub const FREE: u32 = 3;
+/// The first hold, doubled at each repair of the streak after it.
+pub const FIRST: Duration = Duration::from_millis(500);
+/// The longest hold: a rule deleted again waits at most this long to come back.
+pub const MAX: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Default)]
+pub struct Backoff {
+    streak: u32,
+    last_repair: Option<Instant>,
+    hold_until: Option<Instant>,
+}
+
+impl Backoff {
+    /// After a reconcile at `now` that put back `restored` rules: how long the next repair
+    /// waits, when it must (a new hold).
+    pub fn after(&mut self, restored: usize, now: Instant) -> Option<Duration> {
+        if restored == 0 {
+            return None;
+        }
+        let continues = self
+            .last_repair
+            .is_some_and(|last| now.saturating_duration_since(last) <= WINDOW);
+        self.streak = if continues { self.streak + 1 } else { 1 };
+        self.last_repair = Some(now);
+        if self.streak < FREE {
+            self.hold_until = None;
+            return None;
+        }
+        let doublings = (self.streak - FREE).min(16);
+        let hold = FIRST.saturating_mul(1 << doublings).min(MAX);
+        self.hold_until = Some(now + hold);
+        Some(hold)
+    }
+
+    /// Until when repairs wait, if they do at `now`.
+    pub fn held(&self, now: Instant) -> Option<Instant> {
+        self.hold_until.filter(|until| *until > now)
+    }
+
+    /// Repairs in a row so far.
+    pub fn streak(&self) -> u32 {
+        self.streak
+    }
+
+    /// A repair asked for at once (SIGHUP): the hold ends, the streak stays.
+    pub fn release(&mut self) {
+        self.hold_until = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_deleted_again_and_again_waits_longer_each_time_up_to_the_max() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        // Two repairs in a row are free; reconciles with nothing to put back change nothing.
+        assert_eq!(b.after(3, t0), None);
+        assert_eq!(b.after(0, t0 + ms(10)), None);
+        assert_eq!(b.after(1, t0 + ms(60)), None);
+        assert_eq!(b.held(t0 + ms(61)), None);
+        let mut now = t0 + ms(120);
+        let mut holds = Vec::new();
+        for _ in 0..9 {
+            let hold = b.after(1, now).unwrap();
+            assert_eq!(b.held(now), Some(now + hold));
+            holds.push(hold);
+            now += hold;
+            assert_eq!(b.held(now), None);
+        }
+        assert_eq!(
+            holds,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000].map(ms)
+        );
+        assert_eq!(b.streak(), 11);
+        // A SIGHUP ends the hold, not the streak.
+        b.after(1, now);
+        b.release();
+        assert_eq!(b.held(now), None);
+        assert_eq!(b.after(1, now + ms(1)), Some(MAX));
+    }
+
+    #[test]
+    fn repairs_a_window_apart_start_again() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        for i in 0..5 {
+            // A firewall reload every two minutes is repaired at once every time.
+            assert_eq!(b.after(4, t0 + 2 * i * WINDOW), None);
+            assert_eq!(b.streak(), 1);
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! `natledger watch`: keep the tables equal to the ledger, in both directions, for as long as
+//! it runs. A foreground loop that runs `sweep --repair` ([`crate::ops::sweep`], under the
+//! ledger lock, as every change) when something may have changed:
+//! - an nf_tables commit, anyone's (iptables-nft's tables, natledger's own, a `nft flush
+//!   ruleset`): told by the kernel through the `NFNLGRP_NFTABLES` multicast group
+//!   ([`Monitor`]); only a table, chain or rule of an `ip`/`ip6` `nat`, `filter` or
+//!   `natledger` table counts, and the generation it announces says whether it was committed
+//!   since the last reconcile;
+//! - a changed iptables-legacy table, which tells no one: its `IPT_SO_GET_INFO` size and
+//!   entry count ([`iptc::stamp`]), per family, nat and filter, compared every
+//!   [`LEGACY_EVERY`];
+//! - SIGHUP (at once, a back-off hold included), and the backstop period.
+//!
+//! Between them it sleeps in `poll(2)` on the signalfd and the monitor: idle costs a wake-up
+//! per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before a reconcile is what the next is compared with, and
+//! a reconcile that wrote is followed by one more, so a change made during or right after a
+//! reconcile is never missed (a reconcile that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as soon as the
+//! reconcile under way ends; the signals have a handler of their own (blocked, read from the
+//! signalfd), so that as PID 1 of a container they are not dropped. Repairs undone again and
+//! again back off ([`backoff`]).
+
+mod backoff;
+mod counters;
+mod http;
+
+pub use backoff::Backoff;
+pub use counters::Counters;
+
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::backend::{Netfilter, legacy_table_exists};
+use crate::chain::Chain;
+use crate::entry::metrics;
+use crate::entry::settings::Settings;
+use crate::kernel::exec::SystemRunner;
+use crate::kernel::iptc::{self, Stamp};
+use crate::kernel::nftables::monitor::{Events, Monitor};
+use crate::model::family::Family;
+use crate::ops::{self, Context, SweepOptions, SweepReport};
+use crate::state::ledger::Ledger;
+
+/// How often the iptables-legacy tables are compared.
+pub const LEGACY_EVERY: Duration = Duration::from_millis(500);
+/// The backstop: a reconcile at least this often, whatever was told.
+pub const PERIOD: Duration = Duration::from_secs(60);
+/// Reconciles start at least this far apart: another owner committing to the nat table many
+/// times a second (kube-proxy's resyncs) costs at most five reads a second.
+pub const GAP: Duration = Duration::from_millis(200);
+
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub period: Duration,
+    pub metrics_file: Option<PathBuf>,
+    /// Serve the counters as `GET /metrics` here ([`http`]).
+    pub metrics_address: Option<SocketAddr>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("setting up SIGTERM, SIGINT and SIGHUP")]
+    Signals(#[source] nix::Error),
+    #[error("waiting for a change")]
+    Poll(#[source] nix::Error),
+    #[error("reading the signalfd")]
+    ReadSignal(#[source] nix::Error),
+    #[error("listening on {address} for metrics requests")]
+    Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What made a reconcile due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Why {
+    Start,
+    Nftables,
+    Legacy,
+    Hangup,
+    Period,
+}
+
+/// Run until SIGTERM or SIGINT.
+pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
+    let signals = signals().map_err(WatchError::Signals)?;
+    let listener = match opts.metrics_address {
+        Some(address) => {
+            Some(http::listen(address).map_err(|source| WatchError::Listen { address, source })?)
+        }
+        None => None,
+    };
+    let monitor = match Monitor::open() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            log::warn!(
+                "not told of nf_tables changes ({e}); iptables-nft and nftables tables are \
+                 checked every {}s only",
+                opts.period.as_secs()
+            );
+            None
+        }
+    };
+    log::info!(
+        "watching: nf_tables commits{}, iptables-legacy every {} ms, everything every {} s",
+        if monitor.is_some() {
+            ""
+        } else {
+            " (not available)"
+        },
+        LEGACY_EVERY.as_millis(),
+        opts.period.as_secs()
+    );
+    let mut counters = Counters::default();
+    let mut backoff = Backoff::default();
+    let mut due: Option<Why> = Some(Why::Start);
+    let mut legacy = stamps();
+    let mut generation: Option<u32> = None;
+    let mut next_legacy = Instant::now() + LEGACY_EVERY;
+    let mut next_period = Instant::now() + opts.period;
+    let mut last: Option<Instant> = None;
+    // Until when a due reconcile waits: a back-off hold, or the gap after the last one.
+    let gate = |backoff: &Backoff, last: Option<Instant>, now: Instant| {
+        let gap = last.map(|l| l + GAP).filter(|g| *g > now);
+        backoff.held(now).max(gap)
+    };
+    loop {
+        let now = Instant::now();
+        if let (Some(why), None) = (due, gate(&backoff, last, now)) {
+            last = Some(now);
+            // What the reconcile reads is at least this new: changes after it are seen again.
+            if let Some(m) = &monitor {
+                generation = newer(generation, drain(m)).1;
+            }
+            let before = stamps();
+            log::debug!("reconciling ({why:?})");
+            let report = reconcile(settings);
+            let took = now.elapsed();
+            counters.add(report.as_ref(), took, SystemTime::now());
+            let restored = report.as_ref().map_or(0, SweepReport::restored);
+            // Compared with the tables as the reconcile read them, so a change made during
+            // it is seen; after a write of its own, what it read is gone: the next check
+            // reconciles once more (a deleter quicker than the check restores the same size).
+            let wrote = report.as_ref().is_none_or(|r| {
+                restored > 0 || r.tables.iter().any(|t| !t.rules_removed.is_empty())
+            });
+            legacy = if wrote { Vec::new() } else { before };
+            if let Some(hold) = backoff.after(restored, Instant::now()) {
+                counters.backoffs += 1;
+                log::warn!(
+                    "what was put back was removed again: {} repairs in a row, each within \
+                     {} s of the last; backing off: the next repair waits {} ms (something \
+                     keeps deleting natledger's rules; to make a container's forward go, stop \
+                     the container)",
+                    backoff.streak(),
+                    backoff::WINDOW.as_secs(),
+                    hold.as_millis()
+                );
+            }
+            if let Err(e) =
+                metrics::write_option(opts.metrics_file.as_deref(), &counters.exposition())
+            {
+                log::warn!("{}", Chain(&e));
+            }
+            due = None;
+            next_period = Instant::now() + opts.period;
+        }
+
+        let now = Instant::now();
+        let mut wake = next_legacy.min(next_period);
+        if let (Some(_), Some(until)) = (due, gate(&backoff, last, now)) {
+            wake = wake.min(until);
+        }
+        let timeout = wake.saturating_duration_since(now);
+        let timeout =
+            PollTimeout::try_from(timeout.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
+        // The signalfd, then the monitor and the metrics listener where there are.
+        let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        let waited: Vec<Option<usize>> = [
+            monitor.as_ref().map(|m| m.as_fd()),
+            listener.as_ref().map(|l| l.as_fd()),
+        ]
+        .into_iter()
+        .map(|fd| {
+            fd.map(|fd| {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                fds.len() - 1
+            })
+        })
+        .collect();
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(WatchError::Poll(e)),
+        }
+        let ready = |at: Option<usize>| {
+            at.and_then(|i| fds[i].revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let (signalled, told, asked) = (ready(Some(0)), ready(waited[0]), ready(waited[1]));
+        drop(fds);
+        if let (true, Some(listener)) = (asked, &listener) {
+            http::serve(listener, || counters.exposition().render());
+        }
+        if signalled {
+            while let Some(info) = signals.read_signal().map_err(WatchError::ReadSignal)? {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGHUP) => {
+                        log::info!("SIGHUP: reconciling now");
+                        backoff.release();
+                        due = Some(Why::Hangup);
+                    }
+                    Ok(signal) => {
+                        log::info!("{signal}: stopping");
+                        return Ok(());
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+        if let (true, Some(m)) = (told, &monitor) {
+            let (changed, newest) = newer(generation, drain(m));
+            generation = newest;
+            if changed {
+                due = due.or(Some(Why::Nftables));
+            }
+        }
+        let now = Instant::now();
+        if now >= next_legacy {
+            next_legacy = now + LEGACY_EVERY;
+            if stamps() != legacy {
+                due = due.or(Some(Why::Legacy));
+            }
+        }
+        if now >= next_period {
+            due = due.or(Some(Why::Period));
+        }
+    }
+}
+
+/// SIGTERM, SIGINT and SIGHUP blocked and read from a signalfd, with a handler that does
+/// nothing (a process without a handler ignores them as PID 1 of a namespace).
+fn signals() -> nix::Result<SignalFd> {
+    extern "C" fn nothing(_: libc::c_int) {}
+    let mut set = SigSet::empty();
+    for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        set.add(signal);
+        let action = SigAction::new(
+            SigHandler::Handler(nothing),
+            SaFlags::empty(),
+            SigSet::empty(),
+        );
+        // SAFETY: the handler does nothing, so it is async-signal-safe.
+        unsafe { sigaction(signal, &action) }?;
+    }
+    set.thread_block()?;
+    SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+}
+
+/// What the monitor holds; a failed read counts as a change.
+fn drain(monitor: &Monitor) -> Events {
+    monitor.drain().unwrap_or_else(|e| {
+        log::debug!("reading nf_tables events: {e}");
+        Events {
+            any: true,
+            generation: None,
+            overflowed: true,
+        }
+    })
+}
+
+/// Whether `events` tell of a change to natledger's tables committed after generation
+/// `seen`, and the newest generation.
+fn newer(seen: Option<u32>, events: Events) -> (bool, Option<u32>) {
+    let fresh = events.generation.is_none() || events.generation != seen;
+    let changed = events.overflowed || (events.any && fresh);
+    (changed, events.generation.or(seen))
+}
+
+/// The iptables-legacy nat and filter tables of both families, as `IPT_SO_GET_INFO` tells
+/// them (absent ones, or unreadable, as `None`: never created by asking).
+fn stamps() -> Vec<Option<Stamp>> {
+    let mut out = Vec::with_capacity(4);
+    for family in Family::ALL {
+        for table in ["nat", "filter"] {
+            let stamp = match legacy_table_exists(family, table) {
+                Ok(true) => iptc::stamp(family, table).ok(),
+                _ => None,
+            };
+            out.push(stamp);
+        }
+    }
+    out
+}
+
+/// One `sweep --repair`, as `natledger sweep --repair` runs it; its errors are logged.
+fn reconcile(settings: &Settings) -> Option<SweepReport> {
+    let runner = SystemRunner::default();
+    let ledger = Ledger::new(settings.state_dir.clone());
+    let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
+    ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
+    let opts = SweepOptions {
+        repair: true,
+        ..SweepOptions::default()
+    };
+    match ops::sweep(&ctx, &opts) {
+        Ok(report) => {
+            for e in &report.errors {
+                log::warn!("{e}");
+            }
+            Some(report)
+        }
+        Err(e) => {
+            log::warn!("reconcile failed: {}", Chain(&e));
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_already_seen_or_another_owners_commit_is_no_change_an_overflow_always_is() {
+        let told = |g: Option<u32>, overflowed| Events {
+            any: true,
+            generation: g,
+            overflowed,
+        };
+        assert_eq!(newer(Some(5), told(Some(5), false)), (false, Some(5)));
+        assert_eq!(newer(Some(5), told(Some(6), false)), (true, Some(6)));
+        assert_eq!(newer(None, told(Some(1), false)), (true, Some(1)));
+        assert_eq!(newer(Some(5), told(None, true)), (true, Some(5)));
+        assert_eq!(newer(Some(5), Events::default()), (false, Some(5)));
+        // Another owner's commit: a new generation, nothing of natledger's tables.
+        let foreign = Events {
+            generation: Some(6),
+            ..Events::default()
+        };
+        assert_eq!(newer(Some(5), foreign), (false, Some(6)));
+    }
+}
