@@ -3,8 +3,8 @@
 //! backend: CHECK finds the rules ADD wrote, in the configured backend or another one (and
 //! names one deleted by hand), DEL removes every rule tagged with the attachment's ledger id
 //! (full dumps as before its ADD, TCP refused and a UDP client that keeps sending
-//! unanswered), a second DEL succeeds, and a DEL keeps the rules a live hook container's
-//! manifest says it shares (a sweep removes them once it is gone); GC leaves every
+//! unanswered), a second DEL succeeds, and a DEL or a sweep keeps the rules a live hook
+//! container's manifest says it shares (a sweep removes them once it is gone); GC leaves every
 //! unrecorded attachment's rules, of its network and of another (their DEL removes them),
 //! and still removes a recorded stale one. A CNI DEL naming a hook container whose id has an
 //! attachment's form changes nothing. A foreign rule in natledger's own chain and another
@@ -296,7 +296,8 @@ fn gc_without_manifests_leaves_the_tagged_rules_for_their_del() {
 /// A hook container h4 in attachment k's namespace shares k's 8080 (k's rules, no new
 /// one); k's manifest is lost; k's DEL keeps the rules while h4 lives (TCP and a UDP
 /// client that keeps sending still answered, dump unchanged), as it would with the
-/// manifest; once h4 is gone (its poststop), a sweep removes them; every backend.
+/// manifest, and so does a sweep; once h4 is gone (its poststop), a sweep removes them;
+/// every backend.
 #[test]
 fn del_without_a_manifest_keeps_the_rules_a_live_hook_container_shares() {
     both(|backend| {
@@ -349,6 +350,14 @@ fn del_without_a_manifest_keeps_the_rules_a_live_hook_container_shares() {
         );
         client.stop();
         assert!(!node.manifest_exists("k+eth0"), "DEL writes no manifest");
+        // A sweep while h4 lives keeps them too.
+        assert_ok(&node.sweep(&[]), "sweep, h4 alive");
+        assert_eq!(node.dump(), added, "{backend:?}: a sweep kept them for h4");
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8400), T).ok().as_deref(),
+            Some("c2 tcp"),
+            "{backend:?}: tcp after the sweep"
+        );
 
         kill_pid(pid);
         assert_ok(&node.poststop("h4"), "poststop h4");
