@@ -12,7 +12,7 @@ mod testing;
 mod verify;
 
 pub use create::{Created, Creating, Held, create, create_runtime, planned};
-pub use detach::{Unrecorded, detach, remove_recorded, remove_unrecorded};
+pub use detach::{detach, remove_recorded};
 pub use list::{ListEntry, Stack, list, render_table};
 pub use remove::{Removal, Removed, poststop, remove_container};
 pub use sweep::{SweepOptions, SweepReport, sweep};

@@ -15,7 +15,6 @@ pub mod result;
 pub mod spec;
 #[cfg(test)]
 mod tests;
-pub mod unrecorded;
 pub mod validate;
 
 use crate::model::family::IfAddr;

@@ -1,12 +1,13 @@
 //! The plugin the binary is: each command on natledger's ledger and backends, through the
 //! same operations as the OCI hooks (`ops::create`, `ops::detach`). Without a manifest (the
-//! state directory lost), DEL and GC act on the rules tagged with the attachment's ledger id
-//! and CHECK on the rules ADD would write (`ops::planned`); nothing is written back.
+//! state directory lost), DEL acts on the rules tagged with the attachment's ledger id and
+//! CHECK on the rules ADD would write (`ops::planned`); nothing is written back. GC acts on
+//! manifests only. DEL and GC act on a manifest only when it records a CNI attachment.
 
 use crate::model::family::IfAddr;
 
-use super::{Attachment, CniError, Code, Plugin, Request, unrecorded};
-use crate::backend::tool;
+use super::{Attachment, CniError, Code, Plugin, Request};
+use crate::backend::{Backend, tool};
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
@@ -15,7 +16,7 @@ use crate::model::family::Family;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::bounds::canonical;
 use crate::ops::{self, Context, Creating, Held};
-use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Manifest, Phase, RuleRecord};
+use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase, RuleRecord};
 use crate::state::liveness;
 
 /// natledger's commands, with the settings of its environment (`NATLEDGER_STATE_DIR`,
@@ -195,11 +196,13 @@ fn missing_error(
 }
 
 /// CHECK of an attachment natledger has no manifest of (its state lost): the rules ADD
-/// would write for this request ([`ops::planned`]) looked for where they would be. Success
-/// when all are there (a warning says the state is lost: a later DEL removes by tag);
-/// otherwise the first missing one is named.
+/// would write for this request ([`ops::planned`]) looked for where they would be, in the
+/// configured backend, then (some missing there) in each other backend, as ADD would have
+/// written them there: an earlier ADD may have had another backend. Success when one backend
+/// holds them all (a warning names it and says the state is lost: a later DEL removes by
+/// tag); otherwise the first rule missing in the configured backend is named.
 fn check_unrecorded(
-    ctx: &Context,
+    ctx: &mut Context,
     request: &Request,
     attachment: &Attachment,
     id: ContainerId,
@@ -216,15 +219,34 @@ fn check_unrecorded(
         "natledger has no manifest of attachment {} (its state lost): ",
         input.id
     );
-    if let Some(e) = missing_error(&input.id, &missing, planned.len(), &note) {
-        return Err(e);
-    }
+    let found = match missing_error(&input.id, &missing, planned.len(), &note) {
+        None => (ctx.backend, planned.len()),
+        Some(e) => held_elsewhere(ctx, &input).ok_or(e)?,
+    };
     log::warn!(
-        "{note}its {} rule(s) are in place; a DEL removes the rules tagged {}",
-        planned.len(),
+        "{note}its {} rule(s) are in place in {}; a DEL removes the rules tagged {}",
+        found.1,
+        found.0,
         crate::model::layout::tag(&input.id)
     );
     Ok(())
+}
+
+/// The first backend other than the configured one holding every rule `input` would have
+/// there, and how many; a backend that cannot be planned for or read holds none.
+fn held_elsewhere(ctx: &mut Context, input: &ops::Creating) -> Option<(Backend, usize)> {
+    let configured = ctx.backend;
+    let found = Backend::ALL
+        .into_iter()
+        .filter(|b| *b != configured)
+        .find_map(|backend| {
+            ctx.backend = backend;
+            let planned = ops::planned(ctx, input).ok().filter(|p| !p.is_empty())?;
+            let missing = ops::missing_rules(ctx, &planned).ok()?;
+            missing.is_empty().then_some((backend, planned.len()))
+        });
+    ctx.backend = configured;
+    found
 }
 
 impl Plugin for Natledger {
@@ -258,7 +280,9 @@ impl Plugin for Natledger {
     /// Whatever the ledger recorded for the attachment goes; `runtimeConfig` and
     /// `prevResult` are not needed. Without a manifest (natledger's state lost), every rule
     /// tagged with the attachment's ledger id in natledger's chains goes, in every backend and
-    /// family (`ops::detach`). Nothing found (no ADD, a second DEL) is success.
+    /// family (`ops::detach`), unless a live container's manifest says it shares them. A
+    /// manifest recording no CNI attachment is a hook container's: it stays, with a warning.
+    /// Nothing found (no ADD, a second DEL) is success.
     fn del(&self, request: &Request) -> Result<(), CniError> {
         let attachment = request.attachment().expect("DEL has an attachment");
         // An id that cannot be formed was never recorded nor tagged.
@@ -319,7 +343,7 @@ impl Plugin for Natledger {
         let settings = self.settings(request, Bad::Refused)?;
         let runner = SystemRunner::default();
         let ledger = Ledger::new(settings.state_dir.clone());
-        let ctx = Context::new(ledger, settings.backend.resolve(), &runner);
+        let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
         let manifest = ctx
             .ledger
             .load(&id)
@@ -328,7 +352,7 @@ impl Plugin for Natledger {
             if request.conf.mappings.is_empty() {
                 return Ok(());
             }
-            return check_unrecorded(&ctx, request, attachment, id, &settings);
+            return check_unrecorded(&mut ctx, request, attachment, id, &settings);
         };
         if manifest.phase != Phase::Installed {
             return Err(CniError::new(
@@ -369,9 +393,10 @@ impl Plugin for Natledger {
     /// Every attachment of this network (by its manifest's `cni.network`) whose
     /// `(containerID, ifname)` is not in `cni.dev/valid-attachments` is removed as by DEL;
     /// other networks' and OCI hook containers' manifests (no `cni`) are never touched.
-    /// Then the rules tagged for attachments without a manifest that `unrecorded::stale`
-    /// proves not valid go, as a DEL without a manifest removes them. Keeps going past a
-    /// failure and reports them all (SPEC.md §2 GC).
+    /// Keeps going past a failure and reports them all (SPEC.md §2 GC). Rules without a
+    /// manifest (natledger's state lost) stay: their tag names an attachment, not its
+    /// network, so nothing proves them this network's; its DEL (by tag) or a sweep removes
+    /// them.
     fn gc(&self, request: &Request) -> Result<(), CniError> {
         // Without the list, every attachment of the network would look stale: refuse.
         let Some(valid) = &request.conf.valid_attachments else {
@@ -398,24 +423,6 @@ impl Plugin for Natledger {
             if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
                 errors.push(crate::chain::text(&e));
             }
-        }
-        let network = request.conf.name.as_str();
-        let choose = |ids: &[ContainerId], manifests: &[Manifest]| {
-            unrecorded::stale(network, valid, ids, manifests)
-        };
-        match ops::remove_unrecorded(&ctx, &choose) {
-            Ok(done) => {
-                for one in done {
-                    match one.result {
-                        Ok(rules) => log::info!(
-                            "removed {rules} rule(s) of attachment {} (no manifest, not valid)",
-                            one.id
-                        ),
-                        Err(e) => errors.push(crate::chain::text(&e)),
-                    }
-                }
-            }
-            Err(e) => errors.push(crate::chain::text(&e)),
         }
         if errors.is_empty() {
             Ok(())

@@ -65,14 +65,44 @@ pub(super) fn live_sharers(
         .iter()
         .filter(|id| *id != except)
         .filter(|id| match ctx.ledger.load(id) {
-            Ok(Some(m)) => {
-                m.alive(ctx.host) && m.shares.iter().any(|s| s.holder == holder.container_id)
-            }
+            Ok(Some(m)) => shares_alive(ctx, &m, &holder.container_id),
             Ok(None) => false,
             Err(_) => true,
         })
         .cloned()
         .collect()
+}
+
+/// The live containers sharing the rules of `holder`, which has no manifest (natledger's
+/// state lost, a manifest removed by hand), so no `shared_by` hint: every readable manifest
+/// is asked whether its `shares` names `holder`, judged as [`live_sharers`] judges one. A
+/// manifest that cannot be read says nothing of whom it shares: it is not counted.
+pub(super) fn live_sharers_without_manifest(
+    ctx: &Context,
+    holder: &ContainerId,
+) -> Vec<ContainerId> {
+    let listed = match ctx.ledger.list() {
+        Ok(listed) => listed,
+        Err(e) => {
+            log::warn!(
+                "{}; no container is known to share {holder}'s rules",
+                Chain(&e)
+            );
+            return Vec::new();
+        }
+    };
+    listed
+        .into_iter()
+        .flatten()
+        .filter(|m| m.container_id != *holder && shares_alive(ctx, m, holder))
+        .map(|m| m.container_id)
+        .collect()
+}
+
+/// Whether `sharer`'s manifest says it shares `holder`'s rules and its container lives: the
+/// one judgement of a live sharer.
+fn shares_alive(ctx: &Context, sharer: &Manifest, holder: &ContainerId) -> bool {
+    sharer.shares.iter().any(|s| s.holder == *holder) && sharer.alive(ctx.host)
 }
 
 #[cfg(test)]
@@ -81,7 +111,7 @@ mod tests {
     use crate::model::portspec::parse_mappings;
     use crate::ops::testing::*;
     use crate::ops::{Context, Created, Creating, Removed, create, create_runtime};
-    use crate::ops::{poststop, remove_recorded};
+    use crate::ops::{detach, poststop, remove_recorded};
     use crate::state::ledger::{CniAttachment, Ledger};
 
     use super::*;
@@ -241,5 +271,62 @@ mod tests {
         ));
         assert!(stdin_of(&script).iter().all(|d| d.contains("-D ")));
         assert!(ctx.ledger.list().unwrap().is_empty(), "no manifest left");
+    }
+
+    /// natledger's state of the attachment lost (its manifest removed) while a live hook
+    /// container's manifest says it shares the attachment's rules: the DEL keeps them, as with
+    /// the manifest, reading and deleting nothing.
+    #[test]
+    fn a_del_without_the_attachments_manifest_keeps_the_rules_a_live_container_shares() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
+        let nft = Backend::Nft;
+        let script = Script::new(vec![ok("")]);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        add_attachment(&ctx);
+        create_runtime(&ctx, &hook_container(dir.path())).unwrap();
+        std::fs::remove_file(ctx.ledger.manifest_path(&id("cid+eth0"))).unwrap();
+
+        let script = Script::new(Vec::new());
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        assert_eq!(
+            detach(&ctx, &id("cid+eth0")).unwrap(),
+            Removed::Kept {
+                rules: 0,
+                sharers: vec![id("app")]
+            }
+        );
+        assert!(script.calls.borrow().is_empty(), "nothing read or deleted");
+        assert!(!ctx.ledger.has_manifest(&id("cid+eth0")), "none written");
+        assert!(ctx.ledger.has_manifest(&id("app")));
+    }
+
+    /// A hook container whose id has the form of an attachment's (`w+eth0`): a CNI DEL or
+    /// GC naming it (CNI_CONTAINERID=w, CNI_IFNAME=eth0) leaves its manifest and rules.
+    #[test]
+    fn a_del_naming_a_hook_containers_manifest_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = fake_host();
+        let nft = Backend::Nft;
+        let script = Script::new(vec![ok("")]);
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        let mut hook = hook_container(dir.path());
+        hook.id = id("w+eth0");
+        assert_eq!(
+            create_runtime(&ctx, &hook).unwrap(),
+            Created::Installed { rules: 4 }
+        );
+        let before = ctx.ledger.load(&id("w+eth0")).unwrap().unwrap();
+
+        let script = Script::new(Vec::new());
+        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        for removed in [
+            detach(&ctx, &id("w+eth0")),
+            remove_recorded(&ctx, &id("w+eth0")),
+        ] {
+            assert_eq!(removed.unwrap(), Removed::NotAnAttachment);
+        }
+        assert!(script.calls.borrow().is_empty(), "nothing read or deleted");
+        assert_eq!(ctx.ledger.load(&id("w+eth0")).unwrap().unwrap(), before);
     }
 }

@@ -22,7 +22,7 @@ use crate::state::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::state::liveness;
 
 use super::{Context, Error, flows};
-use holders::{live_sharers, release_holders};
+use holders::{live_sharers, live_sharers_without_manifest, release_holders};
 
 /// What poststop did.
 #[derive(Debug, PartialEq, Eq)]
@@ -33,7 +33,9 @@ pub enum Removed {
         rules: usize,
     },
     /// Its rules stay: live containers in its network namespace share them
-    /// (`crate::state::sharing`); the last of them to go removes them.
+    /// (`crate::state::sharing`); the last of them to go removes them. Without a manifest
+    /// (its rules found by their tag only, and not counted: `rules` is 0), a sweep once they
+    /// are gone.
     Kept {
         rules: usize,
         sharers: Vec<ContainerId>,
@@ -43,6 +45,9 @@ pub enum Removed {
     Stale {
         pid: i32,
     },
+    /// A CNI DEL or GC named a hook container's manifest (one without a `cni` attachment,
+    /// its id of the `<containerID>+<ifname>` form by chance): nothing was changed.
+    NotAnAttachment,
 }
 
 /// Who says that a container stopped.
@@ -129,10 +134,24 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         );
         return Ok(Removed::Stale { pid: live });
     }
+    if let Stopping::Detach = by
+        && manifest
+            .as_ref()
+            .or(summary.as_ref())
+            .is_some_and(|m| m.cni.is_none())
+    {
+        log::warn!(
+            "{id} is a hook container's (its manifest records no CNI attachment), not an \
+             attachment's: its rules and manifest stay for its poststop"
+        );
+        return Ok(Removed::NotAnAttachment);
+    }
     fault::point(fault::POSTSTOP_LOCKED);
-    let sharers = manifest
-        .as_ref()
-        .map_or_else(Vec::new, |m| live_sharers(ctx, m, id));
+    let sharers = match (&manifest, &summary) {
+        (Some(m), _) => live_sharers(ctx, m, id),
+        (None, None) => live_sharers_without_manifest(ctx, id),
+        (None, Some(_)) => Vec::new(),
+    };
     let holders: Vec<ContainerId> = manifest
         .iter()
         .chain(&summary)
@@ -155,6 +174,17 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
                 sharers,
             };
             mark_deleted(&locked, m).map(|()| kept)
+        }
+        None if !sharers.is_empty() => {
+            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
+            log::warn!(
+                "natledger has no manifest of {id}; kept the rules tagged {}: the manifests \
+                 of live container(s) {} say they share them (a sweep removes them once \
+                 those are gone)",
+                tag(id),
+                names.join(", ")
+            );
+            Ok(Removed::Kept { rules: 0, sharers })
         }
         manifest => {
             let removal = remove_container(ctx, &locked, id, manifest.as_ref());

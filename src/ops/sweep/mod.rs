@@ -36,6 +36,7 @@ use crate::chain::Chain;
 use crate::fault;
 use crate::kernel::machine::Host;
 use crate::model::family::Family;
+use crate::model::oci::ContainerId;
 use crate::model::table::Table;
 use crate::state::ledger::{
     FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize,
@@ -156,6 +157,9 @@ struct Doomed {
     summary: Option<Summary>,
 }
 
+/// Per readable manifest: whether its container lives, and who shares its rules alive.
+type Verdicts = (Vec<bool>, Vec<Vec<String>>);
+
 fn judge(
     ctx: &Context,
     opts: &SweepOptions,
@@ -239,11 +243,21 @@ fn judge(
     // A dead container's rules stay while a live container in its network namespace shares
     // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
     // read may (named in `shared_by`: what it shares is unknown).
-    let (keep, sharers): (Vec<bool>, Vec<Vec<String>>) = {
+    let ((keep, sharers), shared_unrecorded): (Verdicts, HashSet<String>) = {
         // The namespace cookies of every attachment read in one hand-over.
         let host = Batched::new(ctx.host, readable.iter().map(|(_, m)| m.recorded()));
         let needs = Needs::judge(&host, readable.iter().map(|(_, m)| m));
-        readable
+        // A holder without a manifest (natledger's state lost) whose rules a live
+        // container's manifest says it shares: its tagged rules stay for that container.
+        let recorded: HashSet<&ContainerId> =
+            readable.iter().map(|(_, m)| &m.container_id).collect();
+        let shared_unrecorded = readable
+            .iter()
+            .flat_map(|(_, m)| m.shares.iter().map(|s| &s.holder))
+            .filter(|holder| !recorded.contains(holder) && !needs.sharers(holder).is_empty())
+            .map(ToString::to_string)
+            .collect();
+        let each = readable
             .iter()
             .map(|(_, m)| {
                 let id = &m.container_id;
@@ -257,8 +271,18 @@ fn judge(
                         .collect(),
                 )
             })
-            .unzip()
+            .unzip();
+        (each, shared_unrecorded)
     };
+    if !opts.all {
+        for id in shared_unrecorded {
+            log::info!(
+                "kept the rules tagged natledger:{id} (no manifest): a live container's \
+                 manifest says it shares them"
+            );
+            judged.claims.kept.insert(id);
+        }
+    }
     for (((path, manifest), alive), kept_for) in readable.into_iter().zip(keep).zip(sharers) {
         let id = manifest.container_id.to_string();
         let needed = alive || !kept_for.is_empty();

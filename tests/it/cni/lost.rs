@@ -1,11 +1,14 @@
 //! DEL, CHECK and GC of attachments natledger has no manifest of (its state directory lost:
 //! a tmpfs at reboot, a runtime's DEL after a crash recovery, an operator's `rm`), on every
-//! backend: CHECK finds the rules ADD wrote (and names one deleted by hand), DEL removes every
-//! rule tagged with the attachment's ledger id (full dumps as before its ADD, TCP refused and
-//! a UDP client that keeps sending unanswered), a second DEL succeeds; GC removes the tagged
-//! rules of an attachment not in the valid list, keeps a valid one's, and keeps every
-//! unrecorded one while natledger serves another network. A foreign rule in natledger's own
-//! chain and another attachment's rules stay throughout.
+//! backend: CHECK finds the rules ADD wrote, in the configured backend or another one (and
+//! names one deleted by hand), DEL removes every rule tagged with the attachment's ledger id
+//! (full dumps as before its ADD, TCP refused and a UDP client that keeps sending
+//! unanswered), a second DEL succeeds, and a DEL or a sweep keeps the rules a live hook
+//! container's manifest says it shares (a sweep removes them once it is gone); GC leaves every
+//! unrecorded attachment's rules, of its network and of another (their DEL removes them),
+//! and still removes a recorded stale one. A CNI DEL naming a hook container whose id has an
+//! attachment's form changes nothing. A foreign rule in natledger's own chain and another
+//! attachment's rules stay throughout.
 
 use std::io::ErrorKind;
 use std::time::{Duration, Instant};
@@ -138,6 +141,18 @@ fn del_and_check_without_a_manifest_act_on_the_attachments_tagged_rules() {
             assert_ok(&out, &format!("{backend:?} {lose}: CHECK"));
             assert!(out.stdout.is_empty());
             assert!(stderr(&out).contains("no manifest"), "{}", stderr(&out));
+            // Configured for another backend (an earlier ADD had this one): found here.
+            for other in Backend::ALL.into_iter().filter(|b| *b != backend) {
+                let mut elsewhere = config.clone();
+                elsewhere["backend"] = other.name().into();
+                let out = cni_call(&node, "CHECK", CID, Some(&netns), &elsewhere);
+                assert_ok(
+                    &out,
+                    &format!("{backend:?} {lose}: CHECK configured {other:?}"),
+                );
+                let found = format!("{total} rule(s) are in place in {}", backend.name());
+                assert!(stderr(&out).contains(&found), "{}", stderr(&out));
+            }
             // Someone deletes the IPv4 DNAT: CHECK names it.
             let dnat = manifest["rules"]
                 .as_array()
@@ -152,11 +167,24 @@ fn del_and_check_without_a_manifest_act_on_the_attachments_tagged_rules() {
             for needle in [
                 "no manifest".to_string(),
                 format!("1 of {total} rule(s) of attachment {id} missing"),
-                "NATLEDGER-HOSTPORTS".to_string(),
+                format!(
+                    "first in {} ipv4 nat: -A NATLEDGER-HOSTPORTS",
+                    backend.name()
+                ),
                 "--dport 8080".to_string(),
             ] {
                 assert!(details.contains(&needle), "{backend:?}: {details}");
             }
+            // Configured for another backend: that one's missing rules are named.
+            let other = Backend::ALL.into_iter().find(|b| *b != backend).unwrap();
+            let mut elsewhere = config.clone();
+            elsewhere["backend"] = other.name().into();
+            let error = call(&node, "CHECK", CID, Some(&netns), &elsewhere);
+            let details = error["details"].as_str().unwrap();
+            assert!(
+                details.contains(&format!("first in {} ", other.name())),
+                "{backend:?}: {details}"
+            );
 
             // DEL as a runtime that lost its cache sends it: every tagged rule goes.
             assert_eq!(call(&node, "DEL", CID, None, &bare(&config)), Value::Null);
@@ -186,12 +214,13 @@ fn del_and_check_without_a_manifest_act_on_the_attachments_tagged_rules() {
     });
 }
 
-/// GC without manifests: a valid list naming both attachments keeps them; one naming only b
-/// removes a's tagged rules (dump as before a's ADD, a's port refused, b's answering); while
-/// natledger serves another network too, an unrecorded attachment stays (it may be that
-/// network's); every backend.
+/// GC without manifests acts on none: the tag `natledger:<containerID>+<ifname>` names an
+/// attachment, not its network, so GC of testnet (whatever its valid list) leaves the rules
+/// of its own unrecorded attachment a and of net2's unrecorded b (both answering), and
+/// still removes d, a stale testnet attachment with a manifest; the DELs of a and b (by
+/// tag) then remove theirs; every backend.
 #[test]
-fn gc_without_manifests_removes_the_tagged_rules_of_attachments_not_valid() {
+fn gc_without_manifests_leaves_the_tagged_rules_for_their_del() {
     both(|backend| {
         let mut node = Node::new(backend);
         let c2 = node.topo.add_container(2);
@@ -201,47 +230,174 @@ fn gc_without_manifests_removes_the_tagged_rules_of_attachments_not_valid() {
         node.warm_up();
         load_foreign(&node);
         let pristine = node.dump();
-        assert_ok(&cni_add(&node, "testnet", "bbbb2", &c3, 8081), "ADD b");
+        assert_ok(&cni_add(&node, "net2", "bbbb2", &c3, 8081), "ADD b");
         let only_b = node.dump();
         assert_ok(&cni_add(&node, "testnet", "aaaa1", &c2, 8080), "ADD a");
         let both_added = node.dump();
         std::fs::remove_dir_all(node.state_dir()).unwrap();
         let ext = node.topo.ext().to_string();
         let answer = |port: u16| tcp_request(&ext, sock(NODE_V4, port), T);
+        let both_answer = |when: &str| {
+            assert_eq!(
+                answer(8080).ok().as_deref(),
+                Some(c2.ns.as_str()),
+                "{backend:?} {when}"
+            );
+            assert_eq!(
+                answer(8081).ok().as_deref(),
+                Some(c3.ns.as_str()),
+                "{backend:?} {when}"
+            );
+        };
 
-        assert_ok(&gc(&node, "testnet", &["aaaa1", "bbbb2"]), "GC, both valid");
-        assert_eq!(node.dump(), both_added, "{backend:?}: valid ones kept");
+        for (network, valid) in [("testnet", &["aaaa1"][..]), ("testnet", &[]), ("net2", &[])] {
+            assert_ok(
+                &gc(&node, network, valid),
+                &format!("GC {network} {valid:?}"),
+            );
+            assert_eq!(
+                node.dump(),
+                both_added,
+                "{backend:?}: GC {network} {valid:?}"
+            );
+            both_answer(&format!("after GC {network} {valid:?}"));
+        }
 
-        // Another network's attachment, with its manifest: a's rules may be that network's.
-        assert_ok(&cni_add(&node, "othernet", "cccc3", &c4, 8082), "ADD c");
-        let with_c = node.dump();
-        assert_ok(
-            &gc(&node, "testnet", &["bbbb2"]),
-            "GC, another network known",
-        );
+        // A recorded attachment of testnet that is not valid: GC removes it, by its manifest.
+        assert_ok(&cni_add(&node, "testnet", "dddd4", &c4, 8082), "ADD d");
+        assert_ok(&gc(&node, "testnet", &[]), "GC, d stale");
         assert_eq!(
             node.dump(),
-            with_c,
-            "{backend:?}: kept while othernet is known"
+            both_added,
+            "{backend:?}: d's rules gone, a's and b's kept"
         );
-        let c = cni_config(&node, "othernet", &c4, 8082);
-        assert_eq!(call(&node, "DEL", "cccc3", None, &bare(&c)), Value::Null);
-        assert_eq!(node.dump(), both_added);
-
-        assert_ok(&gc(&node, "testnet", &["bbbb2"]), "GC, a not valid");
-        assert_eq!(node.dump(), only_b, "{backend:?}: a's rules gone, b's kept");
         assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+        assert_eq!(
+            answer(8082).unwrap_err().kind(),
+            ErrorKind::ConnectionRefused,
+            "{backend:?}"
+        );
+        both_answer("after GC of d");
+
+        let a = cni_config(&node, "testnet", &c2, 8080);
+        assert_eq!(call(&node, "DEL", "aaaa1", None, &bare(&a)), Value::Null);
+        assert_eq!(node.dump(), only_b, "{backend:?}: a's rules gone by tag");
         assert_eq!(
             answer(8080).unwrap_err().kind(),
             ErrorKind::ConnectionRefused,
             "{backend:?}"
         );
-        assert_eq!(answer(8081).ok().as_deref(), Some(c3.ns.as_str()));
-        assert_ok(&gc(&node, "testnet", &["bbbb2"]), "GC again");
-        assert_eq!(node.dump(), only_b);
-
-        let b = cni_config(&node, "testnet", &c3, 8081);
+        let b = cni_config(&node, "net2", &c3, 8081);
         assert_eq!(call(&node, "DEL", "bbbb2", None, &bare(&b)), Value::Null);
         assert_eq!(node.dump(), pristine, "{backend:?}: only the foreign rules");
+    });
+}
+
+/// A hook container h4 in attachment k's namespace shares k's 8080 (k's rules, no new
+/// one); k's manifest is lost; k's DEL keeps the rules while h4 lives (TCP and a UDP
+/// client that keeps sending still answered, dump unchanged), as it would with the
+/// manifest, and so does a sweep; once h4 is gone (its poststop), a sweep removes them;
+/// every backend.
+#[test]
+fn del_without_a_manifest_keeps_the_rules_a_live_hook_container_shares() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let netns = format!("/run/netns/{}", c.ns);
+        let _servers = [
+            serve_tcp(&c.ns, c.sock_v4(80), "c2 tcp"),
+            serve_udp(&c.ns, c.sock_v4(53), "c2 udp"),
+        ];
+        node.warm_up();
+        load_foreign(&node);
+        let before = node.dump();
+        let mut config = cni_config(&node, "testnet", &c, 8400);
+        config["runtimeConfig"]["portMappings"] = json!([
+            {"hostPort": 8400, "containerPort": 80, "protocol": "tcp"},
+            {"hostPort": 8453, "containerPort": 53, "protocol": "udp"}
+        ]);
+        assert_eq!(call(&node, "ADD", "k", Some(&netns), &config), Value::Null);
+        let added = node.dump();
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        node.create(
+            "h4",
+            Some(pid),
+            &[("io.natledger.ports", "8400:80,8453:53/udp")],
+        );
+        assert_eq!(node.dump(), added, "{backend:?}: shared, no new rule");
+        assert_eq!(node.manifest("h4")["shares"][0]["holder"], "k+eth0");
+        std::fs::remove_file(node.state_dir().join("containers/k+eth0.json")).unwrap();
+
+        let ext = node.topo.ext().to_string();
+        let client = UdpClient::start(&ext, sock(EXT_V4, 40300), sock(NODE_V4, 8453));
+        assert!(
+            client.wait_for("c2 udp", Instant::now(), T).is_some(),
+            "{backend:?}"
+        );
+        let out = cni_call(&node, "DEL", "k", None, &bare(&config));
+        assert_ok(&out, &format!("{backend:?}: DEL k"));
+        assert!(stderr(&out).contains("h4"), "{}", stderr(&out));
+        assert_eq!(node.dump(), added, "{backend:?}: kept for h4");
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8400), T).ok().as_deref(),
+            Some("c2 tcp"),
+            "{backend:?}: tcp after DEL"
+        );
+        let t = Instant::now();
+        assert!(
+            client.wait_for("c2 udp", t, T).is_some(),
+            "{backend:?}: udp after DEL"
+        );
+        client.stop();
+        assert!(!node.manifest_exists("k+eth0"), "DEL writes no manifest");
+        // A sweep while h4 lives keeps them too.
+        assert_ok(&node.sweep(&[]), "sweep, h4 alive");
+        assert_eq!(node.dump(), added, "{backend:?}: a sweep kept them for h4");
+        assert_eq!(
+            tcp_request(&ext, sock(NODE_V4, 8400), T).ok().as_deref(),
+            Some("c2 tcp"),
+            "{backend:?}: tcp after the sweep"
+        );
+
+        kill_pid(pid);
+        assert_ok(&node.poststop("h4"), "poststop h4");
+        assert_ok(&node.sweep(&[]), "sweep");
+        assert_eq!(node.dump(), before, "{backend:?}: swept once h4 is gone");
+        assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+    });
+}
+
+/// A hook container whose id has an attachment's form (`w+eth0`): a CNI DEL with
+/// CNI_CONTAINERID=w, CNI_IFNAME=eth0 and a GC of any network leave its manifest and rules
+/// (its port still answers), the DEL saying why; its poststop removes them; every backend.
+#[test]
+fn a_cni_del_leaves_a_hook_container_whose_id_has_an_attachments_form() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+        node.warm_up();
+        let before = node.dump();
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        node.create("w+eth0", Some(pid), &[("io.natledger.ports", "8090:80")]);
+        let created = node.dump();
+        assert!(created.contains("natledger:w+eth0"), "{created}");
+        let manifest = node.manifest("w+eth0");
+        let ext = node.topo.ext().to_string();
+        let answers = || tcp_request(&ext, sock(NODE_V4, 8090), T).ok();
+        assert_eq!(answers().as_deref(), Some("c2"), "{backend:?}");
+
+        let config = cni_config(&node, "testnet", &c, 8090);
+        let out = cni_call(&node, "DEL", "w", None, &bare(&config));
+        assert_ok(&out, &format!("{backend:?}: DEL w"));
+        assert!(stderr(&out).contains("hook container"), "{}", stderr(&out));
+        assert_ok(&gc(&node, "testnet", &[]), "GC");
+        assert_eq!(node.dump(), created, "{backend:?}: untouched");
+        assert_eq!(node.manifest("w+eth0"), manifest);
+        assert_eq!(answers().as_deref(), Some("c2"), "{backend:?} after DEL");
+
+        kill_pid(pid);
+        assert_ok(&node.poststop("w+eth0"), "poststop");
+        assert_eq!(node.dump(), before, "{backend:?}: poststop removed them");
     });
 }
