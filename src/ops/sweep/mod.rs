@@ -18,10 +18,12 @@
 
 mod leftover;
 mod native;
+mod order;
 mod plan;
 mod repair;
 mod report;
 
+pub use order::{Ranked, rank};
 pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
 pub use repair::{Repair, Restored, repair};
 pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
@@ -81,7 +83,8 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
-    let live: Vec<&Manifest> = judged.live.iter().map(|(_, m)| m).collect();
+    let live: Vec<(SystemTime, &Manifest)> = judged.live.iter().map(|(t, m)| (*t, m)).collect();
+    let live = rank(&live, &judged.stacks);
     // A repair writes filter before nat, as create does: a DNAT put back finds its accept.
     let order: Vec<Table> = match opts.repair {
         true => Table::ALL.to_vec(),
@@ -99,7 +102,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
                             .to_string(),
                     )
                 } else {
-                    let repair = opts.repair.then_some(live.as_slice());
+                    let repair = opts.repair.then_some(&live);
                     let claims = &judged.claims;
                     sweep_table(ctx, backend, family, name, claims, repair, opts.dry_run)
                 };
@@ -144,9 +147,12 @@ struct Judged {
     unreadable: Vec<PathBuf>,
     /// Temp files a crash left (always removed).
     temps: Vec<PathBuf>,
-    /// With `--repair`: the kept manifests whose create completed, newest first (by the
-    /// manifest file's modification time, then id), whose rules must be in force.
+    /// With `--repair`: the kept manifests whose create completed, whose rules must be in
+    /// force, each with its file's modification time (ranked by [`order::rank`]).
     live: Vec<(SystemTime, Manifest)>,
+    /// Every readable manifest's `stacked_on`, dead ones' included (a stack's order runs
+    /// through them).
+    stacks: HashMap<ContainerId, Vec<ContainerId>>,
 }
 
 struct Doomed {
@@ -179,6 +185,7 @@ fn judge(
         unreadable: Vec::new(),
         temps: scan.temps,
         live: Vec::new(),
+        stacks: HashMap::new(),
     };
     let mut readable = Vec::new();
     let mut unreadable_ids: HashSet<String> = HashSet::new();
@@ -240,6 +247,11 @@ fn judge(
         };
         readable.push((scanned.path, manifest));
     }
+    judged.stacks = readable
+        .iter()
+        .filter(|(_, m)| !m.stacked_on.is_empty())
+        .map(|(_, m)| (m.container_id.clone(), m.stacked_on.clone()))
+        .collect();
     // A dead container's rules stay while a live container in its network namespace shares
     // them (a pod's sandbox gone before its app containers), or one whose manifest cannot be
     // read may (named in `shared_by`: what it shares is unknown).
@@ -307,14 +319,11 @@ fn judge(
             });
         }
     }
-    judged
-        .live
-        .sort_by(|(t1, m1), (t2, m2)| (t2, &m2.container_id).cmp(&(t1, &m1.container_id)));
     Ok(judged)
 }
 
 /// Read one table, plan, apply; re-plan from a new read once if the transaction fails.
-/// With `repair` (the live manifests, newest first), what they lack goes back in the same
+/// With `repair` (the live manifests in create's order), what they lack goes back in the same
 /// transaction, after the removals.
 fn sweep_table(
     ctx: &Context,
@@ -322,7 +331,7 @@ fn sweep_table(
     family: Family,
     name: Table,
     claims: &Claims,
-    repair: Option<&[&Manifest]>,
+    repair: Option<&Ranked>,
     dry_run: bool,
 ) -> TableReport {
     let mut report = TableReport::new(backend, family, name.as_str());
@@ -331,7 +340,7 @@ fn sweep_table(
             Ok(Some(table)) => table,
             // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
             // live containers' rules.
-            Ok(None) if repair.is_some_and(|live| needs(live, backend, family)) => {
+            Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
                 crate::model::save::Table {
                     name: name.as_str().to_string(),
                     ..Default::default()
@@ -352,7 +361,8 @@ fn sweep_table(
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
         let caps = backend.driver().capabilities();
-        let live = repair.unwrap_or_default();
+        let none = Ranked::default();
+        let live = repair.unwrap_or(&none);
         let fix = repair::repair(backend, caps, family, name, &table, &plan.rules, live);
         if (plan.batch.is_empty() && fix.ops.is_empty()) || dry_run {
             return report.planned(plan).restored(fix);

@@ -15,7 +15,11 @@
 //!   the one that precedes it in create's order, or at the top of its chain when none does.
 //!   Create inserts DNATs at the top, so their order is the manifests newest first (newest
 //!   wins); it appends the rest, so theirs is oldest first; each manifest's records in order.
-//!   A manifest's age is its file's modification time (`sweep::judge`).
+//!   Newest is the stack first, then the file's modification time ([`super::order`]).
+//! - A missing DNAT of a stack lands on its side of the stack's DNATs still there: behind
+//!   those of every container stacked on its own, in front of those of every container its
+//!   own is stacked on, wherever the rules of others in between put its neighbour in
+//!   create's order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -30,6 +34,7 @@ use crate::model::table::Table;
 use crate::state::ledger::Manifest;
 
 use super::Removed;
+use super::order::Ranked;
 
 /// A rule the repair puts back.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -49,8 +54,8 @@ pub struct Repair {
 }
 
 /// Plan the repair of `table` of one backend and family, as `dump` shows it once `removed`
-/// (the sweep's plan) is gone. `live` are the manifests whose rules must be in force, newest
-/// first.
+/// (the sweep's plan) is gone. `live` are the manifests whose rules must be in force, in
+/// create's order ([`super::order::rank`]).
 pub fn repair(
     backend: Backend,
     caps: Capabilities,
@@ -58,8 +63,9 @@ pub fn repair(
     table: Table,
     dump: &Dump,
     removed: &[Removed],
-    live: &[&Manifest],
+    ranked: &Ranked,
 ) -> Repair {
+    let live: &[&Manifest] = &ranked.manifests;
     let mut out = Repair::default();
     // Per record: its manifest's place (newest first), container, chain and rule.
     let wanted: Vec<(usize, &str, &str, Vec<String>)> = live
@@ -146,19 +152,33 @@ pub fn repair(
             at.entry(args).or_default().push_back(i);
         }
         // Each missing rule goes after the rule before it in that order that is there (its
-        // anchor), or at the top (`None`); a run of missing rules shares its anchor.
-        let mut groups: BTreeMap<Option<usize>, Vec<(&str, &Vec<String>)>> = BTreeMap::new();
+        // anchor), or at the top: before the present rule at `gap`. In a DNAT chain the gap
+        // is then kept between the stack's present rules that must precede it and those
+        // that must follow it.
+        let mut found: Vec<(usize, usize)> = Vec::new();
+        let mut missing: Vec<(usize, usize, &str, &Vec<String>)> = Vec::new();
         let mut anchor = None;
-        for (_, id, _, args) in order {
+        for (m, id, _, args) in order {
             match at.get_mut(args.as_slice()).and_then(VecDeque::pop_front) {
-                Some(i) => anchor = Some(i),
-                None => groups.entry(anchor).or_default().push((id, args)),
+                Some(i) => {
+                    anchor = Some(i);
+                    found.push((*m, i));
+                }
+                None => missing.push((anchor.map_or(0, |i| i + 1), *m, id, args)),
             }
+        }
+        let mut groups: BTreeMap<usize, Vec<(&str, &Vec<String>)>> = BTreeMap::new();
+        for (gap, m, id, args) in missing {
+            let gap = match goes_first(chain) {
+                true => within_stack(ranked, &found, m, gap),
+                false => gap,
+            };
+            groups.entry(gap).or_default().push((id, args));
         }
         // Inserted in chain order, each at its final place.
         let mut inserted = 0;
-        for (anchor, group) in groups {
-            let (base, count) = (anchor.map_or(0, |i| i + 1) + inserted, group.len());
+        for (gap, group) in groups {
+            let (base, count) = (gap + inserted, group.len());
             for (k, (id, args)) in group.into_iter().enumerate() {
                 let place = base + k;
                 out.ops.push(if place == present.len() + inserted + k {
@@ -176,6 +196,25 @@ pub fn repair(
         }
     }
     out
+}
+
+/// The gap (before the present rule at that position) a missing DNAT of manifest `m` goes
+/// in: `gap` kept behind the present rules (`found`: manifest and position) of every
+/// manifest stacked on `m`, and in front of those of every manifest `m` is stacked on. Were
+/// the present ones out of the stack's order themselves, in front wins (newest wins).
+fn within_stack(ranked: &Ranked, found: &[(usize, usize)], m: usize, gap: usize) -> usize {
+    let after = found
+        .iter()
+        .filter(|(o, _)| ranked.in_front(*o, m))
+        .map(|(_, i)| i + 1)
+        .max();
+    let before = found
+        .iter()
+        .filter(|(o, _)| ranked.in_front(m, *o))
+        .map(|(_, i)| *i)
+        .min();
+    let gap = after.map_or(gap, |lo| gap.max(lo));
+    before.map_or(gap, |hi| gap.min(hi))
 }
 
 /// What a repair put back, for its log line: per container (or `shared`) and chain, how

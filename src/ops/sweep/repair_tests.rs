@@ -1,5 +1,6 @@
 use super::*;
 use crate::model::save::{Batch, parse_dump};
+use crate::ops::sweep::order::{Ranked, rank};
 use crate::ops::sweep::{Claims, plan};
 use crate::state::ledger::{Ledger, RuleRecord, tests::sample};
 
@@ -64,6 +65,12 @@ fn shared() -> Vec<String> {
 
 /// The sweep's plan for `kept` and the repair after it, as one rendered batch.
 fn planned(dump: &Dump, live: &[&Manifest]) -> (Vec<String>, Repair) {
+    planned_ranked(dump, &Ranked::unstacked(live.to_vec()))
+}
+
+/// [`planned`] for manifests ranked with their stacks.
+fn planned_ranked(dump: &Dump, ranked: &Ranked) -> (Vec<String>, Repair) {
+    let live = &ranked.manifests;
     let claims = Claims {
         kept: live.iter().map(|m| m.container_id.to_string()).collect(),
         ..Claims::default()
@@ -77,7 +84,7 @@ fn planned(dump: &Dump, live: &[&Manifest]) -> (Vec<String>, Repair) {
         Table::Nat,
         dump,
         &swept.rules,
-        live,
+        ranked,
     );
     let mut batch: Batch = swept.batch;
     batch.ops.extend(repair.ops.clone());
@@ -210,7 +217,7 @@ fn only_the_containers_own_typed_rules_are_written() {
         Table::Nat,
         &nat(&[]),
         &[],
-        &[&v6],
+        &Ranked::unstacked(vec![&v6]),
     );
     assert!(other.ops.is_empty());
 }
@@ -352,5 +359,55 @@ fn missing_rules_interleaved_with_present_ones_land_in_order() {
             format!("-I NATLEDGER-HOSTPORTS 5 {}", dnat_args("d", 9004)),
             format!("-A NATLEDGER-HOSTPORTS {}", dnat_args("f", 9006)),
         ]
+    );
+}
+
+/// A stack (c in front of a, both on 8080) whose older manifest was rewritten after the
+/// newer, and an unrelated container y rewritten last, created first (at the bottom).
+fn stacked_c_on_a() -> (Manifest, Manifest, Manifest) {
+    let mut c = manifest("c", &[8080]);
+    c.stacked_on = vec!["a".parse().unwrap()];
+    (manifest("y", &[9000]), manifest("a", &[8080]), c)
+}
+
+fn ranked<'m>(y: &'m Manifest, a: &'m Manifest, c: &'m Manifest) -> Ranked<'m> {
+    use std::time::{Duration, SystemTime};
+    let t = |s| SystemTime::UNIX_EPOCH + Duration::from_secs(s);
+    let stacks = [(c.container_id.clone(), c.stacked_on.clone())].into();
+    rank(&[(t(50), y), (t(40), a), (t(30), c)], &stacks)
+}
+
+/// After a wipe the stack goes back in its order, though the older's file is newer.
+#[test]
+fn a_wiped_stack_goes_back_newer_first_whatever_the_files_times() {
+    let (y, a, c) = stacked_c_on_a();
+    let (lines, _) = planned_ranked(&nat(&[]), &ranked(&y, &a, &c));
+    let dnats: Vec<&String> = lines.iter().filter(|l| l.contains("DNAT")).collect();
+    assert_eq!(
+        dnats,
+        [&dnat("y", 9000), &dnat("c", 8080), &dnat("a", 8080)]
+    );
+}
+
+/// One DNAT of a stack deleted, the other still there: the newer's goes back in front of the
+/// older's, though the rule before it in the ranking (y's) is behind the older's; the older's
+/// goes back behind the newer's.
+#[test]
+fn a_stacks_missing_dnat_lands_on_its_side_of_the_present_one() {
+    let (y, a, c) = stacked_c_on_a();
+    let ranked = ranked(&y, &a, &c);
+    let mut lines = shared();
+    lines.extend([dnat("a", 8080), dnat("y", 9000)]);
+    let (ops, _) = planned_ranked(&nat(&lines), &ranked);
+    assert_eq!(
+        ops,
+        [format!("-I NATLEDGER-HOSTPORTS 1 {}", dnat_args("c", 8080))]
+    );
+    let mut lines = shared();
+    lines.extend([dnat("c", 8080), dnat("y", 9000)]);
+    let (ops, _) = planned_ranked(&nat(&lines), &ranked);
+    assert_eq!(
+        ops,
+        [format!("-I NATLEDGER-HOSTPORTS 2 {}", dnat_args("a", 8080))]
     );
 }
