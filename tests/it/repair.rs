@@ -7,7 +7,10 @@
 //! rules are never put back (they and its manifest go, as sweep removes them); foreign rules
 //! are untouched. CNI attachments and sharing groups alike: a live attachment's rules and a
 //! dead sandbox's that a live member of its pod shares come back, a dead attachment's (its
-//! namespace deleted without DEL) never. `time_to_repair_a_wipe_at_scale` (ignored) measures
+//! namespace deleted without DEL) never. A stack of two attachments on one host port comes
+//! back in its order, the newer serving, though the older's manifest was written last, after
+//! a flushed chain and after the newer's DNAT alone is deleted.
+//! `time_to_repair_a_wipe_at_scale` (ignored) measures
 //! a whole wipe's repair with 1, 100 and 1,000 live containers.
 
 use std::time::Duration;
@@ -294,5 +297,74 @@ fn time_to_repair_a_wipe_at_scale() {
             assert_eq!(node.dump(), before, "{backend:?} {n}");
             eprintln!("{backend:?}: {n} containers: repaired in {took:?}");
         }
+    });
+}
+
+/// A stack (`portConflict` stack, portmap's way): two CNI attachments in two namespaces on
+/// one host port, the older's manifest written last (as a joiner's `shared_by` or a re-ADD
+/// rewrites it). After `NATLEDGER-HOSTPORTS` is flushed, and after the newer's DNAT alone is
+/// deleted, `sweep --repair` puts the newer's back in front of the older's: the newer serves
+/// again (not by the files' times), and the tables are as before.
+#[test]
+fn repair_keeps_a_stacks_order_whatever_the_manifests_times() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let (old, new) = (node.topo.add_container(2), node.topo.add_container(3));
+        let _servers = [
+            serve_tcp(&old.ns, old.sock_v4(80), "old"),
+            serve_tcp(&new.ns, new.sock_v4(80), "new"),
+        ];
+        let ext = node.topo.ext().to_string();
+        let answers = || tcp_request(&ext, sock(NODE_V4, 8080), T).ok();
+        assert_ok(&cni_add(&node, "testnet", "old", &old, 8080), "ADD old");
+        assert_ok(&cni_add(&node, "testnet", "new", &new, 8080), "ADD new");
+        assert_eq!(
+            node.manifest("new+eth0")["stacked_on"],
+            serde_json::json!(["old+eth0"]),
+            "{backend:?}"
+        );
+        assert_eq!(answers().as_deref(), Some("new"), "{backend:?}");
+        let before = node.dump();
+        let path = node.state_dir().join("containers/old+eth0.json");
+        let later = std::time::SystemTime::now() + Duration::from_secs(60);
+        let file = std::fs::File::options().append(true).open(&path).unwrap();
+        file.set_modified(later).unwrap();
+
+        let what = format!("{backend:?}: chain flushed");
+        wipe(&node, Wipe::FlushChain);
+        let gone = tcp_request(&ext, sock(NODE_V4, 8080), GONE);
+        assert!(gone.is_err(), "{what}: still forwarded after the wipe");
+        assert_ok(
+            &node.sweep(&["--repair"]),
+            &format!("{what}: sweep --repair"),
+        );
+        assert_eq!(answers().as_deref(), Some("new"), "{what}");
+        assert_eq!(node.dump(), before, "{what}: the tables as before");
+
+        let what = format!("{backend:?}: the newer's DNAT deleted");
+        let manifest = node.manifest("new+eth0");
+        let record = manifest["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| {
+                r["chain"] == "NATLEDGER-HOSTPORTS"
+                    && r["family"] == "ipv4"
+                    && r["rule"].as_array().unwrap().iter().any(|a| a == "DNAT")
+            })
+            .expect("a DNAT record")
+            .clone();
+        delete_recorded_rule(node.topo.node(), backend, &record);
+        assert_eq!(
+            answers().as_deref(),
+            Some("old"),
+            "{what}: the older's behind it"
+        );
+        assert_ok(
+            &node.sweep(&["--repair"]),
+            &format!("{what}: sweep --repair"),
+        );
+        assert_eq!(answers().as_deref(), Some("new"), "{what}");
+        assert_eq!(node.dump(), before, "{what}: the tables as before");
     });
 }
