@@ -259,7 +259,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     } else {
         read_files(&opts.from)?
     };
-    let host = live.then(|| checks::Host::gather(opts));
+    let host = live.then(|| checks::Host::gather(opts, &crate::kernel::machine::Machine));
     let (mut findings, not_followed) = run_checks(
         &rulesets,
         host.as_ref(),

@@ -1,7 +1,6 @@
 //! Check 2: DNAT rules whose destination nothing live holds.
 
 use super::*;
-use crate::kernel::machine::Machine;
 
 impl Checks<'_> {
     /// Check 2: DNAT rules whose destination no live container or local route holds.
@@ -78,7 +77,7 @@ fn judge_target(host: &Host, step: &Step, comments: &[&str], addr: IpAddr) -> Op
             .iter()
             .find(|m| m.container_id.as_str() == id)
         {
-            Some(m) if m.alive(&Machine) => None,
+            Some(m) if host.liveness.needed(&m.container_id) => None,
             Some(m) => Some(vec![format!(
                 "natledger manifest: container {id}{} is dead",
                 super::natledger_state::origin(m)

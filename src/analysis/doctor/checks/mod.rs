@@ -20,11 +20,15 @@ use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
 use super::paths::{self, Step};
 use super::{DoctorOptions, Finding, Kind, NotFollowed, RuleRef, Ruleset, Severity};
 use crate::backend::{Backend, Detected};
+use crate::kernel::machine;
 use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};
 use crate::model::family::Family;
 use crate::model::layout::{Owner, is_owned_chain, owner};
+use crate::model::oci::ContainerId;
 use crate::model::rule::IpNet;
 use crate::state::ledger::{Manifest, RuleRecord};
+use crate::state::liveness::Batched;
+use crate::state::sharing::Needs;
 use words::{packets, target_text};
 
 /// The built-in chains each table's packets to a host port go through, in hook order.
@@ -40,6 +44,8 @@ pub(crate) struct Host {
     /// Whether any runtime state directory exists (absence from it means something).
     runtime_state: bool,
     manifests: Vec<Manifest>,
+    /// Whose rules are in force, judged once through the host seam.
+    liveness: Liveness,
     /// Why the ledger could not be read (a state directory natledger refuses): its rules are
     /// then not judged against manifests.
     ledger_error: Option<String>,
@@ -53,12 +59,14 @@ pub(crate) struct Host {
 }
 
 impl Host {
-    pub(crate) fn gather(opts: &DoctorOptions) -> Host {
+    /// The host's facts; the manifests' containers judged through `machine`.
+    pub(crate) fn gather(opts: &DoctorOptions, machine: &dyn machine::Host) -> Host {
         let (manifests, ledger_error) = match opts.ledger.list() {
             Ok(all) => (all.into_iter().flatten().collect(), None),
             Err(e) => (Vec::new(), Some(crate::chain::text(&e))),
         };
         Host {
+            liveness: Liveness::judge(machine, &manifests),
             listeners: evidence::listeners(&opts.roots),
             reservations: evidence::cni_reservations(&opts.roots),
             cni_present: evidence::cni_networks_present(&opts.roots),
@@ -70,6 +78,71 @@ impl Host {
             roots: opts.roots.clone(),
             own: own_tables(opts),
         }
+    }
+}
+
+#[cfg(test)]
+impl Host {
+    /// A host with only `manifests`, judged through `machine`, and no other evidence.
+    pub(crate) fn of_manifests(manifests: Vec<Manifest>, machine: &dyn machine::Host) -> Host {
+        Host {
+            listeners: Vec::new(),
+            reservations: Vec::new(),
+            cni_present: false,
+            containers: Vec::new(),
+            runtime_state: false,
+            liveness: Liveness::judge(machine, &manifests),
+            manifests,
+            ledger_error: None,
+            route_localnet: evidence::RouteLocalnet::default(),
+            roots: Roots::default(),
+            own: Vec::new(),
+        }
+    }
+}
+
+/// Whose rules are in force (`sharing::Needs`), judged once when doctor gathers its inputs,
+/// through the host seam: the checks ask this, never the machine.
+#[derive(Debug, Default)]
+pub(crate) struct Liveness {
+    alive: HashSet<ContainerId>,
+    /// Per container, the live containers sharing its rules (none listed: nobody).
+    sharers: HashMap<ContainerId, Vec<ContainerId>>,
+}
+
+impl Liveness {
+    pub(crate) fn judge(machine: &dyn machine::Host, manifests: &[Manifest]) -> Liveness {
+        let batched = Batched::new(machine, manifests.iter().map(Manifest::recorded));
+        let needs = Needs::judge(&batched, manifests);
+        let ids = || manifests.iter().map(|m| &m.container_id);
+        Liveness {
+            alive: ids().filter(|id| needs.alive(id)).cloned().collect(),
+            sharers: ids()
+                .map(|id| {
+                    let sharers = needs.sharers(id).into_iter();
+                    (
+                        id.clone(),
+                        sharers.map(|s| s.container_id.clone()).collect(),
+                    )
+                })
+                .filter(|(_, sharers): &(_, Vec<_>)| !sharers.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Whether container `id`'s own process (or namespace) lives.
+    pub(crate) fn alive(&self, id: &ContainerId) -> bool {
+        self.alive.contains(id)
+    }
+
+    /// The live containers that share `id`'s rules.
+    pub(crate) fn sharers(&self, id: &ContainerId) -> &[ContainerId] {
+        self.sharers.get(id).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether `id`'s rules must be in force: it lives, or a live container shares them.
+    pub(crate) fn needed(&self, id: &ContainerId) -> bool {
+        self.alive(id) || !self.sharers(id).is_empty()
     }
 }
 

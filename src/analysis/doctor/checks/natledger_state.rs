@@ -1,10 +1,7 @@
 //! Check 5: natledger's own state against the rules.
 
 use super::*;
-use crate::kernel::machine::Machine;
 use crate::model::layout::TABLES;
-use crate::state::liveness::Batched;
-use crate::state::sharing::Needs;
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
@@ -29,8 +26,7 @@ impl Checks<'_> {
         }
         // A dead container's rules are still needed while a live container in its network
         // namespace shares them (`crate::state::sharing`).
-        let batched = Batched::new(&Machine, host.manifests.iter().map(Manifest::recorded));
-        let needs = Needs::judge(&batched, &host.manifests);
+        let needs = &host.liveness;
         let (alive, dead): (Vec<&Manifest>, Vec<&Manifest>) = host
             .manifests
             .iter()
@@ -148,7 +144,7 @@ impl Checks<'_> {
                 let sharers: Vec<&str> = needs
                     .sharers(&m.container_id)
                     .iter()
-                    .map(|s| s.container_id.as_str())
+                    .map(ContainerId::as_str)
                     .collect();
                 (
                     format!(

@@ -5,14 +5,15 @@
 //! both, each named with the hook it never matches on. A rule is claimed on a hook only when
 //! no path of that hook reaches it unshadowed.
 //!
-//! natledger's own DNATs of a live container in front of those of the holders it stacked on
-//! (`ops::Held::Stack`, its manifest's `stacked_on`) are the stack working as meant: one
-//! informational finding saying who serves and who waits, never a shadow error. A dead
-//! container's rule in front, or a foreign one, is a shadow as before.
+//! natledger's own DNATs of a container in force (alive, or its rules kept for live sharers:
+//! `sharing::Needs`, judged through the host seam as doctor gathers its inputs) in front of
+//! those of the holders it stacked on (`ops::Held::Stack`, its manifest's `stacked_on`) are
+//! the stack working as meant: one informational finding saying who serves and who waits,
+//! never a shadow error. A dead container's rule in front that no live one shares, or a
+//! foreign one, is a shadow as before.
 
 use super::*;
 use crate::analysis::doctor::paths::Shadow;
-use crate::kernel::machine::Machine;
 
 /// A rule of one table of one ruleset: (ruleset index, table, chain, position).
 type RuleKey<'k> = (usize, &'k str, &'k str, usize);
@@ -107,7 +108,7 @@ impl Checks<'_> {
 }
 
 impl Checks<'_> {
-    /// A group that is a natledger stack: the earlier rule a live container's, every rule it
+    /// A group that is a natledger stack: the earlier rule a container's in force, every rule it
     /// shadows a container's whose manifest that one's `stacked_on` names. Needs the host's
     /// manifests (not with `--from` dumps alone).
     fn stacked(&self, g: &Group) -> Option<Finding> {
@@ -134,7 +135,7 @@ impl Checks<'_> {
                 waiting.push(older);
             }
         }
-        if !front.alive(&Machine) {
+        if !host.liveness.needed(&front.container_id) {
             return None;
         }
         let (port, protocol) = port_of(&g.shadowed[0].0.cond);
@@ -335,6 +336,96 @@ pub(super) fn interesting(table: &str, step: &Step) -> bool {
 #[cfg(test)]
 mod tests {
     use super::stacked_summary;
+    use crate::analysis::doctor::checks::{Checks, Host};
+    use crate::analysis::doctor::{Finding, Kind, Ruleset, Severity, paths};
+    use crate::backend::{Backend, Detected};
+    use crate::kernel::machine::fake::{BOOT_ID, FakeHost, netns};
+    use crate::model::family::Family;
+    use crate::model::save::parse_dump;
+    use crate::state::ledger::tests::{cni_sample, sample};
+    use crate::state::ledger::{Manifest, Shared};
+    use std::path::Path;
+
+    /// b+eth0 (namespace 2) stacked on a+eth0 (namespace 1) for 8080, its DNAT first.
+    const STACK: &str = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+        :NATLEDGER-HOSTPORTS - [0:0]\n\
+        -A PREROUTING -m addrtype --dst-type LOCAL -m comment --comment natledger \
+        -j NATLEDGER-HOSTPORTS\n\
+        -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment \
+        natledger:b+eth0 -j DNAT --to-destination 10.77.0.3:80\n\
+        -A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 -m comment --comment \
+        natledger:a+eth0 -j DNAT --to-destination 10.77.0.2:80\nCOMMIT\n";
+
+    /// The older, the newer stacked on it, and a hook container of the newer's namespace
+    /// sharing its rules (process 4242).
+    fn manifests() -> Vec<Manifest> {
+        let older = cni_sample("a", Path::new("/run/netns/cni-1"), Some(netns(1)));
+        let mut newer = cni_sample("b", Path::new("/run/netns/cni-2"), Some(netns(2)));
+        newer.stacked_on = vec![older.container_id.clone()];
+        let mut sharer = sample();
+        sharer.container_id = "app".parse().unwrap();
+        sharer.boot_id = Some(BOOT_ID.into());
+        sharer.rules = Vec::new();
+        sharer.shares = vec![Shared {
+            holder: newer.container_id.clone(),
+            mappings: newer.mappings.clone(),
+        }];
+        newer.shared_by = vec![sharer.container_id.clone()];
+        vec![older, newer, sharer]
+    }
+
+    /// The shadow check's findings on [`STACK`] with the host `fake`.
+    fn shadowed(fake: &FakeHost) -> Vec<Finding> {
+        let sets = [Ruleset {
+            backend: Backend::Nft,
+            family: Family::Ipv4,
+            source: "test".into(),
+            tables: parse_dump(STACK).unwrap(),
+        }];
+        let host = Host::of_manifests(manifests(), fake);
+        let detected = Detected {
+            backend: Backend::Nft,
+            how: "test".into(),
+        };
+        let mut checks = Checks::new(&sets, Some(&host), detected, paths::LIMITS);
+        checks.shadowed();
+        checks.finish().0
+    }
+
+    /// The one finding's severity and summary.
+    fn one(found: Vec<Finding>) -> (Severity, String) {
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert_eq!(found[0].kind, Kind::Shadowed);
+        (found[0].severity, found[0].summary.clone())
+    }
+
+    /// Judged through the host doctor gathered, never the machine: the newer in front is the
+    /// stack working (information) while its rules are needed, alive or dead with a live
+    /// container of its namespace sharing them; dead with no live sharer, a shadow error.
+    #[test]
+    fn a_stack_is_information_while_the_newer_s_rules_are_needed() {
+        let both = FakeHost::default()
+            .with_namespace("/run/netns/cni-1", netns(1))
+            .with_namespace("/run/netns/cni-2", netns(2));
+        let stacked = "Stacked: b+eth0 serves 8080/tcp, a+eth0 waits behind it";
+        let (severity, summary) = one(shadowed(&both));
+        assert_eq!(severity, Severity::Info);
+        assert!(summary.starts_with(stacked), "{summary}");
+
+        // The newer's namespace gone, its sharer alive: its rules are kept, the stack holds.
+        let kept = FakeHost::default()
+            .with_namespace("/run/netns/cni-1", netns(1))
+            .with_process(4242, 123456, netns(2));
+        let (severity, summary) = one(shadowed(&kept));
+        assert_eq!(severity, Severity::Info);
+        assert!(summary.starts_with(stacked), "{summary}");
+
+        // Nobody keeps the newer's rules: its DNAT shadows the older's.
+        let dead = FakeHost::default().with_namespace("/run/netns/cni-1", netns(1));
+        let (severity, summary) = one(shadowed(&dead));
+        assert_eq!(severity, Severity::Error);
+        assert!(!summary.starts_with("Stacked"), "{summary}");
+    }
 
     #[test]
     fn a_stack_says_who_waits_in_agreement() {
