@@ -249,7 +249,6 @@ fn judge(
     }
     judged.stacks = readable
         .iter()
-        .filter(|(_, m)| !m.stacked_on.is_empty())
         .map(|(_, m)| (m.container_id.clone(), m.stacked_on.clone()))
         .collect();
     // A dead container's rules stay while a live container in its network namespace shares
