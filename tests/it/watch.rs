@@ -19,30 +19,35 @@ use crate::common::*;
 const ADDRESS: &str = "127.0.0.1:19655";
 
 /// watch, ended by pid: SIGTERM by the test, SIGKILL on drop if it is still running.
-struct Watch {
-    child: Child,
+pub(crate) struct Watch {
+    pub(crate) child: Child,
     log: std::path::PathBuf,
 }
 
 impl Watch {
     fn start(node: &Node, metrics: &std::path::Path) -> Watch {
+        Watch::start_with(node, metrics, &[], &[])
+    }
+
+    /// With more variables (`NAME=VALUE`) and arguments.
+    pub(crate) fn start_with(
+        node: &Node,
+        metrics: &std::path::Path,
+        env: &[String],
+        args: &[&str],
+    ) -> Watch {
         let log = node.dir.path().join("watch.log");
         let file = std::fs::File::create(&log).unwrap();
         let state = format!("NATLEDGER_STATE_DIR={}", node.state_dir().display());
         let backend = format!("NATLEDGER_BACKEND={}", node.backend.name());
         let metrics = metrics.to_str().unwrap();
         let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                node.topo.node(),
-                "env",
-                &state,
-                &backend,
-                BIN,
-            ])
+            .args(["netns", "exec", node.topo.node(), "env", &state, &backend])
+            .args(env)
+            .arg(BIN)
             .args(["watch", "--metrics-file", metrics])
             .args(["--metrics-address", ADDRESS])
+            .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(file)
@@ -55,7 +60,7 @@ impl Watch {
         self.child.id() as i32
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         let mut text = String::new();
         let _ = std::fs::File::open(&self.log).and_then(|mut f| f.read_to_string(&mut text));
         text
@@ -97,7 +102,7 @@ fn cpu_share(watch: &Watch, period: Duration) -> f64 {
     used / hz / t0.elapsed().as_secs_f64()
 }
 
-fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration> {
+pub(crate) fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration> {
     let start = Instant::now();
     while start.elapsed() < limit {
         if ok() {
@@ -108,7 +113,7 @@ fn wait_until(limit: Duration, mut ok: impl FnMut() -> bool) -> Option<Duration>
     None
 }
 
-fn metric(path: &std::path::Path, name: &str) -> f64 {
+pub(crate) fn metric(path: &std::path::Path, name: &str) -> f64 {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter(|l| l.starts_with(name) && !l.starts_with('#'))
@@ -117,7 +122,7 @@ fn metric(path: &std::path::Path, name: &str) -> f64 {
 }
 
 /// natledger's rules gone as a firewall reload leaves them.
-fn wipe(node: &Node) {
+pub(crate) fn wipe(node: &Node) {
     let ns = node.topo.node();
     if !node.backend.is_iptables() {
         for family in ["ip", "ip6"] {
