@@ -30,6 +30,8 @@ const BUS_NAME: &str = "org.freedesktop.DBus";
 const BUS_PATH: &str = "/org/freedesktop/DBus";
 /// The serial of our `AddMatch` (`Hello` is 1).
 const ADD_MATCH: u32 = 2;
+/// The most one [`Subscription::drain`] reads.
+const DRAIN: usize = 256 * 1024;
 
 /// The socket path of a D-Bus server address (`unix:path=/run/dbus/system_bus_socket`, or
 /// several `;`-separated, the first `unix:path=` taken; values `%`-escaped). Other
@@ -99,7 +101,7 @@ impl Subscription {
         signal: (&'static str, &'static str, &'static str),
         within: Duration,
     ) -> Result<Subscription, BusError> {
-        let stream = UnixStream::connect(path).map_err(|source| BusError::Connect {
+        let stream = connect(path).map_err(|source| BusError::Connect {
             path: path.to_path_buf(),
             source,
         })?;
@@ -248,13 +250,14 @@ impl Subscription {
         header.map(Some)
     }
 
-    /// Everything the bus sent since the last call, without blocking: whether the signal
-    /// subscribed to was among it. An error (the bus closed the connection, or sent what is
-    /// not D-Bus) ends the subscription.
+    /// What the bus sent since the last call, without blocking, up to [`DRAIN`] bytes (a
+    /// sender quicker than the reader leaves the rest for the next call): whether the
+    /// signal subscribed to was among it. An error (the bus closed the connection, or sent
+    /// what is not D-Bus) ends the subscription.
     pub fn drain(&mut self) -> Result<bool, BusError> {
         let mut seen = false;
         let mut chunk = [0u8; 4096];
-        loop {
+        for _ in 0..DRAIN / chunk.len() {
             match self.stream.read(&mut chunk) {
                 Ok(0) => {
                     return Err(BusError::Closed {
@@ -271,6 +274,7 @@ impl Subscription {
                 seen |= h.is_signal(object, interface, member);
             }
         }
+        Ok(seen)
     }
 
     pub fn path(&self) -> &Path {
@@ -282,6 +286,24 @@ impl AsFd for Subscription {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.stream.as_fd()
     }
+}
+
+/// A stream connected to `path` without waiting: a bus whose backlog is full (a daemon
+/// stopped, not dead) is `EAGAIN`, tried again later, never a hung watch. Blocking once
+/// connected (the handshake sets its own timeouts).
+fn connect(path: &Path) -> io::Result<UnixStream> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, UnixAddr, connect, socket};
+    use std::os::fd::AsRawFd;
+    let fd = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    connect(fd.as_raw_fd(), &UnixAddr::new(path)?)?;
+    let stream = UnixStream::from(fd);
+    stream.set_nonblocking(false)?;
+    Ok(stream)
 }
 
 /// The SASL opening: the nul byte the protocol starts with, then `AUTH EXTERNAL` with the
