@@ -13,13 +13,14 @@
 //!   again with back-off where there is no bus or it dropped; never fatal);
 //! - SIGHUP (at once, a back-off hold included), and the backstop period.
 //!
-//! Between them it sleeps in `poll(2)` on the signalfd, the monitor and the bus: idle costs a wake-up
-//! per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before a reconcile is what the next is compared with, and
-//! a reconcile that wrote is followed by one more, so a change made during or right after a
-//! reconcile is never missed (a reconcile that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as soon as the
-//! reconcile under way ends; the signals have a handler of their own (blocked, read from the
-//! signalfd), so that as PID 1 of a container they are not dropped. Repairs undone again and
-//! again back off ([`backoff`]).
+//! Between them it sleeps in `poll(2)` on the signalfd, the monitor and the bus: idle costs
+//! a wake-up per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before
+//! a reconcile is what the next is compared with, and a reconcile that wrote is followed by
+//! one more, so a change made during or right after a reconcile is never missed (a reconcile
+//! that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as
+//! soon as the reconcile under way ends; the signals have a handler of their own (blocked,
+//! read from the signalfd), so that as PID 1 of a container they are not dropped. Repairs
+//! undone again and again back off ([`backoff`]).
 
 mod backoff;
 mod counters;

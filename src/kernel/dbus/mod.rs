@@ -408,6 +408,61 @@ mod tests {
         assert!(matches!(sub.drain(), Err(BusError::Closed { .. })));
     }
 
+    /// A refused authentication, a refused match and a silent bus each end the handshake
+    /// with an error naming the bus; none waits past its bound.
+    #[test]
+    fn refusals_and_silence_end_the_handshake() {
+        let try_with = |answer: fn(&mut UnixStream), within: Duration| {
+            let (client, mut bus) = UnixStream::pair().unwrap();
+            let mut sub = Subscription {
+                stream: client,
+                path: PathBuf::from("/test/bus"),
+                buf: Vec::new(),
+                signal: (FIREWALLD_PATH, FIREWALLD_INTERFACE, RELOADED),
+            };
+            let server = std::thread::spawn(move || {
+                answer(&mut bus);
+                bus
+            });
+            let started = Instant::now();
+            let result = sub.handshake(Instant::now() + within, within);
+            assert!(started.elapsed() < within + Duration::from_millis(500));
+            drop(server.join().unwrap());
+            result.err().map(|e| e.to_string())
+        };
+        let rejected = try_with(
+            |bus| bus.write_all(b"REJECTED EXTERNAL\r\n").unwrap(),
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            rejected.as_deref(),
+            Some("the system bus at /test/bus refused SASL EXTERNAL: \"REJECTED EXTERNAL\"")
+        );
+        let no_match = try_with(
+            |bus| {
+                bus.write_all(b"OK 0123\r\n").unwrap();
+                let mut error = reply(2, 2);
+                error[1] = 3;
+                bus.write_all(&error).unwrap();
+                // Hold the connection until the client has read the reply.
+                std::thread::sleep(Duration::from_millis(200));
+            },
+            Duration::from_secs(5),
+        );
+        assert_eq!(
+            no_match.as_deref(),
+            Some("the system bus at /test/bus refused the match rule: \"\"")
+        );
+        let silent = try_with(
+            |_| std::thread::sleep(Duration::from_millis(400)),
+            Duration::from_millis(100),
+        );
+        assert_eq!(
+            silent.as_deref(),
+            Some("the system bus at /test/bus answered nothing within 100 ms")
+        );
+    }
+
     /// A method return to `serial`, as the bus sends it.
     fn reply(serial: u32, to: u32) -> Vec<u8> {
         let mut m = vec![b'l', 2, 1, 1, 0, 0, 0, 0];
