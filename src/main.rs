@@ -218,9 +218,11 @@ fn run(
             period,
             metrics_file,
             metrics_address,
+            legacy_every_ms,
         } => {
             let opts = watch::Options {
                 period: Duration::from_secs(period),
+                legacy_every: Duration::from_millis(legacy_every_ms),
                 metrics_file,
                 metrics_address,
             };

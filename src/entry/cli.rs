@@ -207,8 +207,9 @@ pub enum Command {
     /// Run in the foreground, logging to stderr: put back what live containers' manifests
     /// record and the tables lack, and remove what sweep removes, under the hooks' lock,
     /// when something may have changed: an nf_tables commit (told by the kernel), an
-    /// iptables-legacy table's size or entry count (compared every 500 ms), SIGHUP, or
-    /// every --period seconds. Repairs undone again and again back off. SIGTERM and SIGINT
+    /// iptables-legacy table's size or entry count (compared every 500 ms), firewalld's
+    /// Reloaded signal on the system bus (DBUS_SYSTEM_BUS_ADDRESS), SIGHUP, or every
+    /// --period seconds. Repairs undone again and again back off. SIGTERM and SIGINT
     /// stop it with status 0.
     Watch {
         /// Reconcile at least every SECONDS, whatever was told.
@@ -223,6 +224,11 @@ pub enum Command {
         /// 127.0.0.1:9655), for a container without a textfile collector.
         #[arg(long, value_name = "ADDR:PORT")]
         metrics_address: Option<std::net::SocketAddr>,
+        /// Compare the iptables-legacy tables every MS milliseconds (tests: a wipe that only
+        /// another trigger may see soon).
+        #[arg(long, value_name = "MS", default_value_t = 500, hide = true,
+              value_parser = clap::value_parser!(u64).range(100..))]
+        legacy_every_ms: u64,
     },
     /// Add natledger's hooks to an OCI bundle's config.json
     ///

@@ -17,6 +17,7 @@ use clap::{Args as _, FromArgMatches as _};
 use crate::backend::BackendChoice;
 use crate::entry::cli::{Global, PortConflict};
 use crate::kernel::conntrack::DumpChoice;
+use crate::kernel::dbus;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
@@ -29,6 +30,32 @@ pub const CONNTRACK_DUMP_ENV: &str = crate::kernel::conntrack::DUMP_ENV;
 pub const XTABLES_LOCK_ENV: &str = "XTABLES_LOCKFILE";
 /// iptables' lock when `XTABLES_LOCKFILE` names none.
 const XTABLES_LOCK: &str = "/run/xtables.lock";
+/// `DBUS_SYSTEM_BUS_ADDRESS`: the system bus, as libdbus reads it (`watch` listens there for
+/// firewalld's reloads).
+pub const SYSTEM_BUS_ENV: &str = "DBUS_SYSTEM_BUS_ADDRESS";
+
+/// Where the system bus is: the socket of [`SYSTEM_BUS_ENV`]'s `unix:path=`, else
+/// `/run/dbus/system_bus_socket`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SystemBus {
+    At(PathBuf),
+    /// An address naming no `unix:path=` socket (another transport), as given: never
+    /// refused (only `watch` uses it, and it goes on without the bus).
+    Unspoken(String),
+}
+
+impl SystemBus {
+    fn of(value: Option<OsString>) -> SystemBus {
+        let Some(value) = value.filter(|v| !v.is_empty()) else {
+            return SystemBus::At(PathBuf::from(dbus::SYSTEM_BUS));
+        };
+        let text = value.to_string_lossy();
+        match dbus::socket_path(&text) {
+            Some(path) => SystemBus::At(path),
+            None => SystemBus::Unspoken(text.into_owned()),
+        }
+    }
+}
 
 /// Everything natledger is told by its flags and environment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,6 +71,7 @@ pub struct Settings {
     pub runtime: Option<PathBuf>,
     pub xtables_lock: PathBuf,
     pub conntrack_dump: DumpChoice,
+    pub system_bus: SystemBus,
 }
 
 impl Settings {
@@ -65,6 +93,7 @@ impl Settings {
             xtables_lock: nonempty(XTABLES_LOCK_ENV)
                 .map_or_else(|| PathBuf::from(XTABLES_LOCK), PathBuf::from),
             conntrack_dump: conntrack_dump(lookup(CONNTRACK_DUMP_ENV))?,
+            system_bus: SystemBus::of(lookup(SYSTEM_BUS_ENV)),
         })
     }
 
@@ -242,6 +271,10 @@ mod tests {
         assert_eq!(s.runtime, None);
         assert_eq!(s.xtables_lock, PathBuf::from("/run/xtables.lock"));
         assert_eq!(s.conntrack_dump, DumpChoice::Adaptive);
+        assert_eq!(
+            s.system_bus,
+            SystemBus::At(PathBuf::from("/run/dbus/system_bus_socket"))
+        );
     }
 
     #[test]
@@ -254,6 +287,7 @@ mod tests {
             ("NATLEDGER_RUNTIME", "/usr/bin/crun"),
             ("XTABLES_LOCKFILE", "/tmp/x.lock"),
             ("NATLEDGER_CONNTRACK_DUMP", "refused"),
+            ("DBUS_SYSTEM_BUS_ADDRESS", "unix:path=/tmp/bus"),
         ])
         .unwrap();
         assert_eq!(s.state_dir, PathBuf::from("/tmp/ledger"));
@@ -266,6 +300,22 @@ mod tests {
         assert_eq!(s.runtime, Some(PathBuf::from("/usr/bin/crun")));
         assert_eq!(s.xtables_lock, PathBuf::from("/tmp/x.lock"));
         assert_eq!(s.conntrack_dump, DumpChoice::Refused);
+        assert_eq!(s.system_bus, SystemBus::At(PathBuf::from("/tmp/bus")));
+    }
+
+    /// A bus address natledger does not speak is kept for watch to name, never refused.
+    #[test]
+    fn an_unspoken_bus_address_is_kept_not_refused() {
+        let s = from(&[("DBUS_SYSTEM_BUS_ADDRESS", "unix:abstract=/tmp/x")]).unwrap();
+        assert_eq!(
+            s.system_bus,
+            SystemBus::Unspoken("unix:abstract=/tmp/x".into())
+        );
+        let s = from(&[("DBUS_SYSTEM_BUS_ADDRESS", "")]).unwrap();
+        assert_eq!(
+            s.system_bus,
+            SystemBus::At(PathBuf::from("/run/dbus/system_bus_socket"))
+        );
     }
 
     /// One rule for every boolean: `NATLEDGER_TRACE=0` is off (it used to turn tracing on).

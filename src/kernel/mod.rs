@@ -6,6 +6,7 @@
 //! here decides policy.
 
 pub mod conntrack;
+pub mod dbus;
 pub mod exec;
 pub mod host;
 pub mod iptc;

@@ -58,3 +58,4 @@ mod sweep_all_nft;
 mod sweep_interleaved;
 mod udp_flows;
 mod watch;
+mod watch_firewalld;

@@ -9,18 +9,22 @@
 //! - a changed iptables-legacy table, which tells no one: its `IPT_SO_GET_INFO` size and
 //!   entry count ([`iptc::stamp`]), per family, nat and filter, compared every
 //!   [`LEGACY_EVERY`];
+//! - firewalld's `Reloaded` signal on the system bus ([`firewalld`]: a subscription made
+//!   again with back-off where there is no bus or it dropped; never fatal);
 //! - SIGHUP (at once, a back-off hold included), and the backstop period.
 //!
-//! Between them it sleeps in `poll(2)` on the signalfd and the monitor: idle costs a wake-up
-//! per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before a reconcile is what the next is compared with, and
-//! a reconcile that wrote is followed by one more, so a change made during or right after a
-//! reconcile is never missed (a reconcile that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as soon as the
-//! reconcile under way ends; the signals have a handler of their own (blocked, read from the
-//! signalfd), so that as PID 1 of a container they are not dropped. Repairs undone again and
-//! again back off ([`backoff`]).
+//! Between them it sleeps in `poll(2)` on the signalfd, the monitor and the bus: idle costs
+//! a wake-up per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before
+//! a reconcile is what the next is compared with, and a reconcile that wrote is followed by
+//! one more, so a change made during or right after a reconcile is never missed (a reconcile
+//! that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as
+//! soon as the reconcile under way ends; the signals have a handler of their own (blocked,
+//! read from the signalfd), so that as PID 1 of a container they are not dropped. Repairs
+//! undone again and again back off ([`backoff`]).
 
 mod backoff;
 mod counters;
+mod firewalld;
 mod http;
 
 pub use backoff::Backoff;
@@ -45,6 +49,7 @@ use crate::kernel::nftables::monitor::{Events, Monitor};
 use crate::model::family::Family;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
 use crate::state::ledger::Ledger;
+use firewalld::Firewalld;
 
 /// How often the iptables-legacy tables are compared.
 pub const LEGACY_EVERY: Duration = Duration::from_millis(500);
@@ -57,6 +62,8 @@ pub const GAP: Duration = Duration::from_millis(200);
 #[derive(Clone, Debug)]
 pub struct Options {
     pub period: Duration,
+    /// How often the iptables-legacy tables are compared: [`LEGACY_EVERY`] but in tests.
+    pub legacy_every: Duration,
     pub metrics_file: Option<PathBuf>,
     /// Serve the counters as `GET /metrics` here ([`http`]).
     pub metrics_address: Option<SocketAddr>,
@@ -84,6 +91,7 @@ enum Why {
     Nftables,
     Legacy,
     Hangup,
+    Firewalld,
     Period,
 }
 
@@ -108,21 +116,25 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         }
     };
     log::info!(
-        "watching: nf_tables commits{}, iptables-legacy every {} ms, everything every {} s",
+        "watching: nf_tables commits{}, iptables-legacy every {} ms, firewalld's reloads, \
+         everything every {} s",
         if monitor.is_some() {
             ""
         } else {
             " (not available)"
         },
-        LEGACY_EVERY.as_millis(),
+        opts.legacy_every.as_millis(),
         opts.period.as_secs()
     );
+    let mut firewalld = Firewalld::new(&settings.system_bus, Instant::now());
+    // Subscribed before the first reconcile, so a reload after what it reads is told.
+    firewalld.tick(Instant::now());
     let mut counters = Counters::default();
     let mut backoff = Backoff::default();
     let mut due: Option<Why> = Some(Why::Start);
     let mut legacy = stamps();
     let mut generation: Option<u32> = None;
-    let mut next_legacy = Instant::now() + LEGACY_EVERY;
+    let mut next_legacy = Instant::now() + opts.legacy_every;
     let mut next_period = Instant::now() + opts.period;
     let mut last: Option<Instant> = None;
     // Until when a due reconcile waits: a back-off hold, or the gap after the last one.
@@ -173,18 +185,23 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         }
 
         let now = Instant::now();
+        firewalld.tick(now);
         let mut wake = next_legacy.min(next_period);
         if let (Some(_), Some(until)) = (due, gate(&backoff, last, now)) {
             wake = wake.min(until);
         }
+        if let Some(retry) = firewalld.next_try() {
+            wake = wake.min(retry);
+        }
         let timeout = wake.saturating_duration_since(now);
         let timeout =
             PollTimeout::try_from(timeout.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
-        // The signalfd, then the monitor and the metrics listener where there are.
+        // The signalfd, then the monitor, the metrics listener and the bus where there are.
         let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
         let waited: Vec<Option<usize>> = [
             monitor.as_ref().map(|m| m.as_fd()),
             listener.as_ref().map(|l| l.as_fd()),
+            firewalld.fd(),
         ]
         .into_iter()
         .map(|fd| {
@@ -203,7 +220,12 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                 .is_some_and(|r| !r.is_empty())
         };
         let (signalled, told, asked) = (ready(Some(0)), ready(waited[0]), ready(waited[1]));
+        let bus = ready(waited[2]);
         drop(fds);
+        if bus && firewalld.read(Instant::now()) {
+            log::info!("firewalld reloaded: reconciling now");
+            due = due.or(Some(Why::Firewalld));
+        }
         if let (true, Some(listener)) = (asked, &listener) {
             http::serve(listener, || counters.exposition().render());
         }
@@ -232,7 +254,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         }
         let now = Instant::now();
         if now >= next_legacy {
-            next_legacy = now + LEGACY_EVERY;
+            next_legacy = now + opts.legacy_every;
             if stamps() != legacy {
                 due = due.or(Some(Why::Legacy));
             }
