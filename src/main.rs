@@ -204,6 +204,7 @@ fn run(
             all,
             repair,
             wait,
+            boot,
             metrics_file,
         } => {
             let opts = SweepOptions {
@@ -211,6 +212,7 @@ fn run(
                 all,
                 wait: wait.map(Duration::from_secs),
                 repair,
+                boot,
             };
             sweep(settings, &opts, json, metrics_file)
         }
@@ -288,6 +290,9 @@ fn sweep(
     // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
     ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
     let report = ops::sweep(&ctx, opts)?;
+    if let Some(held) = &report.held_back {
+        log::warn!("{held}");
+    }
     if json {
         let text = serde_json::to_string_pretty(&report).context("encoding the report")?;
         out(&format!("{text}\n"));

@@ -174,8 +174,11 @@ pub enum Command {
     /// Remove the rules of dead containers and of no one
     ///
     /// Remove the rules of dead containers, and every natledger rule no live container
-    /// claims, in iptables-legacy and iptables-nft, IPv4 and IPv6. Exit status 0 when
-    /// everything due was removed, 1 otherwise (the report says what remains and why).
+    /// claims, in iptables-legacy and iptables-nft, IPv4 and IPv6. Never creates the
+    /// state directory: when it is missing, or holds no manifest, the rules of containers no
+    /// manifest knows are left (a mistyped --state-dir would take every live container's
+    /// forwards) unless --boot. Exit status 0 when everything due was removed (a missing
+    /// state directory included), 1 otherwise (the report says what remains and why).
     Sweep {
         /// Print the plan; change nothing.
         #[arg(long)]
@@ -196,6 +199,10 @@ pub enum Command {
         /// exited for 3 s).
         #[arg(long, value_name = "SECONDS")]
         wait: Option<u64>,
+        /// The boot, before any runtime: nothing lives yet, so every tagged rule no manifest
+        /// claims goes, even when the state directory holds no manifest or is missing.
+        #[arg(long)]
+        boot: bool,
         /// Also write the sweep's metrics (Prometheus text format) to FILE, atomically, for a
         /// node_exporter textfile collector; nothing is written when FILE's directory does not
         /// exist.

@@ -17,6 +17,11 @@
 //!   creates is 0700 and marked; an empty existing one (an operator's `mkdir`, 0755) is
 //!   marked and used, its mode unchanged, `containers/` 0700; create and poststop restore the
 //!   dumps.
+//! - `a_mistyped_state_directory_takes_no_forwards`: a live container's rules and real
+//!   traffic; `sweep` (plain, `--dry-run`, `--repair`) with a `--state-dir` that does not
+//!   exist changes no rule, creates nothing and warns why; `watch` with it waits, creates
+//!   nothing and ends on SIGTERM with status 0; an existing empty directory keeps the rules
+//!   too; `sweep --boot` with the missing directory removes them, creating nothing.
 //! - `first_uses_at_once_all_succeed`: 12 CNI STATUS calls at once (each takes the lock) on a
 //!   new directory and on an older release's, 10 rounds each: every one succeeds (one that
 //!   read no marker and then listed the marker another had just written was refused as
@@ -25,7 +30,8 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -319,4 +325,99 @@ fn first_uses_at_once_all_succeed() {
             assert!(state.join("natledger-state").exists());
         }
     }
+}
+
+#[test]
+fn a_mistyped_state_directory_takes_no_forwards() {
+    both(|backend| {
+        let mut node = Node::new(backend);
+        let c = node.topo.add_container(2);
+        let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+        let pid = node.topo.spawn_sleeper(&c.ns);
+        assert_ok(
+            &node.create("c2", Some(pid), &[("io.natledger.ports", "8080:80")]),
+            "create",
+        );
+        let ext = node.topo.ext().to_string();
+        let answers = || {
+            tcp_request(&ext, sock(NODE_V4, 8080), Duration::from_secs(2)).is_ok_and(|r| r == "c2")
+        };
+        assert!(answers(), "{backend:?}: no answer before");
+        let dump = node.dump();
+        assert!(dump.contains("natledger:c2"), "{dump}");
+        let typo = node.dir.path().join("typo");
+        let shown = typo.display().to_string();
+        for extra in [&[][..], &["--dry-run"], &["--repair"]] {
+            let mut argv = vec!["--state-dir", shown.as_str(), "sweep"];
+            argv.extend_from_slice(extra);
+            let out = node.natledger(&argv, "", &[]);
+            assert_ok(&out, &format!("{backend:?} sweep {extra:?}"));
+            let said = stderr(&out);
+            assert!(
+                said.contains(&format!("state directory {shown} does not exist"))
+                    && said.contains("sweep --boot"),
+                "{backend:?} {extra:?}: {said}"
+            );
+            assert!(!typo.exists(), "{backend:?} {extra:?}: created {shown}");
+            assert_eq!(node.dump(), dump, "{backend:?} {extra:?}: rules changed");
+        }
+        assert!(answers(), "{backend:?}: no answer after the typo'd sweep");
+
+        // watch waits for the directory, touching nothing; SIGTERM ends it with status 0.
+        let log = node.dir.path().join("watch-typo.log");
+        let mut watch = Command::new("ip")
+            .args(["netns", "exec", node.topo.node(), "env"])
+            .arg(format!("NATLEDGER_BACKEND={}", node.backend.name()))
+            .args([BIN, "--state-dir", shown.as_str(), "watch"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start natledger watch");
+        std::thread::sleep(Duration::from_secs(2));
+        assert!(!typo.exists(), "{backend:?}: watch created {shown}");
+        assert_eq!(node.dump(), dump, "{backend:?}: watch changed rules");
+        // SAFETY: a plain kill(2) of the child this test started (not yet waited for).
+        assert_eq!(unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) }, 0);
+        let status = watch.wait().unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(status.success(), "{backend:?}: watch {status}: {text}");
+        assert!(
+            text.contains(&format!("waiting for state directory {shown}")),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("waiting for state directory").count(),
+            1,
+            "{text}"
+        );
+
+        // An existing directory with no manifest: the rules stay too.
+        let empty = node.dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let out = node.natledger(&["--state-dir", empty.to_str().unwrap(), "sweep"], "", &[]);
+        assert_ok(&out, &format!("{backend:?} sweep of an empty directory"));
+        assert!(
+            stderr(&out).contains("holds no manifest"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(
+            node.dump(),
+            dump,
+            "{backend:?}: an empty ledger's sweep changed rules"
+        );
+
+        // The boot: every tagged rule no manifest claims goes, the directory is not made.
+        let out = node.natledger(
+            &["--state-dir", &shown, "sweep", "--boot", "--json"],
+            "",
+            &[],
+        );
+        assert_ok(&out, &format!("{backend:?} sweep --boot"));
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert!(report["orphans"].as_u64().unwrap() > 0, "{report:#}");
+        assert!(!typo.exists(), "{backend:?}: sweep --boot created {shown}");
+        assert!(!node.dump().contains("natledger:c2"), "{}", node.dump());
+    });
 }

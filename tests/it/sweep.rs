@@ -378,7 +378,8 @@ fn sweep_and_poststop_find_rules_between_nftables_and_iptables() {
 }
 
 /// After a reboot the manifests are gone (tmpfs) but a saved ruleset brought natledger's
-/// rules back: sweep removes every tagged rule, whichever backend they were restored into.
+/// rules back: the boot's sweep (`--boot`) removes every tagged rule, whichever backend they
+/// were restored into.
 #[test]
 fn rules_restored_after_a_reboot_are_orphans() {
     both(|backend| {
@@ -421,7 +422,8 @@ fn rules_restored_after_a_reboot_are_orphans() {
             );
         }
         assert!(node.dump().contains("natledger:a"));
-        let out = node.sweep(&["--json"]);
+        // The boot sweep: without --boot a missing state directory takes nothing.
+        let out = node.sweep(&["--boot", "--json"]);
         assert_ok(&out, "sweep");
         let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         // a: IPv4 and IPv6; b: IPv4 only, with the 127.0.0.1 masquerade.

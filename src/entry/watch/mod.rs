@@ -21,6 +21,10 @@
 //! soon as the reconcile under way ends; the signals have a handler of their own (blocked,
 //! read from the signalfd), so that as PID 1 of a container they are not dropped. Repairs
 //! undone again and again back off ([`backoff`]).
+//!
+//! It never creates the state directory (only what records does): while it is missing, watch
+//! waits for it, checking every second, and touches nothing ([`wait_for_ledger`]). A ledger
+//! that records nothing leaves the rules of containers no manifest knows (`sweep::held`).
 
 mod backoff;
 mod counters;
@@ -32,7 +36,7 @@ pub use counters::Counters;
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -47,8 +51,9 @@ use crate::kernel::exec::SystemRunner;
 use crate::kernel::iptc::{self, Stamp};
 use crate::kernel::nftables::monitor::{Events, Monitor};
 use crate::model::family::Family;
+use crate::ops::sweep::HeldBack;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
-use crate::state::ledger::Ledger;
+use crate::state::ledger::{Ledger, LedgerError};
 use firewalld::Firewalld;
 
 /// How often the iptables-legacy tables are compared.
@@ -98,6 +103,9 @@ enum Why {
 /// Run until SIGTERM or SIGINT.
 pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let signals = signals().map_err(WatchError::Signals)?;
+    if !wait_for_ledger(&settings.state_dir, &signals)? {
+        return Ok(());
+    }
     let listener = match opts.metrics_address {
         Some(address) => {
             Some(http::listen(address).map_err(|source| WatchError::Listen { address, source })?)
@@ -137,6 +145,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let mut next_legacy = Instant::now() + opts.legacy_every;
     let mut next_period = Instant::now() + opts.period;
     let mut last: Option<Instant> = None;
+    let mut held: Option<HeldBack> = None;
     // Until when a due reconcile waits: a back-off hold, or the gap after the last one.
     let gate = |backoff: &Backoff, last: Option<Instant>, now: Instant| {
         let gap = last.map(|l| l + GAP).filter(|g| *g > now);
@@ -152,7 +161,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             }
             let before = stamps();
             log::debug!("reconciling ({why:?})");
-            let report = reconcile(settings);
+            let report = reconcile(settings, &mut held);
             let took = now.elapsed();
             counters.add(report.as_ref(), took, SystemTime::now());
             let restored = report.as_ref().map_or(0, SweepReport::restored);
@@ -320,8 +329,44 @@ fn stamps() -> Vec<Option<Stamp>> {
     out
 }
 
-/// One `sweep --repair`, as `natledger sweep --repair` runs it; its errors are logged.
-fn reconcile(settings: &Settings) -> Option<SweepReport> {
+/// Until the state directory exists, checked every second, doing nothing else; `false` when
+/// SIGTERM or SIGINT came first. A mistyped `--state-dir` is never created, and its empty
+/// ledger never judged.
+fn wait_for_ledger(dir: &Path, signals: &SignalFd) -> Result<bool, WatchError> {
+    let ledger = Ledger::new(dir);
+    let missing = || matches!(ledger.exists(), Err(LedgerError::Missing { .. }));
+    if !missing() {
+        return Ok(true);
+    }
+    log::info!("waiting for state directory {}", dir.display());
+    loop {
+        let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(1000u64).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(WatchError::Poll(e)),
+        }
+        while let Some(info) = signals.read_signal().map_err(WatchError::ReadSignal)? {
+            match Signal::try_from(info.ssi_signo as i32) {
+                Ok(Signal::SIGHUP) | Err(_) => {}
+                Ok(signal) => {
+                    log::info!("{signal}: stopping");
+                    return Ok(false);
+                }
+            }
+        }
+        if !missing() {
+            log::info!("state directory {} exists", dir.display());
+            return Ok(true);
+        }
+    }
+}
+
+/// One `sweep --repair`, as `natledger sweep --repair` runs it; its errors are logged, and
+/// what it held back once until that changes (`held`: the last).
+fn reconcile(settings: &Settings, held: &mut Option<HeldBack>) -> Option<SweepReport> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
     let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
@@ -332,6 +377,13 @@ fn reconcile(settings: &Settings) -> Option<SweepReport> {
     };
     match ops::sweep(&ctx, &opts) {
         Ok(report) => {
+            let kind = |h: &Option<HeldBack>| h.as_ref().map(std::mem::discriminant);
+            if kind(&report.held_back) != kind(held)
+                && let Some(h) = &report.held_back
+            {
+                log::warn!("{h}");
+            }
+            held.clone_from(&report.held_back);
             for e in &report.errors {
                 log::warn!("{e}");
             }

@@ -16,33 +16,33 @@
 //! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
 
+mod held;
 mod leftover;
 mod native;
 mod order;
 mod plan;
 mod repair;
 mod report;
+mod wait;
 
+pub use held::HeldBack;
 pub use order::{Ranked, rank};
 pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
 pub use repair::{Repair, Restored, repair};
 pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
+pub use wait::{QUIET, wait_for_exits};
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::backend::{Backend, BackendError};
 use crate::chain::Chain;
 use crate::fault;
-use crate::kernel::machine::Host;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
 use crate::model::table::Table;
-use crate::state::ledger::{
-    FileId, Ledger, Locked, Manifest, Phase, RuleRecord, Summary, summarize,
-};
+use crate::state::ledger::{FileId, Locked, Manifest, Phase, RuleRecord, Scan, Summary, summarize};
 use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
 
@@ -61,12 +61,10 @@ pub struct SweepOptions {
     /// Also put back what live containers' manifests record and the tables lack, with the
     /// chains, jumps and guard they need ([`repair`]), in the same transactions.
     pub repair: bool,
+    /// The boot, before any runtime: every tagged rule no manifest claims goes, even when
+    /// nothing is recorded or the state directory is missing ([`held`]).
+    pub boot: bool,
 }
-
-/// With `--wait`, the wait ends early once no recorded process has exited for this long:
-/// containers still running by then are kept (Docker's live-restore, containerd shims).
-pub const QUIET: Duration = Duration::from_secs(3);
-const POLL: Duration = Duration::from_millis(100);
 
 /// Run one sweep. `Err` only when the ledger itself cannot be read or locked; everything
 /// else that fails is in the report's `errors`.
@@ -77,9 +75,17 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     }
     // Read before the lock: a manifest too large to read whole takes its time.
     let early = ctx.ledger.summarize_oversized();
-    let locked = ctx.ledger.lock()?;
     let mut report = SweepReport::new(opts);
-    let judged = judge(ctx, opts, early, &mut report)?;
+    let locked = match held::lock(&ctx.ledger, opts)? {
+        held::Hold::Locked(locked) => Some(locked),
+        held::Hold::Absent => None,
+        held::Hold::Refused(why) => {
+            report.held_back = Some(why);
+            report.duration_seconds = started.elapsed().as_secs_f64();
+            return Ok(report);
+        }
+    };
+    let judged = judge(ctx, opts, early, locked.is_some(), &mut report)?;
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
@@ -131,7 +137,12 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
         }
         ctx.netfilter.release_native();
     }
-    settle(&locked, opts, judged, &mut report);
+    if judged.claims.keep_unrecorded {
+        report.held_back = held::empty(&ctx.ledger, &report.tables);
+    }
+    if let Some(locked) = &locked {
+        settle(locked, opts, judged, &mut report);
+    }
     report.count_rules_per_container();
     report.duration_seconds = started.elapsed().as_secs_f64();
     Ok(report)
@@ -170,15 +181,22 @@ fn judge(
     ctx: &Context,
     opts: &SweepOptions,
     early: Vec<(PathBuf, Summary)>,
+    ledgered: bool,
     report: &mut SweepReport,
 ) -> Result<Judged, Error> {
     let mut early: HashMap<PathBuf, Summary> = early.into_iter().collect();
     // Without /proc every container would look dead.
     ctx.host.check_procfs().map_err(Error::Procfs)?;
-    let scan = ctx.ledger.scan()?;
+    // Without a state directory (`--boot`, `--all`) nothing is read: one made meanwhile is
+    // not locked.
+    let scan = match ledgered {
+        true => ctx.ledger.scan()?,
+        false => Scan::default(),
+    };
     let mut judged = Judged {
         claims: Claims {
             all: opts.all,
+            keep_unrecorded: held::keep_unrecorded(opts, scan.manifests.len()),
             ..Claims::default()
         },
         doomed: Vec::new(),
@@ -522,38 +540,6 @@ fn where_(records: &[RuleRecord]) -> String {
     places.sort();
     places.dedup();
     places.join(", ")
-}
-
-/// Give containers that are exiting (their runtime was just stopped) up to `limit` to die,
-/// polling their recorded pids. Ends when none is left alive, when `limit` passes, or when
-/// none has exited for [`QUIET`]. Runs without the lock, so hooks are not held up.
-pub fn wait_for_exits(host: &dyn Host, ledger: &Ledger, limit: Duration) {
-    let start = Instant::now();
-    let mut last_exit = start;
-    let mut previous = usize::MAX;
-    loop {
-        let alive = ledger
-            .list()
-            .map(|all| {
-                all.into_iter()
-                    .flatten()
-                    .filter(|m| m.pid.is_some() && m.alive(host))
-                    .count()
-            })
-            .unwrap_or(0);
-        let now = Instant::now();
-        if alive == 0 || now - start >= limit {
-            return;
-        }
-        if alive < previous {
-            last_exit = now;
-        }
-        previous = alive;
-        if now - last_exit >= QUIET.min(limit) {
-            return;
-        }
-        sleep(POLL);
-    }
 }
 
 #[cfg(test)]

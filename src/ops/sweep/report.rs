@@ -10,7 +10,7 @@ use crate::backend::Backend;
 use crate::model::family::Family;
 use crate::state::ledger::{CniAttachment, Manifest};
 
-use super::{Reason, Removed, Repair, Restored, SweepOptions, TablePlan};
+use super::{HeldBack, Reason, Removed, Repair, Restored, SweepOptions, TablePlan};
 
 #[derive(Debug, Serialize)]
 pub struct SweepReport {
@@ -29,6 +29,9 @@ pub struct SweepReport {
     pub errors: Vec<String>,
     /// How long the sweep took, `--wait` included.
     pub duration_seconds: f64,
+    /// Rules tagged for containers no manifest knows were left, and why (`sweep::held`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_back: Option<HeldBack>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -109,6 +112,13 @@ pub struct TableReport {
     /// natledger's rules in the table after the sweep (a dry run: those that would remain);
     /// `null` when the table could not be read.
     pub rules_owned_after: Option<usize>,
+    /// Rules tagged for containers no manifest knows, left ([`super::Claims`]).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub unrecorded_kept: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl ContainerReport {
@@ -171,6 +181,7 @@ impl TableReport {
             blocked: Vec::new(),
             error: None,
             rules_owned_after: None,
+            unrecorded_kept: 0,
         }
     }
 
@@ -197,6 +208,7 @@ impl TableReport {
         self.rules_removed = plan.rules;
         self.chains_removed = plan.chains;
         self.rules_owned_after = Some(plan.owned_after);
+        self.unrecorded_kept = plan.unrecorded_kept;
         self
     }
 
@@ -219,6 +231,7 @@ impl SweepReport {
             stale_temp_files: 0,
             errors: Vec::new(),
             duration_seconds: 0.0,
+            held_back: None,
         }
     }
 

@@ -84,6 +84,9 @@ pub enum LedgerError {
          natledger does not act on it (sweep keeps the rules of both)", path.display()
     )]
     Mismatch { path: PathBuf, found: ContainerId },
+    /// [`Ledger::lock_existing`]: only what records (create, CNI ADD) creates the directory.
+    #[error("state directory {} does not exist", dir.display())]
+    Missing { dir: PathBuf },
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> LedgerError + 'a {
@@ -282,6 +285,10 @@ impl Ledger {
         Ledger { dir: dir.into() }
     }
 
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn containers(&self) -> PathBuf {
         self.dir.join("containers")
     }
@@ -307,21 +314,25 @@ impl Ledger {
     /// ([`safefile::check_dir`]), refuse one that is not natledger's (`owner`: nothing is
     /// changed in it), mark one it adopts, and take the lock, waiting for it.
     pub fn lock(&self) -> Result<Locked<'_>, LedgerError> {
-        match fs::symlink_metadata(&self.dir) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
-                    safefile::check_dir(parent, true)
-                        .map_err(io("create the state directory in", parent))?;
-                }
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&self.dir)
-                    .map_err(io("create", &self.dir))?;
+        if let Err(LedgerError::Missing { .. }) = self.exists() {
+            if let Some(parent) = self.dir.parent().filter(|p| p.exists()) {
+                safefile::check_dir(parent, true)
+                    .map_err(io("create the state directory in", parent))?;
             }
-            Err(e) => return Err(io("use state directory", &self.dir)(e)),
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.dir)
+                .map_err(io("create", &self.dir))?;
         }
+        self.lock_existing()
+    }
+
+    /// [`Self::lock`], but never creating the state directory: [`LedgerError::Missing`] when
+    /// there is none. For sweep and watch, which record nothing: a mistyped `--state-dir` must
+    /// not become an empty ledger whose every tagged rule looks like an orphan.
+    pub fn lock_existing(&self) -> Result<Locked<'_>, LedgerError> {
+        self.exists()?;
         // Checked and judged before anything is created in it.
         self.check_dirs()?;
         match owner::judge(&self.dir)? {
@@ -357,6 +368,17 @@ impl Ledger {
             ledger: self,
             _file: file,
         })
+    }
+
+    /// Whether the state directory exists (as anything: [`Self::lock_existing`] judges it).
+    pub fn exists(&self) -> Result<(), LedgerError> {
+        match fs::symlink_metadata(&self.dir) {
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(LedgerError::Missing {
+                dir: self.dir.clone(),
+            }),
+            Err(e) => Err(io("use state directory", &self.dir)(e)),
+        }
     }
 
     /// Write natledger's marker: the directory is natledger's from now on.

@@ -361,7 +361,23 @@ fn del_without_a_manifest_keeps_the_rules_a_live_hook_container_shares() {
 
         kill_pid(pid);
         assert_ok(&node.poststop("h4"), "poststop h4");
-        assert_ok(&node.sweep(&[]), "sweep");
+        // The ledger now records nothing: a sweep cannot tell a lost manifest from a
+        // mistyped or emptied state directory, and keeps k's tagged rules, saying so.
+        let k_left = node.dump();
+        let out = node.sweep(&[]);
+        assert_ok(&out, "sweep");
+        assert!(
+            stderr(&out).contains("holds no manifest"),
+            "{}",
+            stderr(&out)
+        );
+        assert_eq!(
+            node.dump(),
+            k_left,
+            "{backend:?}: an empty ledger's sweep kept them"
+        );
+        // Nothing lives: `sweep --boot` takes them.
+        assert_ok(&node.sweep(&["--boot"]), "sweep --boot");
         assert_eq!(node.dump(), before, "{backend:?}: swept once h4 is gone");
         assert!(node.manifests().is_empty(), "{:?}", node.manifests());
     });
