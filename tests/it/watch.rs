@@ -319,3 +319,58 @@ fn watch_repairs_a_wipe_within_two_seconds_and_backs_off_a_hostile_deleter() {
         );
     });
 }
+
+/// A restore of a ruleset saved while another container held the port: same size, same entry
+/// count, another DNAT. Seen by the content of natledger's chains, not the backstop.
+#[test]
+fn a_legacy_restore_that_swaps_same_shaped_rules_is_repaired_within_a_second() {
+    let backend = Backend::Legacy;
+    let mut node = Node::new(backend);
+    let ns = node.topo.node().to_string();
+    let c5 = node.topo.add_container(5);
+    let _s5 = serve_tcp(&c5.ns, c5.sock_v4(80), "c5");
+    let p5 = node.topo.spawn_sleeper(&c5.ns);
+    node.create("c5", Some(p5), &[("io.natledger.ports", "6060:80")]);
+    let saved: Vec<(Family, String)> = Family::ALL
+        .into_iter()
+        .map(|f| (f, save(&ns, backend, f)))
+        .collect();
+    assert_ok(&node.poststop("c5"), "poststop c5");
+    kill_pid(p5);
+    let c6 = node.topo.add_container(6);
+    let _s6 = serve_tcp(&c6.ns, c6.sock_v4(80), "c6");
+    let p6 = node.topo.spawn_sleeper(&c6.ns);
+    node.create("c6", Some(p6), &[("io.natledger.ports", "6060:80")]);
+    let ext = node.topo.ext().to_string();
+    let answers = |timeout: Duration| {
+        tcp_request(&ext, sock(NODE_V4, 6060), timeout).is_ok_and(|r| r == "c6")
+    };
+    assert!(answers(Duration::from_secs(2)));
+    let before = node.dump();
+
+    let metrics = node.dir.path().join("watch.prom");
+    let watch = Watch::start(&node, &metrics);
+    let started = wait_until(Duration::from_secs(10), || {
+        metric(&metrics, "natledger_watch_reconciles_total") >= 1.0
+    });
+    assert!(started.is_some(), "no reconcile:\n{}", watch.log());
+    for (family, text) in &saved {
+        let prog = format!("{}-restore", iptables_tool(backend, *family));
+        assert_ok(
+            &run_in(&ns, &prog, &["-w", "30"], Some(text.as_bytes())),
+            &prog,
+        );
+    }
+    let back = wait_until(Duration::from_secs(2), || {
+        answers(Duration::from_millis(150))
+    });
+    assert!(
+        back.is_some(),
+        "port 6060 not back to c6 in 2 s:\n{}",
+        watch.log()
+    );
+    eprintln!("swap repaired {:?} after the restore", back.unwrap());
+    assert!(back.unwrap() < Duration::from_millis(1500), "{:?}", back);
+    let same = wait_until(Duration::from_secs(2), || node.dump() == before);
+    assert!(same.is_some(), "the dump differs:\n{}", node.dump());
+}
