@@ -374,3 +374,51 @@ fn a_legacy_restore_that_swaps_same_shaped_rules_is_repaired_within_a_second() {
     let same = wait_until(Duration::from_secs(2), || node.dump() == before);
     assert!(same.is_some(), "the dump differs:\n{}", node.dump());
 }
+
+/// kube-proxy's resyncs, as a loop: rules added to and flushed from its own chain in
+/// iptables-nft's `ip nat`, 14 commits a second. Not natledger's chains nor the built-in
+/// chains it jumps from: no reconcile, about no CPU.
+#[test]
+fn another_owners_chain_in_the_shared_nat_table_wakes_no_reconcile() {
+    let backend = Backend::Nft;
+    let mut node = Node::new(backend);
+    let ns = node.topo.node().to_string();
+    let c = node.topo.add_container(7);
+    let pid = node.topo.spawn_sleeper(&c.ns);
+    node.create("c7", Some(pid), &[("io.natledger.ports", "7070:80")]);
+    load_nft(&ns, "add chain ip nat KUBE-X\n");
+    let metrics = node.dir.path().join("watch.prom");
+    let watch = Watch::start(&node, &metrics);
+    let started = wait_until(Duration::from_secs(10), || {
+        metric(&metrics, "natledger_watch_reconciles_total") >= 1.0
+    });
+    assert!(started.is_some(), "no reconcile:\n{}", watch.log());
+    std::thread::sleep(Duration::from_millis(300));
+    let runs = metric(&metrics, "natledger_watch_reconciles_total");
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, ns) = (stop.clone(), ns.clone());
+        std::thread::spawn(move || {
+            let mut commits = 0;
+            while !stop.load(Ordering::Relaxed) {
+                load_nft(&ns, "add rule ip nat KUBE-X counter\n");
+                load_nft(&ns, "flush chain ip nat KUBE-X\n");
+                commits += 2;
+                std::thread::sleep(Duration::from_millis(70));
+            }
+            commits
+        })
+    };
+    let share = cpu_share(&watch, Duration::from_secs(4));
+    stop.store(true, Ordering::Relaxed);
+    let commits = churn.join().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let woke = metric(&metrics, "natledger_watch_reconciles_total") - runs;
+    eprintln!(
+        "{commits} commits to KUBE-X: {woke} reconciles, {:.2}% of a CPU",
+        share * 100.0
+    );
+    assert!(commits >= 20, "{commits}");
+    assert_eq!(woke, 0.0, "{}", watch.log());
+    assert!(share < 0.01, "{:.2}% of a CPU", share * 100.0);
+}

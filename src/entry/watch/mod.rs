@@ -3,8 +3,8 @@
 //! ledger lock, as every change) when something may have changed:
 //! - an nf_tables commit, anyone's (iptables-nft's tables, natledger's own, a `nft flush
 //!   ruleset`): told by the kernel through the `NFNLGRP_NFTABLES` multicast group
-//!   ([`Monitor`]); only a table, chain or rule of an `ip`/`ip6` `nat`, `filter` or
-//!   `natledger` table counts, and the generation it announces says whether it was committed
+//!   ([`Monitor`]); only what touches natledger's tables, its chains or the built-in chains
+//!   it jumps from counts, and the generation it announces says whether it was committed
 //!   since the last reconcile;
 //! - a changed iptables-legacy table, which tells no one: its `IPT_SO_GET_INFO` size and
 //!   entry count and a digest of natledger's chains and the jumps into them
