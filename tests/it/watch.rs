@@ -422,3 +422,25 @@ fn another_owners_chain_in_the_shared_nat_table_wakes_no_reconcile() {
     assert_eq!(woke, 0.0, "{}", watch.log());
     assert!(share < 0.01, "{:.2}% of a CPU", share * 100.0);
 }
+
+/// A reconcile that fails (a state directory refused: its marker is not natledger's) is tried
+/// again 0.5 s, 1 s, 2 s … later, logged once each time, not twice a second.
+#[test]
+fn a_failing_reconcile_backs_off() {
+    let mut node = Node::new(Backend::Legacy);
+    let c = node.topo.add_container(8);
+    let pid = node.topo.spawn_sleeper(&c.ns);
+    node.create("c8", Some(pid), &[("io.natledger.ports", "8088:80")]);
+    let marker = node.state_dir().join("natledger-state");
+    std::fs::write(&marker, "another program's file\n").unwrap();
+    let metrics = node.dir.path().join("watch.prom");
+    let watch = Watch::start(&node, &metrics);
+    std::thread::sleep(Duration::from_millis(3200));
+    let log = watch.log();
+    let failures = log.matches("reconcile failed").count();
+    eprintln!("{failures} failures logged in 3.2 s");
+    assert!(log.contains("refusing state directory"), "{log}");
+    assert!(log.contains("trying again in 1000 ms"), "{log}");
+    // At 0, 0.5, 1.5 s (and 3.5 s): not 7.
+    assert!((2..=4).contains(&failures), "{failures}:\n{log}");
+}

@@ -94,6 +94,8 @@ enum Why {
     Legacy,
     Hangup,
     Period,
+    /// The last reconcile failed.
+    Retry,
 }
 
 /// Run until SIGTERM or SIGINT.
@@ -152,14 +154,34 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             log::debug!("reconciling ({why:?})");
             let report = reconcile(settings);
             let took = now.elapsed();
-            counters.add(report.as_ref(), took, SystemTime::now());
-            let restored = report.as_ref().map_or(0, SweepReport::restored);
+            counters.add(report.as_ref().ok(), took, SystemTime::now());
+            let report = match report {
+                Ok(report) => report,
+                // Nothing written: what it read stays what the next check compares with, and
+                // it is tried again after a hold that doubles while it keeps failing.
+                Err(e) => {
+                    let hold = backoff.failed(Instant::now());
+                    log::warn!(
+                        "reconcile failed: {}; trying again in {} ms",
+                        Chain(&e),
+                        hold.as_millis()
+                    );
+                    legacy = before;
+                    let exposition = counters.exposition();
+                    if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition)
+                    {
+                        log::warn!("{}", Chain(&e));
+                    }
+                    due = Some(Why::Retry);
+                    next_period = Instant::now() + opts.period;
+                    continue;
+                }
+            };
+            let restored = report.restored();
             // Compared with the tables as the reconcile read them, so a change made during
             // it is seen; after a write of its own, what it read is gone: the next check
             // reconciles once more (a deleter quicker than the check restores the same size).
-            let wrote = report.as_ref().is_none_or(|r| {
-                restored > 0 || r.tables.iter().any(|t| !t.rules_removed.is_empty())
-            });
+            let wrote = restored > 0 || report.tables.iter().any(|t| !t.rules_removed.is_empty());
             legacy = if wrote { Vec::new() } else { before };
             if let Some(hold) = backoff.after(restored, Instant::now()) {
                 counters.backoffs += 1;
@@ -321,8 +343,9 @@ fn stamps(known: &[Option<Stamp>]) -> Vec<Option<Stamp>> {
     out
 }
 
-/// One `sweep --repair`, as `natledger sweep --repair` runs it; its errors are logged.
-fn reconcile(settings: &Settings) -> Option<SweepReport> {
+/// One `sweep --repair`, as `natledger sweep --repair` runs it; the errors of a report are
+/// logged, a failure is the caller's.
+fn reconcile(settings: &Settings) -> Result<SweepReport, ops::Error> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
     let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
@@ -331,18 +354,11 @@ fn reconcile(settings: &Settings) -> Option<SweepReport> {
         repair: true,
         ..SweepOptions::default()
     };
-    match ops::sweep(&ctx, &opts) {
-        Ok(report) => {
-            for e in &report.errors {
-                log::warn!("{e}");
-            }
-            Some(report)
-        }
-        Err(e) => {
-            log::warn!("reconcile failed: {}", Chain(&e));
-            None
-        }
+    let report = ops::sweep(&ctx, &opts)?;
+    for e in &report.errors {
+        log::warn!("{e}");
     }
+    Ok(report)
 }
 
 #[cfg(test)]
