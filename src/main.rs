@@ -211,6 +211,7 @@ fn run(
                 all,
                 wait: wait.map(Duration::from_secs),
                 repair,
+                try_lock: false,
             };
             sweep(settings, &opts, json, metrics_file)
         }

@@ -444,3 +444,40 @@ fn a_failing_reconcile_backs_off() {
     // At 0, 0.5, 1.5 s (and 3.5 s): not 7.
     assert!((2..=4).contains(&failures), "{failures}:\n{log}");
 }
+
+/// A hook holding the ledger lock keeps no signal waiting: SIGHUP
+/// then SIGTERM, and watch has ended within a second.
+#[test]
+fn sigterm_never_waits_for_the_ledger_lock() {
+    let mut node = Node::new(Backend::Legacy);
+    let c = node.topo.add_container(9);
+    let pid = node.topo.spawn_sleeper(&c.ns);
+    node.create("c9", Some(pid), &[("io.natledger.ports", "9099:80")]);
+    let metrics = node.dir.path().join("watch.prom");
+    let mut watch = Watch::start(&node, &metrics);
+    let started = wait_until(Duration::from_secs(10), || {
+        metric(&metrics, "natledger_watch_reconciles_total") >= 1.0
+    });
+    assert!(started.is_some(), "no reconcile:\n{}", watch.log());
+    let lock = node.state_dir().join("lock");
+    // Held by the test itself, as a hook holds it (flock(2) on its own open file).
+    let holder = std::fs::File::open(&lock).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor this test owns.
+    assert_eq!(unsafe { libc::flock(holder.as_raw_fd(), libc::LOCK_EX) }, 0);
+    std::thread::sleep(Duration::from_millis(300));
+    watch.signal(libc::SIGHUP);
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    watch.signal(libc::SIGTERM);
+    let mut status = None;
+    let gone = wait_until(Duration::from_secs(3), || {
+        status = watch.child.try_wait().unwrap();
+        status.is_some()
+    });
+    drop(holder);
+    assert!(gone.is_some(), "still running 3 s after SIGTERM");
+    eprintln!("ended {:?} after SIGTERM, the lock held", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    assert!(status.unwrap().success(), "{status:?}\n{}", watch.log());
+}

@@ -16,7 +16,8 @@
 //! per [`LEGACY_EVERY`]. Reconciles start at least [`GAP`] apart. The state before a reconcile is what the next is compared with, and
 //! a reconcile that wrote is followed by one more, so a change made during or right after a
 //! reconcile is never missed (a reconcile that finds nothing writes nothing: no loop). SIGTERM and SIGINT end it with status 0 as soon as the
-//! reconcile under way ends; the signals have a handler of their own (blocked, read from the
+//! reconcile under way ends (the ledger lock is never waited for: while a hook holds it, the
+//! reconcile is tried again every [`GAP`], the signals read in between); the signals have a handler of their own (blocked, read from the
 //! signalfd), so that as PID 1 of a container they are not dropped. Repairs undone again and
 //! again back off ([`backoff`]).
 
@@ -153,6 +154,15 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             let before = stamps(&[]);
             log::debug!("reconciling ({why:?})");
             let report = reconcile(settings);
+            if let Err(ops::Error::Busy { .. }) = report {
+                // A hook holds the ledger lock: tried again after the gap, the signals read
+                // meanwhile.
+                log::debug!(
+                    "the ledger lock is taken: reconciling in {} ms",
+                    GAP.as_millis()
+                );
+                continue;
+            }
             let took = now.elapsed();
             counters.add(report.as_ref().ok(), took, SystemTime::now());
             let report = match report {
@@ -352,6 +362,7 @@ fn reconcile(settings: &Settings) -> Result<SweepReport, ops::Error> {
     ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
     let opts = SweepOptions {
         repair: true,
+        try_lock: true,
         ..SweepOptions::default()
     };
     let report = ops::sweep(&ctx, &opts)?;

@@ -59,6 +59,9 @@ pub struct SweepOptions {
     /// Also put back what live containers' manifests record and the tables lack, with the
     /// chains, jumps and guard they need ([`repair`]), in the same transactions.
     pub repair: bool,
+    /// Give up at once, with [`Error::Busy`], when another process holds the ledger lock
+    /// (`natledger watch`: its signals are never kept waiting by a hook).
+    pub try_lock: bool,
 }
 
 /// With `--wait`, the wait ends early once no recorded process has exited for this long:
@@ -75,7 +78,12 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     }
     // Read before the lock: a manifest too large to read whole takes its time.
     let early = ctx.ledger.summarize_oversized();
-    let locked = ctx.ledger.lock()?;
+    let locked = match opts.try_lock {
+        true => ctx.ledger.try_lock()?.ok_or_else(|| Error::Busy {
+            path: ctx.ledger.file("lock"),
+        })?,
+        false => ctx.ledger.lock()?,
+    };
     let mut report = SweepReport::new(opts);
     let judged = judge(ctx, opts, early, &mut report)?;
     fault::point(fault::SWEEP_JUDGED);
