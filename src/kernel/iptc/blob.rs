@@ -207,7 +207,10 @@ impl Blob {
             e[..c - 4].hash(h);
             e[c + 16..].hash(h);
         };
-        for (name, span) in self.user_chain_spans() {
+        // In table order: the map's own order changes from one read to the next.
+        let mut chains: Vec<_> = self.user_chain_spans().into_iter().collect();
+        chains.sort_by_key(|(_, span)| span.first);
+        for (name, span) in chains {
             if name.starts_with(prefix) {
                 name.hash(&mut h);
                 for (_, e) in self.rules(span) {
