@@ -481,3 +481,62 @@ fn sigterm_never_waits_for_the_ledger_lock() {
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     assert!(status.unwrap().success(), "{status:?}\n{}", watch.log());
 }
+
+/// Clients that connect to `/metrics` and send nothing (20 every 50 ms) hold only the
+/// serving thread: a wipe is still put back within 2 s, SIGTERM still ends watch within a
+/// second.
+#[test]
+fn idle_metrics_clients_never_stall_the_loop() {
+    let backend = Backend::Legacy;
+    let mut node = Node::new(backend);
+    let c = node.topo.add_container(4);
+    let _server = serve_tcp(&c.ns, c.sock_v4(80), "c4");
+    let pid = node.topo.spawn_sleeper(&c.ns);
+    node.create("c4", Some(pid), &[("io.natledger.ports", "4040:80")]);
+    let ext = node.topo.ext().to_string();
+    let answers = |timeout: Duration| {
+        tcp_request(&ext, sock(NODE_V4, 4040), timeout).is_ok_and(|r| r == "c4")
+    };
+    assert!(answers(Duration::from_secs(2)));
+    let metrics = node.dir.path().join("watch.prom");
+    let mut watch = Watch::start(&node, &metrics);
+    let started = wait_until(Duration::from_secs(10), || {
+        metric(&metrics, "natledger_watch_reconciles_total") >= 1.0
+    });
+    assert!(started.is_some(), "no reconcile:\n{}", watch.log());
+    let (host, port) = ADDRESS.split_once(':').unwrap();
+    let script = format!(
+        "import socket, time\n\
+         end = time.time() + 6; keep = []\n\
+         while time.time() < end:\n\
+         \x20   for _ in range(20):\n\
+         \x20       try: keep.append(socket.create_connection(('{host}', {port}), timeout=0.2))\n\
+         \x20       except OSError: pass\n\
+         \x20   keep = keep[-300:]\n\
+         \x20   time.sleep(0.05)\n"
+    );
+    let mut flood = Command::new("ip")
+        .args(["netns", "exec", node.topo.node(), "python3", "-c", &script])
+        .spawn()
+        .expect("python3");
+    std::thread::sleep(Duration::from_millis(800));
+    wipe(&node);
+    let back = wait_until(Duration::from_secs(2), || {
+        answers(Duration::from_millis(150))
+    });
+    let t0 = Instant::now();
+    watch.signal(libc::SIGTERM);
+    let gone = wait_until(Duration::from_secs(3), || {
+        watch.child.try_wait().unwrap().is_some()
+    });
+    let ended = t0.elapsed();
+    let _ = flood.kill();
+    let _ = flood.wait();
+    assert!(back.is_some(), "not repaired in 2 s:\n{}", watch.log());
+    assert!(gone.is_some(), "still running 3 s after SIGTERM");
+    eprintln!(
+        "repaired {:?} after the wipe, ended {ended:?} after SIGTERM",
+        back.unwrap()
+    );
+    assert!(ended < Duration::from_secs(1), "{ended:?}");
+}

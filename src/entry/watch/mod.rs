@@ -102,9 +102,9 @@ enum Why {
 /// Run until SIGTERM or SIGINT.
 pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let signals = signals().map_err(WatchError::Signals)?;
-    let listener = match opts.metrics_address {
+    let served = match opts.metrics_address {
         Some(address) => {
-            Some(http::listen(address).map_err(|source| WatchError::Listen { address, source })?)
+            Some(http::spawn(address).map_err(|source| WatchError::Listen { address, source })?)
         }
         None => None,
     };
@@ -130,6 +130,9 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         opts.period.as_secs()
     );
     let mut counters = Counters::default();
+    if let Some(served) = &served {
+        show(served, counters.exposition().render());
+    }
     let mut backoff = Backoff::default();
     let mut due: Option<Why> = Some(Why::Start);
     let mut legacy = stamps(&[]);
@@ -177,11 +180,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                         hold.as_millis()
                     );
                     legacy = before;
-                    let exposition = counters.exposition();
-                    if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition)
-                    {
-                        log::warn!("{}", Chain(&e));
-                    }
+                    publish(&counters, opts, served.as_ref());
                     due = Some(Why::Retry);
                     next_period = Instant::now() + opts.period;
                     continue;
@@ -205,11 +204,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                     hold.as_millis()
                 );
             }
-            if let Err(e) =
-                metrics::write_option(opts.metrics_file.as_deref(), &counters.exposition())
-            {
-                log::warn!("{}", Chain(&e));
-            }
+            publish(&counters, opts, served.as_ref());
             due = None;
             next_period = Instant::now() + opts.period;
         }
@@ -222,20 +217,12 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let timeout = wake.saturating_duration_since(now);
         let timeout =
             PollTimeout::try_from(timeout.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
-        // The signalfd, then the monitor and the metrics listener where there are.
+        // The signalfd, then the monitor where there is one.
         let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-        let waited: Vec<Option<usize>> = [
-            monitor.as_ref().map(|m| m.as_fd()),
-            listener.as_ref().map(|l| l.as_fd()),
-        ]
-        .into_iter()
-        .map(|fd| {
-            fd.map(|fd| {
-                fds.push(PollFd::new(fd, PollFlags::POLLIN));
-                fds.len() - 1
-            })
-        })
-        .collect();
+        let waited = monitor.as_ref().map(|m| {
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+            fds.len() - 1
+        });
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(WatchError::Poll(e)),
@@ -244,11 +231,8 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             at.and_then(|i| fds[i].revents())
                 .is_some_and(|r| !r.is_empty())
         };
-        let (signalled, told, asked) = (ready(Some(0)), ready(waited[0]), ready(waited[1]));
+        let (signalled, told) = (ready(Some(0)), ready(waited));
         drop(fds);
-        if let (true, Some(listener)) = (asked, &listener) {
-            http::serve(listener, || counters.exposition().render());
-        }
         if signalled {
             while let Some(info) = signals.read_signal().map_err(WatchError::ReadSignal)? {
                 match Signal::try_from(info.ssi_signo as i32) {
@@ -293,6 +277,24 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         if now >= next_period {
             due = due.or(Some(Why::Period));
         }
+    }
+}
+
+/// The counters to `--metrics-file` and to what `--metrics-address` serves.
+fn publish(counters: &Counters, opts: &Options, served: Option<&http::Served>) {
+    let exposition = counters.exposition();
+    if let Some(served) = served {
+        show(served, exposition.render());
+    }
+    if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition) {
+        log::warn!("{}", Chain(&e));
+    }
+}
+
+fn show(served: &http::Served, text: String) {
+    match served.lock() {
+        Ok(mut snapshot) => *snapshot = text,
+        Err(poisoned) => *poisoned.into_inner() = text,
     }
 }
 
