@@ -262,7 +262,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             checks = checks.wrapping_add(1);
             // Between deep checks, a large table whose size and count are unchanged is taken
             // as unchanged, unread.
-            let known: Vec<Option<Stamp>> = if checks % DEEP_EVERY == 0 {
+            let known: Vec<Option<Stamp>> = if checks.is_multiple_of(DEEP_EVERY) {
                 Vec::new()
             } else {
                 legacy
