@@ -213,6 +213,7 @@ fn run(
                 wait: wait.map(Duration::from_secs),
                 repair,
                 boot,
+                try_lock: false,
             };
             sweep(settings, &opts, json, metrics_file)
         }

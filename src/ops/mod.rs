@@ -100,6 +100,8 @@ pub enum Error {
     BadPid { id: ContainerId, pid: i32 },
     #[error("container {id} is not running (pid {pid} is gone)")]
     NotRunning { id: ContainerId, pid: i32 },
+    #[error("{path} is held by another process")]
+    Busy { path: std::path::PathBuf },
     #[error("no global address in the network namespace of pid {pid}: {}", runtime.no_address_advice())]
     NoAddress { pid: i32, runtime: Runtime },
     #[error(

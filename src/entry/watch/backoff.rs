@@ -5,6 +5,10 @@
 //! streak; from the [`FREE`]th repair of a streak on, the next repair waits [`FIRST`], then
 //! twice as long each time, up to [`MAX`]. Reconciles that find nothing missing do not end a
 //! streak (a deleter every 50 ms leaves room for them); a quiet [`WINDOW`] does.
+//!
+//! A reconcile that failed (a state directory refused, a table unreadable) is tried again
+//! after [`FIRST`], then twice as long after each failure in a row, up to [`MAX`]; one that
+//! succeeds ends the run.
 
 use std::time::{Duration, Instant};
 
@@ -22,12 +26,14 @@ pub struct Backoff {
     streak: u32,
     last_repair: Option<Instant>,
     hold_until: Option<Instant>,
+    failures: u32,
 }
 
 impl Backoff {
     /// After a reconcile at `now` that put back `restored` rules: how long the next repair
     /// waits, when it must (a new hold).
     pub fn after(&mut self, restored: usize, now: Instant) -> Option<Duration> {
+        self.failures = 0;
         if restored == 0 {
             return None;
         }
@@ -44,6 +50,15 @@ impl Backoff {
         let hold = FIRST.saturating_mul(1 << doublings).min(MAX);
         self.hold_until = Some(now + hold);
         Some(hold)
+    }
+
+    /// After a reconcile at `now` that failed: how long until it is tried again (a new hold).
+    pub fn failed(&mut self, now: Instant) -> Duration {
+        let doublings = self.failures.min(16);
+        self.failures += 1;
+        let hold = FIRST.saturating_mul(1 << doublings).min(MAX);
+        self.hold_until = Some(now + hold);
+        hold
     }
 
     /// Until when repairs wait, if they do at `now`.
@@ -95,6 +110,22 @@ mod tests {
         b.release();
         assert_eq!(b.held(now), None);
         assert_eq!(b.after(1, now + ms(1)), Some(MAX));
+    }
+
+    #[test]
+    fn failures_in_a_row_are_retried_later_each_time_and_a_success_ends_them() {
+        let mut b = Backoff::default();
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let holds: Vec<_> = (0..8).map(|i| b.failed(t0 + ms(i))).collect();
+        assert_eq!(
+            holds,
+            [500, 1000, 2000, 4000, 8000, 16000, 30000, 30000].map(ms)
+        );
+        assert_eq!(b.held(t0 + ms(8)), Some(t0 + ms(7) + MAX));
+        assert_eq!(b.after(0, t0 + MAX), None);
+        assert_eq!(b.failed(t0 + MAX), FIRST);
+        assert_eq!(b.streak(), 0, "failures are no repairs");
     }
 
     #[test]

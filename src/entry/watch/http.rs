@@ -1,47 +1,59 @@
 //! `--metrics-address ADDR:PORT`: watch's counters served as `GET /metrics` (the Prometheus
 //! text format, version 0.0.4) for deployments where no textfile collector reads a file (a
-//! container). HTTP/1.0 by hand, one request per connection, answered inside watch's loop:
-//! the listener is one more descriptor of its `poll(2)`, and each exchange is bounded by
-//! [`EXCHANGE`], so a slow client delays a signal by at most that.
+//! container). HTTP/1.0 by hand, one request per connection, on a thread of its own that
+//! answers from a snapshot the loop publishes after each reconcile ([`Served`]): the loop
+//! never waits for a client. Each exchange is bounded by [`EXCHANGE`], so a slow or idle
+//! client delays only the requests behind it.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long one client may take to send its request and read the answer.
 pub const EXCHANGE: Duration = Duration::from_millis(250);
 /// The longest request head read.
 const HEAD: usize = 8 * 1024;
-/// At most this many connections answered per wake-up.
-const PER_WAKE: usize = 16;
 
-/// The listening socket, non-blocking.
-pub fn listen(address: SocketAddr) -> io::Result<TcpListener> {
+/// The exposition as last published by the loop, read by the serving thread.
+pub type Served = Arc<Mutex<String>>;
+
+/// Listen on `address` and answer `GET /metrics` from the returned snapshot, on a thread of
+/// its own (it inherits the caller's blocked signals: they stay the loop's).
+pub fn spawn(address: SocketAddr) -> io::Result<Served> {
     let listener = TcpListener::bind(address)?;
-    listener.set_nonblocking(true)?;
-    Ok(listener)
+    let served: Served = Arc::default();
+    let snapshot = served.clone();
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || serve(&listener, &snapshot))?;
+    Ok(served)
 }
 
-/// Answer the connections waiting on `listener` with `body()` for `GET /metrics`.
-pub fn serve(listener: &TcpListener, body: impl Fn() -> String) {
-    for _ in 0..PER_WAKE {
-        match listener.accept() {
-            Ok((stream, peer)) => {
+/// Answer the connections on `listener`, one after another, for as long as the process runs.
+fn serve(listener: &TcpListener, served: &Mutex<String>) {
+    let body = || match served.lock() {
+        Ok(text) => text.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => {
+                let peer = stream.peer_addr().ok();
                 if let Err(e) = exchange(stream, &body) {
-                    log::debug!("metrics request from {peer}: {e}");
+                    log::debug!("metrics request from {peer:?}: {e}");
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
             Err(e) => {
                 log::debug!("accepting a metrics request: {e}");
-                return;
+                // EMFILE and the like: not a busy loop.
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
     }
 }
 
 fn exchange(mut stream: TcpStream, body: &impl Fn() -> String) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
     let deadline = Instant::now() + EXCHANGE;
     let left = || {
         deadline

@@ -195,6 +195,50 @@ impl Blob {
         self.entry(at)
     }
 
+    /// A digest of what natledger owns in the table: the rules of every user chain named
+    /// `prefix`…, by name, and the built-in chains' jumps into them, counters and `comefrom`
+    /// left out (traffic changes them). A restore that swaps same-shaped rules keeps the
+    /// table's size and entry count ([`super::Stamp`]) but not this.
+    pub fn digest(&self, prefix: &str) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        let c = self.layout.counters_at;
+        let entry = |e: &[u8], h: &mut std::collections::hash_map::DefaultHasher| {
+            e[..c - 4].hash(h);
+            e[c + 16..].hash(h);
+        };
+        // In table order: the map's own order changes from one read to the next.
+        let mut chains: Vec<_> = self.user_chain_spans().into_iter().collect();
+        chains.sort_by_key(|(_, span)| span.first);
+        for (name, span) in chains {
+            if name.starts_with(prefix) {
+                name.hash(&mut h);
+                for (_, e) in self.rules(span) {
+                    entry(e, &mut h);
+                }
+            }
+        }
+        for hook in HOOKS {
+            let Some(span) = self.chain(hook) else {
+                continue;
+            };
+            for (_, e) in self.rules(span) {
+                let Some((t, _)) = xt_at(e, self.layout.target_offset(e)) else {
+                    continue;
+                };
+                let to = (t.name == STANDARD && t.data.len() >= 4)
+                    .then(|| i32_at(t.data, 0))
+                    .filter(|v| *v >= 0)
+                    .and_then(|v| self.chain_starting_at(v as usize));
+                if to.is_some_and(|to| to.starts_with(prefix)) {
+                    hook.hash(&mut h);
+                    entry(e, &mut h);
+                }
+            }
+        }
+        h.finish()
+    }
+
     /// Insert `inserts` (each before the entry at its offset; several at one offset in the
     /// order given) or remove the entries at `removes`, in place: the table is never copied,
     /// so a hook holds one copy of it however large it is. The bytes before the entries are
@@ -414,6 +458,25 @@ mod tests {
         info.num_entries = count;
         info.size = bytes.len() as u32;
         Blob::parse(l, info, bytes, 0).unwrap()
+    }
+
+    #[test]
+    fn the_digest_covers_the_prefixed_chains_and_jumps_into_them_not_counters_or_others() {
+        let t = table();
+        let l = t.layout;
+        let base = t.digest("X");
+        let pre = t.chain("PREROUTING").unwrap().first;
+        let policy = t.info.underflow[0] as usize;
+        let changed = |at: usize, byte: usize| {
+            let mut bytes = t.bytes().to_vec();
+            bytes[at + byte] ^= 0xff;
+            Blob::parse(l, t.info, bytes, 0).unwrap().digest("X")
+        };
+        assert_eq!(changed(pre, l.counters_at + 3), base, "the jump's counters");
+        assert_eq!(changed(pre, l.counters_at - 2), base, "comefrom");
+        assert_ne!(changed(pre, 8), base, "the jump's destination address");
+        assert_eq!(changed(policy, 8), base, "another entry");
+        assert_ne!(t.digest("Y"), base);
     }
 
     #[test]

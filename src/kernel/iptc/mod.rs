@@ -191,22 +191,36 @@ pub fn read(family: Family, table: &'static str) -> Result<Blob, IptcError> {
     Socket::open(family, table)?.read()
 }
 
-/// What `IPT_SO_GET_INFO` tells of a table without reading it: its size in bytes and its
-/// entry count. Any edit through `IPT_SO_SET_REPLACE` that adds or removes a rule changes it;
-/// `natledger watch` compares it every 500 ms.
+/// What a legacy table holds, in brief: its size in bytes and entry count (any rule added or
+/// removed changes them), and a digest of natledger's chains and the jumps into them
+/// ([`Blob::digest`]: a restore that swaps same-shaped rules changes only that). `natledger
+/// watch` compares it every 500 ms.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub size: u32,
     pub entries: u32,
+    pub content: u64,
 }
 
-/// The [`Stamp`] of `table` of `family`. As [`read`], asking about an absent table creates
-/// it: callers check for it first.
-pub fn stamp(family: Family, table: &'static str) -> Result<Stamp, IptcError> {
-    let info = Socket::open(family, table)?.info()?;
+/// The [`Stamp`] of `table` of `family`. Its content is read (the whole table) unless
+/// `known`'s size and entry count are still the table's: then `known` is returned, after one
+/// `IPT_SO_GET_INFO` only. As [`read`], asking about an absent table creates it: callers
+/// check for it first.
+pub fn stamp(
+    family: Family,
+    table: &'static str,
+    known: Option<Stamp>,
+) -> Result<Stamp, IptcError> {
+    let sock = Socket::open(family, table)?;
+    let info = sock.info()?;
+    if let Some(known) = known.filter(|k| (k.size, k.entries) == (info.size, info.num_entries)) {
+        return Ok(known);
+    }
+    let blob = sock.read()?;
     Ok(Stamp {
-        size: info.size,
-        entries: info.num_entries,
+        size: blob.info.size,
+        entries: blob.info.num_entries,
+        content: blob.digest(crate::model::layout::CHAIN_PREFIX),
     })
 }
 

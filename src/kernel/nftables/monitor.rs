@@ -14,6 +14,7 @@ use nix::sys::socket::{
 
 use super::{NFT_MSG_NEWGEN, NFTA_GEN_ID, subsys};
 use crate::kernel::netlink;
+use crate::model::layout::CHAIN_PREFIX;
 
 /// `NFNLGRP_NFTABLES` (linux/netfilter/nfnetlink.h).
 const NFNLGRP_NFTABLES: libc::c_int = 7;
@@ -26,12 +27,24 @@ pub struct Monitor {
     fd: OwnedFd,
 }
 
-/// The tables natledger writes: iptables-nft's `nat` and `filter`, and its own `natledger`.
-const TABLES: [&str; 3] = ["nat", "filter", "natledger"];
-/// Message types that add or remove a table, chain or rule (`NFT_MSG_NEWTABLE`,
-/// `DELTABLE`, `NEWCHAIN`, `DELCHAIN`, `NEWRULE`, `DELRULE`, and the `DESTROY…` ones of
-/// Linux 6.3), all with the table's name as attribute 1.
-const TOUCHING: [u16; 9] = [0, 2, 3, 5, 6, 8, 26, 27, 28];
+/// natledger's own tables: anything in them counts.
+const OWN_TABLE: &str = "natledger";
+/// iptables-nft's tables natledger writes in, shared with other owners (kube-proxy, Docker):
+/// only what touches natledger's chains or the jumps into them counts.
+const SHARED_TABLES: [&str; 2] = ["nat", "filter"];
+/// The built-in chains natledger jumps from.
+const BUILT_IN: [&str; 5] = ["PREROUTING", "OUTPUT", "POSTROUTING", "INPUT", "FORWARD"];
+/// Message types that add or remove a table (`NFT_MSG_NEWTABLE`, `DELTABLE`,
+/// `DESTROYTABLE` of Linux 6.3), a chain (`NEWCHAIN`, `DELCHAIN`, `DESTROYCHAIN`) or a rule
+/// (`NEWRULE`, `DELRULE`, `DESTROYRULE`), all with the table's name as attribute 1.
+const TABLE_KINDS: [u16; 3] = [0, 2, 26];
+const CHAIN_KINDS: [u16; 3] = [3, 5, 27];
+const RULE_KINDS: [u16; 3] = [6, 8, 28];
+/// A table's deletion: `DELTABLE`, `DESTROYTABLE`.
+const TABLE_GONE: [u16; 2] = [2, 26];
+/// `NFTA_RULE_CHAIN`, `NFTA_CHAIN_NAME`.
+const RULE_CHAIN: u16 = 2;
+const CHAIN_NAME: u16 = 3;
 /// `AF_UNSPEC`, `AF_INET`, `AF_INET6`: the families of natledger's tables (and of a message
 /// for all of them).
 const FAMILIES: [u8; 3] = [0, 2, 10];
@@ -104,10 +117,14 @@ impl Monitor {
 }
 
 /// Whether a message of type `kind` (with `payload`: `nfgenmsg`, then attributes) adds or
-/// removes something in a table natledger writes. Another owner's table (firewalld's `inet
-/// firewalld`, Docker's, kube-proxy's `ip kube-proxy`) wakes nothing.
+/// removes something natledger wrote or needs: anything in its own `natledger` tables; in
+/// iptables-nft's `nat` and `filter`, a rule of a NATLEDGER-* chain or of a built-in chain it
+/// jumps from, a NATLEDGER-* chain, or the table's deletion. Another owner's table
+/// (firewalld's `inet firewalld`, kube-proxy's `ip kube-proxy`) or chain (kube-proxy's
+/// `KUBE-*` in `ip nat`) wakes nothing. What cannot be read counts.
 fn touches_ours(kind: u16, payload: &[u8]) -> bool {
-    if !TOUCHING.iter().any(|t| kind == subsys(*t)) {
+    let is = |kinds: &[u16]| kinds.iter().any(|t| kind == subsys(*t));
+    if !is(&TABLE_KINDS) && !is(&CHAIN_KINDS) && !is(&RULE_KINDS) {
         return false;
     }
     let Some(&family) = payload.first() else {
@@ -116,11 +133,23 @@ fn touches_ours(kind: u16, payload: &[u8]) -> bool {
     if !FAMILIES.contains(&family) {
         return false;
     }
-    let name = payload
-        .get(4..)
-        .and_then(|attrs| netlink::attr(attrs, 1))
-        .and_then(netlink::str_of);
-    name.is_none_or(|name| TABLES.contains(&name))
+    let attrs = payload.get(4..).unwrap_or_default();
+    let named = |attr: u16| netlink::attr(attrs, attr).and_then(netlink::str_of);
+    let ours = |chain: &str| chain.starts_with(CHAIN_PREFIX);
+    match named(1) {
+        None => true,
+        Some(OWN_TABLE) => true,
+        Some(table) if SHARED_TABLES.contains(&table) => {
+            if is(&RULE_KINDS) {
+                named(RULE_CHAIN).is_none_or(|c| ours(c) || BUILT_IN.contains(&c))
+            } else if is(&CHAIN_KINDS) {
+                named(CHAIN_NAME).is_none_or(ours)
+            } else {
+                is(&TABLE_GONE)
+            }
+        }
+        Some(_) => false,
+    }
 }
 
 impl AsFd for Monitor {
@@ -150,44 +179,62 @@ fn set(fd: &OwnedFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) 
 mod tests {
     use super::*;
 
-    fn payload(family: u8, table: Option<&str>) -> Vec<u8> {
+    fn payload(family: u8, table: Option<&str>, name: Option<(u16, &str)>) -> Vec<u8> {
         let mut payload = vec![family, 0, 0, 0];
         if let Some(table) = table {
             netlink::put_str(&mut payload, 1, table);
+        }
+        if let Some((attr, name)) = name {
+            netlink::put_str(&mut payload, attr, name);
         }
         payload
     }
 
     #[test]
-    fn only_changes_to_natledgers_tables_count() {
-        let (rule, chain, table, gen_, set) = (6, 3, 2, 15, 9);
+    fn only_changes_to_natledgers_chains_tables_and_jumps_count() {
+        let (newtable, deltable, newchain, delchain, newrule, delrule, gen_, set) =
+            (0, 2, 3, 5, 6, 8, 15, 9);
+        let rule = |c| Some((RULE_CHAIN, c));
+        let chain = |c| Some((CHAIN_NAME, c));
         let ours = [
-            (rule, 2, Some("nat")),
-            (rule + 2, 10, Some("filter")),
-            (chain + 2, 2, Some("natledger")),
-            (table, 0, Some("natledger")),
-            // A table name that cannot be read: counted.
-            (table, 2, None),
+            (newrule, 2, Some("nat"), rule("NATLEDGER-HOSTPORTS")),
+            (delrule, 2, Some("nat"), rule("PREROUTING")),
+            (delrule + 20, 10, Some("filter"), rule("FORWARD")),
+            (delchain, 2, Some("nat"), chain("NATLEDGER-MASQ")),
+            (newchain, 2, Some("natledger"), chain("anything")),
+            (newtable, 0, Some("natledger"), None),
+            (deltable, 2, Some("nat"), None),
+            (deltable + 24, 10, Some("filter"), None),
+            // What cannot be read: counted.
+            (deltable, 2, None, None),
+            (delrule, 2, Some("nat"), None),
         ];
-        for (kind, family, name) in ours {
-            let payload = payload(family, name);
+        for (kind, family, table, name) in ours {
+            let payload = payload(family, table, name);
             assert!(
                 touches_ours(subsys(kind), &payload),
-                "{kind} {family} {name:?}"
+                "{kind} {family} {table:?} {name:?}"
             );
         }
         let others = [
-            (rule, 1, Some("firewalld")),
-            (rule, 2, Some("kube-proxy")),
-            (rule, 7, Some("nat")),
-            (gen_, 0, None),
-            (set, 2, Some("nat")),
+            (newrule, 1, Some("firewalld"), rule("INPUT")),
+            (newrule, 2, Some("kube-proxy"), rule("NATLEDGER-HOSTPORTS")),
+            (newrule, 7, Some("nat"), rule("PREROUTING")),
+            // kube-proxy's own chains in iptables-nft's nat table.
+            (newrule, 2, Some("nat"), rule("KUBE-X")),
+            (delrule, 2, Some("nat"), rule("KUBE-X")),
+            (newchain, 2, Some("nat"), chain("KUBE-X")),
+            (delchain, 2, Some("nat"), chain("KUBE-X")),
+            (newchain, 2, Some("nat"), chain("PREROUTING")),
+            (newtable, 2, Some("nat"), None),
+            (gen_, 0, None, None),
+            (set, 2, Some("nat"), None),
         ];
-        for (kind, family, name) in others {
-            let payload = payload(family, name);
+        for (kind, family, table, name) in others {
+            let payload = payload(family, table, name);
             assert!(
                 !touches_ours(subsys(kind), &payload),
-                "{kind} {family} {name:?}"
+                "{kind} {family} {table:?} {name:?}"
             );
         }
     }

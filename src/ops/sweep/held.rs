@@ -57,11 +57,19 @@ pub(super) enum Hold<'a> {
     Absent,
     /// No state directory otherwise: sweep reads and changes nothing.
     Refused(HeldBack),
+    /// Another process holds the lock, and the caller will not wait (`try_lock`: watch).
+    Busy,
 }
 
 pub(super) fn lock<'a>(ledger: &'a Ledger, opts: &SweepOptions) -> Result<Hold<'a>, LedgerError> {
-    match ledger.lock_existing() {
-        Ok(locked) => Ok(Hold::Locked(locked)),
+    let locked = match opts.try_lock {
+        true => ledger
+            .try_lock()
+            .map(|l| l.map_or(Hold::Busy, Hold::Locked)),
+        false => ledger.lock_existing().map(Hold::Locked),
+    };
+    match locked {
+        Ok(hold) => Ok(hold),
         Err(LedgerError::Missing { dir }) if opts.boot || opts.all => {
             log::info!(
                 "state directory {} does not exist: nothing is recorded; sweeping every tagged \

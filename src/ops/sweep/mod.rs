@@ -64,6 +64,9 @@ pub struct SweepOptions {
     /// The boot, before any runtime: every tagged rule no manifest claims goes, even when
     /// nothing is recorded or the state directory is missing ([`held`]).
     pub boot: bool,
+    /// Give up at once, with [`Error::Busy`], when another process holds the ledger lock
+    /// (`natledger watch`: its signals are never kept waiting by a hook).
+    pub try_lock: bool,
 }
 
 /// Run one sweep. `Err` only when the ledger itself cannot be read or locked; everything
@@ -79,6 +82,11 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     let locked = match held::lock(&ctx.ledger, opts)? {
         held::Hold::Locked(locked) => Some(locked),
         held::Hold::Absent => None,
+        held::Hold::Busy => {
+            return Err(Error::Busy {
+                path: ctx.ledger.file("lock"),
+            });
+        }
         held::Hold::Refused(why) => {
             report.held_back = Some(why);
             report.duration_seconds = started.elapsed().as_secs_f64();

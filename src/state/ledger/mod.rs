@@ -51,6 +51,7 @@ mod record;
 pub use record::{Entry, RuleRecord};
 
 mod summary;
+mod try_lock;
 pub use summary::{FileId, Summary, summarize};
 
 pub const SCHEMA: u32 = 1;
