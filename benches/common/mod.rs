@@ -191,6 +191,16 @@ pub fn hook_state(id: &str, stage: &str, bundle: &std::path::Path) -> String {
     )
 }
 
+/// End every container process [`hook_state`] started and still runs (a bench that leaves
+/// its containers alive, without their poststop).
+pub fn end_containers() {
+    let mut running = CONTAINERS.lock().unwrap_or_else(|e| e.into_inner());
+    for (_, mut child) in running.drain(..) {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 /// One container's natledger hooks (state dir, bundle, backend), and the floor for the same
 /// rules: shared by the hook and peers benchmarks.
 pub struct Case<'a> {

@@ -9,9 +9,8 @@
 //! dead sandbox's that a live member of its pod shares come back, a dead attachment's (its
 //! namespace deleted without DEL) never. A stack of two attachments on one host port comes
 //! back in its order, the newer serving, though the older's manifest was written last, after
-//! a flushed chain and after the newer's DNAT alone is deleted.
-//! `time_to_repair_a_wipe_at_scale` (ignored) measures
-//! a whole wipe's repair with 1, 100 and 1,000 live containers.
+//! a flushed chain and after the newer's DNAT alone is deleted. The time a repair takes at
+//! scale, by hand and by `watch`, is `benches/repair.rs`'s.
 
 use std::time::Duration;
 
@@ -263,39 +262,6 @@ fn repair_handles_cni_attachments_and_sharing_groups() {
             );
             assert!(node.manifest_exists("sandbox"), "{what}");
             assert_eq!(node.dump(), before, "{what}: the tables as before");
-        }
-    });
-}
-
-/// Not a test: the time `sweep --repair` takes to put back a whole wipe with 1, 100 and 1,000
-/// live containers (one mapping each, one process standing for all), per backend. Run with
-/// `cargo test --test it repair::time_to_repair -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn time_to_repair_a_wipe_at_scale() {
-    both(|backend| {
-        let mut node = Node::new(backend);
-        let c = node.topo.add_container(2);
-        let pid = node.topo.spawn_sleeper(&c.ns);
-        let ip = ("io.natledger.ip", "10.77.0.2,fd77::2");
-        let mut created = 0;
-        for n in [1u16, 100, 1000] {
-            while created < n {
-                let ports = format!("{}:80", 20000 + created);
-                node.create(
-                    &format!("c{created}"),
-                    Some(pid),
-                    &[("io.natledger.ports", ports.as_str()), ip],
-                );
-                created += 1;
-            }
-            let before = node.dump();
-            wipe(&node, Wipe::Restore);
-            let t = std::time::Instant::now();
-            assert_ok(&node.sweep(&["--repair"]), "sweep --repair");
-            let took = t.elapsed();
-            assert_eq!(node.dump(), before, "{backend:?} {n}");
-            eprintln!("{backend:?}: {n} containers: repaired in {took:?}");
         }
     });
 }
