@@ -214,6 +214,7 @@ fn run(
                 repair,
                 boot,
                 try_lock: false,
+                hold: Vec::new(),
             };
             sweep(settings, &opts, json, metrics_file)
         }

@@ -59,3 +59,4 @@ mod sweep_interleaved;
 mod udp_flows;
 mod watch;
 mod watch_firewalld;
+mod watch_holds;

@@ -32,7 +32,7 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// With no system bus (a path in the node's directory): never the machine's.
-    fn start(node: &Node, metrics: &std::path::Path) -> Watch {
+    pub(crate) fn start(node: &Node, metrics: &std::path::Path) -> Watch {
         let none = node.dir.path().join("no-bus");
         let env = [format!(
             "DBUS_SYSTEM_BUS_ADDRESS=unix:path={}",
@@ -78,7 +78,7 @@ impl Watch {
         text
     }
 
-    fn signal(&self, signal: libc::c_int) {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
         // SAFETY: a plain kill(2) of the child this test started (not yet waited for).
         assert_eq!(unsafe { libc::kill(self.pid(), signal) }, 0);
     }

@@ -66,6 +66,12 @@ impl Backoff {
         self.hold_until.filter(|until| *until > now)
     }
 
+    /// Whether a repair at `now` would continue the streak (the last within [`WINDOW`]).
+    pub fn recent(&self, now: Instant) -> bool {
+        self.last_repair
+            .is_some_and(|last| now.saturating_duration_since(last) <= WINDOW)
+    }
+
     /// Repairs in a row so far.
     pub fn streak(&self) -> u32 {
         self.streak

@@ -31,10 +31,12 @@
 mod backoff;
 mod counters;
 mod firewalld;
+mod holds;
 mod http;
 
 pub use backoff::Backoff;
 pub use counters::Counters;
+pub use holds::Holds;
 
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
@@ -53,6 +55,7 @@ use crate::kernel::exec::SystemRunner;
 use crate::kernel::iptc::{self, Stamp};
 use crate::kernel::nftables::monitor::{Events, Monitor};
 use crate::model::family::Family;
+use crate::model::oci::ContainerId;
 use crate::ops::sweep::HeldBack;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
 use crate::state::ledger::{Ledger, LedgerError};
@@ -110,6 +113,8 @@ enum Why {
     Period,
     /// The last reconcile failed.
     Retry,
+    /// A container's back-off hold ended: its rules go back now.
+    HoldOver,
 }
 
 /// Run until SIGTERM or SIGINT.
@@ -153,7 +158,10 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     if let Some(served) = &served {
         show(served, counters.exposition().render());
     }
+    // Failures and the shared rules (every repair waits for them); `holds`: each container.
     let mut backoff = Backoff::default();
+    let mut holds = Holds::default();
+    let mut hold_ends: Option<Instant> = None;
     let mut due: Option<Why> = Some(Why::Start);
     let mut legacy = stamps(&[]);
     let mut checks: u32 = 0;
@@ -177,7 +185,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             }
             let before = stamps(&[]);
             log::debug!("reconciling ({why:?})");
-            let report = reconcile(settings, &mut held);
+            let report = reconcile(settings, &mut held, holds.held(now));
             if let Err(ops::Error::Busy { .. }) = report {
                 // A hook holds the ledger lock: tried again after the gap, the signals read
                 // meanwhile.
@@ -213,13 +221,42 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
             // reconciles once more (a deleter quicker than the check restores the same size).
             let wrote = restored > 0 || report.tables.iter().any(|t| !t.rules_removed.is_empty());
             legacy = if wrote { Vec::new() } else { before };
-            if let Some(hold) = backoff.after(restored, Instant::now()) {
+            let now = Instant::now();
+            // Whose rules came back: each container counts for itself, the shared rules for all.
+            let mut back: Vec<ContainerId> = Vec::new();
+            let mut shared = 0;
+            for r in report.tables.iter().flat_map(|t| &t.rules_restored) {
+                match r
+                    .container
+                    .as_deref()
+                    .and_then(|c| c.parse::<ContainerId>().ok())
+                {
+                    Some(id) if !back.contains(&id) => back.push(id),
+                    Some(_) => {}
+                    None => shared += 1,
+                }
+            }
+            for begun in holds.after(&back, now) {
                 counters.backoffs += 1;
                 log::warn!(
-                    "what was put back was removed again: {} repairs in a row, each within \
-                     {} s of the last; backing off: the next repair waits {} ms (something \
-                     keeps deleting natledger's rules; to make a container's forward go, stop \
-                     the container)",
+                    "the rules of container {} that were put back were removed again: {} \
+                     repairs in a row, each within {} s of the last; backing off: its next \
+                     repair waits {} ms, other containers' are not held (something keeps \
+                     deleting natledger's rules; to make a container's forward go, stop the \
+                     container)",
+                    begun.container,
+                    begun.streak,
+                    backoff::WINDOW.as_secs(),
+                    begun.hold.as_millis()
+                );
+            }
+            hold_ends = holds.next_end(now);
+            if let Some(hold) = backoff.after(shared, now) {
+                counters.backoffs += 1;
+                log::warn!(
+                    "the shared rules (jumps, guard) that were put back were removed again: {} \
+                     repairs in a row, each within {} s of the last; backing off: the next \
+                     repair waits {} ms (something keeps deleting natledger's rules)",
                     backoff.streak(),
                     backoff::WINDOW.as_secs(),
                     hold.as_millis()
@@ -232,7 +269,14 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
 
         let now = Instant::now();
         firewalld.tick(now);
+        if hold_ends.is_some_and(|end| end <= now) {
+            hold_ends = None;
+            due = due.or(Some(Why::HoldOver));
+        }
         let mut wake = next_legacy.min(next_period);
+        if let Some(end) = hold_ends {
+            wake = wake.min(end);
+        }
         if let (Some(_), Some(until)) = (due, gate(&backoff, last, now)) {
             wake = wake.min(until);
         }
@@ -274,6 +318,8 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                     Ok(Signal::SIGHUP) => {
                         log::info!("SIGHUP: reconciling now");
                         backoff.release();
+                        holds.release();
+                        hold_ends = None;
                         due = Some(Why::Hangup);
                     }
                     Ok(signal) => {
@@ -428,7 +474,11 @@ fn wait_for_ledger(dir: &Path, signals: &SignalFd) -> Result<bool, WatchError> {
 /// One `sweep --repair`, as `natledger sweep --repair` runs it; the errors of a report are
 /// logged, and what it held back once until that changes (`held`: the last); a failure is
 /// the caller's.
-fn reconcile(settings: &Settings, held: &mut Option<HeldBack>) -> Result<SweepReport, ops::Error> {
+fn reconcile(
+    settings: &Settings,
+    held: &mut Option<HeldBack>,
+    hold: Vec<ContainerId>,
+) -> Result<SweepReport, ops::Error> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
     let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
@@ -436,6 +486,7 @@ fn reconcile(settings: &Settings, held: &mut Option<HeldBack>) -> Result<SweepRe
     let opts = SweepOptions {
         repair: true,
         try_lock: true,
+        hold,
         ..SweepOptions::default()
     };
     let report = ops::sweep(&ctx, &opts)?;

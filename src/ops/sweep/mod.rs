@@ -67,6 +67,9 @@ pub struct SweepOptions {
     /// Give up at once, with [`Error::Busy`], when another process holds the ledger lock
     /// (`natledger watch`: its signals are never kept waiting by a hook).
     pub try_lock: bool,
+    /// Containers whose rules a repair does not put back this time (`natledger watch`'s
+    /// back-off of a container whose rules are deleted again and again): the others' are.
+    pub hold: Vec<ContainerId>,
 }
 
 /// Run one sweep. `Err` only when the ledger itself cannot be read or locked; everything
@@ -97,7 +100,12 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     fault::point(fault::SWEEP_JUDGED);
 
     let mut first = true;
-    let live: Vec<(SystemTime, &Manifest)> = judged.live.iter().map(|(t, m)| (*t, m)).collect();
+    let live: Vec<(SystemTime, &Manifest)> = judged
+        .live
+        .iter()
+        .filter(|(_, m)| !opts.hold.contains(&m.container_id))
+        .map(|(t, m)| (*t, m))
+        .collect();
     let live = rank(&live, &judged.stacks);
     // A repair writes filter before nat, as create does: a DNAT put back finds its accept.
     let order: Vec<Table> = match opts.repair {
