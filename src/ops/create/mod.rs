@@ -11,7 +11,6 @@ use crate::kernel::netns::is_global_unicast;
 use crate::kernel::netns_id::{NetnsId, proc_netns};
 use crate::model::echo::Echo;
 use crate::model::family::{Family, IfAddr};
-use crate::model::layout::mapping_rules;
 use crate::model::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
 use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::model::portspec::{PortMapping, check_conflicts, parse_entries};
@@ -29,6 +28,7 @@ mod held;
 mod install;
 mod limits;
 mod loopback;
+mod plan;
 mod planned;
 mod share;
 #[cfg(test)]
@@ -45,6 +45,7 @@ pub use held::Held;
 use held::Stacked;
 use install::*;
 use loopback::allow_loopback_sources;
+use plan::plan;
 pub use planned::planned;
 
 /// What create-runtime did.
@@ -402,45 +403,6 @@ fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IfAddr>, 
         });
     }
     Ok(addrs)
-}
-
-/// The records of every rule to write, for every mapping, each towards the container's first
-/// address of the family (its subnet's hairpin with it), in the backend new rules go to.
-fn plan(
-    ctx: &Context,
-    input: &Creating,
-    mappings: &[PortMapping],
-    addresses: &[IfAddr],
-) -> Result<Vec<RuleRecord>, Error> {
-    let address_of = |family: Family| addresses.iter().copied().find(|a| a.family() == family);
-    let mut placed = Vec::new();
-    for mapping in mappings {
-        let families: Vec<Family> = match mapping.family() {
-            Some(family) => {
-                if address_of(family).is_none() {
-                    return Err(Error::FamilyMismatch {
-                        mapping: mapping.clone(),
-                        family,
-                        have: addresses.iter().map(|a| a.addr).collect(),
-                    });
-                }
-                vec![family]
-            }
-            None => Family::ALL
-                .into_iter()
-                .filter(|f| address_of(*f).is_some())
-                .collect(),
-        };
-        for family in families {
-            let container = address_of(family).expect("filtered above");
-            placed.extend(
-                mapping_rules(ctx.backend, &input.id, mapping, container)
-                    .into_iter()
-                    .map(|p| RuleRecord::new(ctx.backend, family, p.table, p.chain, p.rule)),
-            );
-        }
-    }
-    Ok(placed)
 }
 
 /// The host-port claims other manifests make on this container's mappings.
