@@ -154,11 +154,7 @@ fn tools_are_found_and_run_under_the_host_root() {
     let out = without_tools(
         &node,
         &host,
-        &[
-            nft.clone(),
-            root.clone(),
-            ("NATLEDGER_TRACE", "1".into()),
-        ],
+        &[nft.clone(), root.clone(), ("NATLEDGER_TRACE", "1".into())],
         &["hook", "create-runtime"],
         &state(&node, "c2", "creating", pid),
     );
