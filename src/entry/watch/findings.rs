@@ -80,9 +80,14 @@ impl Findings {
         let now: BTreeSet<Key> = report.findings.iter().map(key).collect();
         for f in &report.findings {
             if !self.seen.contains(&key(f)) {
+                // One line: the fix's commands (one per line) joined.
+                let fix = f.fix.as_ref().map(|fix| {
+                    let commands: Vec<&str> = fix.lines().collect();
+                    format!(" (fix: {})", commands.join("; "))
+                });
                 changes.push(Change::Found {
                     severity: f.severity,
-                    line: line(&key(f)),
+                    line: line(&key(f)) + fix.as_deref().unwrap_or(""),
                 });
             }
         }
@@ -179,7 +184,10 @@ mod tests {
     #[test]
     fn a_finding_is_said_once_when_found_and_once_when_gone_a_failure_once() {
         let shadow = || finding(Kind::Shadowed, Severity::Error, 8080);
-        let dead = || finding(Kind::DeadTarget, Severity::Warning, 9090);
+        let dead = || Finding {
+            fix: Some("natledger sweep".into()),
+            ..finding(Kind::DeadTarget, Severity::Warning, 9090)
+        };
         let mut f = Findings::new(Duration::from_secs(300));
         assert_eq!(
             f.add(ok(vec![shadow()], 1)),
@@ -197,13 +205,14 @@ mod tests {
         let changes = f.add(ok(vec![dead()], 3));
         assert_eq!(changes.len(), 3, "{changes:?}");
         assert_eq!(changes[0], Change::Recovered);
-        assert!(matches!(
-            &changes[1],
+        assert_eq!(
+            changes[1],
             Change::Found {
                 severity: Severity::Warning,
-                ..
+                line: "warning dead-target port 9090: something about 9090 (fix: natledger sweep)"
+                    .into()
             }
-        ));
+        );
         assert_eq!(
             changes[2],
             Change::Gone {
