@@ -6,7 +6,8 @@
 //! stale foreign DNAT put in front of the forward (the port closed to real TCP) shows up in
 //! `natledger_doctor_findings{kind="shadowed"}` and the log once, and goes from both when it is
 //! deleted (the port answers again); SIGTERM while a doctor run is under way ends watch with
-//! status 0 within a second. With 14,000 kube-proxy-like rules in the legacy nat table (a
+//! status 0 within a second. While the state directory does not exist, `/healthz` is 200 and
+//! `/metrics` answers without doctor's series (no run); once it exists, doctor runs. With 14,000 kube-proxy-like rules in the legacy nat table (a
 //! doctor run of seconds in a debug build), a wipe made while doctor runs is still put back
 //! within 2 s: doctor never holds a repair up.
 
@@ -341,4 +342,54 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
     );
     eprintln!("wiped in {wiped:?}, answering again {back:?} after the wipe");
     assert!(back < Duration::from_secs(2), "{back:?}");
+}
+
+#[test]
+fn healthz_answers_while_the_state_directory_is_awaited_and_doctor_waits_for_it() {
+    let node = Node::new(Backend::Nft);
+    let dir = node.dir.path().join("later");
+    let metrics = node.dir.path().join("watch.prom");
+    let env = [
+        format!(
+            "DBUS_SYSTEM_BUS_ADDRESS=unix:path={}",
+            node.dir.path().join("no-bus").display()
+        ),
+        format!("NATLEDGER_STATE_DIR={}", dir.display()),
+    ];
+    let mut watch = Watch::start_with(&node, &metrics, &env, &["--doctor-period", "1"]);
+    let waiting = wait_until(Duration::from_secs(10), || {
+        watch.log().contains("waiting for state directory")
+    });
+    assert!(waiting.is_some(), "{}", watch.log());
+    let (code, health) = get(&node, "/healthz");
+    assert_eq!(code, "200", "{health}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, body) = get(&node, "/metrics");
+    assert_eq!(code, "200");
+    assert_eq!(
+        sample(&body, "natledger_watch_reconciles_total"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(
+        !body.contains("natledger_doctor"),
+        "doctor ran without a ledger:\n{body}"
+    );
+    assert!(!dir.exists(), "watch created the state directory");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ran = wait_until(Duration::from_secs(15), || {
+        metric(&metrics, "natledger_doctor_runs_total") >= 1.0
+    });
+    assert!(ran.is_some(), "no doctor run:\n{}", watch.log());
+    let (_, body) = get(&node, "/metrics");
+    assert_eq!(
+        sample(&body, "natledger_doctor_failed"),
+        Some(0.0),
+        "{body}\n{}",
+        watch.log()
+    );
+    watch.signal(libc::SIGTERM);
+    let status = watch.child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", watch.log());
 }
