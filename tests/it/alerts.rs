@@ -9,7 +9,8 @@
 //! status 0 within a second. While the state directory does not exist, `/healthz` is 200 and
 //! `/metrics` answers without doctor's series (no run); once it exists, doctor runs. With 14,000 kube-proxy-like rules in the legacy nat table (a
 //! doctor run of seconds in a debug build), a wipe made while doctor runs is still put back
-//! within 2 s: doctor never holds a repair up.
+//! within 2 s, for new TCP connections and for a UDP client that kept sending through it:
+//! doctor never holds a repair up.
 
 use std::io::Write;
 use std::path::Path;
@@ -304,14 +305,23 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
     let mut node = Node::new(backend);
     let c = node.topo.add_container(2);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+    let _udp = serve_udp(&c.ns, c.sock_v4(81), "c2 udp");
     let pid = node.topo.spawn_sleeper(&c.ns);
-    node.create("c2", Some(pid), &[("io.natledger.ports", "8080:80")]);
+    node.create(
+        "c2",
+        Some(pid),
+        &[("io.natledger.ports", "8080:80,8081:81/udp")],
+    );
     load_rules(node.topo.node(), backend, Family::V4, &kube_proxy(2000));
     let ext = node.topo.ext().to_string();
     let answers = |timeout: Duration| {
         tcp_request(&ext, sock(NODE_V4, 8080), timeout).is_ok_and(|r| r == "c2")
     };
     assert!(answers(Duration::from_secs(2)));
+    // A client that keeps sending, from one source port, through the wipe.
+    let client = UdpClient::start(&ext, sock(EXT_V4, 41081), sock(NODE_V4, 8081));
+    let replies = client.wait_for("c2 udp", Instant::now(), Duration::from_secs(2));
+    assert!(replies.is_some(), "no UDP reply before the wipe");
     let metrics = node.dir.path().join("watch.prom");
     let none = node.dir.path().join("no-bus");
     let env = [format!(
@@ -330,6 +340,7 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
     let t0 = Instant::now();
     wipe(&node);
     let wiped = t0.elapsed();
+    let t1 = Instant::now();
     let back = wait_until(Duration::from_secs(5), || {
         answers(Duration::from_millis(150))
     });
@@ -340,8 +351,13 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
         overlapped,
         "the doctor run ended before the repair: nothing proven"
     );
-    eprintln!("wiped in {wiped:?}, answering again {back:?} after the wipe");
+    let udp = client.wait_for("c2 udp", t1 + back, Duration::from_secs(2));
+    client.stop();
+    eprintln!("wiped in {wiped:?}, answering again {back:?} after the wipe ended");
     assert!(back < Duration::from_secs(2), "{back:?}");
+    let udp = udp.expect("the UDP client's replies did not come back");
+    eprintln!("UDP replies again {:?} after the wipe ended", udp - t1);
+    assert!(udp - t1 < Duration::from_secs(3), "{:?}", udp - t1);
 }
 
 #[test]
