@@ -165,7 +165,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         return Ok(());
     }
     // After the wait: doctor, too, judges only a ledger that exists.
-    let doctoring = match opts.doctor_period {
+    let mut doctoring = match opts.doctor_period {
         Some(period) => {
             Some(Doctoring::spawn(settings.state_dir.clone(), period).map_err(WatchError::Doctor)?)
         }
@@ -339,7 +339,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let waited: Vec<Option<usize>> = [
             monitor.as_ref().map(|m| m.as_fd()),
             firewalld.fd(),
-            doctoring.as_ref().map(Doctoring::fd),
+            doctoring.as_ref().and_then(Doctoring::fd),
         ]
         .into_iter()
         .map(|fd| {
@@ -361,7 +361,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let bus = ready(waited[1]);
         let doctored = ready(waited[2]);
         drop(fds);
-        if let (true, Some(d), Some(f)) = (doctored, &doctoring, &mut findings)
+        if let (true, Some(d), Some(f)) = (doctored, &mut doctoring, &mut findings)
             && let Some(run) = d.take()
         {
             for change in f.add(run) {
