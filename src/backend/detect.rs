@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Backend, TOOL_DIRS};
-use crate::kernel::host_root::{HostRoot, Lookup};
+use crate::kernel::host_root::Lookup;
 
 /// Which backend to write to, as given on the command line: `auto` or a backend's word
 /// ([`Backend::suffix`]), its values taken from [`Backend::ALL`].
@@ -160,6 +160,7 @@ fn backend_of_link(start: &Path, look: Lookup) -> Option<(Backend, PathBuf)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kernel::host_root::HostRoot;
 
     #[test]
     fn auto_is_nftables_only_where_no_iptables_tool_is_installed() {
@@ -187,7 +188,11 @@ mod tests {
         std::fs::create_dir_all(at("etc/alternatives")).unwrap();
         std::fs::write(at("usr/sbin/xtables-legacy-multi"), "").unwrap();
         symlink("xtables-legacy-multi", at("usr/sbin/iptables-legacy")).unwrap();
-        symlink("xtables-legacy-multi", at("usr/sbin/iptables-legacy-restore")).unwrap();
+        symlink(
+            "xtables-legacy-multi",
+            at("usr/sbin/iptables-legacy-restore"),
+        )
+        .unwrap();
         symlink("/usr/sbin/iptables-legacy", at("etc/alternatives/iptables")).unwrap();
         symlink("/etc/alternatives/iptables", at("usr/sbin/iptables")).unwrap();
         let root = HostRoot::new(host.path()).unwrap();
