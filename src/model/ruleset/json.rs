@@ -287,7 +287,7 @@ fn value(at: &At, v: &J, tys: &[Ty]) -> R<Value> {
     Ok(match v {
         J::Number(n) => symbols::atom(&n.to_string(), ty),
         J::String(s) => symbols::atom(s, ty),
-        J::Bool(b) => Value::Word(b.to_string()),
+        J::Bool(b) => Value::Word(exists(*b).into()),
         J::Object(o) if o.contains_key("concat") => {
             let parts = o["concat"]
                 .as_array()
@@ -463,7 +463,7 @@ fn words(v: &J) -> String {
         J::Null => String::new(),
         J::Number(n) => n.to_string(),
         J::String(s) => s.clone(),
-        J::Bool(b) => b.to_string(),
+        J::Bool(b) => exists(*b).into(),
         J::Array(a) => a.iter().map(words).collect::<Vec<_>>().join(","),
         J::Object(o) => {
             let Some((kind, body)) = o.iter().next() else {
@@ -490,6 +490,11 @@ fn words(v: &J) -> String {
             }
         }
     }
+}
+
+/// A boolean as nft's text writes it (`fib ... oif missing`, `exthdr ... exists`).
+fn exists(b: bool) -> &'static str {
+    if b { "exists" } else { "missing" }
 }
 
 /// A match's right side, typed by the key.
