@@ -187,7 +187,7 @@ fn priority_words(family: TableFamily, text: &str) -> Option<i32> {
     match words.as_slice() {
         [w] => symbols::priority(family, w, 0),
         [w, "+", n] => symbols::priority(family, w, n.parse().ok()?),
-        [w, "-", n] => symbols::priority(family, w, -n.parse::<i64>().ok()?),
+        [w, "-", n] => symbols::priority(family, w, n.parse::<i64>().ok()?.checked_neg()?),
         _ => None,
     }
 }
@@ -573,10 +573,21 @@ fn nat(at: &At, kind: &str, body: &J) -> R<Nat> {
             let map = set_ref(at, data, &keys, offset)?;
             Some(NatAddr::Map { key: keys, map })
         }
-        Some(a) => Some(NatAddr::Fixed(value(at, a, &[Ty::Addr])?)),
+        Some(a) => Some(NatAddr::Fixed(value(at, a, &[Ty::Addr, Ty::Int])?)),
+    };
+    // `dnat ip addr . port to 172.16.30.2 . 80`: address and port as one concatenation.
+    let (addr, concat_port) = match addr {
+        Some(NatAddr::Fixed(Value::Concat(parts))) => match parts.as_slice() {
+            [a, Value::Int(p)] => (Some(NatAddr::Fixed(a.clone())), Some(*p)),
+            _ => return Err(at.err("an address and a port")),
+        },
+        other => (other, None),
     };
     let port = match body.get("port") {
-        None => None,
+        None => match concat_port {
+            Some(p) => Some(NatPort::Fixed(port_number(at, Some(p))?)),
+            None => None,
+        },
         Some(J::Number(n)) => Some(NatPort::Fixed(port_number(at, n.as_u64())?)),
         Some(p) => match p.get("range").and_then(J::as_array).map(Vec::as_slice) {
             Some([lo, hi]) => Some(NatPort::Range(
