@@ -208,11 +208,42 @@ fn rendered_rules_are_accepted_by_nft_and_mean_the_same() {
                         .unwrap();
                     let mut back = added.chain(&c.name).unwrap().rules.last().unwrap().clone();
                     back.handle = rule.handle;
-                    assert_eq!(&back, rule, "{name}: {line}");
+                    assert_eq!(back, implied_protocol_elided(rule), "{name}: {line}");
                     checked += 1;
                 }
             }
         }
     }
     assert!(checked > 40, "{checked} rules rendered and read back");
+}
+
+/// The rule as nft lists it once written from `render::rule`: `meta l4proto icmp` right before
+/// a match on an `icmp` field is a dependency nft leaves out of its listing (the field implies
+/// it), where `ip protocol icmp` (which the model reads as the same key) was listed.
+fn implied_protocol_elided(
+    rule: &natledger::model::ruleset::Rule,
+) -> natledger::model::ruleset::Rule {
+    use natledger::model::ruleset::{Key, Operand};
+    let mut out = rule.clone();
+    let implied = |i: usize| {
+        let Some(Stmt::Match(m)) = rule.stmts.get(i) else {
+            return false;
+        };
+        let Operand::Values(v) = &m.right else {
+            return false;
+        };
+        let [Value::Proto(p)] = v.as_slice() else {
+            return false;
+        };
+        let name = render::value(&Value::Proto(*p));
+        m.key == [Key::L4Proto]
+            && matches!(rule.stmts.get(i + 1), Some(Stmt::Match(n))
+                if matches!(n.key.as_slice(), [Key::Other(w)] if w.starts_with(&format!("{name} "))))
+    };
+    let mut i = 0;
+    out.stmts.retain(|_| {
+        i += 1;
+        !implied(i - 1)
+    });
+    out
 }
