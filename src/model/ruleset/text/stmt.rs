@@ -86,7 +86,7 @@ fn is_key_start(word: &str) -> bool {
 }
 
 /// One rule's tokens (its line).
-pub(super) fn rule(toks: &[Token], _line: usize) -> R<Rule> {
+pub(super) fn rule(toks: &[Token]) -> R<Rule> {
     let mut c = Cursor::new(toks);
     let mut rule = Rule {
         handle: None,
@@ -550,11 +550,7 @@ fn nat_target(s: &str) -> Option<(Option<NatAddr>, Option<NatPort>)> {
 }
 
 /// A set's `type a . b [: c . d]` or `typeof EXPR . EXPR [: verdict|EXPR]`.
-pub(super) fn set_types(
-    toks: &[Token],
-    typeof_: bool,
-    _line: usize,
-) -> R<(Vec<String>, Option<SetData>)> {
+pub(super) fn set_types(toks: &[Token], typeof_: bool) -> R<(Vec<String>, Option<SetData>)> {
     let mut c = Cursor::new(toks);
     let side = |c: &mut Cursor| -> R<Vec<String>> {
         let mut out = Vec::new();
