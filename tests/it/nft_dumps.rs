@@ -1,12 +1,13 @@
 //! Saved native nftables rulesets (`--from nftables:FILE`) read the same whichever format nft
 //! saved them in. Each owner-shaped ruleset (kube-proxy's nftables mode as its proxier tests
 //! expect it, netavark's nftables driver, firewalld's default zone, CNI portmap's nftables
-//! backend, Docker 29's nftables firewall, statements the model does not follow, and one of every statement shape the readers know) is loaded with `nft -f` into a
-//! namespace of its own; `nft -a list ruleset` and `nft -j list ruleset` of it parse to the
-//! same `Ruleset` (tests/fixtures/nftables-dumps/). The fix commands `render` prints
-//! (`nft delete element …`, `nft delete rule … handle N`), run by a shell in the namespace,
-//! delete exactly that element or rule; every rule the model holds whole, rendered and added
-//! back with `nft add rule`, reads back as the same rule.
+//! backend, Docker 29's nftables firewall, statements the model does not follow, and one of
+//! every statement shape the readers know; tests/fixtures/nftables-dumps/) is loaded with
+//! `nft -f` into a namespace of its own; `nft -a list ruleset` and `nft -j list ruleset` of it
+//! parse to the same `Ruleset`, and plain `nft list ruleset` to the same less its handles.
+//! The fix commands `render` prints (`nft delete element …`, `nft delete rule … handle N`),
+//! run by a shell in the namespace, delete exactly that element or rule; every rule the model
+//! holds whole, rendered and added back with `nft add rule`, reads back as the same rule.
 
 use natledger::model::ruleset::{
     ElementData, Ruleset, Stmt, TableFamily, Value, Verdict, parse_json, parse_text, render,
@@ -62,6 +63,18 @@ fn both(ns: &str) -> Ruleset {
         }
     }
     assert_eq!(text_plain, json_plain);
+    // Saved without `-a`: the same, less every handle.
+    let mut unhandled = text.clone();
+    for t in &mut unhandled.tables {
+        t.handle = None;
+        for c in &mut t.chains {
+            c.handle = None;
+            c.rules.iter_mut().for_each(|r| r.handle = None);
+        }
+        t.sets.iter_mut().for_each(|s| s.handle = None);
+    }
+    let plain = parse_text(&nft(ns, &["list", "ruleset"], None)).unwrap();
+    assert_eq!(plain, unhandled, "`nft list ruleset` without handles");
     text
 }
 
