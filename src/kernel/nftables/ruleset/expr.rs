@@ -378,8 +378,23 @@ impl Decoder<'_> {
         Some(())
     }
 
-    /// A match just decoded: pushed, and remembered when later keys depend on it.
+    /// A match just decoded: pushed (`>= A` then `<= B` of one key, nft's encoding of a
+    /// range, as the range `A-B`), and remembered when later keys depend on it.
     fn matched(&mut self, stmt: Stmt) {
+        if let (Some(Stmt::Match(low)), Stmt::Match(high)) = (self.stmts.last_mut(), &stmt)
+            && low.key == high.key
+            && (low.op, high.op) == (Op::Ge, Op::Le)
+            && let (Operand::Values(a), Operand::Values(b)) = (&low.right, &high.right)
+            && let Some(range) = match (a.as_slice(), b.as_slice()) {
+                ([Value::Int(a)], [Value::Int(b)]) => Some(Value::IntRange(*a, *b)),
+                ([Value::Addr(a)], [Value::Addr(b)]) => Some(Value::AddrRange(*a, *b)),
+                _ => None,
+            }
+        {
+            low.op = Op::Eq;
+            low.right = Operand::Values(vec![range]);
+            return;
+        }
         if let Stmt::Match(Match {
             key,
             op: Op::Eq,
