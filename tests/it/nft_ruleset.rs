@@ -11,6 +11,8 @@
 //!   written ones.
 //! - `a_changed_ruleset_is_read_at_its_new_generation`: the generation moves with a commit
 //!   and the next read sees the change.
+//! - `reads_during_commits_are_each_of_one_generation`: while another process commits one
+//!   element per transaction, every read returned holds exactly its generation's elements.
 //! - `a_20000_element_map_reads_in_bounded_time_and_memory`: kube-proxy's `service-ips` with
 //!   20,000 elements: read whole, timed and its heap peak measured (printed).
 //! - `capture` (ignored): regenerates the captured messages the unit tests decode.
@@ -27,7 +29,7 @@ use natledger::model::ruleset::{
 };
 use serde_json::Value as Json;
 
-use crate::common::{in_netns, load_nft, run_in};
+use crate::common::{in_netns, load_nft, run_in, spawn_in};
 
 const KUBE_PROXY: &str = r#"
 table ip kube-proxy {
@@ -579,6 +581,44 @@ fn a_changed_ruleset_is_read_at_its_new_generation() {
             .len()
     };
     assert_eq!((count(&before), count(&after)), (1, 2));
+}
+
+/// Reads while another process commits one element per transaction: every read is of one
+/// generation, so its map holds exactly one element more per generation since the start.
+#[test]
+fn reads_during_commits_are_each_of_one_generation() {
+    let ns = NamedNetns::create(format!("nlt-{}-busy", std::process::id())).unwrap();
+    load_nft(ns.name(), KUBE_PROXY);
+    let (_, start) = read_in(ns.name());
+    let script = "for p in $(seq 40000 40400); do \
+        nft add element ip kube-proxy no-endpoint-nodeports \"{ udp . $p : drop }\"; done";
+    /// The writer, ended (by its pid) and reaped should an assertion fail first.
+    struct Writer(std::process::Child);
+    impl Drop for Writer {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut writer = Writer(spawn_in(ns.name(), &["sh", "-c", script]));
+    let (mut settled, mut unsettled) = (0, 0);
+    while writer.0.try_wait().unwrap().is_none() {
+        let read = in_netns(ns.name(), || {
+            let mut sock = Socket::netfilter().unwrap();
+            ruleset::read(&mut Session::new(&mut sock))
+        });
+        match read {
+            Ok((ruleset, generation)) => {
+                let map = ruleset.tables[0].set("no-endpoint-nodeports").unwrap();
+                assert_eq!(map.elements.len() - 1, (generation - start) as usize);
+                settled += 1;
+            }
+            Err(natledger::kernel::nftables::NftError::Unsettled { .. }) => unsettled += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    println!("reads during commits: {settled} of one generation, {unsettled} unsettled");
+    assert!(settled > 0);
 }
 
 #[test]
