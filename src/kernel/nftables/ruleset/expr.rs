@@ -585,7 +585,10 @@ impl Decoder<'_> {
             self.push(Stmt::Other(format!("lookup @{name}")));
             return Some(());
         };
-        let key = self.keys(sreg, &set.key_lens);
+        let key = match set.opaque {
+            true => vec![Key::Other(format!("the key of @{name}"))],
+            false => self.keys(sreg, &set.key_lens),
+        };
         let map = || match set.anonymous {
             true => SetRef::Inline(set.set.elements.clone()),
             false => SetRef::Named(name.to_string()),
