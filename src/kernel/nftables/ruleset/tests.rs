@@ -1,5 +1,5 @@
-//! Decoding captured kernel messages: `captured.hex` is what a 6.18 kernel dumped for the
-//! ruleset `CAPTURED` of tests/it/nft_ruleset.rs (kube-proxy's and netavark's shapes), one
+//! Decoding captured kernel messages: `captured.hex` is what a 6.18 kernel dumped for
+//! tests/fixtures/nftables-shapes/captured.nft (kube-proxy's and netavark's shapes), one
 //! message a line (type, then the payload from `nfgenmsg` on), in the order `read_once` asks.
 
 use super::*;
