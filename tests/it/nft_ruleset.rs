@@ -2,7 +2,8 @@
 //! each test in a network namespace it creates and deletes:
 //! - `owners_rulesets_read_as_nft_lists_them`: rulesets in the shapes kube-proxy's nftables
 //!   mode (verdict maps with concatenated keys, numgen, fib), netavark (inet, `dnat ip to`, a
-//!   map feeding nat), firewalld and CNI portmap's nftables backend write, loaded with `nft -f`
+//!   map feeding nat), firewalld (interval sets of prefixes, ranges and concatenations) and
+//!   CNI portmap's nftables backend (redirect, address and port ranges) write, loaded with `nft -f`
 //!   together, read over netlink: every table, chain (hook, priority, type, policy), rule
 //!   (handle, comment), set and map (types, flags, comment, elements) is the one `nft -j list
 //!   ruleset` of the same namespace lists, every statement is decoded (`Other` only where
@@ -363,6 +364,22 @@ fn owners_rulesets_read_as_nft_lists_them() {
     );
     assert_eq!(input[5].stmts, [Stmt::Reject]);
     let hostports = find(&ruleset, "cni_hostport", "hostports");
+    let redirect = natledger::model::ruleset::Nat {
+        kind: natledger::model::ruleset::NatKind::Redirect,
+        v4: None,
+        addr: None,
+        port: Some(NatPort::Fixed(8080)),
+    };
+    assert_eq!(hostports[2].stmts[1], Stmt::Nat(redirect));
+    let Stmt::Nat(ranged) = &hostports[3].stmts[1] else {
+        panic!("{:?}", hostports[3]);
+    };
+    let (from, to) = ("10.77.0.4".parse().unwrap(), "10.77.0.6".parse().unwrap());
+    assert_eq!(
+        ranged.addr,
+        Some(NatAddr::Fixed(Value::AddrRange(from, to)))
+    );
+    assert_eq!(ranged.port, Some(NatPort::Range(7000, 7010)));
     assert_eq!(
         hostports[0].stmts[..2],
         [

@@ -279,7 +279,7 @@ pub(super) fn elements(set: &SetInfo, body: &[u8], out: &mut Vec<RawElement>) ->
         };
         out.push(RawElement {
             key: bytes(1).unwrap_or_default(),
-            key_end: bytes(9),
+            key_end: bytes(10),
             interval_end: flags & 1 != 0,
             catchall: flags & 2 != 0,
             data,
