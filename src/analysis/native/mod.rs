@@ -18,7 +18,6 @@ mod checks;
 mod fate;
 mod forwards;
 mod owner;
-mod probes;
 #[cfg(test)]
 mod tests;
 mod value;
