@@ -409,7 +409,10 @@ impl Walk<'_> {
             }
             self.budget.set(left - 1);
             let at = |element: Option<Element>| place(table, chain, i, rule.handle, element);
-            if self.skip.is_some_and(|p| p.element.is_none() && *p == at(None)) {
+            if self
+                .skip
+                .is_some_and(|p| p.element.is_none() && *p == at(None))
+            {
                 work.push((st, i + 1));
                 continue;
             }

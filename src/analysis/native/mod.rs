@@ -21,6 +21,7 @@ mod owner;
 #[cfg(test)]
 mod tests;
 mod value;
+mod words;
 
 pub use checks::check;
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};

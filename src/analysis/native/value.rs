@@ -21,7 +21,9 @@ pub(crate) enum Field {
     Name(String),
     /// `ct status` of a connection's first packet: `dnat` known, `seen-reply`, `assured`,
     /// `confirmed` and `dying` certainly not, the rest unknown.
-    CtStatus { dnat: bool },
+    CtStatus {
+        dnat: bool,
+    },
     /// `numgen ... mod N`: any of 0..N.
     Numgen(u32),
     /// The expression does not apply to this packet (`ip saddr` of an IPv6 packet, `tcp
