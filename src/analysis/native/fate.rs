@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::value::{Field, Iface, Pkt, lookup, test};
-use super::{Element, Place, is_local, tables_for};
+use super::{ElementRef, Place, is_local, tables_for};
 use crate::analysis::packet::Tri;
 use crate::model::ruleset::{
     Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
@@ -408,7 +408,7 @@ impl Walk<'_> {
                 continue;
             }
             self.budget.set(left - 1);
-            let at = |element: Option<Element>| place(table, chain, i, rule.handle, element);
+            let at = |element: Option<ElementRef>| place(table, chain, i, rule.handle, element);
             if self
                 .skip
                 .is_some_and(|p| p.element.is_none() && *p == at(None))
@@ -433,7 +433,7 @@ impl Walk<'_> {
         stmts: &[Stmt],
         st: St,
         depth: usize,
-        at: &dyn Fn(Option<Element>) -> Place,
+        at: &dyn Fn(Option<ElementRef>) -> Place,
     ) -> Vec<(St, RuleFlow)> {
         let Some((stmt, rest)) = stmts.split_first() else {
             return vec![(st, RuleFlow::Next)];
@@ -484,7 +484,7 @@ impl Walk<'_> {
                 let several = found.hits.len() > 1 || found.none;
                 for (e, t) in found.hits {
                     let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| Element {
+                    let element = set.clone().map(|set| ElementRef {
                         set,
                         key: e.key.clone(),
                     });
@@ -542,12 +542,12 @@ impl Walk<'_> {
         table: &Table,
         nat: &crate::model::ruleset::Nat,
         st: St,
-        at: &dyn Fn(Option<Element>) -> Place,
+        at: &dyn Fn(Option<ElementRef>) -> Place,
     ) -> Vec<(St, RuleFlow)> {
         if nat.v4.is_some_and(|v4| v4 != st.pkt.v4) {
             return vec![(st, RuleFlow::Next)];
         }
-        let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<Element>| {
+        let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<ElementRef>| {
             match nat.kind {
                 NatKind::Dnat | NatKind::Redirect => {
                     let redirect = nat.kind == NatKind::Redirect;
@@ -603,7 +603,7 @@ impl Walk<'_> {
                 let several = found.hits.len() > 1 || found.none;
                 for (e, t) in found.hits {
                     let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| Element {
+                    let element = set.clone().map(|set| ElementRef {
                         set,
                         key: e.key.clone(),
                     });
@@ -689,7 +689,7 @@ pub(crate) fn place(
     chain: &Chain,
     position: usize,
     handle: Option<u64>,
-    element: Option<Element>,
+    element: Option<ElementRef>,
 ) -> Place {
     Place {
         family: table.family,

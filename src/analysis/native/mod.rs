@@ -83,12 +83,12 @@ pub struct Place {
     /// The rule's position in its chain (0-based), for a ruleset without handles.
     pub position: usize,
     /// The element of a named set or map the rule looked up, when it decided.
-    pub element: Option<Element>,
+    pub element: Option<ElementRef>,
 }
 
 /// An element of a named set or map, by its key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Element {
+pub struct ElementRef {
     pub set: String,
     pub key: Value,
 }
