@@ -138,6 +138,26 @@ pub(crate) fn ports(rs: &Ruleset) -> BTreeSet<(Option<u8>, u16)> {
     out
 }
 
+/// [`ports`], and a port of every class of ports the ruleset cannot tell apart (each side
+/// of every named port or range, and the ends): what a claim about every port must try.
+pub(crate) fn every_class(rs: &Ruleset) -> BTreeSet<(Option<u8>, u16)> {
+    let named = ports(rs);
+    let mut out = named.clone();
+    for &(_, p) in &named {
+        for q in [p.checked_sub(1), p.checked_add(1)].into_iter().flatten() {
+            if !named.iter().any(|(_, n)| *n == q) {
+                out.insert((None, q));
+            }
+        }
+    }
+    for q in [1, u16::MAX] {
+        if !named.iter().any(|(_, n)| *n == q) {
+            out.insert((None, q));
+        }
+    }
+    out
+}
+
 /// The protocols to examine `port` with.
 pub(crate) fn protocols(proto: Option<u8>) -> Vec<Protocol> {
     match proto.and_then(Protocol::from_number) {
