@@ -17,6 +17,7 @@
 mod checks;
 mod fate;
 mod forwards;
+mod index;
 mod owner;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ mod words;
 pub use checks::check;
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
 pub use forwards::{NativeForward, NativeSource, forwards_of};
+pub use index::Indexed;
 pub use owner::Owner;
 
 use std::net::IpAddr;

@@ -10,7 +10,8 @@ mod shadowed;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::fate::{Path, Probe, fate};
+use super::fate::{Path, Probe};
+use super::index::Indexed;
 use super::{HostFacts, NativeFinding, Owner, Place};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Key, NatAddr, Operand, Ruleset, Stmt, Table, Value};
@@ -28,6 +29,7 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
 
 pub(crate) struct Ctx<'a> {
     pub rs: &'a Ruleset,
+    pub ix: Indexed<'a>,
     pub host: &'a HostFacts,
     /// Where a packet to a host port may be addressed: the host's addresses, or without
     /// them (a dump), every single address a rule compares a destination with.
@@ -45,7 +47,12 @@ impl<'a> Ctx<'a> {
         if locals.is_empty() {
             locals = destinations(rs);
         }
-        Ctx { rs, host, locals }
+        Ctx {
+            rs,
+            ix: Indexed::new(rs),
+            host,
+            locals,
+        }
     }
 
     /// The first packets of connections to `port`: from outside to each of the host's
@@ -88,7 +95,7 @@ impl<'a> Ctx<'a> {
         self.probes(protocol, port, &self.all_destinations())
             .into_iter()
             .map(|p| {
-                let f = fate(self.rs, &p);
+                let f = self.ix.fate(&p);
                 (p, f)
             })
             .collect()

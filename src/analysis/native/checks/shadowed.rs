@@ -57,7 +57,7 @@ impl Ctx<'_> {
                         {
                             continue;
                         }
-                        let without = fate_without(self.rs, &probe, Some(&t));
+                        let without = fate_without(&self.ix, &probe, Some(&t));
                         let revealed: Vec<Place> = without
                             .outcomes
                             .iter()

@@ -388,3 +388,97 @@ fn split_backends_names_both() {
     assert_eq!(split.len(), 1, "{found:#?}");
     assert!(split[0].summary.contains("iptables-nft nat DOCKER rule 1"));
 }
+
+/// kube-proxy with `services` NodePort Services (one endpoint each) and `cluster` more
+/// ClusterIP-only elements.
+fn big_kube_proxy(services: u64, cluster: u64) -> Ruleset {
+    let mut kp = kube_proxy(NODE);
+    let template: Vec<Chain> = kp
+        .chains
+        .iter()
+        .filter(|c| c.name.contains("42NWR3ZC") || c.name.contains("5OJB2KTY"))
+        .cloned()
+        .collect();
+    for i in 0..services {
+        let endpoint = format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256);
+        let rename = |s: &str| {
+            s.replace("42NWR3ZC", &format!("S{i}"))
+                .replace("5OJB2KTY", &format!("E{i}"))
+        };
+        for c in &template {
+            let mut c = c.clone();
+            c.name = rename(&c.name);
+            for r in &mut c.rules {
+                for s in &mut r.stmts {
+                    match s {
+                        Stmt::Verdict(Verdict::Goto(to)) => *to = rename(to),
+                        Stmt::Vmap {
+                            map: SetRef::Inline(es),
+                            ..
+                        } => {
+                            for e in es {
+                                if let Some(ElementData::Verdict(Verdict::Goto(to))) = &mut e.data {
+                                    *to = rename(to);
+                                }
+                            }
+                        }
+                        Stmt::Nat(n) => n.addr = Some(NatAddr::Fixed(Value::Addr(ip(&endpoint)))),
+                        _ => {}
+                    }
+                }
+            }
+            kp.chains.push(c);
+        }
+        let nodeports = kp
+            .sets
+            .iter_mut()
+            .find(|s| s.name == "service-nodeports")
+            .unwrap();
+        nodeports.elements.push(Element {
+            key: proto_port(6, 31000 + i),
+            data: Some(ElementData::Verdict(Verdict::Goto(format!(
+                "external-S{i}-ns1/svc1/tcp/p80"
+            )))),
+            comment: None,
+        });
+    }
+    let ips = kp
+        .sets
+        .iter_mut()
+        .find(|s| s.name == "service-ips")
+        .unwrap();
+    for i in 0..cluster {
+        ips.elements.push(Element {
+            key: Value::Concat(vec![
+                Value::Addr(IpAddr::from([172, 30, (i / 256) as u8, (i % 256) as u8])),
+                Value::Proto(6),
+                Value::Int(80 + i % 7),
+            ]),
+            data: Some(ElementData::Verdict(Verdict::Goto(
+                "service-42NWR3ZC-ns1/svc1/tcp/p80".into(),
+            ))),
+            comment: None,
+        });
+    }
+    Ruleset { tables: vec![kp] }
+}
+
+#[test]
+fn a_20000_element_kube_proxy_ruleset_is_checked_in_bounded_time() {
+    let rs = big_kube_proxy(1_000, 19_000);
+    let started = std::time::Instant::now();
+    let found = check(&rs, &host(vec![listener(30080), listener(31007)], &[]));
+    let took = started.elapsed();
+    assert!(
+        found
+            .iter()
+            .any(|f| f.kind == NativeKind::HijackedListener && f.port == 31007)
+    );
+    assert!(
+        found
+            .iter()
+            .any(|f| f.kind == NativeKind::RejectedListener && f.port == 30080)
+    );
+    // 1.3 s in a debug build (sets indexed by exact key, chains by name, hook orders once).
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
