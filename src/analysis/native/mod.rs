@@ -159,3 +159,8 @@ pub(crate) fn tables_for(
         _ => false,
     })
 }
+
+/// Where `p` is, in words (`rule handle 4 in inet netavark chain PREROUTING`).
+pub fn place_text(p: &Place) -> String {
+    words::place(p)
+}

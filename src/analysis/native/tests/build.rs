@@ -74,14 +74,6 @@ pub(super) fn eq(key: Vec<Key>, values: Vec<Value>) -> Stmt {
     })
 }
 
-pub(super) fn ne(key: Vec<Key>, values: Vec<Value>) -> Stmt {
-    Stmt::Match(Match {
-        key,
-        op: Op::Ne,
-        right: Operand::Values(values),
-    })
-}
-
 pub(super) fn in_set(key: Vec<Key>, set: &str) -> Stmt {
     Stmt::Match(Match {
         key,
