@@ -73,13 +73,16 @@ impl SetIndex {
     }
 }
 
+/// Base chains in the order one hook runs them.
+pub(crate) type Order<'r> = Vec<(&'r Table, &'r Chain)>;
+
 /// A ruleset with its sets indexed as the walks first use them.
 pub struct Indexed<'r> {
     sets: RefCell<HashMap<(usize, String), SetIndex>>,
     /// Every table's chains by name.
     chains: HashMap<(usize, &'r str), &'r Chain>,
     /// The base chains of each hook, per IP version, in every order the kernel may run them.
-    orders: HashMap<(Hook, bool), Vec<Vec<(&'r Table, &'r Chain)>>>,
+    orders: HashMap<(Hook, bool), Vec<Order<'r>>>,
 }
 
 impl<'r> Indexed<'r> {

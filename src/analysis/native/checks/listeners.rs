@@ -51,7 +51,7 @@ impl Ctx<'_> {
                     let whom = if d.redirect {
                         format!("port {} of this host", d.port)
                     } else {
-                        format!("{}", socket(d.to, d.port))
+                        socket(d.to, d.port).to_string()
                     };
                     out.push(self.finding(
                         NativeKind::HijackedListener,

@@ -23,7 +23,7 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
     out.extend(ctx.listeners());
     out.extend(ctx.shadowed());
     out.extend(ctx.forwards());
-    out.sort_by(|a, b| (a.port, a.protocol, a.kind).cmp(&(b.port, b.protocol, b.kind)));
+    out.sort_by_key(|a| (a.port, a.protocol, a.kind));
     out
 }
 
@@ -278,10 +278,10 @@ fn destinations(rs: &Ruleset) -> Vec<IpAddr> {
                             (_, Value::Concat(parts)) => parts.get(at),
                             _ => None,
                         };
-                        if let Some(Value::Addr(a)) = part {
-                            if !a.is_loopback() {
-                                out.insert(*a);
-                            }
+                        if let Some(Value::Addr(a)) = part
+                            && !a.is_loopback()
+                        {
+                            out.insert(*a);
                         }
                     }
                 }
