@@ -44,6 +44,7 @@ mod lifecycle;
 mod localnet;
 mod metrics;
 mod nft_batch;
+mod nft_dumps;
 mod nftables;
 mod readers;
 mod readers_skip;
