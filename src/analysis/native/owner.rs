@@ -71,7 +71,8 @@ impl Owner {
             ),
             Owner::Firewalld => format!(
                 "firewalld writes its tables back at every reload: `firewall-cmd --permanent \
-                 --remove-forward-port=port={port}:proto={proto}:...` then `firewall-cmd --reload`"
+                 --remove-forward-port=port={port}:proto={proto}:toport=...:toaddr=...` (as \
+                 `firewall-cmd --list-forward-ports` shows it) then `firewall-cmd --reload`"
             ),
             Owner::Docker => format!(
                 "Docker writes its rules back when it restarts: remove the container publishing \
