@@ -23,6 +23,8 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
     out.extend(ctx.listeners());
     out.extend(ctx.shadowed());
     out.extend(ctx.forwards());
+    // iptables-nft's tables decide fates too, but their rules are the iptables side's to report.
+    out.retain(|f| !ctx.table(&f.place).is_some_and(super::is_xtables));
     out.sort_by_key(|a| (a.port, a.protocol, a.kind));
     out
 }

@@ -368,6 +368,13 @@ fn forwards_of_names_other_owners_not_natledgers_own() {
     assert_eq!((found[0].to, found[0].to_port), (ip("10.88.0.5"), 80));
     assert!(found[0].certain);
     assert!(forwards_of(&rs, Protocol::Udp, 8080, &[ip(NODE)]).is_empty());
+    // iptables-nft's nat table is the iptables walk's.
+    let mut xt = netavark("10.88.0.8", "10.88.0.8");
+    xt.family = TableFamily::Ip;
+    xt.name = "nat".into();
+    let only_xt = Ruleset { tables: vec![xt] };
+    assert!(forwards_of(&only_xt, Protocol::Tcp, 8080, &[ip(NODE)]).is_empty());
+    assert!(check(&only_xt, &host(vec![listener(8080)], &[])).is_empty());
     assert!(forwards_of(&rs, Protocol::Tcp, 8081, &[ip(NODE)]).is_empty());
 }
 
