@@ -45,6 +45,7 @@ mod localnet;
 mod metrics;
 mod nft_batch;
 mod nft_dumps;
+mod nft_ruleset;
 mod nftables;
 mod readers;
 mod readers_skip;

@@ -1,0 +1,205 @@
+//! Any owner's nf_tables ruleset over netlink, every family, decoded into the analysis model
+//! ([`crate::model::ruleset`]): tables, chains (hook, priority, type, policy), rules (handle,
+//! comment, statements), named sets and maps with their elements.
+//!
+//! # One generation
+//! The ruleset is read with one dump per kind (tables, chains, sets, then one element dump per
+//! set, rules), between two `NFT_MSG_GETGEN`s: when the generation moved meanwhile (anyone
+//! committed a transaction), the whole read is done again, at most [`TRIES`] times. What is
+//! returned is the ruleset of exactly the returned generation.
+//!
+//! # Decoding
+//! `expr.rs` follows the registers of a rule's expressions (loads of payload, meta, ct, fib,
+//! numgen, immediate data; concatenations over consecutive 32-bit registers; bitwise masks)
+//! into the statements they add up to (`cmp`, `range`, `lookup`, verdicts, `nat`, `masq`,
+//! `redir`, `reject`, effects); `types.rs` decodes values (set elements, compared data) by the
+//! set's declared key types or the loaded field. What is not modelled becomes
+//! [`Stmt::Other`](crate::model::ruleset::Stmt::Other) or
+//! [`Key::Other`](crate::model::ruleset::Key::Other): never narrower than the kernel.
+//! Anonymous sets (`__set0`, `__map1`) are folded into the rules that use them, as `nft`
+//! prints them; named sets are the table's [`Set`](crate::model::ruleset::Set)s.
+
+mod dump;
+mod expr;
+#[cfg(test)]
+mod tests;
+mod types;
+
+use std::collections::HashMap;
+use std::io;
+
+use dump::RawElement;
+
+use super::{NftError, Session};
+use crate::kernel::netlink;
+use crate::model::ruleset::{Ruleset, Set, Table, TableFamily};
+
+/// How many reads in a row may find the generation moved before the read gives up.
+pub const TRIES: usize = 5;
+
+/// The whole nf_tables ruleset of the session's network namespace and the generation it is
+/// the ruleset of.
+pub fn read(session: &mut Session<'_>) -> Result<(Ruleset, u32), NftError> {
+    let mut generation = session.generation()?;
+    for _ in 0..TRIES {
+        let ruleset = read_once(session)?;
+        let after = session.generation()?;
+        if after == generation {
+            return Ok((ruleset, generation));
+        }
+        log::debug!("nf_tables generation {generation} became {after} during a read: again");
+        generation = after;
+    }
+    Err(NftError::Unsettled { tries: TRIES })
+}
+
+/// A set as read, with what decoding its elements and the lookups into it needs.
+pub(super) struct SetInfo {
+    set: Set,
+    /// `__set0`, `__map1`: a rule's inline set, folded into the rule.
+    anonymous: bool,
+    /// Its key's field lengths are unknown: elements are one opaque value each, and a
+    /// lookup's key is `Key::Other`.
+    opaque: bool,
+    key_types: Vec<u32>,
+    /// The key's field lengths (each padded to 4 bytes in a register and an element).
+    key_lens: Vec<usize>,
+    data_types: Vec<u32>,
+    data_lens: Vec<usize>,
+}
+
+fn failed(what: &str) -> impl Fn(io::Error) -> NftError + '_ {
+    move |source| NftError::Ruleset {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// One read of every kind, in an order that lets each decode with what came before: tables,
+/// sets (and their elements), chains, rules.
+fn read_once(session: &mut Session<'_>) -> Result<Ruleset, NftError> {
+    let mut b = Builder::default();
+    session
+        .dump_each(dump::GETTABLE, 0, |_| {}, |af, body| b.table(af, body))
+        .map_err(failed("the tables"))?;
+    let mut sets = Vec::new();
+    session
+        .dump_each(
+            dump::GETSET,
+            0,
+            |_| {},
+            |af, body| {
+                sets.extend(dump::family_of(af).map(|f| (f, dump::set(body))));
+                Ok(())
+            },
+        )
+        .map_err(failed("the sets"))?;
+    for (family, set) in sets {
+        let (table, info) = set.map_err(failed("the sets"))?;
+        let what = format!(
+            "the elements of set {} of {} {table}",
+            info.set.name,
+            family.word()
+        );
+        let mut raw = Vec::new();
+        let answer = session.dump_each(
+            dump::GETSETELEM,
+            dump::af(family),
+            |m| {
+                netlink::put_str(m, 1, &table);
+                netlink::put_str(m, 2, &info.set.name);
+            },
+            |_, body| dump::elements(&info, body, &mut raw),
+        );
+        match answer {
+            Ok(()) => {}
+            // Gone since the set dump: the generation check reads again.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(failed(&what)(e)),
+        }
+        b.set(family, &table, info, raw);
+    }
+    session
+        .dump_each(dump::GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
+        .map_err(failed("the chains"))?;
+    session
+        .dump_each(dump::GETRULE, 0, |_| {}, |af, body| b.rule(af, body))
+        .map_err(failed("the rules"))?;
+    Ok(b.ruleset)
+}
+
+/// The ruleset put together from the dumps' messages, in the order `read_once` asks.
+#[derive(Default)]
+struct Builder {
+    ruleset: Ruleset,
+    /// Where each table is among the ruleset's.
+    tables: HashMap<(TableFamily, String), usize>,
+    /// Each table's sets (anonymous ones included) and chains by name.
+    sets: Vec<HashMap<String, SetInfo>>,
+    chains: Vec<HashMap<String, usize>>,
+}
+
+impl Builder {
+    fn at(&self, family: TableFamily, table: &str) -> Option<usize> {
+        self.tables.get(&(family, table.to_string())).copied()
+    }
+
+    fn table(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let (name, handle, comment) = dump::table(body)?;
+        let tables = &mut self.ruleset.tables;
+        self.tables.insert((family, name.clone()), tables.len());
+        self.sets.push(HashMap::new());
+        self.chains.push(HashMap::new());
+        tables.push(Table {
+            family,
+            name,
+            handle,
+            comment,
+            chains: Vec::new(),
+            sets: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn set(&mut self, family: TableFamily, table: &str, mut info: SetInfo, raw: Vec<RawElement>) {
+        let Some(at) = self.at(family, table) else {
+            return;
+        };
+        info.set.elements = dump::assemble(&info, raw);
+        if !info.anonymous {
+            self.ruleset.tables[at].sets.push(info.set.clone());
+        }
+        self.sets[at].insert(info.set.name.clone(), info);
+    }
+
+    fn chain(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let (table, chain) = dump::chain(family, body)?;
+        if let Some(at) = self.at(family, &table) {
+            let chains = &mut self.ruleset.tables[at].chains;
+            self.chains[at].insert(chain.name.clone(), chains.len());
+            chains.push(chain);
+        }
+        Ok(())
+    }
+
+    fn rule(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let table = netlink::attr(body, 1).and_then(netlink::str_of);
+        let Some(at) = table.and_then(|t| self.at(family, t)) else {
+            return Ok(());
+        };
+        let (_, chain, rule) = dump::rule(family, &self.sets[at], body)?;
+        if let Some(&c) = self.chains[at].get(&chain) {
+            self.ruleset.tables[at].chains[c].rules.push(rule);
+        }
+        Ok(())
+    }
+}
