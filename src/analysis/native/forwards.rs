@@ -69,7 +69,6 @@ pub fn forwards_of(
                 locals: locals.to_vec(),
             };
             let f = ix.fate(&probe);
-            let all = f.outcomes.len();
             for o in &f.outcomes {
                 let Some(d) = &o.dnat else { continue };
                 let table = rs
@@ -81,7 +80,8 @@ pub fn forwards_of(
                 if owner == Owner::Natledger || table.is_some_and(is_xtables) {
                     continue;
                 }
-                let certain = all == 1 && o.sure;
+                let certain = f.all(|x| x.dnat.as_ref().is_some_and(|x| x.place == d.place))
+                    == crate::analysis::packet::Tri::Yes;
                 if let Some(known) = out.iter_mut().find(|k| k.place == d.place) {
                     known.certain |= certain;
                     continue;
