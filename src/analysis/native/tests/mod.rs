@@ -557,3 +557,47 @@ fn owners_dumps_as_nft_lists_them() {
     let docker = fixture("docker");
     assert!(on(&docker, &[22], &["172.17.0.2"]).is_empty());
 }
+
+#[test]
+fn nat_chains_run_where_the_nat_core_hooks_in() {
+    // A nat chain at priority 0 still runs at -100, before a filter chain at -90, which so
+    // sees the DNATed destination.
+    let nat = table(
+        TableFamily::Ip,
+        "n",
+        vec![base(
+            "pre",
+            ChainKind::Nat,
+            Hook::Prerouting,
+            0,
+            Policy::Accept,
+            vec![rule(vec![tcp_dport(8080), dnat("10.0.0.2", 80)])],
+        )],
+        vec![],
+    );
+    let filter = table(
+        TableFamily::Ip,
+        "f",
+        vec![base(
+            "pre",
+            ChainKind::Filter,
+            Hook::Prerouting,
+            -90,
+            Policy::Accept,
+            vec![rule(vec![
+                eq(
+                    vec![Key::Daddr { v4: true }],
+                    vec![Value::Addr(ip("10.0.0.2"))],
+                ),
+                Stmt::Verdict(Verdict::Drop),
+            ])],
+        )],
+        vec![],
+    );
+    let f = fate(&rs(vec![nat, filter]), &probe(NODE, 8080, Path::Outside));
+    assert_eq!(
+        f.all(|o| matches!(&o.end, End::Dropped { place, .. } if place.table == "f")),
+        Tri::Yes,
+        "{f:#?}"
+    );
+}
