@@ -2,7 +2,9 @@
 //!
 //! Per hook, every table's base chains of that hook (families `ip`/`ip6`/`inet` matching the
 //! packet), in ascending priority; chains of equal priority in different tables run in an
-//! order the kernel does not promise, so each order is followed. An accept ends one chain,
+//! order the kernel does not promise, so each order is followed; nat chains run where the
+//! kernel's nat core hooks in (-100 in prerouting and output, 100 in input and postrouting),
+//! among themselves by their own priorities (`index::orders`). An accept ends one chain,
 //! a drop or reject the packet. A nat chain runs only while the connection's nat decision of
 //! its direction is not made (the first DNAT or redirect in prerouting/output, the first
 //! SNAT or masquerade in input/postrouting, wins; after the hook the decision is made
