@@ -493,3 +493,32 @@ fn a_missing_directory_is_an_error_naming_it() {
         format!("read directory {}", host.conf.join("missing").display())
     );
 }
+
+/// A conflist still naming natledger after the switch back (its backup gone, set by hand, a
+/// link to one) keeps install-cni's binary: removing it would fail every ADD through it.
+#[test]
+fn uninstall_keeps_the_binary_while_a_conflist_still_names_it() {
+    let host = host();
+    let path = host.write("10-containerd-net.conflist", CONTAINERD);
+    host.run(false);
+    fs::remove_file(backup(&path)).unwrap();
+    let report = host.run(true);
+    assert_eq!(conflist_done(&report, &path), Conflist::NotSwitchedHere);
+    let Binary::Kept(why) = binary_done(&report) else {
+        panic!("{report:?}")
+    };
+    assert!(why.contains(&path.display().to_string()), "{why}");
+    assert!(host.bin.join("natledger").exists());
+    // Switched back by the operator: the next uninstall removes it.
+    fs::write(&path, CONTAINERD).unwrap();
+    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
+
+    // A symlinked conflist whose target (outside the conf dir) names natledger.
+    let host = self::host();
+    host.run(false);
+    let target = host._dir.path().join("elsewhere.conflist");
+    fs::write(&target, CONTAINERD.replace("portmap", "natledger")).unwrap();
+    symlink(&target, host.conf("10-link.conflist")).unwrap();
+    assert!(matches!(binary_done(&host.run(true)), Binary::Kept(_)));
+    assert!(host.bin.join("natledger").exists());
+}
