@@ -86,6 +86,14 @@ impl HostRoot {
         Ok(self.outer(&inner))
     }
 
+    /// Where the host's file `path` is from this process, whether or not it exists yet (the
+    /// iptables lock, which its first user creates): its directory resolved inside the root;
+    /// `None` when that directory is not there.
+    pub fn file(&self, path: &Path) -> Option<PathBuf> {
+        let (parent, name) = (path.parent()?, path.file_name()?);
+        Some(self.resolve(parent)?.join(name))
+    }
+
     /// The target of the symlink at `path` (as the host names it): its directory resolved
     /// inside the root ([`Self::resolve`]), the link itself read, not followed.
     pub fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
@@ -229,6 +237,25 @@ mod tests {
             Lookup(None).at(Path::new("/run/netns/x")).unwrap(),
             Path::new("/run/netns/x")
         );
+    }
+
+    /// The iptables lock under the root: in the host's `/run` (through `/var/run -> /run`),
+    /// there or not yet; none when the directory is not there.
+    #[test]
+    fn a_host_file_is_in_its_directory_under_the_root() {
+        let host = debian();
+        let at = |p: &str| host.path().join(p);
+        std::fs::create_dir_all(at("run")).unwrap();
+        std::fs::create_dir_all(at("var")).unwrap();
+        symlink("/run", at("var/run")).unwrap();
+        let root = HostRoot::new(host.path()).unwrap();
+        let lock = at("run/xtables.lock");
+        assert_eq!(
+            root.file(Path::new("/run/xtables.lock")),
+            Some(lock.clone())
+        );
+        assert_eq!(root.file(Path::new("/var/run/xtables.lock")), Some(lock));
+        assert_eq!(root.file(Path::new("/nowhere/xtables.lock")), None);
     }
 
     #[test]
