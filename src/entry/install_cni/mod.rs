@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::entry::cni::netconf;
+use crate::entry::cni::{netconf, spec};
 use crate::state::durable;
 use crate::state::ledger::{Ledger, LedgerError};
 
@@ -352,11 +352,21 @@ fn plan(
     to: &str,
     install: bool,
 ) -> Result<Plan, InstallError> {
+    // The list's cniVersion is every plugin's (libcni puts it in each): one natledger does not
+    // implement (absent is 0.1.0) would fail every ADD through the list.
+    let version = install
+        .then(|| serde_json::from_str::<serde_json::Value>(text).ok())
+        .flatten()
+        .and_then(|top| spec::version_of(&top).err())
+        .map(|e| e.details);
     let judge = |plugin: &serde_json::Value| {
         install
-            .then(|| netconf::refused_as_portmap(plugin))
+            .then(|| {
+                version
+                    .clone()
+                    .or_else(|| netconf::refused_as_portmap(plugin).map(|e| e.details))
+            })
             .flatten()
-            .map(|e| e.details)
     };
     conflist::switch(text, is_list(path), from, to, judge).map_err(|source| {
         InstallError::Malformed {

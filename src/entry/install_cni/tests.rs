@@ -522,3 +522,39 @@ fn uninstall_keeps_the_binary_while_a_conflist_still_names_it() {
     assert!(matches!(binary_done(&host.run(true)), Binary::Kept(_)));
     assert!(host.bin.join("natledger").exists());
 }
+
+/// A list whose cniVersion natledger does not implement (absent is 0.1.0, as libcni and the
+/// plugins read it) stays on portmap: switched, every ADD through it would fail.
+#[test]
+fn a_cni_version_natledger_does_not_implement_is_left_on_portmap() {
+    let host = host();
+    let old = host.write(
+        "10-old.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"0.2.0\""),
+    );
+    let none = host.write(
+        "20-none.conflist",
+        &CONTAINERD.replace("\"cniVersion\": \"1.0.0\",", ""),
+    );
+    let newer = host.write(
+        "30-newer.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"1.2.0\""),
+    );
+    let fine = host.write(
+        "40-fine.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"0.3.1\""),
+    );
+    let report = host.run(false);
+    for path in [&old, &none, &newer] {
+        let Conflist::Refused { plugin: 1, why } = conflist_done(&report, path) else {
+            panic!("{}: {report:?}", path.display())
+        };
+        assert!(why.contains("natledger supports"), "{why}");
+        assert!(fs::read_to_string(path).unwrap().contains("portmap"));
+        assert!(!backup(path).exists());
+    }
+    assert_eq!(
+        conflist_done(&report, &fine),
+        Conflist::Switched { count: 1 }
+    );
+}
