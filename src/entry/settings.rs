@@ -116,11 +116,19 @@ impl Settings {
         self.port_conflict == PortConflict::Refuse
     }
 
+    /// The iptables lock natledger's own iptables-legacy writer takes: under a host root the
+    /// host's (the chrooted tools take that one), whatever the image mounts at its own `/run`.
+    pub fn lock_taken(&self) -> PathBuf {
+        let host = self.host_root.as_ref();
+        host.and_then(|r| r.file(&self.xtables_lock))
+            .unwrap_or_else(|| self.xtables_lock.clone())
+    }
+
     /// The settings the kernel layer keeps for the process (read where no caller could pass
     /// them: the iptables lock, the conntrack dump), and the log level.
     pub fn install(&self) {
         log::set_max_level(self.log_level);
-        crate::kernel::iptc::set_lock_path(self.xtables_lock.clone());
+        crate::kernel::iptc::set_lock_path(self.lock_taken());
         crate::kernel::conntrack::set_dump_choice(self.conntrack_dump);
         if let Some(root) = &self.host_root {
             crate::kernel::host_root::set(root.clone());
@@ -418,6 +426,24 @@ mod tests {
             "invalid value 'some' for 'NATLEDGER_CONNTRACK_DUMP' [possible values: adaptive, \
              filtered, unfiltered, refused]"
         );
+    }
+
+    /// Under a host root the iptables lock taken is the host's, as the chrooted tools take it.
+    #[test]
+    fn the_iptables_lock_is_the_host_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("run")).unwrap();
+        let root = dir.path().as_os_str().to_str().unwrap();
+        let s = from(&[("NATLEDGER_HOST_ROOT", root)]).unwrap();
+        assert_eq!(s.lock_taken(), dir.path().join("run/xtables.lock"));
+        let s = from(&[("NATLEDGER_HOST_ROOT", root), ("XTABLES_LOCKFILE", "/x/l")]).unwrap();
+        assert_eq!(
+            s.lock_taken(),
+            PathBuf::from("/x/l"),
+            "no /x under the root"
+        );
+        let s = from(&[]).unwrap();
+        assert_eq!(s.lock_taken(), PathBuf::from("/run/xtables.lock"));
     }
 
     /// `NATLEDGER_HOST_ROOT` is an existing directory, or refused naming it.

@@ -52,6 +52,12 @@ impl HostRoot {
     /// followed inside the root as the host's kernel would follow them (an absolute target
     /// starts again at the root, `..` never leaves it); `None` when nothing is there.
     pub fn resolve(&self, path: &Path) -> Option<PathBuf> {
+        self.resolve_io(path).ok()
+    }
+
+    /// [`Self::resolve`], with why nothing is found: the error of the part that could not be
+    /// read (`NotFound` when it is not there), `ELOOP` past [`MAX_LINKS`].
+    pub fn resolve_io(&self, path: &Path) -> io::Result<PathBuf> {
         let mut pending: Vec<OsString> = Vec::new();
         push_front(&mut pending, path);
         let mut inner: Vec<OsString> = Vec::new();
@@ -63,13 +69,13 @@ impl HostRoot {
             }
             inner.push(part);
             let outer = self.outer(&inner);
-            let meta = std::fs::symlink_metadata(&outer).ok()?;
+            let meta = std::fs::symlink_metadata(&outer)?;
             if meta.file_type().is_symlink() {
                 links += 1;
                 if links > MAX_LINKS {
-                    return None;
+                    return Err(io::Error::from_raw_os_error(libc::ELOOP));
                 }
-                let target = std::fs::read_link(&outer).ok()?;
+                let target = std::fs::read_link(&outer)?;
                 inner.pop();
                 if target.is_absolute() {
                     inner.clear();
@@ -77,7 +83,15 @@ impl HostRoot {
                 push_front(&mut pending, &target);
             }
         }
-        Some(self.outer(&inner))
+        Ok(self.outer(&inner))
+    }
+
+    /// Where the host's file `path` is from this process, whether or not it exists yet (the
+    /// iptables lock, which its first user creates): its directory resolved inside the root;
+    /// `None` when that directory is not there.
+    pub fn file(&self, path: &Path) -> Option<PathBuf> {
+        let (parent, name) = (path.parent()?, path.file_name()?);
+        Some(self.resolve(parent)?.join(name))
     }
 
     /// The target of the symlink at `path` (as the host names it): its directory resolved
@@ -150,6 +164,15 @@ impl Lookup<'_> {
         }
     }
 
+    /// Where the host's `path` is from this process: resolved under the host root (or why
+    /// it cannot be: `NotFound` when it is not there), or `path` itself without one.
+    pub fn at(self, path: &Path) -> io::Result<PathBuf> {
+        match self.0 {
+            Some(root) => root.resolve_io(path),
+            None => Ok(path.to_path_buf()),
+        }
+    }
+
     /// The target of the host's symlink at `path`.
     pub fn read_link(self, path: &Path) -> io::Result<PathBuf> {
         match self.0 {
@@ -191,6 +214,48 @@ mod tests {
         symlink("/nowhere", at("usr/sbin/dangling")).unwrap();
         symlink("../../../../../etc", at("usr/sbin/up")).unwrap();
         host
+    }
+
+    /// A runtime's namespace path (`/var/run/netns/NAME`, `/var/run -> /run` as on Debian) is
+    /// read under the root; one that is not there stays so, never a file outside the root.
+    #[test]
+    fn a_host_path_is_found_under_the_root() {
+        let host = debian();
+        let at = |p: &str| host.path().join(p);
+        std::fs::create_dir_all(at("run/netns")).unwrap();
+        std::fs::create_dir_all(at("var")).unwrap();
+        symlink("/run", at("var/run")).unwrap();
+        std::fs::write(at("run/netns/cni-1"), "").unwrap();
+        let root = HostRoot::new(host.path()).unwrap();
+        let lookup = Lookup(Some(&root));
+        let found = lookup.at(Path::new("/var/run/netns/cni-1")).unwrap();
+        assert_eq!(found, at("run/netns/cni-1"));
+        let kind = |p: &str| lookup.at(Path::new(p)).unwrap_err().kind();
+        assert_eq!(kind("/var/run/netns/cni-2"), std::io::ErrorKind::NotFound);
+        assert_eq!(kind("/usr/sbin/dangling"), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            Lookup(None).at(Path::new("/run/netns/x")).unwrap(),
+            Path::new("/run/netns/x")
+        );
+    }
+
+    /// The iptables lock under the root: in the host's `/run` (through `/var/run -> /run`),
+    /// there or not yet; none when the directory is not there.
+    #[test]
+    fn a_host_file_is_in_its_directory_under_the_root() {
+        let host = debian();
+        let at = |p: &str| host.path().join(p);
+        std::fs::create_dir_all(at("run")).unwrap();
+        std::fs::create_dir_all(at("var")).unwrap();
+        symlink("/run", at("var/run")).unwrap();
+        let root = HostRoot::new(host.path()).unwrap();
+        let lock = at("run/xtables.lock");
+        assert_eq!(
+            root.file(Path::new("/run/xtables.lock")),
+            Some(lock.clone())
+        );
+        assert_eq!(root.file(Path::new("/var/run/xtables.lock")), Some(lock));
+        assert_eq!(root.file(Path::new("/nowhere/xtables.lock")), None);
     }
 
     #[test]

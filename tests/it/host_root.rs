@@ -7,7 +7,9 @@
 //! is written, answers TCP and UDP from outside, and poststop leaves the dump as it was;
 //! `auto` decides as on the host. `NATLEDGER_HOST_ROOT=/` in the node's own mount namespace
 //! works the same; a missing DIR is refused naming it, and one without the tools is named in
-//! the error.
+//! the error. A `sweep --repair` that cannot see `/run/netns` judges a live CNI attachment
+//! dead; under the host root it keeps and repairs it (it answers) and sweeps only the one
+//! whose namespace is gone.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -263,4 +265,91 @@ fn a_missing_host_root_is_refused_and_an_empty_one_named() {
     );
     assert_eq!(node.dump(), before);
     assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+}
+
+/// In a private mount namespace: the real root at `$1`, an empty tmpfs over `/run/netns` (a
+/// watch container that does not mount the runtime's netns directory), then `ARGV...` in the
+/// network namespace `$2` (entered through the real root's `/run/netns`).
+const NO_NETNS_DIR: &str = r#"set -e
+host=$1; ns=$2; shift 2
+mount --rbind / "$host"
+mount -t tmpfs -o size=1m natledger-test-no-netns /run/netns
+exec nsenter --net="$host/run/netns/$ns" "$@""#;
+
+/// `sweep --repair` (what `watch` runs) on `node` where `/run/netns` shows nothing, the real
+/// root at `host`, with `env`.
+fn sweep_without_netns_dir(
+    node: &Node,
+    host: &Path,
+    env: &[(&str, String)],
+    more: &[&str],
+) -> Output {
+    let mut argv: Vec<String> = ["--mount", "--propagation", "private", "sh", "-c"]
+        .map(String::from)
+        .to_vec();
+    argv.extend([NO_NETNS_DIR.into(), "sh".into(), host.display().to_string()]);
+    argv.extend([node.topo.node().to_string(), "env".into()]);
+    argv.push(format!(
+        "NATLEDGER_STATE_DIR={}",
+        node.state_dir().display()
+    ));
+    argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.extend([BIN.to_string(), "sweep".into(), "--repair".into()]);
+    argv.extend(more.iter().map(|a| a.to_string()));
+    Command::new("unshare")
+        .args(&argv)
+        .output()
+        .expect("unshare")
+}
+
+/// A sweep that cannot see the runtime's `/run/netns` (a watch container without that mount)
+/// judges every CNI attachment dead; under `NATLEDGER_HOST_ROOT` the recorded namespace paths
+/// are read under the host's root: the live pod keeps its forward (it answers after a wipe is
+/// repaired) and only the attachment whose namespace is really gone is swept.
+#[test]
+fn cni_namespaces_are_judged_under_the_host_root() {
+    let mut node = Node::new(Backend::Nft);
+    let ext = node.topo.ext().to_string();
+    let (att, gone) = (node.topo.add_container(5), node.topo.add_container(6));
+    let _servers = [
+        serve_tcp(&att.ns, att.sock_v4(80), "att"),
+        serve_tcp(&gone.ns, gone.sock_v4(80), "gone"),
+    ];
+    let answers = |port: u16| tcp_request(&ext, sock(NODE_V4, port), T).ok();
+    assert_ok(&cni_add(&node, "testnet", "att", &att, 8090), "ADD att");
+    let before = node.dump();
+    assert_ok(&cni_add(&node, "testnet", "gone", &gone, 8091), "ADD gone");
+    assert_eq!(answers(8091).as_deref(), Some("gone"));
+    node.topo.delete_ns_now(&gone.ns.clone());
+    let host = node.dir.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+
+    // Without a host root: the live attachment looks dead (a dry run, to show it).
+    let out = sweep_without_netns_dir(&node, &host, &[], &["--dry-run"]);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(&out);
+    assert!(said.contains("dead container att+eth0"), "{said}");
+
+    // Under the host root, after a wipe: att repaired, gone swept, the tables as before.
+    run_in(
+        node.topo.node(),
+        "iptables-nft",
+        &["-t", "nat", "-F", "NATLEDGER-HOSTPORTS"],
+        None,
+    );
+    assert!(answers(8090).is_none());
+    let root = [("NATLEDGER_HOST_ROOT", host.display().to_string())];
+    let out = sweep_without_netns_dir(&node, &host, &root, &[]);
+    assert_ok(&out, "sweep --repair under the host root");
+    assert_eq!(answers(8090).as_deref(), Some("att"));
+    assert!(answers(8091).is_none());
+    let manifests = node.manifests();
+    assert!(
+        manifests.iter().all(|m| !m.starts_with("gone")),
+        "{manifests:?}"
+    );
+    assert!(
+        manifests.iter().any(|m| m.starts_with("att")),
+        "{manifests:?}"
+    );
+    assert_eq!(node.dump(), before);
 }

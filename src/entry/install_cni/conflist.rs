@@ -105,3 +105,17 @@ pub fn switch(
         count: found.len(),
     })
 }
+
+/// Whether a conflist (or a single plugin's `.conf`) names a plugin of type `plugin`, as
+/// libcni would run it; text that is not JSON names nothing (libcni loads none of it).
+pub fn names(text: &str, plugin: &str) -> bool {
+    let Ok(value) = serde_json::from_str::<Value>(text) else {
+        return false;
+    };
+    let is = |v: &Value| v.get("type").and_then(Value::as_str) == Some(plugin);
+    is(&value)
+        || value
+            .get("plugins")
+            .and_then(Value::as_array)
+            .is_some_and(|plugins| plugins.iter().any(is))
+}

@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::entry::cni::netconf;
+use crate::entry::cni::{netconf, spec};
 use crate::state::durable;
 use crate::state::ledger::{Ledger, LedgerError};
 
@@ -213,10 +213,32 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
         }
     }
     if opts.uninstall {
-        let done = binary::uninstall(&opts.bin_dir, keep_for(ledger))?;
+        let keep = still_named(&self::conflists(&opts.conf_dir)?).or_else(|| keep_for(ledger));
+        let done = binary::uninstall(&opts.bin_dir, keep)?;
         report.lines.push(Done::Binary(plugin, done));
     }
     Ok(report)
+}
+
+/// Why the binary must stay: a conflist libcni loads still names natledger (left by hand,
+/// without its backup, chaining both, or a link to one), so its pods' ADD would fail.
+fn still_named(conflists: &[PathBuf]) -> Option<String> {
+    let named: Vec<String> = conflists
+        .iter()
+        .filter(|path| {
+            // Followed: libcni reads a symlinked conflist's target.
+            fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= CAP)
+                && fs::read_to_string(path).is_ok_and(|text| conflist::names(&text, binary::PLUGIN))
+        })
+        .map(|path| path.display().to_string())
+        .collect();
+    (!named.is_empty()).then(|| {
+        format!(
+            "{} still name natledger: their pods' ADD would find no plugin; switch them to \
+             portmap, then run install-cni --uninstall again",
+            named.join(", ")
+        )
+    })
 }
 
 /// Why the binary must stay: the ledger records CNI attachments (or cannot be read).
@@ -330,11 +352,21 @@ fn plan(
     to: &str,
     install: bool,
 ) -> Result<Plan, InstallError> {
+    // The list's cniVersion is every plugin's (libcni puts it in each): one natledger does not
+    // implement (absent is 0.1.0) would fail every ADD through the list.
+    let version = install
+        .then(|| serde_json::from_str::<serde_json::Value>(text).ok())
+        .flatten()
+        .and_then(|top| spec::version_of(&top).err())
+        .map(|e| e.details);
     let judge = |plugin: &serde_json::Value| {
         install
-            .then(|| netconf::refused_as_portmap(plugin))
+            .then(|| {
+                version
+                    .clone()
+                    .or_else(|| netconf::refused_as_portmap(plugin).map(|e| e.details))
+            })
             .flatten()
-            .map(|e| e.details)
     };
     conflist::switch(text, is_list(path), from, to, judge).map_err(|source| {
         InstallError::Malformed {

@@ -493,3 +493,68 @@ fn a_missing_directory_is_an_error_naming_it() {
         format!("read directory {}", host.conf.join("missing").display())
     );
 }
+
+/// A conflist still naming natledger after the switch back (its backup gone, set by hand, a
+/// link to one) keeps install-cni's binary: removing it would fail every ADD through it.
+#[test]
+fn uninstall_keeps_the_binary_while_a_conflist_still_names_it() {
+    let host = host();
+    let path = host.write("10-containerd-net.conflist", CONTAINERD);
+    host.run(false);
+    fs::remove_file(backup(&path)).unwrap();
+    let report = host.run(true);
+    assert_eq!(conflist_done(&report, &path), Conflist::NotSwitchedHere);
+    let Binary::Kept(why) = binary_done(&report) else {
+        panic!("{report:?}")
+    };
+    assert!(why.contains(&path.display().to_string()), "{why}");
+    assert!(host.bin.join("natledger").exists());
+    // Switched back by the operator: the next uninstall removes it.
+    fs::write(&path, CONTAINERD).unwrap();
+    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
+
+    // A symlinked conflist whose target (outside the conf dir) names natledger.
+    let host = self::host();
+    host.run(false);
+    let target = host._dir.path().join("elsewhere.conflist");
+    fs::write(&target, CONTAINERD.replace("portmap", "natledger")).unwrap();
+    symlink(&target, host.conf("10-link.conflist")).unwrap();
+    assert!(matches!(binary_done(&host.run(true)), Binary::Kept(_)));
+    assert!(host.bin.join("natledger").exists());
+}
+
+/// A list whose cniVersion natledger does not implement (absent is 0.1.0, as libcni and the
+/// plugins read it) stays on portmap: switched, every ADD through it would fail.
+#[test]
+fn a_cni_version_natledger_does_not_implement_is_left_on_portmap() {
+    let host = host();
+    let old = host.write(
+        "10-old.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"0.2.0\""),
+    );
+    let none = host.write(
+        "20-none.conflist",
+        &CONTAINERD.replace("\"cniVersion\": \"1.0.0\",", ""),
+    );
+    let newer = host.write(
+        "30-newer.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"1.2.0\""),
+    );
+    let fine = host.write(
+        "40-fine.conflist",
+        &CONTAINERD.replace("\"1.0.0\"", "\"0.3.1\""),
+    );
+    let report = host.run(false);
+    for path in [&old, &none, &newer] {
+        let Conflist::Refused { plugin: 1, why } = conflist_done(&report, path) else {
+            panic!("{}: {report:?}", path.display())
+        };
+        assert!(why.contains("natledger supports"), "{why}");
+        assert!(fs::read_to_string(path).unwrap().contains("portmap"));
+        assert!(!backup(path).exists());
+    }
+    assert_eq!(
+        conflist_done(&report, &fine),
+        Conflist::Switched { count: 1 }
+    );
+}

@@ -337,8 +337,14 @@ fn xtables_lock() -> Result<File, IptcError> {
         .truncate(false)
         .write(true)
         .mode(0o600)
-        .open(&path)
-        .map_err(err)?;
+        .open(&path);
+    // A lock on a read-only mount (a host root mounted so) is taken as iptables takes it: an
+    // flock needs no write access.
+    let file = match file {
+        Err(e) if e.raw_os_error() == Some(libc::EROFS) => std::fs::File::open(&path),
+        other => other,
+    }
+    .map_err(err)?;
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         let e = match fs2::FileExt::try_lock_exclusive(&file) {

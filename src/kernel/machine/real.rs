@@ -1,7 +1,7 @@
 //! [`Machine`]: the host seam read from this machine.
 
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::sys::signal::kill;
@@ -9,6 +9,7 @@ use nix::unistd::Pid;
 
 use super::{Host, Process};
 use crate::kernel::host::{self, Listener, Roots};
+use crate::kernel::host_root::Lookup;
 use crate::kernel::netns::{self, NetnsError};
 use crate::kernel::netns_cookie;
 use crate::kernel::netns_id::NetnsId;
@@ -46,15 +47,21 @@ impl Host for Machine {
     }
 
     fn netns_at(&self, path: &Path) -> std::io::Result<NetnsId> {
-        NetnsId::at(path)
+        NetnsId::at(&on_host(path)?)
     }
 
     fn netns_with_cookie(&self, path: &Path) -> std::io::Result<NetnsId> {
-        netns_cookie::read(path)
+        netns_cookie::read(&on_host(path)?)
     }
 
     fn netns_with_cookies(&self, paths: &[&Path]) -> Vec<std::io::Result<NetnsId>> {
-        netns_cookie::read_all(paths)
+        let found: Vec<std::io::Result<PathBuf>> = paths.iter().map(|p| on_host(p)).collect();
+        let readable: Vec<&Path> = found.iter().flatten().map(PathBuf::as_path).collect();
+        let mut read = netns_cookie::read_all(&readable).into_iter();
+        found
+            .into_iter()
+            .map(|f| f.and_then(|_| read.next().expect("an answer per path")))
+            .collect()
     }
 
     fn container_addresses(&self, pid: i32) -> Result<Vec<IfAddr>, NetnsError> {
@@ -67,6 +74,18 @@ impl Host for Machine {
 
     fn enable_route_localnet(&self, dest: Ipv4Addr) -> Result<Option<String>, NetnsError> {
         netns::enable_route_localnet(dest)
+    }
+}
+
+/// A namespace path as a runtime named it (`CNI_NETNS`: `/var/run/netns/cni-…`), read under
+/// the host root when one is set: a watch in a container that does not see the runtime's
+/// netns directory would find the path gone and sweep a live pod's forward. Under a root whose
+/// mount did not receive a newer bind mount, the path is the empty file under it: not a
+/// namespace file, so not judged. `/proc` paths stay this process's (its pid namespace).
+fn on_host(path: &Path) -> std::io::Result<PathBuf> {
+    match path.starts_with("/proc") {
+        true => Ok(path.to_path_buf()),
+        false => Lookup::process().at(path),
     }
 }
 
