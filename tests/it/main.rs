@@ -27,6 +27,7 @@ mod common;
 mod alerts;
 mod cni;
 mod conflicts;
+mod conflicts_native;
 mod conntrack;
 mod conntrack_kernel;
 mod docs;

@@ -12,10 +12,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::Scope;
-use crate::analysis::native::{NativeSource, forwards_of};
+use crate::analysis::native::{NativeSource, Owner, forwards_of, is_xtables};
 use crate::model::family::Family;
 use crate::model::portspec::{PortMapping, Protocol};
 use crate::model::rule::IpNet;
+use crate::model::ruleset::Table;
 
 /// The cache's file in the state directory.
 pub const NATIVE_CACHE_FILE: &str = "native-forwards.json";
@@ -178,8 +179,49 @@ impl NativeSource for LiveNative<'_, '_> {
     }
 
     fn read(&mut self) -> Result<(crate::model::ruleset::Ruleset, u32), Self::Error> {
-        crate::kernel::nftables::ruleset::read(self.session)
+        // Other owners' tables only: iptables-nft's are walked by the iptables check,
+        // natledger's own are not another owner's.
+        crate::kernel::nftables::ruleset::read_tables(self.session, &|family, name| {
+            let probe = Table {
+                family,
+                name: name.to_string(),
+                handle: None,
+                comment: None,
+                chains: Vec::new(),
+                sets: Vec::new(),
+            };
+            !is_xtables(&probe) && Owner::of(&probe) != Owner::Natledger
+        })
     }
+}
+
+/// [`find_native`] on this host: the calling thread's network namespace over `nf`'s
+/// nf_tables session, to this host's addresses and the mappings' own host addresses.
+pub fn find_native_live(
+    nf: &crate::backend::Netfilter,
+    cache: &Path,
+    mappings: &[PortMapping],
+    families: &[Family],
+) -> Result<Vec<NativeFound>, crate::kernel::nftables::NftError> {
+    let mut locals: Vec<IpNet> = Vec::new();
+    for family in families.iter().copied() {
+        let wanted: Vec<&PortMapping> = mappings
+            .iter()
+            .filter(|m| m.family().is_none_or(|f| f == family))
+            .collect();
+        if !wanted.is_empty() {
+            locals.extend(super::destinations(family, &wanted));
+        }
+    }
+    nf.with_nft(|session| {
+        find_native(
+            &mut LiveNative { session },
+            cache,
+            mappings,
+            families,
+            &locals,
+        )
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! What already holds a host port, asked before anything is written: other owners' forwards
 //! and local listeners; a warning each, or a refusal.
 
+use std::net::SocketAddr;
+
 use super::*;
 
 /// Whether the container asked to refuse a start over a conflict
@@ -43,8 +45,10 @@ pub(super) fn check_forwards(
             Chain(&e)
         );
     }
+    let native = native_forwards(ctx, refuse, mappings, families)?;
     for (keeper, mapping) in keepers {
-        if found.iter().any(|f| f.mapping == *mapping) {
+        if found.iter().any(|f| f.mapping == *mapping) || native.iter().any(|(m, _)| *m == mapping)
+        {
             continue;
         }
         let who = listener_text(keeper);
@@ -95,7 +99,65 @@ pub(super) fn check_forwards(
             f.mapping
         );
     }
+    for (mapping, f) in native {
+        let place = format!("{} (owner {})", f.place, f.owner);
+        let line = format!("dnat to {}", SocketAddr::new(f.to, f.to_port));
+        if refuse {
+            return Err(Error::PortForwarded {
+                mapping: mapping.clone(),
+                place,
+                line,
+            });
+        }
+        log::warn!(
+            "host port {}/{} is {} forwarded by another owner's native nftables rule, {place}: \
+             {line}; its traffic would be split between that destination and this container \
+             (natledger doctor names the fix)",
+            f.port,
+            f.protocol.as_str(),
+            if f.certain { "already" } else { "perhaps" },
+        );
+    }
     Ok(())
+}
+
+/// Other owners' native nftables forwards of the mapped host ports (kube-proxy's nftables
+/// mode, netavark, firewalld, Docker 29, portmap's nftables backend:
+/// [`forwards::find_native_live`], kept per nf_tables generation in the state directory),
+/// each with its mapping. A ruleset that cannot be read is warned about, or refused as an
+/// unread table is.
+fn native_forwards<'m>(
+    ctx: &Context,
+    refuse: bool,
+    mappings: &'m [PortMapping],
+    families: &[Family],
+) -> Result<Vec<(&'m PortMapping, forwards::NativeFound)>, Error> {
+    if !ctx.netfilter.native() {
+        return Ok(Vec::new());
+    }
+    let cache = ctx.ledger.file(forwards::NATIVE_CACHE_FILE);
+    match forwards::find_native_live(&ctx.netfilter, &cache, mappings, families) {
+        Ok(found) => Ok(found
+            .into_iter()
+            .filter_map(|f| {
+                mappings
+                    .iter()
+                    .find(|m| {
+                        m.protocol == f.protocol
+                            && (m.host_ports.start..=m.host_ports.end).contains(&f.port)
+                    })
+                    .map(|m| (m, f))
+            })
+            .collect()),
+        Err(e) => {
+            let e = format!("native nftables tables: {}", Chain(&e));
+            if refuse {
+                return Err(Error::ForwardsUnchecked(e));
+            }
+            log::warn!("{e}; other owners' forwards there were not checked");
+            Ok(Vec::new())
+        }
+    }
 }
 
 /// A local process already listening on a mapped host port loses that traffic to the

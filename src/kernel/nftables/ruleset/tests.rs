@@ -34,7 +34,7 @@ fn built() -> Ruleset {
     for (kind, payload) in &all {
         let (af, body) = (payload[0], &payload[4..]);
         match kind & 0xff {
-            0 => b.table(af, body).unwrap(),
+            0 => b.table(af, body, &|_, _| true).unwrap(),
             9 => sets.push((af, dump::set(body).unwrap())),
             _ => {}
         }
