@@ -28,6 +28,7 @@ mod cni;
 mod conflicts;
 mod conntrack;
 mod conntrack_kernel;
+mod deploy;
 mod docs;
 mod doctor;
 mod forward;
