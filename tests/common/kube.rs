@@ -190,3 +190,42 @@ pub fn namespace_options(pod_spec: &Value) -> Value {
     };
     json!({"network": mode("hostNetwork"), "pid": mode("hostPID"), "ipc": mode("hostIPC")})
 }
+
+/// scripts/build-image.sh's archive (the static release build, built once per test process;
+/// the script's last stdout line is its path).
+pub fn image_archive() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/build-image.sh");
+            let out = Command::new(script)
+                .env_remove("NATLEDGER_BINARY")
+                // cargo hands the test build.rs's short commit; the label is git's full one.
+                .env_remove("NATLEDGER_COMMIT")
+                .output()
+                .expect("scripts/build-image.sh");
+            assert!(
+                out.status.success(),
+                "build-image.sh: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            PathBuf::from(
+                stdout
+                    .lines()
+                    .last()
+                    .expect("build-image.sh printed nothing"),
+            )
+        })
+        .clone()
+}
+
+/// The names the image's index gives it: (podman's `org.opencontainers.image.ref.name`,
+/// containerd's `io.containerd.image.name`).
+pub fn image_names() -> (String, String) {
+    let version = env!("CARGO_PKG_VERSION");
+    (
+        format!("natledger:{version}"),
+        format!("docker.io/library/natledger:{version}"),
+    )
+}
