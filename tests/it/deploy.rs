@@ -7,7 +7,8 @@
 //! - The DaemonSet runs what docs/kubernetes.md and the other parts agree on: the image
 //!   `natledger:<Cargo.toml's version>`, the init container `install-cni` into the host's CNI
 //!   directories, the `watch` container with its metrics port 9655 (named `metrics`, probed on
-//!   /healthz) and `NATLEDGER_HOST_ROOT=/host`, not privileged.
+//!   /healthz), `NATLEDGER_HOST_ROOT=/host` and the host's system bus under it, not
+//!   privileged.
 //! - Every deploy/**/*.yaml (the Prometheus rules too) is YAML (PyYAML).
 
 use std::path::{Path, PathBuf};
@@ -135,7 +136,11 @@ fn the_daemonset_runs_the_agreed_commands_unprivileged() {
     );
     assert_eq!(
         watch["env"],
-        json!([{"name": "NATLEDGER_HOST_ROOT", "value": "/host"}])
+        json!([
+            {"name": "NATLEDGER_HOST_ROOT", "value": "/host"},
+            {"name": "DBUS_SYSTEM_BUS_ADDRESS",
+             "value": "unix:path=/host/run/dbus/system_bus_socket"},
+        ])
     );
     assert_eq!(
         watch["ports"],
