@@ -36,6 +36,9 @@ command -v fish >/dev/null || missing+=(fish)
 command -v dpkg-shlibdeps >/dev/null || missing+=(dpkg-dev)
 command -v file >/dev/null || missing+=(file)
 command -v strip >/dev/null || missing+=(binutils)
+# promtool (prometheus) checks and unit-tests deploy/prometheus's alert rules and lints watch's
+# live /metrics (tests/it/alerts.rs); policy-rc.d below keeps the server from starting.
+command -v promtool >/dev/null || missing+=(prometheus)
 for pkg in runc crun busybox-static podman conmon containernetworking-plugins docker.io \
   containerd util-linux tar; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

@@ -222,6 +222,7 @@ fn run(
             period,
             metrics_file,
             metrics_address,
+            doctor_period,
             legacy_every_ms,
         } => {
             let opts = watch::Options {
@@ -229,6 +230,7 @@ fn run(
                 legacy_every: Duration::from_millis(legacy_every_ms),
                 metrics_file,
                 metrics_address,
+                doctor_period: (doctor_period > 0).then(|| Duration::from_secs(doctor_period)),
             };
             watch::run(settings, &opts)?;
             Ok(ExitCode::SUCCESS)

@@ -231,6 +231,11 @@ pub enum Command {
         /// 127.0.0.1:9655), for a container without a textfile collector.
         #[arg(long, value_name = "ADDR:PORT")]
         metrics_address: Option<std::net::SocketAddr>,
+        /// Also run doctor's live analysis every SECONDS (0: never), on a thread of its own,
+        /// and export its findings (natledger_doctor_findings{kind,severity}) with the
+        /// counters; findings that change are logged once.
+        #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+        doctor_period: u64,
         /// Compare the iptables-legacy tables every MS milliseconds (tests: a wipe that only
         /// another trigger may see soon).
         #[arg(long, value_name = "MS", default_value_t = 500, hide = true,

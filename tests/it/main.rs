@@ -24,6 +24,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod alerts;
 mod cni;
 mod conflicts;
 mod conntrack;

@@ -26,7 +26,7 @@ pub(crate) fn word<T: Serialize>(value: &T) -> String {
     }
 }
 
-fn unix_seconds(at: SystemTime) -> f64 {
+pub(crate) fn unix_seconds(at: SystemTime) -> f64 {
     at.duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs_f64())
         .unwrap_or(0.0)
@@ -149,6 +149,24 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
     e
 }
 
+/// One sample per kind and severity doctor knows, the number of `findings` of each (0 where
+/// none, so that an absent series means "not known"): `natledger doctor --metrics-file`'s
+/// `natledger_doctor_last_findings` and watch's `natledger_doctor_findings`.
+pub(crate) fn findings_by_kind(family: &mut super::Family, findings: &[doctor::Finding]) {
+    for kind in Kind::ALL {
+        for severity in Severity::ALL {
+            let n = findings
+                .iter()
+                .filter(|f| f.kind == kind && f.severity == severity)
+                .count();
+            family.sample(
+                &[("kind", &word(&kind)), ("severity", &word(&severity))],
+                n as f64,
+            );
+        }
+    }
+}
+
 /// Doctor's series; `finished` is when it ended.
 pub fn doctor(report: &doctor::Report, finished: SystemTime) -> Exposition {
     let mut e = Exposition::new();
@@ -162,24 +180,14 @@ pub fn doctor(report: &doctor::Report, finished: SystemTime) -> Exposition {
         "How long the last natledger doctor took.",
     )
     .sample(&[], report.duration_seconds);
-    let findings = e.gauge(
-        "natledger_doctor_last_findings",
-        "Findings of the last doctor, by kind and severity (the kinds of `natledger doctor \
-         --json`).",
+    findings_by_kind(
+        e.gauge(
+            "natledger_doctor_last_findings",
+            "Findings of the last doctor, by kind and severity (the kinds of `natledger doctor \
+             --json`).",
+        ),
+        &report.findings,
     );
-    for kind in Kind::ALL {
-        for severity in Severity::ALL {
-            let n = report
-                .findings
-                .iter()
-                .filter(|f| f.kind == kind && f.severity == severity)
-                .count();
-            findings.sample(
-                &[("kind", &word(&kind)), ("severity", &word(&severity))],
-                n as f64,
-            );
-        }
-    }
     e.gauge(
         "natledger_doctor_last_rules_read",
         "Rules the last doctor read, every owner's, every backend and family.",

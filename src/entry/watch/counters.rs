@@ -9,6 +9,7 @@ use crate::entry::metrics::Exposition;
 use crate::entry::metrics::report::word;
 use crate::model::family::Family;
 use crate::ops::SweepReport;
+use crate::ops::sweep::HeldBack;
 
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -22,6 +23,11 @@ pub struct Counters {
     last_seconds: f64,
     last_at: Option<SystemTime>,
     pub backoffs: u64,
+    /// Containers whose repairs wait now (a back-off hold of their own).
+    pub held: usize,
+    /// Rules tagged for containers no manifest knows that the last reconcile left (a ledger
+    /// that records nothing: `sweep::held`).
+    unclaimed: usize,
 }
 
 impl Counters {
@@ -38,6 +44,10 @@ impl Counters {
         if !report.ok() {
             self.failed += 1;
         }
+        self.unclaimed = match &report.held_back {
+            Some(HeldBack::Empty { rules, .. }) => *rules,
+            _ => 0,
+        };
         for t in &report.tables {
             self.removed += t.rules_removed.len() as u64;
             let n = t.rules_restored.len() as u64;
@@ -123,6 +133,18 @@ impl Counters {
              again.",
         )
         .sample(&[], self.backoffs as f64);
+        e.gauge(
+            "natledger_watch_containers_held",
+            "Containers whose repairs are held back now, because what was put back of theirs \
+             kept being removed.",
+        )
+        .sample(&[], self.held as f64);
+        e.gauge(
+            "natledger_watch_unclaimed_rules",
+            "Rules tagged for containers no manifest knows that the last reconcile left in \
+             place, because the state directory holds no manifest (sweep --boot removes them).",
+        )
+        .sample(&[], self.unclaimed as f64);
         e
     }
 }
@@ -155,17 +177,26 @@ mod tests {
         counters.add(Some(&report), Duration::from_millis(250), at);
         counters.add(None, Duration::from_millis(500), at);
         counters.backoffs = 1;
+        counters.held = 2;
+        let mut empty = SweepReport::new(&SweepOptions::default());
+        empty.held_back = Some(HeldBack::Empty {
+            dir: "/run/natledger".into(),
+            rules: 4,
+        });
+        counters.add(Some(&empty), Duration::ZERO, at);
         let text = counters.exposition().render();
         for line in [
             "natledger_watch_repairs_total{backend=\"nft\",family=\"ipv4\",table=\"nat\"} 2",
             "natledger_watch_repairs_total{backend=\"nft\",family=\"ipv4\",table=\"filter\"} 0",
             "natledger_watch_rules_restored_total{backend=\"nft\",family=\"ipv4\",table=\"nat\"} 6",
-            "natledger_watch_reconciles_total 3",
+            "natledger_watch_reconciles_total 4",
             "natledger_watch_reconcile_errors_total 1",
             "natledger_watch_reconcile_seconds_total 1",
-            "natledger_watch_last_reconcile_seconds 0.5",
+            "natledger_watch_last_reconcile_seconds 0",
             "natledger_watch_last_reconcile_timestamp_seconds 7",
             "natledger_watch_backoffs_total 1",
+            "natledger_watch_containers_held 2",
+            "natledger_watch_unclaimed_rules 4",
             "# TYPE natledger_watch_repairs_total counter",
         ] {
             assert!(text.lines().any(|l| l == line), "{line}\n{text}");

@@ -27,9 +27,17 @@
 //! It never creates the state directory (only what records does): while it is missing, watch
 //! waits for it, checking every second, and touches nothing ([`wait_for_ledger`]). A ledger
 //! that records nothing leaves the rules of containers no manifest knows (`sweep::held`).
+//!
+//! With `--doctor-period`, doctor runs on a thread of its own ([`doctor`]) and tells the loop
+//! through a socket polled with the others; the loop logs what changed and publishes the
+//! series ([`findings`]). With `--metrics-address`, the loop's every tick is told to the
+//! serving thread, whose `/healthz` fails once the loop is silent longer than
+//! [`health_bound`].
 
 mod backoff;
 mod counters;
+mod doctor;
+mod findings;
 mod firewalld;
 mod holds;
 mod http;
@@ -41,12 +49,14 @@ pub use holds::Holds;
 use std::net::SocketAddr;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
+use crate::analysis::doctor::Severity;
 use crate::backend::{Netfilter, legacy_table_exists};
 use crate::chain::Chain;
 use crate::entry::metrics;
@@ -59,6 +69,8 @@ use crate::model::oci::ContainerId;
 use crate::ops::sweep::HeldBack;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
 use crate::state::ledger::{Ledger, LedgerError};
+use doctor::Doctoring;
+use findings::{Change, Findings};
 use firewalld::Firewalld;
 
 /// How often the iptables-legacy tables are compared.
@@ -83,8 +95,18 @@ pub struct Options {
     /// How often the iptables-legacy tables are compared: [`LEGACY_EVERY`] but in tests.
     pub legacy_every: Duration,
     pub metrics_file: Option<PathBuf>,
-    /// Serve the counters as `GET /metrics` here ([`http`]).
+    /// Serve the counters as `GET /metrics` here, and `GET /healthz` ([`http`]).
     pub metrics_address: Option<SocketAddr>,
+    /// Run doctor this often ([`doctor`]); `None`: never.
+    pub doctor_period: Option<Duration>,
+}
+
+/// `/healthz` fails once the loop has not ticked for this long. Idle, it ticks every
+/// `legacy_every`; a reconcile holds it (under a second for 1,000 containers, up to the
+/// xtables lock's 5 s wait on a legacy write): a loop silent for the backstop period and ten
+/// legacy checks more (65 s by default) has broken its promise of a reconcile every period.
+pub fn health_bound(period: Duration, legacy_every: Duration) -> Duration {
+    period + legacy_every * 10
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +122,8 @@ pub enum WatchError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("starting the doctor thread")]
+    Doctor(#[source] std::io::Error),
 }
 
 /// What made a reconcile due.
@@ -120,15 +144,34 @@ enum Why {
 /// Run until SIGTERM or SIGINT.
 pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     let signals = signals().map_err(WatchError::Signals)?;
-    if !wait_for_ledger(&settings.state_dir, &signals)? {
-        return Ok(());
-    }
+    let mut counters = Counters::default();
+    // Served while the state directory is awaited too: a liveness probe sees the loop alive.
     let served = match opts.metrics_address {
         Some(address) => {
-            Some(http::spawn(address).map_err(|source| WatchError::Listen { address, source })?)
+            let served = Arc::new(http::Served::new(health_bound(
+                opts.period,
+                opts.legacy_every,
+            )));
+            served.tick();
+            served.show(counters.exposition().render());
+            http::spawn(address, served.clone())
+                .map_err(|source| WatchError::Listen { address, source })?;
+            Some(served)
         }
         None => None,
     };
+    let served = served.as_deref();
+    if !wait_for_ledger(&settings.state_dir, &signals, served)? {
+        return Ok(());
+    }
+    // After the wait: doctor, too, judges only a ledger that exists.
+    let doctoring = match opts.doctor_period {
+        Some(period) => {
+            Some(Doctoring::spawn(settings.state_dir.clone(), period).map_err(WatchError::Doctor)?)
+        }
+        None => None,
+    };
+    let mut findings = opts.doctor_period.map(Findings::new);
     let monitor = match Monitor::open() {
         Ok(m) => Some(m),
         Err(e) => {
@@ -142,22 +185,22 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     };
     log::info!(
         "watching: nf_tables commits{}, iptables-legacy every {} ms, firewalld's reloads, \
-         everything every {} s",
+         everything every {} s{}",
         if monitor.is_some() {
             ""
         } else {
             " (not available)"
         },
         opts.legacy_every.as_millis(),
-        opts.period.as_secs()
+        opts.period.as_secs(),
+        match opts.doctor_period {
+            Some(p) => format!("; doctor every {} s", p.as_secs()),
+            None => String::new(),
+        }
     );
     let mut firewalld = Firewalld::new(&settings.system_bus, Instant::now());
     // Subscribed before the first reconcile, so a reload after what it reads is told.
     firewalld.tick(Instant::now());
-    let mut counters = Counters::default();
-    if let Some(served) = &served {
-        show(served, counters.exposition().render());
-    }
     // Failures and the shared rules (every repair waits for them); `holds`: each container.
     let mut backoff = Backoff::default();
     let mut holds = Holds::default();
@@ -176,6 +219,9 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         backoff.held(now).max(gap)
     };
     loop {
+        if let Some(served) = served {
+            served.tick();
+        }
         let now = Instant::now();
         if let (Some(why), None) = (due, gate(&backoff, last, now)) {
             last = Some(now);
@@ -209,7 +255,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                         hold.as_millis()
                     );
                     legacy = before;
-                    publish(&counters, opts, served.as_ref());
+                    publish(&counters, findings.as_ref(), opts, served);
                     due = Some(Why::Retry);
                     next_period = Instant::now() + opts.period;
                     continue;
@@ -251,6 +297,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                 );
             }
             hold_ends = holds.next_end(now);
+            counters.held = holds.held(now).len();
             if let Some(hold) = backoff.after(shared, now) {
                 counters.backoffs += 1;
                 log::warn!(
@@ -262,7 +309,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
                     hold.as_millis()
                 );
             }
-            publish(&counters, opts, served.as_ref());
+            publish(&counters, findings.as_ref(), opts, served);
             due = None;
             next_period = Instant::now() + opts.period;
         }
@@ -271,6 +318,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         firewalld.tick(now);
         if hold_ends.is_some_and(|end| end <= now) {
             hold_ends = None;
+            counters.held = holds.held(now).len();
             due = due.or(Some(Why::HoldOver));
         }
         let mut wake = next_legacy.min(next_period);
@@ -286,17 +334,21 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let timeout = wake.saturating_duration_since(now);
         let timeout =
             PollTimeout::try_from(timeout.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
-        // The signalfd, then the monitor and the bus where there are.
+        // The signalfd, then the monitor, the bus and the doctor thread where there are.
         let mut fds = vec![PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-        let waited: Vec<Option<usize>> = [monitor.as_ref().map(|m| m.as_fd()), firewalld.fd()]
-            .into_iter()
-            .map(|fd| {
-                fd.map(|fd| {
-                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
-                    fds.len() - 1
-                })
+        let waited: Vec<Option<usize>> = [
+            monitor.as_ref().map(|m| m.as_fd()),
+            firewalld.fd(),
+            doctoring.as_ref().map(Doctoring::fd),
+        ]
+        .into_iter()
+        .map(|fd| {
+            fd.map(|fd| {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                fds.len() - 1
             })
-            .collect();
+        })
+        .collect();
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             Err(e) => return Err(WatchError::Poll(e)),
@@ -307,7 +359,16 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         };
         let (signalled, told) = (ready(Some(0)), ready(waited[0]));
         let bus = ready(waited[1]);
+        let doctored = ready(waited[2]);
         drop(fds);
+        if let (true, Some(d), Some(f)) = (doctored, &doctoring, &mut findings)
+            && let Some(run) = d.take()
+        {
+            for change in f.add(run) {
+                log_change(&change);
+            }
+            publish(&counters, Some(f), opts, served);
+        }
         if bus && firewalld.read(Instant::now()) {
             log::info!("firewalld reloaded: reconciling now");
             due = due.or(Some(Why::Firewalld));
@@ -361,21 +422,37 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
     }
 }
 
-/// The counters to `--metrics-file` and to what `--metrics-address` serves.
-fn publish(counters: &Counters, opts: &Options, served: Option<&http::Served>) {
-    let exposition = counters.exposition();
+/// The counters, and doctor's series when it runs, to `--metrics-file` and to what
+/// `--metrics-address` serves.
+fn publish(
+    counters: &Counters,
+    findings: Option<&Findings>,
+    opts: &Options,
+    served: Option<&http::Served>,
+) {
+    let mut exposition = counters.exposition();
+    if let Some(f) = findings {
+        f.add_to(&mut exposition);
+    }
     if let Some(served) = served {
-        show(served, exposition.render());
+        served.show(exposition.render());
     }
     if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition) {
         log::warn!("{}", Chain(&e));
     }
 }
 
-fn show(served: &http::Served, text: String) {
-    match served.lock() {
-        Ok(mut snapshot) => *snapshot = text,
-        Err(poisoned) => *poisoned.into_inner() = text,
+/// What changed in doctor's findings, said once.
+fn log_change(change: &Change) {
+    match change {
+        Change::Found {
+            severity: Severity::Info,
+            line,
+        } => log::info!("doctor: found: {line}"),
+        Change::Found { line, .. } => log::warn!("doctor: found: {line}"),
+        Change::Gone { line } => log::info!("doctor: no longer found: {line}"),
+        Change::Failed(why) => log::warn!("doctor failed: {why}"),
+        Change::Recovered => log::info!("doctor runs again"),
     }
 }
 
@@ -439,7 +516,11 @@ fn stamps(known: &[Option<Stamp>]) -> Vec<Option<Stamp>> {
 /// Until the state directory exists, checked every second, doing nothing else; `false` when
 /// SIGTERM or SIGINT came first. A mistyped `--state-dir` is never created, and its empty
 /// ledger never judged.
-fn wait_for_ledger(dir: &Path, signals: &SignalFd) -> Result<bool, WatchError> {
+fn wait_for_ledger(
+    dir: &Path,
+    signals: &SignalFd,
+    served: Option<&http::Served>,
+) -> Result<bool, WatchError> {
     let ledger = Ledger::new(dir);
     let missing = || matches!(ledger.exists(), Err(LedgerError::Missing { .. }));
     if !missing() {
@@ -447,6 +528,9 @@ fn wait_for_ledger(dir: &Path, signals: &SignalFd) -> Result<bool, WatchError> {
     }
     log::info!("waiting for state directory {}", dir.display());
     loop {
+        if let Some(served) = served {
+            served.tick();
+        }
         let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
         match poll(
             &mut fds,
