@@ -322,6 +322,8 @@ fn daemonset_scenario(backend: Backend) {
     // The DaemonSet's pod: a host-network, host-pid sandbox in kube-system.
     let mut ds_config = ctrd.pod_config("natledger-node", &[]);
     ds_config["metadata"]["namespace"] = json!("kube-system");
+    // kubelet sets no hostname for a host-network pod (it shares the node's UTS namespace).
+    ds_config.as_object_mut().unwrap().remove("hostname");
     ds_config["linux"]["security_context"] = json!({"namespace_options": namespace_options(spec)});
     let ds_pod = ctrd
         .run_pod(&ds_config)
