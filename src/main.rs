@@ -17,6 +17,7 @@ use natledger::analysis::doctor::{self, DoctorOptions, DumpFile, evidence::Roots
 use natledger::backend::{self, Netfilter};
 use natledger::entry::bundle::{self, HookSpec, Injected};
 use natledger::entry::cli::{self, Cli, Command};
+use natledger::entry::install_cni;
 use natledger::entry::settings::{self, Settings};
 use natledger::kernel::exec::SystemRunner;
 use natledger::model::echo::limit;
@@ -253,6 +254,19 @@ fn run(
         } => doctor(settings, from, port, json, metrics_file),
         Command::Selftest => selftest(settings),
         Command::List { json } => list(settings, json),
+        Command::InstallCni {
+            bin_dir,
+            conf_dir,
+            uninstall,
+        } => install_cni(
+            settings,
+            &install_cni::Options {
+                bin_dir,
+                conf_dir,
+                uninstall,
+                source: PathBuf::from("/proc/self/exe"),
+            },
+        ),
     }
 }
 
@@ -412,6 +426,29 @@ fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
             chosen.how,
             ops::render_table(&entries)
         ));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One line per file on stdout (a file left alone that may need a look: a warning), each
+/// refused file named; exit 1 when one was.
+fn install_cni(settings: &Settings, opts: &install_cni::Options) -> anyhow::Result<ExitCode> {
+    let report = install_cni::run(opts, &Ledger::new(settings.state_dir.clone()))?;
+    for line in &report.lines {
+        if line.warning() {
+            log::warn!("{line}");
+        } else {
+            out(&format!("{line}\n"));
+        }
+    }
+    for refused in &report.refused {
+        log::error!("{}", natledger::chain::Chain(refused));
+    }
+    if !report.refused.is_empty() {
+        anyhow::bail!("install-cni: {} file(s) refused", report.refused.len());
+    }
+    if !report.changed() {
+        out("install-cni: nothing to change\n");
     }
     Ok(ExitCode::SUCCESS)
 }

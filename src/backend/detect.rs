@@ -1,9 +1,12 @@
 //! Which backend the host uses, and what `--backend auto` resolves to: the host's iptables
-//! backend where iptables is installed, natledger's own nftables tables where it is not.
+//! backend where iptables is installed, natledger's own nftables tables where it is not. The
+//! tools and links are the host's: under the host root when one is set
+//! (`crate::kernel::host_root`).
 
 use std::path::{Path, PathBuf};
 
 use super::{Backend, TOOL_DIRS};
+use crate::kernel::host_root;
 
 /// Which backend to write to, as given on the command line: `auto` or a backend's word
 /// ([`Backend::suffix`]), its values taken from [`Backend::ALL`].
@@ -77,7 +80,7 @@ fn choose_in(dirs: &[&str]) -> Detected {
         IPTABLES_TOOLS
             .iter()
             .map(|tool| Path::new(dir).join(tool))
-            .find(|path| path.exists())
+            .find(|path| host_root::exists(path))
     });
     match installed {
         Some(_) => detect_explained(),
@@ -134,7 +137,7 @@ pub fn detect_explained() -> Detected {
 fn backend_of_link(start: &Path) -> Option<(Backend, PathBuf)> {
     let mut path = start.to_path_buf();
     for _ in 0..8 {
-        let target = std::fs::read_link(&path).ok()?;
+        let target = host_root::read_link(&path).ok()?;
         let name = target.file_name()?.to_string_lossy().into_owned();
         if name.contains("legacy") {
             return Some((Backend::Legacy, target));

@@ -10,7 +10,7 @@ use super::TOOL_DIRS;
 /// `source()` (shown after it by [`crate::chain::Chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("{tool} not found in {}", TOOL_DIRS.join(", "))]
+    #[error("{tool} not found in {}{}", TOOL_DIRS.join(", "), crate::kernel::host_root::under())]
     ToolNotFound { tool: String },
     #[error("cannot run {command}")]
     Spawn {

@@ -40,13 +40,14 @@ impl Tools {
         }
     }
 
-    /// Absolute path of `ip[6]tables-{word}-{verb}`.
+    /// Absolute path of `ip[6]tables-{word}-{verb}`, as the host names it (found under the
+    /// host root when one is set, `crate::kernel::host_root`).
     pub fn path(&self, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
         let name = format!("{}-{}-{verb}", family.tool_stem(), self.word);
         TOOL_DIRS
             .iter()
             .map(|dir| Path::new(dir).join(&name))
-            .find(|p| p.exists())
+            .find(|p| crate::kernel::host_root::exists(p))
             .ok_or(BackendError::ToolNotFound { tool: name })
     }
 

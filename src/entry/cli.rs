@@ -35,6 +35,8 @@ Environment (read once at start; a flag given beside its variable wins):
   NATLEDGER_CONNTRACK_DUMP   how flows are found: adaptive (default), filtered, unfiltered
                              or refused (the fallback on demand, for tests)
   XTABLES_LOCKFILE           the iptables lock (default: /run/xtables.lock), as iptables reads it
+  NATLEDGER_HOST_ROOT        the host's root directory when run from an image (e.g. /host): the
+                             iptables tools are found under it and run chrooted into it
   NATLEDGER_FAULT            a fault point at which natledger kills itself (crash tests only)
 Booleans (--trace, --no-netlink and their variables) take true/false, yes/no, on/off or 1/0.";
 
@@ -297,6 +299,28 @@ pub enum Command {
     /// removes: both backends accept its rules, a forwarded port answers, poststop leaves the
     /// tables as they were. One line per check; exit 1 on any failure.
     Selftest,
+    /// Put natledger in portmap's place in this host's CNI configuration
+    ///
+    /// Install this binary as BIN_DIR/natledger (atomically; an identical file is left as it
+    /// is, another file or a link is never replaced), then in every conflist of CONF_DIR that
+    /// libcni loads, switch each plugin of type portmap to natledger: only that `type` changes,
+    /// after the file is backed up as FILE.natledger-backup. A conflist without portmap, or
+    /// whose portmap uses options natledger refuses, is left alone; a malformed one is refused
+    /// by name and never rewritten. Again: nothing changes. With --uninstall, switch back
+    /// (in the current file), remove the backups, and remove the binary if install-cni wrote
+    /// it and the state directory records no CNI attachment. One line per file; exit 0 when
+    /// done, 1 when a file was refused.
+    InstallCni {
+        /// The CNI plugin directory (the DaemonSet mounts the host's at /host/opt/cni/bin).
+        #[arg(long, value_name = "DIR", default_value = "/opt/cni/bin")]
+        bin_dir: PathBuf,
+        /// The CNI configuration directory (the DaemonSet: /host/etc/cni/net.d).
+        #[arg(long, value_name = "DIR", default_value = "/etc/cni/net.d")]
+        conf_dir: PathBuf,
+        /// Switch the conflists back to portmap and remove what install-cni installed.
+        #[arg(long)]
+        uninstall: bool,
+    },
     /// Show every manifest
     ///
     /// Show every manifest: container, pid, alive or dead, mappings, backend and rules.

@@ -4,6 +4,7 @@
 pub mod bundle;
 pub mod cli;
 pub mod cni;
+pub mod install_cni;
 pub mod metrics;
 pub mod selftest;
 pub mod settings;

@@ -18,6 +18,7 @@ use crate::backend::BackendChoice;
 use crate::entry::cli::{Global, PortConflict};
 use crate::kernel::conntrack::DumpChoice;
 use crate::kernel::dbus;
+use crate::kernel::host_root::HostRoot;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
@@ -33,6 +34,10 @@ const XTABLES_LOCK: &str = "/run/xtables.lock";
 /// `DBUS_SYSTEM_BUS_ADDRESS`: the system bus, as libdbus reads it (`watch` listens there for
 /// firewalld's reloads).
 pub const SYSTEM_BUS_ENV: &str = "DBUS_SYSTEM_BUS_ADDRESS";
+
+/// `NATLEDGER_HOST_ROOT`: the host's root directory, when natledger runs from an image; the
+/// tools it runs are found under it and run chrooted into it (`crate::kernel::host_root`).
+pub const HOST_ROOT_ENV: &str = "NATLEDGER_HOST_ROOT";
 
 /// Where the system bus is: the socket of [`SYSTEM_BUS_ENV`]'s `unix:path=`, else
 /// `/run/dbus/system_bus_socket`.
@@ -72,6 +77,8 @@ pub struct Settings {
     pub xtables_lock: PathBuf,
     pub conntrack_dump: DumpChoice,
     pub system_bus: SystemBus,
+    /// The host root of [`HOST_ROOT_ENV`], when set.
+    pub host_root: Option<HostRoot>,
 }
 
 impl Settings {
@@ -94,6 +101,7 @@ impl Settings {
                 .map_or_else(|| PathBuf::from(XTABLES_LOCK), PathBuf::from),
             conntrack_dump: conntrack_dump(lookup(CONNTRACK_DUMP_ENV))?,
             system_bus: SystemBus::of(lookup(SYSTEM_BUS_ENV)),
+            host_root: host_root(lookup(HOST_ROOT_ENV))?,
         })
     }
 
@@ -114,6 +122,9 @@ impl Settings {
         log::set_max_level(self.log_level);
         crate::kernel::iptc::set_lock_path(self.xtables_lock.clone());
         crate::kernel::conntrack::set_dump_choice(self.conntrack_dump);
+        if let Some(root) = &self.host_root {
+            crate::kernel::host_root::set(root.clone());
+        }
     }
 }
 
@@ -156,7 +167,7 @@ fn global_from_env(lookup: Lookup) -> Result<Global, clap::Error> {
 }
 
 /// The variables whose value is refused (clap's words for each), of the global flags and
-/// [`CONNTRACK_DUMP_ENV`]; an empty variable is unset, never refused.
+/// [`CONNTRACK_DUMP_ENV`] and [`HOST_ROOT_ENV`]; an empty variable is unset, never refused.
 pub fn refused(lookup: Lookup) -> Vec<(String, clap::Error)> {
     let mut refused: Vec<(String, clap::Error)> = env_flags(lookup)
         .into_iter()
@@ -170,6 +181,9 @@ pub fn refused(lookup: Lookup) -> Vec<(String, clap::Error)> {
         .collect();
     if let Err(e) = conntrack_dump(lookup(CONNTRACK_DUMP_ENV)) {
         refused.push((CONNTRACK_DUMP_ENV.to_string(), e));
+    }
+    if let Err(e) = host_root(lookup(HOST_ROOT_ENV)) {
+        refused.push((HOST_ROOT_ENV.to_string(), e));
     }
     refused
 }
@@ -229,6 +243,24 @@ fn conntrack_dump(value: Option<OsString>) -> Result<DumpChoice, clap::Error> {
         })
 }
 
+/// [`HOST_ROOT_ENV`]'s directory; none when unset. One that is not an existing directory is
+/// refused, naming it.
+fn host_root(value: Option<OsString>) -> Result<Option<HostRoot>, clap::Error> {
+    let Some(value) = value.filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    HostRoot::new(PathBuf::from(&value)).map(Some).map_err(|e| {
+        clap::Error::raw(
+            ErrorKind::InvalidValue,
+            format!(
+                "invalid value '{}' for '{HOST_ROOT_ENV}': {}\n",
+                value.to_string_lossy(),
+                crate::chain::Chain(&e)
+            ),
+        )
+    })
+}
+
 /// A clap error as one line (the CNI error object's details): without clap's `error: `
 /// and its hint to try `--help`.
 pub fn one_line(error: &clap::Error) -> String {
@@ -275,6 +307,7 @@ mod tests {
             s.system_bus,
             SystemBus::At(PathBuf::from("/run/dbus/system_bus_socket"))
         );
+        assert_eq!(s.host_root, None);
     }
 
     #[test]
@@ -385,6 +418,33 @@ mod tests {
             "invalid value 'some' for 'NATLEDGER_CONNTRACK_DUMP' [possible values: adaptive, \
              filtered, unfiltered, refused]"
         );
+    }
+
+    /// `NATLEDGER_HOST_ROOT` is an existing directory, or refused naming it.
+    #[test]
+    fn the_host_root_is_an_existing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_str().unwrap();
+        let s = from(&[("NATLEDGER_HOST_ROOT", path)]).unwrap();
+        assert_eq!(s.host_root.unwrap().dir(), dir.path());
+        assert_eq!(
+            from(&[("NATLEDGER_HOST_ROOT", "")]).unwrap().host_root,
+            None
+        );
+        let missing = dir.path().join("missing");
+        let missing = missing.to_str().unwrap();
+        let e = from(&[("NATLEDGER_HOST_ROOT", missing)]).unwrap_err();
+        let line = one_line(&e);
+        assert!(
+            line.starts_with(&format!(
+                "invalid value '{missing}' for 'NATLEDGER_HOST_ROOT': host root {missing}: "
+            )),
+            "{line}"
+        );
+        let lookup = |name: &str| (name == "NATLEDGER_HOST_ROOT").then(|| OsString::from(missing));
+        let (s, refused) = Settings::lenient(&lookup);
+        assert_eq!(s.host_root, None);
+        assert_eq!(refused[0].0, "NATLEDGER_HOST_ROOT");
     }
 
     #[test]

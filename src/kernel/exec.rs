@@ -1,10 +1,14 @@
 //! The one seam around process execution. Everything natledger runs (iptables-save and
 //! iptables-restore) goes through a [`Runner`], so operation logic can be tested with a
-//! scripted runner and the real backends are exercised by the integration tests.
+//! scripted runner and the real backends are exercised by the integration tests. With a host
+//! root ([`super::host_root`]), [`SystemRunner`] runs each tool chrooted into it.
 
 use std::io::Write;
+use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+
+use super::host_root::{self, HostRoot};
 
 /// A command to run: program (absolute path), arguments and optional standard input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,21 +90,80 @@ pub trait Runner {
     fn run(&self, invocation: &Invocation) -> std::io::Result<Outcome>;
 }
 
-/// Runs real processes. Logs each command line, and how long it took, at debug level.
-#[derive(Debug, Default)]
+/// Runs real processes, chrooted into its host root when it has one. Logs each command line,
+/// and how long it took, at debug level.
+#[derive(Debug)]
 pub struct SystemRunner {
-    _private: (),
+    root: Option<HostRoot>,
+}
+
+/// The process's host root ([`host_root::get`]), if one was set.
+impl Default for SystemRunner {
+    fn default() -> Self {
+        SystemRunner::in_root(host_root::get().cloned())
+    }
+}
+
+/// Starting a tool in the host root failed, naming the root; the cause is the `chroot(2)`'s,
+/// `chdir(2)`'s or `execve(2)`'s.
+#[derive(Debug, thiserror::Error)]
+#[error("in host root {root}")]
+pub struct InRoot {
+    root: HostRoot,
+    source: std::io::Error,
+}
+
+impl SystemRunner {
+    /// One that runs each tool chrooted into `root` (`None`: in this process's root).
+    pub fn in_root(root: Option<HostRoot>) -> Self {
+        SystemRunner { root }
+    }
+
+    fn command(&self, inv: &Invocation) -> std::io::Result<Command> {
+        let mut command = Command::new(&inv.program);
+        command.args(&inv.args);
+        if let Some(root) = &self.root {
+            use std::os::unix::ffi::OsStrExt as _;
+            let dir = std::ffi::CString::new(root.dir().as_os_str().as_bytes())?;
+            // SAFETY: the closure runs in the child between fork and exec, where only
+            // async-signal-safe calls are allowed: it calls chroot(2) and chdir(2) on a string
+            // made before the fork and builds an `io::Error` from errno (no allocation, no
+            // lock).
+            unsafe {
+                command.pre_exec(move || {
+                    if libc::chroot(dir.as_ptr()) != 0 || libc::chdir(c"/".as_ptr()) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
+        Ok(command)
+    }
 }
 
 impl Runner for SystemRunner {
     fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
         let trace = log::log_enabled!(log::Level::Debug);
         if trace {
-            log::debug!("exec {inv}");
+            match &self.root {
+                Some(root) => log::debug!("exec {inv} (in {root})"),
+                None => log::debug!("exec {inv}"),
+            }
         }
         let start = std::time::Instant::now();
-        let mut child = Command::new(&inv.program)
-            .args(&inv.args)
+        let in_root = |source: std::io::Error| match &self.root {
+            Some(root) => std::io::Error::new(
+                source.kind(),
+                InRoot {
+                    root: root.clone(),
+                    source,
+                },
+            ),
+            None => source,
+        };
+        let mut child = self
+            .command(inv)?
             .stdin(if inv.stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -108,7 +171,8 @@ impl Runner for SystemRunner {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .spawn()?;
+            .spawn()
+            .map_err(in_root)?;
         let out = match (&inv.stdin, child.stdin.take()) {
             // Write from another thread while collecting output, so a child that fills its
             // stdout or stderr pipe before reading all input cannot deadlock us. A write

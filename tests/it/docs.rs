@@ -303,7 +303,7 @@ fn help_gives_each_command_one_line() {
         .skip(1)
         .take_while(|l| !l.is_empty())
         .collect();
-    assert_eq!(commands.len(), 9, "{stdout}");
+    assert_eq!(commands.len(), 10, "{stdout}");
     for line in &commands {
         assert!(line.len() <= 80, "{line:?} is not one line");
     }

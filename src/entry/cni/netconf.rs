@@ -279,6 +279,15 @@ impl NetConf {
     }
 }
 
+/// Why natledger would refuse `plugin` (one plugin's configuration in a conflist) in
+/// portmap's place: a portmap option it cannot honour ([`refuse_portmap_only`]) or a key it
+/// reads of the wrong type; `None` when it takes it (`natledger install-cni`).
+pub fn refused_as_portmap(plugin: &Value) -> Option<CniError> {
+    let wire = Wire::deserialize(plugin)
+        .map_err(|e| CniError::new(Code::Decode, "error decoding network config", e.to_string()));
+    wire.and_then(|wire| refuse_portmap_only(&wire)).err()
+}
+
 /// portmap's options that would change which packets are forwarded or how: natledger cannot
 /// do what they ask, and silently forwarding differently is worse than refusing (code 2 names
 /// key and value, as the spec requires). `markMasqBit` and `externalSetMarkChain` only say how

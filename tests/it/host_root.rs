@@ -1,0 +1,232 @@
+//! `NATLEDGER_HOST_ROOT`: natledger run as from an image that has no iptables tools (a private
+//! mount namespace whose `/usr/sbin` is an empty tmpfs, the real root bind-mounted at DIR, as
+//! the DaemonSet mounts the host's `/` at `/host`). Without the variable the iptables-nft
+//! backend's create fails naming the missing tool (a poststop under the host root removes
+//! what it recorded) and `--backend auto` finds no iptables; with
+//! `NATLEDGER_HOST_ROOT=DIR` the tools are found under DIR and run chrooted into it: a forward
+//! is written, answers TCP and UDP from outside, and poststop leaves the dump as it was;
+//! `auto` decides as on the host. `NATLEDGER_HOST_ROOT=/` in the node's own mount namespace
+//! works the same, and a missing DIR is refused naming it.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use crate::common::*;
+
+const T: Duration = Duration::from_secs(3);
+
+/// In a private mount namespace: the real root at `$1`, an empty tmpfs over `/usr/sbin` (the
+/// iptables tools gone, as in an image), then `ip netns exec $2 ARGV...` (`ip` from `$1`).
+const NO_TOOLS: &str = r#"set -e
+host=$1; ns=$2; shift 2
+mount --rbind / "$host"
+mount -t tmpfs -o size=1m natledger-test-no-tools /usr/sbin
+exec "$host/usr/sbin/ip" netns exec "$ns" "$@""#;
+
+/// `natledger ARGS` on `node`, in an image-like root (no tools) with the real root at `host`,
+/// with `env` and `stdin`.
+fn without_tools(
+    node: &Node,
+    host: &Path,
+    env: &[(&str, String)],
+    args: &[&str],
+    stdin: &str,
+) -> Output {
+    let mut argv: Vec<String> = vec![
+        "--mount".into(),
+        "--propagation".into(),
+        "private".into(),
+        "sh".into(),
+        "-c".into(),
+        NO_TOOLS.into(),
+        "sh".into(),
+        host.display().to_string(),
+        node.topo.node().to_string(),
+        "env".into(),
+        format!("NATLEDGER_STATE_DIR={}", node.state_dir().display()),
+    ];
+    argv.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+    argv.push(BIN.into());
+    argv.extend(args.iter().map(|a| a.to_string()));
+    let mut child = Command::new("unshare")
+        .args(&argv)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("unshare");
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The OCI state a runtime sends for container `id` at `status`.
+fn state(node: &Node, id: &str, status: &str, pid: u32) -> String {
+    let bundle = node.dir.path().join("bundles").join(id);
+    serde_json::json!({
+        "ociVersion": "1.0.2", "id": id, "status": status, "bundle": bundle, "pid": pid,
+    })
+    .to_string()
+}
+
+fn answers(ext: &str, c_port: u16) {
+    assert_eq!(
+        tcp_request(ext, sock(NODE_V4, c_port), T).ok().as_deref(),
+        Some("tcp")
+    );
+    assert_eq!(
+        udp_request(ext, sock(NODE_V4, c_port + 1), T)
+            .ok()
+            .as_deref(),
+        Some("udp")
+    );
+    assert_eq!(
+        tcp_request(ext, sock(NODE_V6, c_port), T).ok().as_deref(),
+        Some("tcp6")
+    );
+}
+
+#[test]
+fn tools_are_found_and_run_under_the_host_root() {
+    let mut node = Node::new(Backend::Nft);
+    let ext = node.topo.ext().to_string();
+    let c = node.topo.add_container(2);
+    let _servers = [
+        serve_tcp(&c.ns, c.sock_v4(80), "tcp"),
+        serve_udp(&c.ns, c.sock_v4(81), "udp"),
+        serve_tcp(&c.ns, c.sock_v6(80), "tcp6"),
+    ];
+    node.warm_up();
+    let before = node.dump();
+    let host = node.dir.path().join("host");
+    std::fs::create_dir(&host).unwrap();
+    let annotations = [
+        ("io.natledger.ports", "8080:80,8081:81/udp"),
+        ("io.natledger.ip", "10.77.0.2,fd77::2"),
+    ];
+    node.bundle("c2", &annotations);
+    let pid = node.stand_in("c2");
+    let nft = ("NATLEDGER_BACKEND", "nft".to_string());
+    let root = ("NATLEDGER_HOST_ROOT", host.display().to_string());
+
+    // The image alone: no tool, so the iptables-nft create fails; what it recorded is left
+    // for a poststop, which under the host root finishes it.
+    node.bundle("c1", &annotations);
+    let pid1 = node.stand_in("c1");
+    let out = without_tools(
+        &node,
+        &host,
+        std::slice::from_ref(&nft),
+        &["hook", "create-runtime"],
+        &state(&node, "c1", "creating", pid1),
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not found in /usr/sbin, /sbin"),
+        "{}",
+        stderr(&out)
+    );
+    let out = without_tools(
+        &node,
+        &host,
+        &[nft.clone(), root.clone()],
+        &["hook", "poststop"],
+        &state(&node, "c1", "stopped", pid1),
+    );
+    assert_ok(&out, "poststop of the failed create under the host root");
+    assert_eq!(node.dump(), before);
+    assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+    let out = without_tools(&node, &host, &[], &["list"], "");
+    assert_ok(&out, "list without tools");
+    let alone = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        alone.starts_with("backend for new rules: nftables (no iptables tool"),
+        "{alone}"
+    );
+
+    // With the host's root: the tools run chrooted there, one restore per family.
+    let out = without_tools(
+        &node,
+        &host,
+        &[
+            nft.clone(),
+            root.clone(),
+            ("NATLEDGER_TRACE", "1".into()),
+        ],
+        &["hook", "create-runtime"],
+        &state(&node, "c2", "creating", pid),
+    );
+    assert_ok(&out, "create-runtime under the host root");
+    let chrooted = format!("(in {})", host.display());
+    let said = stderr(&out);
+    let execs: Vec<&str> = said.lines().filter(|l| l.contains("exec /")).collect();
+    assert!(
+        !execs.is_empty() && execs.iter().all(|l| l.ends_with(&chrooted)),
+        "{execs:?}"
+    );
+    answers(&ext, 8080);
+    let out = without_tools(
+        &node,
+        &host,
+        &[nft.clone(), root.clone()],
+        &["hook", "poststop"],
+        &state(&node, "c2", "stopped", pid),
+    );
+    assert_ok(&out, "poststop under the host root");
+    assert_eq!(
+        node.dump(),
+        before,
+        "poststop leaves the tables as they were"
+    );
+    assert!(tcp_request(&ext, sock(NODE_V4, 8080), Duration::from_millis(500)).is_err());
+
+    // `auto` reads the host's iptables symlinks under the root, as natledger on the host does.
+    let out = without_tools(&node, &host, std::slice::from_ref(&root), &["list"], "");
+    assert_ok(&out, "list under the host root");
+    let on_host = node.natledger(&["list"], "", &[("NATLEDGER_BACKEND", "")]);
+    let first = |out: &Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .map(String::from)
+    };
+    assert_eq!(first(&out), first(&on_host));
+    assert_ne!(first(&out), alone.lines().next().map(String::from));
+
+    // NATLEDGER_HOST_ROOT=/ on the node itself: the same forward, written and removed.
+    let slash = [("NATLEDGER_HOST_ROOT", "/")];
+    let bundle = node.bundle("c2", &annotations);
+    assert_ok(
+        &node.hook_env("create-runtime", "c2", Some(pid), &bundle, &slash),
+        "create /",
+    );
+    answers(&ext, 8080);
+    assert_ok(
+        &node.hook_env("poststop", "c2", Some(pid), &bundle, &slash),
+        "poststop /",
+    );
+    assert_eq!(node.dump(), before);
+    assert!(node.manifests().is_empty(), "{:?}", node.manifests());
+}
+
+#[test]
+fn a_missing_host_root_is_refused_naming_it() {
+    let node = Node::new(Backend::Nft);
+    let missing = node.dir.path().join("no-such-root");
+    let missing = missing.display().to_string();
+    let out = node.natledger(&["list"], "", &[("NATLEDGER_HOST_ROOT", &missing)]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!(
+            "invalid value '{missing}' for 'NATLEDGER_HOST_ROOT': host root {missing}: No such file"
+        )),
+        "{}",
+        stderr(&out)
+    );
+}
