@@ -13,13 +13,16 @@
 //! - A pod with a hostPort (kubelet's `port_mappings`) answers from the external client
 //!   (a busybox httpd; TCP, a client that keeps sending) through natledger's rules (one DNAT
 //!   tagged `<sandbox>+eth0`, full dumps).
-//! - The tables wiped (iptables: the ruleset saved before the pod restored; nftables:
-//!   natledger's tables flushed): the port answers again and the dump is the one before the
+//! - The tables wiped (iptables: the rulesets saved before the pod restored; nftables:
+//!   natledger's `ip natledger` table flushed): the port answers again and the dump is the one before the
 //!   wipe, put back by the watch container (its /metrics counts the repair and shows doctor's
-//!   findings gauge).
+//!   findings gauge). The pod's namespace was mounted after the watch container started:
+//!   the repair judged it alive, so the `HostToContainer` mount of /run/netns shows it.
 //! - That pod deleted (StopPodSandbox, RemovePodSandbox): its rules go, the dumps are those
 //!   before it.
-//! - The DaemonSet's pod deleted: its watch exits 0 on SIGTERM; a hostPort pod started
+//! - The DaemonSet's pod deleted as kubelet deletes it (StopContainer with the pod's grace
+//!   period, then StopPodSandbox, RemovePodSandbox): its watch exits 0 on SIGTERM; a hostPort
+//!   pod started
 //!   before keeps answering throughout (its client never fails), its rules stay, the
 //!   conflist and the plugin stay; deleting that pod afterwards still removes its rules.
 //!
@@ -239,14 +242,13 @@ fn assert_forwarded(node: &Node, ctrd: &Containerd, pod: &str, port: u16, what: 
 }
 
 /// natledger's rules wiped as a firewall reload would: iptables, the raw rulesets saved
-/// before any pod restored (`pre`); nftables, natledger's tables flushed.
+/// before any pod restored (`pre`); nftables, natledger's IPv4 table flushed.
 fn wipe(node: &Node, pre: &[(Family, String)]) {
     let ns = node.topo.node();
     if !node.backend.is_iptables() {
-        for family in ["ip", "ip6"] {
-            let out = run_in(ns, "nft", &["flush", "table", family, "natledger"], None);
-            assert_ok(&out, "nft flush table");
-        }
+        // The pod's family (a repair writes a family's shared rules only for its records).
+        let out = run_in(ns, "nft", &["flush", "table", "ip", "natledger"], None);
+        assert_ok(&out, "nft flush table");
         return;
     }
     for (family, text) in pre {
@@ -279,6 +281,7 @@ fn rss_kb(pid: u32) -> Option<u64> {
 fn daemonset_scenario(backend: Backend) {
     let started = Instant::now();
     let what = format!("kubernetes, {backend:?}");
+    let archive = image_archive();
     let node = Node::new(backend);
     node.warm_up();
     let mut ctrd = Containerd::start_with(
@@ -292,7 +295,7 @@ fn daemonset_scenario(backend: Backend) {
     let metrics_at = sock(Ipv4Addr::LOCALHOST, METRICS_PORT);
 
     // The image, as an operator loads it onto a node without a registry.
-    let archive = image_archive();
+
     let (_, containerd_name) = image_names();
     let imported = ctrd.import(&archive);
     assert!(imported.contains(&containerd_name), "{what}: {imported}");
@@ -333,7 +336,14 @@ fn daemonset_scenario(backend: Backend) {
     // The init container, to completion.
     let init = start_container(&mut ctrd, sandbox, spec, "install-cni", 0, &map);
     let code = wait_exited(&ctrd, &init, &what);
-    assert_eq!(code, 0, "{what}: install-cni exited {code}\n{}", ctrd.log());
+    let logs = ctrd.own.dir.join("logs/natledger-node");
+    let log_of = |name: &str| std::fs::read_to_string(logs.join(name)).unwrap_or_default();
+    assert_eq!(
+        code,
+        0,
+        "{what}: install-cni exited {code}: {}",
+        log_of("install-cni.log")
+    );
     let conf_files = files(&ctrd.cni_conf_dir());
     let conflist: Value = serde_json::from_slice(&conf_files[CONFLIST]).unwrap();
     let mut expected = conflist_before.clone();
@@ -382,9 +392,9 @@ fn daemonset_scenario(backend: Backend) {
         matches!(health, Some(Ok((200, _))))
     }) {
         panic!(
-            "{what}: /healthz: {health:?}; watch {:?}\n{}",
+            "{what}: /healthz: {health:?}; watch {:?}: {}",
             container_state(&ctrd, &watch),
-            ctrd.log()
+            log_of("watch.log")
         );
     }
     let pre: Vec<(Family, String)> = if backend.is_iptables() {
@@ -411,8 +421,9 @@ fn daemonset_scenario(backend: Backend) {
     wipe(&node, &pre);
     assert!(
         poll(T, || node.dump() == with_a),
-        "{what}: not repaired within {T:?}:\n{}",
-        node.dump()
+        "{what}: not repaired within {T:?}:\n{}\nwatch: {}\nbefore the wipe:\n{with_a}",
+        node.dump(),
+        log_of("watch.log")
     );
     let repaired = wiped.elapsed();
     assert!(
@@ -446,6 +457,15 @@ fn daemonset_scenario(backend: Backend) {
         client_b.answered_since(deleting, 3),
         "{what}: pod b's client"
     );
+    // kubelet: each container stopped with the pod's grace period, then the sandbox
+    // (containerd's StopPodSandbox alone would SIGKILL at once).
+    let grace = spec["terminationGracePeriodSeconds"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let t = Instant::now();
+    ctrd.cri_ok(&["stop", &watch, &grace]);
+    let stopped = t.elapsed();
     ctrd.cri_ok(&["stop-pod", &ds_pod]);
     let (state, code, _) = container_state(&ctrd, &watch);
     assert_eq!(
@@ -493,7 +513,7 @@ fn daemonset_scenario(backend: Backend) {
     ctrd.own.assert_clean(T);
     eprintln!(
         "{what}: repaired {repaired:?} after the wipe ({failed} failed requests meanwhile), \
-         watch RSS {rss:?} kB, whole test {:?}",
+         watch RSS {rss:?} kB, stopped in {stopped:?}, whole test {:?}",
         started.elapsed()
     );
 }
