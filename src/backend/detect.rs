@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use super::{Backend, TOOL_DIRS};
-use crate::kernel::host_root;
+use crate::kernel::host_root::{HostRoot, Lookup};
 
 /// Which backend to write to, as given on the command line: `auto` or a backend's word
 /// ([`Backend::suffix`]), its values taken from [`Backend::ALL`].
@@ -72,18 +72,18 @@ const IPTABLES_TOOLS: [&str; 5] = [
 /// host's `iptables` uses ([`detect_explained`]); where none is, natledger's own nftables
 /// tables (`crate::kernel::nftables::own`), which need no tool at all.
 pub fn choose() -> Detected {
-    choose_in(&TOOL_DIRS)
+    choose_in(&TOOL_DIRS, Lookup::process())
 }
 
-fn choose_in(dirs: &[&str]) -> Detected {
+fn choose_in(dirs: &[&str], look: Lookup) -> Detected {
     let installed = dirs.iter().find_map(|dir| {
         IPTABLES_TOOLS
             .iter()
             .map(|tool| Path::new(dir).join(tool))
-            .find(|path| host_root::exists(path))
+            .find(|path| look.exists(path))
     });
     match installed {
-        Some(_) => detect_explained(),
+        Some(_) => detect_in(look),
         None => Detected {
             backend: Backend::Nftables,
             how: format!(
@@ -115,11 +115,15 @@ pub struct Detected {
 
 /// [`detect`], saying how it decided.
 pub fn detect_explained() -> Detected {
+    detect_in(Lookup::process())
+}
+
+fn detect_in(look: Lookup) -> Detected {
     TOOL_DIRS
         .iter()
         .find_map(|dir| {
             let start = Path::new(dir).join("iptables");
-            let (backend, link) = backend_of_link(&start)?;
+            let (backend, link) = backend_of_link(&start, look)?;
             Some(Detected {
                 backend,
                 how: format!("{} leads to {}", start.display(), link.display()),
@@ -134,10 +138,10 @@ pub fn detect_explained() -> Detected {
 }
 
 /// The backend the symlink chain from `start` names, and the link target that names it.
-fn backend_of_link(start: &Path) -> Option<(Backend, PathBuf)> {
+fn backend_of_link(start: &Path, look: Lookup) -> Option<(Backend, PathBuf)> {
     let mut path = start.to_path_buf();
     for _ in 0..8 {
-        let target = host_root::read_link(&path).ok()?;
+        let target = look.read_link(&path).ok()?;
         let name = target.file_name()?.to_string_lossy().into_owned();
         if name.contains("legacy") {
             return Some((Backend::Legacy, target));
@@ -161,15 +165,44 @@ mod tests {
     fn auto_is_nftables_only_where_no_iptables_tool_is_installed() {
         let empty = tempfile::tempdir().unwrap();
         let dir = empty.path().to_str().unwrap();
-        let chosen = choose_in(&[dir]);
+        let chosen = choose_in(&[dir], Lookup(None));
         assert_eq!(chosen.backend, Backend::Nftables);
         assert!(chosen.how.contains("no iptables tool"), "{}", chosen.how);
         // One restore tool is enough to keep the host's iptables backend.
         let with_tool = tempfile::tempdir().unwrap();
         std::fs::write(with_tool.path().join("iptables-nft-restore"), "").unwrap();
-        let chosen = choose_in(&[with_tool.path().to_str().unwrap()]);
+        let chosen = choose_in(&[with_tool.path().to_str().unwrap()], Lookup(None));
         assert!(chosen.backend.is_iptables(), "{chosen:?}");
         assert_eq!(chosen, detect_explained());
+    }
+
+    /// Under a host root, the host's tools and its absolute alternatives links are read
+    /// there, never this process's.
+    #[test]
+    fn auto_reads_the_host_roots_tools_and_links() {
+        use std::os::unix::fs::symlink;
+        let host = tempfile::tempdir().unwrap();
+        let at = |p: &str| host.path().join(p);
+        std::fs::create_dir_all(at("usr/sbin")).unwrap();
+        std::fs::create_dir_all(at("etc/alternatives")).unwrap();
+        std::fs::write(at("usr/sbin/xtables-legacy-multi"), "").unwrap();
+        symlink("xtables-legacy-multi", at("usr/sbin/iptables-legacy")).unwrap();
+        symlink("xtables-legacy-multi", at("usr/sbin/iptables-legacy-restore")).unwrap();
+        symlink("/usr/sbin/iptables-legacy", at("etc/alternatives/iptables")).unwrap();
+        symlink("/etc/alternatives/iptables", at("usr/sbin/iptables")).unwrap();
+        let root = HostRoot::new(host.path()).unwrap();
+        let chosen = choose_in(&TOOL_DIRS, Lookup(Some(&root)));
+        assert_eq!(
+            chosen,
+            Detected {
+                backend: Backend::Legacy,
+                how: "/usr/sbin/iptables leads to /usr/sbin/iptables-legacy".into()
+            }
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(empty.path()).unwrap();
+        let chosen = choose_in(&TOOL_DIRS, Lookup(Some(&root)));
+        assert_eq!(chosen.backend, Backend::Nftables, "{chosen:?}");
     }
 
     #[test]

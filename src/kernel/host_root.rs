@@ -129,21 +129,40 @@ pub fn get() -> Option<&'static HostRoot> {
     ROOT.get()
 }
 
-/// Whether something is at the host's `path` (following symlinks), under the host root when
-/// one is set.
-pub fn exists(path: &Path) -> bool {
-    match get() {
-        Some(root) => root.resolve(path).is_some(),
-        None => path.exists(),
+/// Where the host's paths are looked up: under a host root, or (`None`) in this process's
+/// own root.
+#[derive(Clone, Copy, Debug)]
+pub struct Lookup<'a>(pub Option<&'a HostRoot>);
+
+impl Lookup<'static> {
+    /// Under the process's host root ([`get`]), if one is set.
+    pub fn process() -> Lookup<'static> {
+        Lookup(get())
     }
 }
 
-/// The target of the host's symlink at `path`, under the host root when one is set.
-pub fn read_link(path: &Path) -> io::Result<PathBuf> {
-    match get() {
-        Some(root) => root.read_link(path),
-        None => std::fs::read_link(path),
+impl Lookup<'_> {
+    /// Whether something is at the host's `path` (following symlinks).
+    pub fn exists(self, path: &Path) -> bool {
+        match self.0 {
+            Some(root) => root.resolve(path).is_some(),
+            None => path.exists(),
+        }
     }
+
+    /// The target of the host's symlink at `path`.
+    pub fn read_link(self, path: &Path) -> io::Result<PathBuf> {
+        match self.0 {
+            Some(root) => root.read_link(path),
+            None => std::fs::read_link(path),
+        }
+    }
+}
+
+/// Whether something is at the host's `path` (following symlinks), under the host root when
+/// one is set.
+pub fn exists(path: &Path) -> bool {
+    Lookup::process().exists(path)
 }
 
 /// For messages about where a tool was looked for: ` under host root DIR`, or nothing.

@@ -6,7 +6,8 @@
 //! `NATLEDGER_HOST_ROOT=DIR` the tools are found under DIR and run chrooted into it: a forward
 //! is written, answers TCP and UDP from outside, and poststop leaves the dump as it was;
 //! `auto` decides as on the host. `NATLEDGER_HOST_ROOT=/` in the node's own mount namespace
-//! works the same, and a missing DIR is refused naming it.
+//! works the same; a missing DIR is refused naming it, and one without the tools is named in
+//! the error.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -154,11 +155,7 @@ fn tools_are_found_and_run_under_the_host_root() {
     let out = without_tools(
         &node,
         &host,
-        &[
-            nft.clone(),
-            root.clone(),
-            ("NATLEDGER_TRACE", "1".into()),
-        ],
+        &[nft.clone(), root.clone(), ("NATLEDGER_TRACE", "1".into())],
         &["hook", "create-runtime"],
         &state(&node, "c2", "creating", pid),
     );
@@ -215,8 +212,10 @@ fn tools_are_found_and_run_under_the_host_root() {
     assert!(node.manifests().is_empty(), "{:?}", node.manifests());
 }
 
+/// A missing DIR is refused naming it (exit 2, nothing run); a DIR without the tools is named
+/// where the tool was looked for.
 #[test]
-fn a_missing_host_root_is_refused_naming_it() {
+fn a_missing_host_root_is_refused_and_an_empty_one_named() {
     let node = Node::new(Backend::Nft);
     let missing = node.dir.path().join("no-such-root");
     let missing = missing.display().to_string();
@@ -229,4 +228,39 @@ fn a_missing_host_root_is_refused_naming_it() {
         "{}",
         stderr(&out)
     );
+
+    let empty = node.dir.path().join("empty-root");
+    std::fs::create_dir(&empty).unwrap();
+    let empty = empty.display().to_string();
+    let before = node.dump();
+    let bundle = node.bundle(
+        "c1",
+        &[
+            ("io.natledger.ports", "8080:80"),
+            ("io.natledger.ip", "10.77.0.2"),
+        ],
+    );
+    let pid = node.stand_in("c1");
+    let out = node.hook_env(
+        "create-runtime",
+        "c1",
+        Some(pid),
+        &bundle,
+        &[("NATLEDGER_HOST_ROOT", &empty)],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(&format!(
+            "not found in /usr/sbin, /sbin, /usr/local/sbin, /usr/bin, /bin under host root {empty}"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    // What the failed create recorded, a poststop with the tools removes.
+    assert_ok(
+        &node.hook_env("poststop", "c1", Some(pid), &bundle, &[]),
+        "poststop",
+    );
+    assert_eq!(node.dump(), before);
+    assert!(node.manifests().is_empty(), "{:?}", node.manifests());
 }
