@@ -6,9 +6,11 @@
 //! stale foreign DNAT put in front of the forward (the port closed to real TCP) shows up in
 //! `natledger_doctor_findings{kind="shadowed"}` and the log once, and goes from both when it is
 //! deleted (the port answers again); SIGTERM while a doctor run is under way ends watch with
-//! status 0 within a second. With 14,000 kube-proxy-like rules in the legacy nat table (a
+//! status 0 within a second. While the state directory does not exist, `/healthz` is 200 and
+//! `/metrics` answers without doctor's series (no run); once it exists, doctor runs. With 14,000 kube-proxy-like rules in the legacy nat table (a
 //! doctor run of seconds in a debug build), a wipe made while doctor runs is still put back
-//! within 2 s: doctor never holds a repair up.
+//! within 2 s, for new TCP connections and for a UDP client that kept sending through it:
+//! doctor never holds a repair up.
 
 use std::io::Write;
 use std::path::Path;
@@ -303,14 +305,23 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
     let mut node = Node::new(backend);
     let c = node.topo.add_container(2);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
+    let _udp = serve_udp(&c.ns, c.sock_v4(81), "c2 udp");
     let pid = node.topo.spawn_sleeper(&c.ns);
-    node.create("c2", Some(pid), &[("io.natledger.ports", "8080:80")]);
+    node.create(
+        "c2",
+        Some(pid),
+        &[("io.natledger.ports", "8080:80,8081:81/udp")],
+    );
     load_rules(node.topo.node(), backend, Family::V4, &kube_proxy(2000));
     let ext = node.topo.ext().to_string();
     let answers = |timeout: Duration| {
         tcp_request(&ext, sock(NODE_V4, 8080), timeout).is_ok_and(|r| r == "c2")
     };
     assert!(answers(Duration::from_secs(2)));
+    // A client that keeps sending, from one source port, through the wipe.
+    let client = UdpClient::start(&ext, sock(EXT_V4, 41081), sock(NODE_V4, 8081));
+    let replies = client.wait_for("c2 udp", Instant::now(), Duration::from_secs(2));
+    assert!(replies.is_some(), "no UDP reply before the wipe");
     let metrics = node.dir.path().join("watch.prom");
     let none = node.dir.path().join("no-bus");
     let env = [format!(
@@ -329,6 +340,7 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
     let t0 = Instant::now();
     wipe(&node);
     let wiped = t0.elapsed();
+    let t1 = Instant::now();
     let back = wait_until(Duration::from_secs(5), || {
         answers(Duration::from_millis(150))
     });
@@ -339,6 +351,61 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
         overlapped,
         "the doctor run ended before the repair: nothing proven"
     );
-    eprintln!("wiped in {wiped:?}, answering again {back:?} after the wipe");
+    let udp = client.wait_for("c2 udp", t1 + back, Duration::from_secs(2));
+    client.stop();
+    eprintln!("wiped in {wiped:?}, answering again {back:?} after the wipe ended");
     assert!(back < Duration::from_secs(2), "{back:?}");
+    let udp = udp.expect("the UDP client's replies did not come back");
+    eprintln!("UDP replies again {:?} after the wipe ended", udp - t1);
+    assert!(udp - t1 < Duration::from_secs(3), "{:?}", udp - t1);
+}
+
+#[test]
+fn healthz_answers_while_the_state_directory_is_awaited_and_doctor_waits_for_it() {
+    let node = Node::new(Backend::Nft);
+    let dir = node.dir.path().join("later");
+    let metrics = node.dir.path().join("watch.prom");
+    let env = [
+        format!(
+            "DBUS_SYSTEM_BUS_ADDRESS=unix:path={}",
+            node.dir.path().join("no-bus").display()
+        ),
+        format!("NATLEDGER_STATE_DIR={}", dir.display()),
+    ];
+    let mut watch = Watch::start_with(&node, &metrics, &env, &["--doctor-period", "1"]);
+    let waiting = wait_until(Duration::from_secs(10), || {
+        watch.log().contains("waiting for state directory")
+    });
+    assert!(waiting.is_some(), "{}", watch.log());
+    let (code, health) = get(&node, "/healthz");
+    assert_eq!(code, "200", "{health}");
+    std::thread::sleep(Duration::from_millis(1500));
+    let (code, body) = get(&node, "/metrics");
+    assert_eq!(code, "200");
+    assert_eq!(
+        sample(&body, "natledger_watch_reconciles_total"),
+        Some(0.0),
+        "{body}"
+    );
+    assert!(
+        !body.contains("natledger_doctor"),
+        "doctor ran without a ledger:\n{body}"
+    );
+    assert!(!dir.exists(), "watch created the state directory");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let ran = wait_until(Duration::from_secs(15), || {
+        metric(&metrics, "natledger_doctor_runs_total") >= 1.0
+    });
+    assert!(ran.is_some(), "no doctor run:\n{}", watch.log());
+    let (_, body) = get(&node, "/metrics");
+    assert_eq!(
+        sample(&body, "natledger_doctor_failed"),
+        Some(0.0),
+        "{body}\n{}",
+        watch.log()
+    );
+    watch.signal(libc::SIGTERM);
+    let status = watch.child.wait().unwrap();
+    assert!(status.success(), "{status}\n{}", watch.log());
 }

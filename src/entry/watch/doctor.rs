@@ -33,6 +33,8 @@ pub struct Run {
 pub struct Doctoring {
     told: UnixStream,
     last: Arc<Mutex<Option<Run>>>,
+    /// The thread is gone (it panicked, in a build that unwinds): no longer polled.
+    ended: bool,
 }
 
 impl Doctoring {
@@ -59,21 +61,42 @@ impl Doctoring {
                     std::thread::sleep(period);
                 }
             })?;
-        Ok(Doctoring { told, last })
+        Ok(Doctoring {
+            told,
+            last,
+            ended: false,
+        })
     }
 
-    /// Readable when a run has ended since the last [`Doctoring::take`].
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.told.as_fd()
+    /// Readable when a run has ended since the last [`Doctoring::take`]; `None` once the
+    /// thread is gone (its end of the pair would be readable for ever).
+    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+        (!self.ended).then(|| self.told.as_fd())
     }
 
-    /// The run that ended since the last take, if any.
-    pub fn take(&self) -> Option<Run> {
+    /// The run that ended since the last take, if any; a failed run when the thread is gone.
+    pub fn take(&mut self) -> Option<Run> {
         let mut buf = [0u8; 64];
-        while matches!((&self.told).read(&mut buf), Ok(n) if n > 0) {}
-        match self.last.lock() {
+        loop {
+            match (&self.told).read(&mut buf) {
+                Ok(0) => {
+                    self.ended = true;
+                    break;
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        let run = match self.last.lock() {
             Ok(mut s) => s.take(),
             Err(poisoned) => poisoned.into_inner().take(),
+        };
+        match run {
+            None if self.ended => Some(Run {
+                result: Err("the doctor thread ended: doctor runs no more".into()),
+                finished: SystemTime::now(),
+            }),
+            run => run,
         }
     }
 }
@@ -94,5 +117,44 @@ fn run(state_dir: &std::path::Path) -> Run {
     Run {
         result,
         finished: SystemTime::now(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair() -> (Doctoring, UnixStream) {
+        let (told, tell) = UnixStream::pair().unwrap();
+        told.set_nonblocking(true).unwrap();
+        let doctoring = Doctoring {
+            told,
+            last: Arc::default(),
+            ended: false,
+        };
+        (doctoring, tell)
+    }
+
+    #[test]
+    fn a_run_told_is_taken_once() {
+        let (mut d, tell) = pair();
+        assert!(d.take().is_none());
+        *d.last.lock().unwrap() = Some(Run {
+            result: Err("x".into()),
+            finished: SystemTime::UNIX_EPOCH,
+        });
+        (&tell).write_all(&[1]).unwrap();
+        assert_eq!(d.take().map(|r| r.result.err()), Some(Some("x".into())));
+        assert!(d.take().is_none());
+        assert!(d.fd().is_some());
+    }
+
+    #[test]
+    fn a_thread_gone_is_a_failed_run_and_no_longer_polled() {
+        let (mut d, tell) = pair();
+        drop(tell);
+        let run = d.take().expect("a failed run");
+        assert!(run.result.unwrap_err().contains("doctor thread ended"));
+        assert!(d.fd().is_none());
     }
 }

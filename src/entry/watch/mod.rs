@@ -41,6 +41,7 @@ mod findings;
 mod firewalld;
 mod holds;
 mod http;
+mod publish;
 
 pub use backoff::Backoff;
 pub use counters::Counters;
@@ -56,10 +57,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
-use crate::analysis::doctor::Severity;
 use crate::backend::{Netfilter, legacy_table_exists};
 use crate::chain::Chain;
-use crate::entry::metrics;
 use crate::entry::settings::Settings;
 use crate::kernel::exec::SystemRunner;
 use crate::kernel::iptc::{self, Stamp};
@@ -70,8 +69,9 @@ use crate::ops::sweep::HeldBack;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
 use crate::state::ledger::{Ledger, LedgerError};
 use doctor::Doctoring;
-use findings::{Change, Findings};
+use findings::Findings;
 use firewalld::Firewalld;
+use publish::{log_change, publish};
 
 /// How often the iptables-legacy tables are compared.
 pub const LEGACY_EVERY: Duration = Duration::from_millis(500);
@@ -165,7 +165,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         return Ok(());
     }
     // After the wait: doctor, too, judges only a ledger that exists.
-    let doctoring = match opts.doctor_period {
+    let mut doctoring = match opts.doctor_period {
         Some(period) => {
             Some(Doctoring::spawn(settings.state_dir.clone(), period).map_err(WatchError::Doctor)?)
         }
@@ -339,7 +339,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let waited: Vec<Option<usize>> = [
             monitor.as_ref().map(|m| m.as_fd()),
             firewalld.fd(),
-            doctoring.as_ref().map(Doctoring::fd),
+            doctoring.as_ref().and_then(Doctoring::fd),
         ]
         .into_iter()
         .map(|fd| {
@@ -361,7 +361,7 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         let bus = ready(waited[1]);
         let doctored = ready(waited[2]);
         drop(fds);
-        if let (true, Some(d), Some(f)) = (doctored, &doctoring, &mut findings)
+        if let (true, Some(d), Some(f)) = (doctored, &mut doctoring, &mut findings)
             && let Some(run) = d.take()
         {
             for change in f.add(run) {
@@ -419,40 +419,6 @@ pub fn run(settings: &Settings, opts: &Options) -> Result<(), WatchError> {
         if now >= next_period {
             due = due.or(Some(Why::Period));
         }
-    }
-}
-
-/// The counters, and doctor's series when it runs, to `--metrics-file` and to what
-/// `--metrics-address` serves.
-fn publish(
-    counters: &Counters,
-    findings: Option<&Findings>,
-    opts: &Options,
-    served: Option<&http::Served>,
-) {
-    let mut exposition = counters.exposition();
-    if let Some(f) = findings {
-        f.add_to(&mut exposition);
-    }
-    if let Some(served) = served {
-        served.show(exposition.render());
-    }
-    if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition) {
-        log::warn!("{}", Chain(&e));
-    }
-}
-
-/// What changed in doctor's findings, said once.
-fn log_change(change: &Change) {
-    match change {
-        Change::Found {
-            severity: Severity::Info,
-            line,
-        } => log::info!("doctor: found: {line}"),
-        Change::Found { line, .. } => log::warn!("doctor: found: {line}"),
-        Change::Gone { line } => log::info!("doctor: no longer found: {line}"),
-        Change::Failed(why) => log::warn!("doctor failed: {why}"),
-        Change::Recovered => log::info!("doctor runs again"),
     }
 }
 
