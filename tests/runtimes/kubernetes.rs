@@ -5,26 +5,28 @@
 //!
 //! - scripts/build-image.sh's archive is imported with `ctr images import`; the DaemonSet's
 //!   pod is run exactly as deploy/kubernetes/natledger.yaml describes it (read with PyYAML,
-//!   translated as kubelet translates a pod: `tests/common/kube.rs`): a host-network,
-//!   host-pid sandbox; the `install-cni` init container run to completion (exit 0), after
-//!   which the conflist names natledger where it named portmap, every other key unchanged,
-//!   a backup of the original beside it, and the plugin directory holds natledger's binary;
+//!   translated as kubelet translates a pod: `tests/common/kube.rs`; args, env, hostPath
+//!   mounts and their propagation, capabilities, read-only root, seccomp, resources): a
+//!   host-network, host-pid sandbox; the `install-cni` init container run to completion
+//!   (exit 0), after which the conflist names natledger where it named portmap, every other
+//!   key unchanged, a backup of the original beside it, and the plugin directory holds
+//!   natledger's binary; run again (kubelet reruns init containers), it changes nothing;
 //!   then the `watch` container, whose /healthz answers 200 on port 9655.
 //! - A pod with a hostPort (kubelet's `port_mappings`) answers from the external client
 //!   (a busybox httpd; TCP, a client that keeps sending) through natledger's rules (one DNAT
 //!   tagged `<sandbox>+eth0`, full dumps).
 //! - The tables wiped (iptables: the rulesets saved before the pod restored; nftables:
-//!   natledger's `ip natledger` table flushed): the port answers again and the dump is the one before the
-//!   wipe, put back by the watch container (its /metrics counts the repair and shows doctor's
-//!   findings gauge). The pod's namespace was mounted after the watch container started:
-//!   the repair judged it alive, so the `HostToContainer` mount of /run/netns shows it.
+//!   natledger's `ip natledger` table flushed): the port answers again and the dump is the
+//!   one before the wipe, put back by the watch container (its /metrics counts the repair
+//!   and shows doctor's findings gauge). The pod's namespace was mounted after the watch
+//!   container started: the repair judged it alive, so the `HostToContainer` mount of
+//!   /run/netns shows it.
 //! - That pod deleted (StopPodSandbox, RemovePodSandbox): its rules go, the dumps are those
 //!   before it.
 //! - The DaemonSet's pod deleted as kubelet deletes it (StopContainer with the pod's grace
 //!   period, then StopPodSandbox, RemovePodSandbox): its watch exits 0 on SIGTERM; a hostPort
-//!   pod started
-//!   before keeps answering throughout (its client never fails), its rules stay, the
-//!   conflist and the plugin stay; deleting that pod afterwards still removes its rules.
+//!   pod started before keeps answering throughout (its client never fails), its rules stay,
+//!   the conflist and the plugin stay; deleting that pod afterwards still removes its rules.
 //!
 //! Where this differs from a cluster: the hostPath volumes are mapped onto the test's node
 //! (`/run/natledger` onto the node's state directory, the CNI directories onto containerd's
