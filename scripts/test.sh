@@ -57,11 +57,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The CRI test's client (tests/cri/cri.py) speaks gRPC: grpcio, and grpcio-tools, which
 # generates its stubs from tests/cri/api.proto at test time. tests/it/metrics.rs parses the
-# --metrics-file files with the Prometheus text-format parser of prometheus_client. Pinned, and
+# --metrics-file files with the Prometheus text-format parser of prometheus_client.
+# tests/it/deploy.rs checks deploy/kubernetes/natledger.yaml offline with kubernetes-validate
+# (it bundles the API schemas of each Kubernetes version; PyYAML comes with it and reads the
+# YAML for tests/runtimes/kubernetes.rs too). Pinned, and
 # installed only when these exact versions are not importable. Debian's own python3 refuses pip
 # installs outside a virtual environment (PEP 668) unless told; packages go to /usr/local, not
 # apt's directories.
-python_pins=(grpcio==1.85.1 grpcio-tools==1.85.1 prometheus_client==0.26.0)
+python_pins=(grpcio==1.85.1 grpcio-tools==1.85.1 prometheus_client==0.26.0
+  kubernetes-validate==1.37.0)
 if ! python3 - "${python_pins[@]}" <<'EOF'
 import sys
 from importlib.metadata import PackageNotFoundError, version

@@ -9,8 +9,9 @@
 //! DIR/natledger-runtime   the wrapper, with the test's state directory and backend
 //! DIR/cni/                a bridge (cri0, POD_SUBNET) + host-local conflist, IPAM data in DIR;
 //!                         with [`CniChain::Natledger`], natledger chained after bridge
-//! DIR/cni-bin/            ([`CniChain::Natledger`]) /usr/lib/cni's plugins linked, and
-//!                         `natledger` a link to the binary under test
+//! DIR/cni-bin/            ([`CniChain::Natledger`], [`CniChain::Portmap`]) /usr/lib/cni's
+//!                         plugins linked, and (Natledger) `natledger` a link to the binary
+//!                         under test
 //! DIR/containerd.sock     the CRI (and containerd's own API, for `ctr images import`)
 //! ```
 //!
@@ -86,6 +87,11 @@ pub enum CniChain {
     /// `stateDir` and `backend` the node's: RunPodSandbox's `port_mappings` reach natledger
     /// as `runtimeConfig.portMappings` (kubelet's hostPort path).
     Natledger,
+    /// bridge + host-local + `portmap` (what a cluster's network installs) with natledger's
+    /// `stateDir` and `backend` the node's as extra keys portmap ignores, and a plugin
+    /// directory without `natledger`: what the DaemonSet's `install-cni` switches over
+    /// (it changes only `type`, so natledger then finds the node's keys).
+    Portmap,
 }
 
 /// How [`Containerd::start_with`] configures containerd.
@@ -179,13 +185,7 @@ impl Containerd {
             },
         ];
         oci_archive(&archive, &scratch, &images);
-        let mut cmd = Command::new("ctr");
-        cmd.arg("--address")
-            .arg(self.socket())
-            .args(["--namespace", "k8s.io", "images", "import"])
-            .args(["--snapshotter", "overlayfs"])
-            .arg(&archive);
-        stdout_of(&output(&mut cmd), "ctr images import", &self.log());
+        self.import(&archive);
         for image in [PAUSE_IMAGE, BUSYBOX_IMAGE] {
             let status = self.cri_ok(&["image-status", image]);
             assert!(
@@ -193,6 +193,28 @@ impl Containerd {
                 "the CRI does not see {image}: {status}"
             );
         }
+    }
+
+    /// `ctr images import` of an OCI archive into the CRI's namespace `k8s.io` (unpacked
+    /// for its snapshotter); returns ctr's stdout.
+    pub fn import(&self, archive: &Path) -> String {
+        let mut cmd = Command::new("ctr");
+        cmd.arg("--address")
+            .arg(self.socket())
+            .args(["--namespace", "k8s.io", "images", "import"])
+            .args(["--snapshotter", "overlayfs"])
+            .arg(archive);
+        stdout_of(&output(&mut cmd), "ctr images import", &self.log())
+    }
+
+    /// The CNI configuration directory containerd reads (its `conf_dir`).
+    pub fn cni_conf_dir(&self) -> PathBuf {
+        self.own.dir.join("cni")
+    }
+
+    /// The private CNI plugin directory ([`CniChain::Natledger`], [`CniChain::Portmap`]).
+    pub fn cni_bin_dir(&self) -> PathBuf {
+        self.own.dir.join("cni-bin")
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -442,7 +464,14 @@ fn write_cni(node: &Node, dir: &Path, chain: CniChain) -> PathBuf {
                 "type": "natledger", "capabilities": {"portMappings": true},
                 "stateDir": node.state_dir(), "backend": node.backend.name(),
             }));
-            link_plugins(&dir.join("cni-bin"))
+            link_plugins(&dir.join("cni-bin"), true)
+        }
+        CniChain::Portmap => {
+            plugins.push(serde_json::json!({
+                "type": "portmap", "capabilities": {"portMappings": true},
+                "stateDir": node.state_dir(), "backend": node.backend.name(),
+            }));
+            link_plugins(&dir.join("cni-bin"), false)
         }
     };
     plugins.push(serde_json::json!({"type": "loopback"}));
@@ -461,9 +490,9 @@ fn write_cni(node: &Node, dir: &Path, chain: CniChain) -> PathBuf {
     bin_dir
 }
 
-/// `bin`: Debian's plugins linked from /usr/lib/cni, and `natledger` a link to the binary
-/// under test (what the install script makes).
-fn link_plugins(bin: &Path) -> PathBuf {
+/// `bin`: Debian's plugins linked from /usr/lib/cni, and with `natledger`, a link of that
+/// name to the binary under test (what the install script makes).
+fn link_plugins(bin: &Path, natledger: bool) -> PathBuf {
     std::fs::create_dir_all(bin).unwrap();
     for entry in
         std::fs::read_dir("/usr/lib/cni").expect("/usr/lib/cni (containernetworking-plugins)")
@@ -471,7 +500,9 @@ fn link_plugins(bin: &Path) -> PathBuf {
         let entry = entry.unwrap();
         std::os::unix::fs::symlink(entry.path(), bin.join(entry.file_name())).unwrap();
     }
-    std::os::unix::fs::symlink(BIN, bin.join("natledger")).unwrap();
+    if natledger {
+        std::os::unix::fs::symlink(BIN, bin.join("natledger")).unwrap();
+    }
     bin.to_path_buf()
 }
 

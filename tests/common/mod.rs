@@ -29,6 +29,7 @@ mod daemons;
 mod dockerd;
 mod doctor;
 mod dumps;
+mod kube;
 mod libcni;
 mod localnet;
 mod netns;
@@ -45,9 +46,9 @@ mod traffic;
 // The public API, flat: `use common::*;`. Each test binary uses a different subset of it.
 #[allow(unused_imports)]
 pub use {
-    cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, libcni::*,
-    localnet::*, netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*, suite::*, timed::*,
-    topology::*, traffic::*,
+    cni::*, conntrack::*, containerd::*, daemons::*, dockerd::*, doctor::*, dumps::*, kube::*,
+    libcni::*, localnet::*, netns::*, node::*, ociimage::*, podman::*, rootfs::*, runc::*,
+    suite::*, timed::*, topology::*, traffic::*,
 };
 
 use std::ffi::OsStr;

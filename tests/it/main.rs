@@ -30,6 +30,7 @@ mod conflicts;
 mod conflicts_native;
 mod conntrack;
 mod conntrack_kernel;
+mod deploy;
 mod docs;
 mod doctor;
 mod forward;

@@ -1,7 +1,7 @@
 //! The suites that drive real runtimes and shared daemons, one crate: runc, crun, podman
 //! (hooks and CNI), dockerd (natledger's wrapper, and beside Docker's own firewall),
-//! containerd's CRI (annotations and natledger as a CNI plugin), the .deb package and the
-//! systemd units. Each module's `//!` header says what it proves, a line per test. Run one
+//! containerd's CRI (annotations and natledger as a CNI plugin), the .deb package, the
+//! systemd units, the container image and the Kubernetes DaemonSet's pod run through the CRI. Each module's `//!` header says what it proves, a line per test. Run one
 //! with `cargo test --test runtimes docker::`.
 //!
 //! They share daemons' directories and machine-wide paths (`/run/containerd`, dpkg's
@@ -19,6 +19,8 @@ mod cri_cni;
 mod crun;
 mod docker;
 mod docker_host;
+mod image;
+mod kubernetes;
 mod package;
 mod podman;
 mod podman_cni;
