@@ -32,6 +32,7 @@ pub mod leftover;
 pub mod monitor;
 pub mod own;
 pub mod read;
+pub mod ruleset;
 
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
 use crate::model::family::Family;
@@ -112,6 +113,10 @@ pub enum NftError {
         chain: String,
         reason: String,
     },
+    #[error("reading {what} of the nf_tables ruleset over netlink")]
+    Ruleset { what: String, source: io::Error },
+    #[error("the nf_tables ruleset changed during each of {tries} reads in a row")]
+    Unsettled { tries: usize },
     #[error("{family} table natledger, chain {chain}: cannot encode {rule}")]
     Encode {
         family: Family,
