@@ -5,4 +5,5 @@
 pub mod doctor;
 pub mod forwards;
 pub mod matchset;
+pub mod native;
 pub mod packet;

@@ -1,0 +1,692 @@
+//! One concrete packet walked through a native ruleset as the kernel walks it ([`fate`]).
+//!
+//! Per hook, every table's base chains of that hook (families `ip`/`ip6`/`inet` matching the
+//! packet), in ascending priority; chains of equal priority in different tables run in an
+//! order the kernel does not promise, so each order is followed. An accept ends one chain,
+//! a drop or reject the packet. A nat chain runs only while the connection's nat decision of
+//! its direction is not made (the first DNAT or redirect in prerouting/output, the first
+//! SNAT or masquerade in input/postrouting, wins; after the hook the decision is made
+//! whatever happened); the probe is the first packet of a connection (ct state new).
+//! A DNAT changes the destination for the hooks that follow, which decides input or forward.
+//!
+//! Whatever is not decided by the packet's fields (a mark, a `numgen`, an unmodelled
+//! statement) is followed both ways, so [`Fate::outcomes`] holds every way the packet may
+//! end: a claim made of all of them is one the kernel cannot contradict.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::value::{Field, Iface, Pkt, lookup, test};
+use super::{Element, Place, is_local, tables_for};
+use crate::analysis::packet::Tri;
+use crate::model::ruleset::{
+    Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
+    Table, Value, Verdict,
+};
+
+/// The kernel's jump stack (`NFT_JUMP_STACK_SIZE`); deeper is not followed.
+const MAX_DEPTH: usize = 16;
+/// Rule evaluations one fate may cost before it gives up (every answer then "maybe").
+const BUDGET: usize = 200_000;
+
+/// How a packet reaches the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// From outside, on `iif`: prerouting, then input (to a local address) or forward and
+    /// postrouting.
+    Outside,
+    /// Generated here: output, postrouting, and to a local address over loopback: prerouting
+    /// (no nat there: the decision was made in output) and input.
+    Local,
+}
+
+/// One concrete packet: the first of a connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub v4: bool,
+    pub saddr: IpAddr,
+    pub daddr: IpAddr,
+    /// IP protocol number.
+    pub proto: u8,
+    pub sport: u16,
+    pub dport: u16,
+    /// The interface it arrives on (outside); `None`: not known.
+    pub iif: Option<String>,
+    /// The interface a forwarded (or locally sent, non-local) packet leaves by.
+    pub oif: Option<String>,
+    pub path: Path,
+    /// This host's addresses (loopback is always local).
+    pub locals: Vec<IpAddr>,
+}
+
+/// A DNAT or redirect the packet met.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Redirected {
+    pub place: Place,
+    /// Where to; a redirect's is this host.
+    pub to: IpAddr,
+    pub port: u16,
+    pub redirect: bool,
+}
+
+/// How one way through ends.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum End {
+    /// To a local socket (after input).
+    Delivered,
+    /// Out of the host (after postrouting).
+    Forwarded,
+    /// Dropped or rejected at `place` (a policy: `handle: None`, position past the last
+    /// rule) in a chain of `hook`.
+    Dropped {
+        place: Place,
+        hook: Hook,
+        reject: bool,
+        policy: bool,
+    },
+    /// Something not modelled decided (a statement like `queue`, jumps too deep, the budget).
+    Unknown(Option<Place>),
+}
+
+/// One way the packet may go.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Outcome {
+    pub end: End,
+    pub dnat: Option<Redirected>,
+    /// Whether the way needed no guess: every match on it was decided.
+    pub sure: bool,
+    /// The jumps, gotos and verdict map elements taken on the way, in order.
+    pub via: Vec<Place>,
+}
+
+/// Every way a packet may go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fate {
+    pub outcomes: Vec<Outcome>,
+}
+
+impl Fate {
+    /// `Yes` when every way satisfies `f`, `No` when none does.
+    pub fn all(&self, f: impl Fn(&Outcome) -> bool) -> Tri {
+        let n = self.outcomes.iter().filter(|o| f(o)).count();
+        if n == self.outcomes.len() {
+            Tri::Yes
+        } else if n == 0 {
+            Tri::No
+        } else {
+            Tri::Maybe
+        }
+    }
+
+    /// Whether some way through meets `place`'s DNAT.
+    pub fn may_dnat_at(&self, place: &Place) -> bool {
+        self.outcomes
+            .iter()
+            .any(|o| o.dnat.as_ref().is_some_and(|d| d.place == *place))
+    }
+}
+
+/// Every way `probe` may go through `rs`.
+pub fn fate(rs: &Ruleset, probe: &Probe) -> Fate {
+    let walk = Walk {
+        rs,
+        probe,
+        budget: Cell::new(BUDGET),
+    };
+    let local = is_local(&probe.locals, probe.daddr);
+    let start = St {
+        pkt: Pkt {
+            v4: probe.v4,
+            saddr: probe.saddr,
+            daddr: probe.daddr,
+            proto: probe.proto,
+            sport: probe.sport,
+            dport: probe.dport,
+            daddr_local: local,
+            dnatted: false,
+            iif: Iface::Absent,
+            oif: Iface::Absent,
+            hook: Hook::Prerouting,
+        },
+        dnat: None,
+        dst_done: false,
+        src_done: false,
+        sure: true,
+        via: Vec::new(),
+    };
+    let mut seen = HashSet::new();
+    let outcomes = walk
+        .path(start)
+        .into_iter()
+        .filter(|o| seen.insert(o.clone()))
+        .collect();
+    Fate { outcomes }
+}
+
+#[derive(Clone, Debug)]
+struct St {
+    pkt: Pkt,
+    dnat: Option<Redirected>,
+    dst_done: bool,
+    src_done: bool,
+    sure: bool,
+    via: Vec<Place>,
+}
+
+impl St {
+    fn guessed(mut self, t: Tri) -> St {
+        if t == Tri::Maybe {
+            self.sure = false;
+        }
+        self
+    }
+}
+
+/// How a chain ended for one way.
+enum Flow {
+    Accept,
+    Return,
+    Drop(Place, bool),
+    Unknown(Option<Place>),
+}
+
+/// How a rule ended for one way.
+enum RuleFlow {
+    Next,
+    Verdict(Flow),
+}
+
+struct Walk<'r> {
+    rs: &'r Ruleset,
+    probe: &'r Probe,
+    budget: Cell<usize>,
+}
+
+type Ways = Vec<(St, Option<End>)>;
+
+impl Walk<'_> {
+    fn iface(name: &Option<String>) -> Iface {
+        name.clone().map_or(Iface::Unknown, Iface::Name)
+    }
+
+    fn path(&self, st: St) -> Vec<Outcome> {
+        let p = self.probe;
+        let mut out = Vec::new();
+        let finish = |st: St, end: End, out: &mut Vec<Outcome>| {
+            out.push(Outcome {
+                end,
+                dnat: st.dnat,
+                sure: st.sure,
+                via: st.via,
+            })
+        };
+        let lo = || Iface::Name("lo".into());
+        match p.path {
+            Path::Outside => {
+                for (st, end) in self.hook(Hook::Prerouting, st, Self::iface(&p.iif), Iface::Absent)
+                {
+                    if let Some(end) = end {
+                        finish(st, end, &mut out);
+                    } else if st.pkt.daddr_local {
+                        for (st, end) in
+                            self.hook(Hook::Input, st, Self::iface(&p.iif), Iface::Absent)
+                        {
+                            finish(st, end.unwrap_or(End::Delivered), &mut out);
+                        }
+                    } else {
+                        for (st, end) in
+                            self.hook(Hook::Forward, st, Self::iface(&p.iif), Self::iface(&p.oif))
+                        {
+                            if let Some(end) = end {
+                                finish(st, end, &mut out);
+                                continue;
+                            }
+                            for (st, end) in
+                                self.hook(Hook::Postrouting, st, Iface::Absent, Self::iface(&p.oif))
+                            {
+                                finish(st, end.unwrap_or(End::Forwarded), &mut out);
+                            }
+                        }
+                    }
+                }
+            }
+            Path::Local => {
+                let oif = |st: &St| {
+                    if st.pkt.daddr_local {
+                        lo()
+                    } else {
+                        Self::iface(&p.oif)
+                    }
+                };
+                let first = oif(&st);
+                for (st, end) in self.hook(Hook::Output, st, Iface::Absent, first) {
+                    if let Some(end) = end {
+                        finish(st, end, &mut out);
+                        continue;
+                    }
+                    let o = oif(&st);
+                    for (st, end) in self.hook(Hook::Postrouting, st, Iface::Absent, o) {
+                        if let Some(end) = end {
+                            finish(st, end, &mut out);
+                        } else if !st.pkt.daddr_local {
+                            finish(st, End::Forwarded, &mut out);
+                        } else {
+                            for (st, end) in self.hook(Hook::Prerouting, st, lo(), Iface::Absent) {
+                                if let Some(end) = end {
+                                    finish(st, end, &mut out);
+                                    continue;
+                                }
+                                for (st, end) in self.hook(Hook::Input, st, lo(), Iface::Absent) {
+                                    finish(st, end.unwrap_or(End::Delivered), &mut out);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The base chains of `hook` in every order the kernel may run them.
+    fn orders(&self, hook: Hook, v4: bool) -> Vec<Vec<(&Table, &Chain)>> {
+        let mut chains: Vec<(i32, &Table, &Chain)> = tables_for(self.rs, v4)
+            .flat_map(|t| t.chains.iter().map(move |c| (t, c)))
+            .filter_map(|(t, c)| {
+                c.base
+                    .as_ref()
+                    .filter(|b| b.hook == hook)
+                    .map(|b| (b.priority, t, c))
+            })
+            .collect();
+        chains.sort_by_key(|(p, _, _)| *p);
+        let mut orders: Vec<Vec<(&Table, &Chain)>> = vec![Vec::new()];
+        let mut i = 0;
+        while i < chains.len() {
+            let j = i + chains[i..]
+                .iter()
+                .take_while(|(p, _, _)| *p == chains[i].0)
+                .count();
+            let group: Vec<_> = chains[i..j].iter().map(|(_, t, c)| (*t, *c)).collect();
+            let perms = permutations(&group);
+            orders = orders
+                .into_iter()
+                .flat_map(|o| {
+                    perms.iter().map(move |p| {
+                        let mut o = o.clone();
+                        o.extend(p.iter().copied());
+                        o
+                    })
+                })
+                .collect();
+            i = j;
+        }
+        orders
+    }
+
+    fn hook(&self, hook: Hook, mut st: St, iif: Iface, oif: Iface) -> Ways {
+        st.pkt.hook = hook;
+        st.pkt.iif = iif;
+        st.pkt.oif = oif;
+        let mut out = Vec::new();
+        for order in self.orders(hook, st.pkt.v4) {
+            let mut live = vec![st.clone()];
+            for (table, chain) in order {
+                let base = chain.base.as_ref().expect("base chains only");
+                let mut next = Vec::new();
+                for s in live {
+                    let dst_hook = matches!(hook, Hook::Prerouting | Hook::Output);
+                    let done = if dst_hook { s.dst_done } else { s.src_done };
+                    if base.kind == ChainKind::Nat && done {
+                        next.push(s);
+                        continue;
+                    }
+                    for (s, flow) in self.chain(table, chain, s, 0) {
+                        match flow {
+                            Flow::Accept => next.push(s),
+                            Flow::Return if base.policy == Policy::Accept => next.push(s),
+                            Flow::Return => {
+                                let place = place(table, chain, chain.rules.len(), None, None);
+                                out.push((
+                                    s,
+                                    Some(End::Dropped {
+                                        place,
+                                        hook,
+                                        reject: false,
+                                        policy: true,
+                                    }),
+                                ));
+                            }
+                            Flow::Drop(place, reject) => out.push((
+                                s,
+                                Some(End::Dropped {
+                                    place,
+                                    hook,
+                                    reject,
+                                    policy: false,
+                                }),
+                            )),
+                            Flow::Unknown(p) => out.push((s, Some(End::Unknown(p)))),
+                        }
+                    }
+                }
+                live = next;
+            }
+            for mut s in live {
+                match hook {
+                    Hook::Prerouting | Hook::Output => s.dst_done = true,
+                    Hook::Input | Hook::Postrouting => s.src_done = true,
+                    _ => {}
+                }
+                out.push((s, None));
+            }
+        }
+        out
+    }
+
+    /// Every way through `chain` from its first rule.
+    fn chain(&self, table: &Table, chain: &Chain, st: St, depth: usize) -> Vec<(St, Flow)> {
+        let mut out = Vec::new();
+        let mut work = vec![(st, 0usize)];
+        while let Some((st, i)) = work.pop() {
+            let Some(rule) = chain.rules.get(i) else {
+                out.push((st, Flow::Return));
+                continue;
+            };
+            let left = self.budget.get();
+            if left == 0 {
+                out.push((st, Flow::Unknown(None)));
+                continue;
+            }
+            self.budget.set(left - 1);
+            let at = |element: Option<Element>| place(table, chain, i, rule.handle, element);
+            for (s, f) in self.stmts(table, &rule.stmts, st, depth, &at) {
+                match f {
+                    RuleFlow::Next => work.push((s, i + 1)),
+                    RuleFlow::Verdict(f) => out.push((s, f)),
+                }
+            }
+        }
+        out
+    }
+
+    /// Every way through a rule's statements.
+    fn stmts(
+        &self,
+        table: &Table,
+        stmts: &[Stmt],
+        st: St,
+        depth: usize,
+        at: &dyn Fn(Option<Element>) -> Place,
+    ) -> Vec<(St, RuleFlow)> {
+        let Some((stmt, rest)) = stmts.split_first() else {
+            return vec![(st, RuleFlow::Next)];
+        };
+        let go_on = |s: St| self.stmts(table, rest, s, depth, at);
+        match stmt {
+            Stmt::Match(m) => match test(&st.pkt, m, table) {
+                Tri::No => vec![(st, RuleFlow::Next)],
+                Tri::Yes => go_on(st),
+                Tri::Maybe => {
+                    let mut out = vec![(st.clone().guessed(Tri::Maybe), RuleFlow::Next)];
+                    out.extend(go_on(st.guessed(Tri::Maybe)));
+                    out
+                }
+            },
+            Stmt::Effect(_) => go_on(st),
+            Stmt::Other(_) => {
+                let place = at(None);
+                let s = st.guessed(Tri::Maybe);
+                let mut out = vec![
+                    (s.clone(), RuleFlow::Next),
+                    (s.clone(), RuleFlow::Verdict(Flow::Unknown(Some(place)))),
+                ];
+                out.extend(go_on(s));
+                out
+            }
+            Stmt::Reject => vec![(st, RuleFlow::Verdict(Flow::Drop(at(None), true)))],
+            Stmt::Verdict(v) => self.verdict(table, v, st, depth, at(None), &go_on),
+            Stmt::Vmap { key, map } => {
+                let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
+                let (elements, set) = elements(table, map);
+                let Some(elements) = elements else {
+                    return vec![(
+                        st.guessed(Tri::Maybe),
+                        RuleFlow::Verdict(Flow::Unknown(Some(at(None)))),
+                    )];
+                };
+                let found = lookup(&fields, elements);
+                let mut out = Vec::new();
+                if found.none {
+                    let t = if found.hits.is_empty() {
+                        Tri::Yes
+                    } else {
+                        Tri::Maybe
+                    };
+                    out.push((st.clone().guessed(t), RuleFlow::Next));
+                }
+                let several = found.hits.len() > 1 || found.none;
+                for (e, t) in found.hits {
+                    let s = st.clone().guessed(if several { Tri::Maybe } else { t });
+                    let element = set.clone().map(|set| Element {
+                        set,
+                        key: e.key.clone(),
+                    });
+                    match &e.data {
+                        Some(ElementData::Verdict(v)) => {
+                            out.extend(self.verdict(table, v, s, depth, at(element), &go_on))
+                        }
+                        _ => out.push((s, RuleFlow::Verdict(Flow::Unknown(Some(at(element)))))),
+                    }
+                }
+                out
+            }
+            Stmt::Nat(nat) => self.nat(table, nat, st, at),
+        }
+    }
+
+    fn verdict(
+        &self,
+        table: &Table,
+        v: &Verdict,
+        st: St,
+        depth: usize,
+        place: Place,
+        go_on: &dyn Fn(St) -> Vec<(St, RuleFlow)>,
+    ) -> Vec<(St, RuleFlow)> {
+        match v {
+            Verdict::Accept => vec![(st, RuleFlow::Verdict(Flow::Accept))],
+            Verdict::Drop => vec![(st, RuleFlow::Verdict(Flow::Drop(place, false)))],
+            Verdict::Return => vec![(st, RuleFlow::Verdict(Flow::Return))],
+            Verdict::Continue => go_on(st),
+            Verdict::Jump(to) | Verdict::Goto(to) => {
+                let goto = matches!(v, Verdict::Goto(_));
+                let Some(chain) = table.chain(to) else {
+                    return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(place))))];
+                };
+                if depth >= MAX_DEPTH {
+                    return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(place))))];
+                }
+                let mut st = st;
+                st.via.push(place);
+                self.chain(table, chain, st, depth + 1)
+                    .into_iter()
+                    .map(|(s, f)| match f {
+                        Flow::Return if goto => (s, RuleFlow::Verdict(Flow::Return)),
+                        Flow::Return => (s, RuleFlow::Next),
+                        f => (s, RuleFlow::Verdict(f)),
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn nat(
+        &self,
+        table: &Table,
+        nat: &crate::model::ruleset::Nat,
+        st: St,
+        at: &dyn Fn(Option<Element>) -> Place,
+    ) -> Vec<(St, RuleFlow)> {
+        if nat.v4.is_some_and(|v4| v4 != st.pkt.v4) {
+            return vec![(st, RuleFlow::Next)];
+        }
+        let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<Element>| {
+            match nat.kind {
+                NatKind::Dnat | NatKind::Redirect => {
+                    let redirect = nat.kind == NatKind::Redirect;
+                    let (to, port) = match to {
+                        Some((a, p)) => (a, p),
+                        None if redirect => (s.pkt.daddr_local_or(self.probe), None),
+                        None => return (s, RuleFlow::Verdict(Flow::Unknown(Some(at(element))))),
+                    };
+                    let port = port.unwrap_or(s.pkt.dport);
+                    s.pkt.daddr = to;
+                    s.pkt.dport = port;
+                    s.pkt.daddr_local = redirect || is_local(&self.probe.locals, to);
+                    s.pkt.dnatted = true;
+                    s.dst_done = true;
+                    s.dnat = Some(Redirected {
+                        place: at(element),
+                        to,
+                        port,
+                        redirect,
+                    });
+                }
+                NatKind::Snat | NatKind::Masquerade => s.src_done = true,
+            }
+            (s, RuleFlow::Verdict(Flow::Accept))
+        };
+        let fixed_port = match nat.port {
+            Some(NatPort::Fixed(p)) | Some(NatPort::Range(p, _)) => Some(p),
+            _ => None,
+        };
+        match &nat.addr {
+            None => vec![accept(st, None, None)],
+            Some(NatAddr::Fixed(v)) => match first_addr(v) {
+                Some(a) => vec![accept(st, Some((a, fixed_port)), None)],
+                None => vec![accept(st, None, None)],
+            },
+            Some(NatAddr::Map { key, map }) => {
+                let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
+                let (elements, set) = elements(table, map);
+                let Some(elements) = elements else {
+                    return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(at(None)))))];
+                };
+                let found = lookup(&fields, elements);
+                let mut out = Vec::new();
+                if found.none {
+                    let t = if found.hits.is_empty() {
+                        Tri::Yes
+                    } else {
+                        Tri::Maybe
+                    };
+                    // No element: the nat expression breaks, the rule does not match.
+                    out.push((st.clone().guessed(t), RuleFlow::Next));
+                }
+                let several = found.hits.len() > 1 || found.none;
+                for (e, t) in found.hits {
+                    let s = st.clone().guessed(if several { Tri::Maybe } else { t });
+                    let element = set.clone().map(|set| Element {
+                        set,
+                        key: e.key.clone(),
+                    });
+                    let to = match &e.data {
+                        Some(ElementData::Value(Value::Concat(parts))) => {
+                            match (parts.first().and_then(first_addr), parts.get(1)) {
+                                (Some(a), Some(Value::Int(p))) => Some((a, u16::try_from(*p).ok())),
+                                (Some(a), _) => Some((a, fixed_port)),
+                                _ => None,
+                            }
+                        }
+                        Some(ElementData::Value(v)) => first_addr(v).map(|a| (a, fixed_port)),
+                        _ => None,
+                    };
+                    out.push(accept(s, to, element));
+                }
+                out
+            }
+        }
+    }
+}
+
+impl Pkt {
+    /// Where a redirect sends the packet: its own destination when local, else the first of
+    /// this host's addresses (the incoming interface's, in the kernel).
+    fn daddr_local_or(&self, probe: &Probe) -> IpAddr {
+        if self.daddr_local {
+            return self.daddr;
+        }
+        probe
+            .locals
+            .iter()
+            .copied()
+            .find(|a| a.is_ipv4() == self.v4)
+            .unwrap_or(if self.v4 {
+                IpAddr::from([127, 0, 0, 1])
+            } else {
+                IpAddr::from(std::net::Ipv6Addr::LOCALHOST)
+            })
+    }
+}
+
+fn first_addr(v: &Value) -> Option<IpAddr> {
+    match v {
+        Value::Addr(a) | Value::Prefix(a, _) | Value::AddrRange(a, _) => Some(*a),
+        _ => None,
+    }
+}
+
+/// A map's elements and, for a named one, its name.
+fn elements<'t>(
+    table: &'t Table,
+    map: &'t SetRef,
+) -> (Option<&'t [crate::model::ruleset::Element]>, Option<String>) {
+    match map {
+        SetRef::Inline(e) => (Some(e.as_slice()), None),
+        SetRef::Named(name) => (
+            table.set(name).map(|s| s.elements.as_slice()),
+            Some(name.clone()),
+        ),
+    }
+}
+
+pub(crate) fn place(
+    table: &Table,
+    chain: &Chain,
+    position: usize,
+    handle: Option<u64>,
+    element: Option<Element>,
+) -> Place {
+    Place {
+        family: table.family,
+        table: table.name.clone(),
+        chain: chain.name.clone(),
+        handle,
+        position,
+        element,
+    }
+}
+
+/// Every order of `items` (up to 4 of them; more keep their order and its reverse).
+fn permutations<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
+    if items.len() <= 1 {
+        return vec![items.to_vec()];
+    }
+    if items.len() > 4 {
+        let mut rev = items.to_vec();
+        rev.reverse();
+        return vec![items.to_vec(), rev];
+    }
+    let mut out = Vec::new();
+    for i in 0..items.len() {
+        let mut rest = items.to_vec();
+        let first = rest.remove(i);
+        for mut p in permutations(&rest) {
+            p.insert(0, first);
+            out.push(p);
+        }
+    }
+    out
+}

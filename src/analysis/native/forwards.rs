@@ -1,0 +1,104 @@
+//! Other owners' native forwards of a host port, for create's check ([`forwards_of`]), and
+//! where create reads the native ruleset from ([`NativeSource`]).
+
+use std::net::IpAddr;
+
+use super::probes::outside_source;
+use super::{Owner, Path, Place, Probe, fate};
+use crate::model::portspec::Protocol;
+use crate::model::ruleset::Ruleset;
+
+/// A DNAT or redirect of another owner that a packet to the host port may meet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NativeForward {
+    pub protocol: Protocol,
+    pub port: u16,
+    pub place: Place,
+    pub owner: Owner,
+    pub to: IpAddr,
+    pub to_port: u16,
+    /// Whether every such packet meets it (else only some: a source, an interface...).
+    pub certain: bool,
+}
+
+/// The native ruleset of this host as create's check reads it: the live reader
+/// (`kernel::nftables::ruleset`) implements it; the generation keys its cache.
+pub trait NativeSource {
+    type Error;
+    /// The nf_tables generation now (cheap).
+    fn generation(&mut self) -> Result<u32, Self::Error>;
+    /// Every table, and the generation it was read at.
+    fn read(&mut self) -> Result<(Ruleset, u32), Self::Error>;
+}
+
+/// Every forward of `protocol`/`port` in `rs` outside natledger's own tables that a new
+/// connection to one of `locals` (from outside or from this host) may meet.
+pub fn forwards_of(
+    rs: &Ruleset,
+    protocol: Protocol,
+    port: u16,
+    locals: &[IpAddr],
+) -> Vec<NativeForward> {
+    let mut out: Vec<NativeForward> = Vec::new();
+    let mut dsts: Vec<IpAddr> = locals.to_vec();
+    for lo in [
+        IpAddr::from([127, 0, 0, 1]),
+        IpAddr::from(std::net::Ipv6Addr::LOCALHOST),
+    ] {
+        if !dsts.contains(&lo) {
+            dsts.push(lo);
+        }
+    }
+    for daddr in dsts {
+        let v4 = daddr.is_ipv4();
+        for path in [Path::Outside, Path::Local] {
+            if path == Path::Outside && daddr.is_loopback() {
+                continue;
+            }
+            let probe = Probe {
+                v4,
+                saddr: if path == Path::Local {
+                    daddr
+                } else {
+                    outside_source(rs, v4)
+                },
+                daddr,
+                proto: protocol.number(),
+                sport: 40000,
+                dport: port,
+                iif: None,
+                oif: None,
+                path,
+                locals: locals.to_vec(),
+            };
+            let f = fate(rs, &probe);
+            let all = f.outcomes.len();
+            for o in &f.outcomes {
+                let Some(d) = &o.dnat else { continue };
+                let owner = rs
+                    .tables
+                    .iter()
+                    .find(|t| t.family == d.place.family && t.name == d.place.table)
+                    .map_or(Owner::Unknown, Owner::of);
+                if owner == Owner::Natledger {
+                    continue;
+                }
+                let certain = all == 1 && o.sure;
+                if let Some(known) = out.iter_mut().find(|k| k.place == d.place) {
+                    known.certain |= certain;
+                    continue;
+                }
+                out.push(NativeForward {
+                    protocol,
+                    port,
+                    place: d.place.clone(),
+                    owner,
+                    to: d.to,
+                    to_port: d.port,
+                    certain,
+                });
+            }
+        }
+    }
+    out
+}
