@@ -45,7 +45,8 @@ pub enum Path {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
     pub v4: bool,
-    pub saddr: IpAddr,
+    /// `None`: any source (every match on it followed both ways).
+    pub saddr: Option<IpAddr>,
     pub daddr: IpAddr,
     /// IP protocol number.
     pub proto: u8,
@@ -129,9 +130,15 @@ impl Fate {
 
 /// Every way `probe` may go through `rs`.
 pub fn fate(rs: &Ruleset, probe: &Probe) -> Fate {
+    fate_without(rs, probe, None)
+}
+
+/// Every way `probe` may go through `rs` were the rule or element at `skip` not there.
+pub(crate) fn fate_without(rs: &Ruleset, probe: &Probe, skip: Option<&Place>) -> Fate {
     let walk = Walk {
         rs,
         probe,
+        skip,
         budget: Cell::new(BUDGET),
     };
     let local = is_local(&probe.locals, probe.daddr);
@@ -200,6 +207,7 @@ enum RuleFlow {
 struct Walk<'r> {
     rs: &'r Ruleset,
     probe: &'r Probe,
+    skip: Option<&'r Place>,
     budget: Cell<usize>,
 }
 
@@ -401,6 +409,13 @@ impl Walk<'_> {
             }
             self.budget.set(left - 1);
             let at = |element: Option<Element>| place(table, chain, i, rule.handle, element);
+            if self
+                .skip
+                .is_some_and(|p| p.element.is_none() && *p == at(None))
+            {
+                work.push((st, i + 1));
+                continue;
+            }
             for (s, f) in self.stmts(table, &rule.stmts, st, depth, &at) {
                 match f {
                     RuleFlow::Next => work.push((s, i + 1)),
@@ -456,7 +471,7 @@ impl Walk<'_> {
                         RuleFlow::Verdict(Flow::Unknown(Some(at(None)))),
                     )];
                 };
-                let found = lookup(&fields, elements);
+                let found = lookup(&fields, self.present(elements, set.as_deref()));
                 let mut out = Vec::new();
                 if found.none {
                     let t = if found.hits.is_empty() {
@@ -574,7 +589,7 @@ impl Walk<'_> {
                 let Some(elements) = elements else {
                     return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(at(None)))))];
                 };
-                let found = lookup(&fields, elements);
+                let found = lookup(&fields, self.present(elements, set.as_deref()));
                 let mut out = Vec::new();
                 if found.none {
                     let t = if found.hits.is_empty() {
@@ -608,6 +623,23 @@ impl Walk<'_> {
                 out
             }
         }
+    }
+}
+
+impl<'r> Walk<'r> {
+    /// The elements of set `set` (`None`: an anonymous one), less the one skipped.
+    fn present<'e>(
+        &self,
+        elements: &'e [crate::model::ruleset::Element],
+        set: Option<&str>,
+    ) -> impl Iterator<Item = &'e crate::model::ruleset::Element> + use<'e, 'r> {
+        let skip = self
+            .skip
+            .and_then(|p| p.element.as_ref())
+            .filter(|e| Some(e.set.as_str()) == set);
+        elements
+            .iter()
+            .filter(move |e| skip.is_none_or(|s| s.key != e.key))
     }
 }
 

@@ -3,7 +3,6 @@
 
 use std::net::IpAddr;
 
-use super::probes::outside_source;
 use super::{Owner, Path, Place, Probe, fate};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::Ruleset;
@@ -57,11 +56,7 @@ pub fn forwards_of(
             }
             let probe = Probe {
                 v4,
-                saddr: if path == Path::Local {
-                    daddr
-                } else {
-                    outside_source(rs, v4)
-                },
+                saddr: (path == Path::Local).then_some(daddr),
                 daddr,
                 proto: protocol.number(),
                 sport: 40000,

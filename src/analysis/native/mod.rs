@@ -18,10 +18,10 @@ mod checks;
 mod fate;
 mod forwards;
 mod owner;
-mod probes;
 #[cfg(test)]
 mod tests;
 mod value;
+mod words;
 
 pub use checks::check;
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};

@@ -19,6 +19,11 @@ pub(crate) enum Field {
         bits: bool,
     },
     Name(String),
+    /// `ct status` of a connection's first packet: `dnat` known, `seen-reply`, `assured`,
+    /// `confirmed` and `dying` certainly not, the rest unknown.
+    CtStatus {
+        dnat: bool,
+    },
     /// `numgen ... mod N`: any of 0..N.
     Numgen(u32),
     /// The expression does not apply to this packet (`ip saddr` of an IPv6 packet, `tcp
@@ -39,7 +44,7 @@ pub(crate) enum Iface {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct Pkt {
     pub v4: bool,
-    pub saddr: IpAddr,
+    pub saddr: Option<IpAddr>,
     pub daddr: IpAddr,
     pub proto: u8,
     pub sport: u16,
@@ -54,7 +59,7 @@ pub(crate) struct Pkt {
 impl Pkt {
     pub(crate) fn field(&self, key: &Key) -> Field {
         match key {
-            Key::Saddr { v4 } if *v4 == self.v4 => Field::Addr(self.saddr),
+            Key::Saddr { v4 } if *v4 == self.v4 => self.saddr.map_or(Field::Unknown, Field::Addr),
             Key::Daddr { v4 } if *v4 == self.v4 => Field::Addr(self.daddr),
             Key::Saddr { .. } | Key::Daddr { .. } => Field::Absent,
             Key::L4Proto => Field::Int(self.proto.into()),
@@ -89,7 +94,8 @@ impl Pkt {
                 bits: true,
             },
             Key::Numgen { modulus } => Field::Numgen(*modulus),
-            Key::CtStatus | Key::Mark | Key::Other(_) => Field::Unknown,
+            Key::CtStatus => Field::CtStatus { dnat: self.dnatted },
+            Key::Mark | Key::Other(_) => Field::Unknown,
         }
     }
 }
@@ -203,6 +209,12 @@ pub(crate) fn equals(f: &Field, v: &Value) -> Tri {
         (Field::Sym { number, bits, .. }, Value::Int(m)) => {
             from_bool(if *bits { number & m != 0 } else { number == m })
         }
+        (Field::CtStatus { dnat }, Value::Word(w)) => match w.as_str() {
+            "dnat" => from_bool(*dnat),
+            "seen-reply" | "assured" | "confirmed" | "dying" => Tri::No,
+            _ => Tri::Maybe,
+        },
+        (Field::CtStatus { dnat }, Value::Int(0x20)) => from_bool(*dnat),
         (Field::Name(n), Value::Word(w)) => from_bool(match w.strip_suffix('*') {
             Some(prefix) => n.starts_with(prefix),
             None => n == w,
@@ -231,7 +243,10 @@ pub(crate) struct Lookup<'e> {
     pub none: bool,
 }
 
-pub(crate) fn lookup<'e>(fields: &[Field], elements: &'e [Element]) -> Lookup<'e> {
+pub(crate) fn lookup<'e>(
+    fields: &[Field],
+    elements: impl IntoIterator<Item = &'e Element>,
+) -> Lookup<'e> {
     if fields.contains(&Field::Absent) {
         return Lookup {
             hits: Vec::new(),

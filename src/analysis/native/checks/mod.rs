@@ -1,0 +1,269 @@
+//! The checks over native tables: each sends concrete packets through [`fate`] and reads
+//! every way they may go. What they share lives here: the host ports worth examining (every
+//! port a rule or element names, and the listeners'), the packets to one port, and where a
+//! finding points.
+
+mod forwards;
+mod listeners;
+mod shadowed;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use super::fate::{Path, Probe, fate};
+use super::{HostFacts, NativeFinding, Owner, Place};
+use crate::model::portspec::Protocol;
+use crate::model::ruleset::{Key, NatAddr, Operand, Ruleset, Stmt, Table, Value};
+
+/// Every finding of every check over `rs`, with the host's facts.
+pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
+    let ctx = Ctx::new(rs, host);
+    let mut out = Vec::new();
+    out.extend(ctx.listeners());
+    out.extend(ctx.shadowed());
+    out.extend(ctx.forwards());
+    out.sort_by(|a, b| (a.port, a.protocol, a.kind).cmp(&(b.port, b.protocol, b.kind)));
+    out
+}
+
+pub(crate) struct Ctx<'a> {
+    pub rs: &'a Ruleset,
+    pub host: &'a HostFacts,
+    /// Where a packet to a host port may be addressed: the host's addresses, or without
+    /// them (a dump), every single address a rule compares a destination with.
+    pub locals: Vec<IpAddr>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(crate) fn new(rs: &'a Ruleset, host: &'a HostFacts) -> Ctx<'a> {
+        let mut locals: Vec<IpAddr> = host
+            .locals
+            .iter()
+            .copied()
+            .filter(|a| !a.is_loopback())
+            .collect();
+        if locals.is_empty() {
+            locals = destinations(rs);
+        }
+        Ctx { rs, host, locals }
+    }
+
+    /// The first packets of connections to `port`: from outside to each of the host's
+    /// addresses (from any source, on any interface), and from this host to each of them and
+    /// to loopback.
+    pub(crate) fn probes(&self, protocol: Protocol, port: u16, to: &[IpAddr]) -> Vec<Probe> {
+        let mut out = Vec::new();
+        for &daddr in to {
+            for path in [Path::Outside, Path::Local] {
+                if path == Path::Outside && daddr.is_loopback() {
+                    continue;
+                }
+                out.push(Probe {
+                    v4: daddr.is_ipv4(),
+                    saddr: (path == Path::Local).then_some(daddr),
+                    daddr,
+                    proto: protocol.number(),
+                    sport: 40000,
+                    dport: port,
+                    iif: None,
+                    oif: None,
+                    path,
+                    locals: self.locals.clone(),
+                });
+            }
+        }
+        out
+    }
+
+    /// Every address a packet to a host port may be sent to.
+    pub(crate) fn all_destinations(&self) -> Vec<IpAddr> {
+        let mut to = self.locals.clone();
+        to.push(IpAddr::from([127, 0, 0, 1]));
+        to.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
+        to
+    }
+
+    /// Every fate of a packet to `port`, with its probe.
+    pub(crate) fn fates(&self, protocol: Protocol, port: u16) -> Vec<(Probe, super::Fate)> {
+        self.probes(protocol, port, &self.all_destinations())
+            .into_iter()
+            .map(|p| {
+                let f = fate(self.rs, &p);
+                (p, f)
+            })
+            .collect()
+    }
+
+    pub(crate) fn owner(&self, p: &Place) -> Owner {
+        self.table(p).map_or(Owner::Unknown, Owner::of)
+    }
+
+    pub(crate) fn table(&self, p: &Place) -> Option<&Table> {
+        self.rs
+            .tables
+            .iter()
+            .find(|t| t.family == p.family && t.name == p.table)
+    }
+
+    /// Whether the rule or element at `p` names `port` (a destination port match, or an
+    /// element's key): what is about this port, not about every port.
+    pub(crate) fn names_port(&self, p: &Place, port: u16) -> bool {
+        if let Some(e) = &p.element {
+            return value_has(&e.key, port);
+        }
+        let Some(rule) = self
+            .table(p)
+            .and_then(|t| t.chain(&p.chain))
+            .and_then(|c| c.rules.get(p.position))
+        else {
+            return false;
+        };
+        let table = self.table(p).expect("found above");
+        let mut found = BTreeSet::new();
+        rule_ports(table, &rule.stmts, &mut found);
+        found.iter().any(|(_, q)| *q == port)
+    }
+}
+
+/// The host ports `rs` names: (protocol, port), the protocol `None` when not named with it.
+pub(crate) fn ports(rs: &Ruleset) -> BTreeSet<(Option<u8>, u16)> {
+    let mut out = BTreeSet::new();
+    for t in &rs.tables {
+        for c in &t.chains {
+            for r in &c.rules {
+                rule_ports(t, &r.stmts, &mut out);
+            }
+        }
+    }
+    out
+}
+
+/// The protocols to examine `port` with.
+pub(crate) fn protocols(proto: Option<u8>) -> Vec<Protocol> {
+    match proto.and_then(Protocol::from_number) {
+        Some(p) => vec![p],
+        None if proto.is_some() => Vec::new(),
+        None => vec![Protocol::Tcp, Protocol::Udp],
+    }
+}
+
+fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) {
+    let mut from = |key: &[Key], values: &mut dyn Iterator<Item = &Value>| {
+        let Some(at) = key.iter().position(|k| matches!(k, Key::Dport(_))) else {
+            return;
+        };
+        let implied = match key[at] {
+            Key::Dport(p) => p,
+            _ => None,
+        };
+        let proto_at = key.iter().position(|k| *k == Key::L4Proto);
+        for v in values {
+            let part = |i: usize| match (key.len(), v) {
+                (1, v) => Some(v),
+                (_, Value::Concat(parts)) => parts.get(i),
+                _ => None,
+            };
+            let proto = implied.or_else(|| proto_at.and_then(part).and_then(proto_of));
+            match part(at) {
+                Some(Value::Int(n)) => {
+                    if let Ok(n) = u16::try_from(*n) {
+                        out.insert((proto, n));
+                    }
+                }
+                Some(Value::IntRange(a, b)) => {
+                    for n in [a, b] {
+                        if let Ok(n) = u16::try_from(*n) {
+                            out.insert((proto, n));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    };
+    let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
+    for s in stmts {
+        match s {
+            Stmt::Match(m) => match &m.right {
+                Operand::Values(vs) => from(&m.key, &mut vs.iter()),
+                Operand::Set(name) => from(&m.key, &mut elements(name).iter().map(|e| &e.key)),
+            },
+            Stmt::Vmap { key, map }
+            | Stmt::Nat(crate::model::ruleset::Nat {
+                addr: Some(NatAddr::Map { key, map }),
+                ..
+            }) => match map {
+                crate::model::ruleset::SetRef::Inline(es) => {
+                    from(key, &mut es.iter().map(|e| &e.key))
+                }
+                crate::model::ruleset::SetRef::Named(name) => {
+                    from(key, &mut elements(name).iter().map(|e| &e.key))
+                }
+            },
+            _ => {}
+        }
+    }
+}
+
+fn proto_of(v: &Value) -> Option<u8> {
+    match v {
+        Value::Proto(p) => Some(*p),
+        Value::Int(n) => u8::try_from(*n).ok(),
+        Value::Word(w) => match w.as_str() {
+            "tcp" => Some(6),
+            "udp" => Some(17),
+            "sctp" => Some(132),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn value_has(v: &Value, port: u16) -> bool {
+    match v {
+        Value::Int(n) => *n == u64::from(port),
+        Value::IntRange(a, b) => (*a..=*b).contains(&u64::from(port)),
+        Value::Concat(parts) => parts.iter().any(|p| value_has(p, port)),
+        _ => false,
+    }
+}
+
+/// Every single address a rule of `rs` compares a destination with (a dump's stand-in for
+/// the host's addresses), or a documentation address when none.
+fn destinations(rs: &Ruleset) -> Vec<IpAddr> {
+    let mut out = BTreeSet::new();
+    for t in &rs.tables {
+        let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
+        for c in &t.chains {
+            for r in &c.rules {
+                for s in &r.stmts {
+                    let Stmt::Match(m) = s else { continue };
+                    let Some(at) = m.key.iter().position(|k| matches!(k, Key::Daddr { .. })) else {
+                        continue;
+                    };
+                    let values: Vec<&Value> = match &m.right {
+                        Operand::Values(vs) => vs.iter().collect(),
+                        Operand::Set(name) => elements(name).iter().map(|e| &e.key).collect(),
+                    };
+                    for v in values {
+                        let part = match (m.key.len(), v) {
+                            (1, v) => Some(v),
+                            (_, Value::Concat(parts)) => parts.get(at),
+                            _ => None,
+                        };
+                        if let Some(Value::Addr(a)) = part {
+                            if !a.is_loopback() {
+                                out.insert(*a);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if out.is_empty() {
+        out.insert(IpAddr::from([192, 0, 2, 1]));
+        out.insert("2001:db8::1".parse().expect("an address"));
+    }
+    out.into_iter().collect()
+}

@@ -1,0 +1,114 @@
+//! Shadowed forwards: a DNAT or redirect of a host port that no packet the checks send ever
+//! meets, which one does meet when an earlier rule or element (its shadow) is taken away.
+//! Sound, not complete: claimed only when every packet to every port the ruleset names
+//! misses it (unknown sources and interfaces followed both ways), and a concrete packet that
+//! its shadow certainly takes would reach it without the shadow.
+
+use std::collections::HashSet;
+
+use super::super::fate::{End, fate_without};
+use super::super::{NativeFinding, NativeKind, Place, Severity, words};
+use super::{Ctx, ports, protocols};
+use crate::model::portspec::Protocol;
+
+impl Ctx<'_> {
+    pub(crate) fn shadowed(&self) -> Vec<NativeFinding> {
+        let mut met: HashSet<Place> = HashSet::new();
+        let mut hidden: Vec<(Place, Place, Protocol, u16)> = Vec::new();
+        for (proto, port) in ports(self.rs) {
+            for protocol in protocols(proto) {
+                for (probe, f) in self.fates(protocol, port) {
+                    met.extend(
+                        f.outcomes
+                            .iter()
+                            .filter_map(|o| o.dnat.clone().map(|d| d.place)),
+                    );
+                    let Some(first) = f.outcomes.first() else {
+                        continue;
+                    };
+                    // What certainly takes this packet: on every way, port-specific or the
+                    // DNAT itself; the most specific first.
+                    let mut takers: Vec<Place> = Vec::new();
+                    if let Some(d) = &first.dnat {
+                        takers.push(d.place.clone());
+                    }
+                    takers.extend(first.via.iter().rev().cloned());
+                    if let End::Dropped {
+                        place,
+                        policy: false,
+                        ..
+                    } = &first.end
+                    {
+                        takers.push(place.clone());
+                    }
+                    let on_every_way = |t: &Place| {
+                        f.outcomes.iter().all(|o| {
+                            o.dnat.as_ref().is_some_and(|d| d.place == *t)
+                                || o.via.contains(t)
+                                || matches!(&o.end, End::Dropped { place, .. } if place == t)
+                        })
+                    };
+                    let dnat_place = first.dnat.as_ref().map(|d| &d.place);
+                    for t in takers {
+                        if !on_every_way(&t)
+                            || (Some(&t) != dnat_place && !self.names_port(&t, port))
+                        {
+                            continue;
+                        }
+                        let without = fate_without(self.rs, &probe, Some(&t));
+                        let revealed: Vec<Place> = without
+                            .outcomes
+                            .iter()
+                            .filter_map(|o| o.dnat.as_ref().map(|d| d.place.clone()))
+                            .filter(|s| !f.may_dnat_at(s) && *s != t)
+                            .collect();
+                        if revealed.is_empty() {
+                            continue;
+                        }
+                        hidden.extend(revealed.into_iter().map(|s| (s, t.clone(), protocol, port)));
+                        break;
+                    }
+                }
+            }
+        }
+        let mut said = HashSet::new();
+        hidden
+            .into_iter()
+            .filter(|(s, ..)| !met.contains(s))
+            .filter(|(s, ..)| said.insert(s.clone()))
+            .map(|(s, t, protocol, port)| self.shadow_finding(s, t, protocol, port))
+            .collect()
+    }
+
+    fn shadow_finding(&self, s: Place, t: Place, protocol: Protocol, port: u16) -> NativeFinding {
+        let owner = self.owner(&s);
+        let shadow_owner = self.owner(&t);
+        let proto = protocol.as_str();
+        NativeFinding {
+            kind: NativeKind::Shadowed,
+            severity: Severity::Error,
+            protocol,
+            port,
+            summary: format!(
+                "Port {port}/{proto}: {} of {} takes every new connection first, so {} of {} \
+                 never sees one.",
+                words::place(&t),
+                shadow_owner.name(),
+                words::place(&s),
+                owner.name()
+            ),
+            explanation: format!(
+                "Every packet to {port}/{proto} that {} would forward is taken earlier by {} \
+                 (an earlier rule, a chain or table of higher precedence, or a map element). \
+                 If the earlier one is stale (a container or Service gone), remove it.",
+                words::place(&s),
+                words::place(&t)
+            ),
+            fix: vec![words::fix(&t)],
+            lasting_fix: shadow_owner.lasting_fix(proto, port),
+            owner,
+            place: s,
+            other: Some(t),
+        }
+    }
+}
