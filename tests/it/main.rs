@@ -44,6 +44,7 @@ mod lifecycle;
 mod localnet;
 mod metrics;
 mod nft_batch;
+mod nft_ruleset;
 mod nftables;
 mod readers;
 mod readers_skip;

@@ -1,0 +1,1 @@
+//! Decoding captured kernel messages.
