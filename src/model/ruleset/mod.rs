@@ -316,3 +316,13 @@ pub enum NatPort {
     /// From the map's data (`dnat to ip daddr . tcp dport map { ... : 10.0.0.2 . 80 }`).
     FromMap,
 }
+
+mod dump;
+pub mod json;
+pub mod render;
+mod symbols;
+pub mod text;
+
+pub use dump::{DumpError, parse_dump};
+pub use json::parse_json;
+pub use text::parse_text;
