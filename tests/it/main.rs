@@ -30,6 +30,7 @@ mod conntrack;
 mod conntrack_kernel;
 mod docs;
 mod doctor;
+mod doctor_native;
 mod forward;
 mod hairpin;
 mod harness_smoke;
