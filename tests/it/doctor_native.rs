@@ -15,7 +15,8 @@
 //!   `nft -a list ruleset` text and as `nft -j list ruleset` JSON agree on what they find,
 //!   handles included (plain `nft list ruleset`, without handles, by position);
 //! - healthy rulesets of each owner (kube-proxy with endpoints, a clean podman host, firewalld
-//!   defaults, Docker 29) serve their clients and give no finding at all.
+//!   defaults) serve their clients and give no finding at all; Docker 29 (icc off) no error;
+//! - the metrics count native findings under the same kinds.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -563,4 +564,25 @@ fn healthy_docker29_has_no_errors() {
         "{}",
         d.show()
     );
+}
+
+/// The metrics carry native findings under the same kinds: the seed 000 ruleset's two
+/// shadows (8080/tcp and 8080/udp) from the fixture itself (no handles: by position), and
+/// every native rule read.
+#[test]
+fn metrics_count_native_findings_under_the_same_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = dir.path().join("doctor.prom");
+    let from = format!("nftables:{}", nft_fixture("netavark_stale.nft").display());
+    let d = doctor_json(&["--from", &from, "--metrics-file", metrics.to_str().unwrap()]);
+    assert_eq!(d.code, 2, "{}", d.show());
+    assert_eq!(d.report["rules_read"], 29, "{}", d.show());
+    let text = std::fs::read_to_string(&metrics).unwrap();
+    for line in [
+        "natledger_doctor_last_findings{kind=\"shadowed\",severity=\"error\"} 2",
+        "natledger_doctor_last_findings{kind=\"hijacked-listener\",severity=\"error\"} 0",
+        "natledger_doctor_last_rules_read 29",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line}\n{text}");
+    }
 }
