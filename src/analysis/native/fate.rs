@@ -17,8 +17,9 @@ use std::cell::Cell;
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use super::value::{Field, Iface, Pkt, lookup, test};
-use super::{Element, Place, is_local, tables_for};
+use super::index::Indexed;
+use super::value::{Field, Iface, Lookup, Pkt, lookup, test};
+use super::{ElementRef, Place, is_local};
 use crate::analysis::packet::Tri;
 use crate::model::ruleset::{
     Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
@@ -128,15 +129,23 @@ impl Fate {
     }
 }
 
-/// Every way `probe` may go through `rs`.
+/// Every way `probe` may go through `rs` (for many probes: [`Indexed::fate`]).
 pub fn fate(rs: &Ruleset, probe: &Probe) -> Fate {
-    fate_without(rs, probe, None)
+    Indexed::new(rs).fate(probe)
 }
 
-/// Every way `probe` may go through `rs` were the rule or element at `skip` not there.
-pub(crate) fn fate_without(rs: &Ruleset, probe: &Probe, skip: Option<&Place>) -> Fate {
+impl Indexed<'_> {
+    /// Every way `probe` may go through the ruleset.
+    pub fn fate(&self, probe: &Probe) -> Fate {
+        fate_without(self, probe, None)
+    }
+}
+
+/// Every way `probe` may go through `ix`'s ruleset were the rule or element at `skip` not
+/// there.
+pub(crate) fn fate_without(ix: &Indexed<'_>, probe: &Probe, skip: Option<&Place>) -> Fate {
     let walk = Walk {
-        rs,
+        ix,
         probe,
         skip,
         budget: Cell::new(BUDGET),
@@ -205,7 +214,7 @@ enum RuleFlow {
 }
 
 struct Walk<'r> {
-    rs: &'r Ruleset,
+    ix: &'r Indexed<'r>,
     probe: &'r Probe,
     skip: Option<&'r Place>,
     budget: Cell<usize>,
@@ -297,50 +306,14 @@ impl Walk<'_> {
         out
     }
 
-    /// The base chains of `hook` in every order the kernel may run them.
-    fn orders(&self, hook: Hook, v4: bool) -> Vec<Vec<(&Table, &Chain)>> {
-        let mut chains: Vec<(i32, &Table, &Chain)> = tables_for(self.rs, v4)
-            .flat_map(|t| t.chains.iter().map(move |c| (t, c)))
-            .filter_map(|(t, c)| {
-                c.base
-                    .as_ref()
-                    .filter(|b| b.hook == hook)
-                    .map(|b| (b.priority, t, c))
-            })
-            .collect();
-        chains.sort_by_key(|(p, _, _)| *p);
-        let mut orders: Vec<Vec<(&Table, &Chain)>> = vec![Vec::new()];
-        let mut i = 0;
-        while i < chains.len() {
-            let j = i + chains[i..]
-                .iter()
-                .take_while(|(p, _, _)| *p == chains[i].0)
-                .count();
-            let group: Vec<_> = chains[i..j].iter().map(|(_, t, c)| (*t, *c)).collect();
-            let perms = permutations(&group);
-            orders = orders
-                .into_iter()
-                .flat_map(|o| {
-                    perms.iter().map(move |p| {
-                        let mut o = o.clone();
-                        o.extend(p.iter().copied());
-                        o
-                    })
-                })
-                .collect();
-            i = j;
-        }
-        orders
-    }
-
     fn hook(&self, hook: Hook, mut st: St, iif: Iface, oif: Iface) -> Ways {
         st.pkt.hook = hook;
         st.pkt.iif = iif;
         st.pkt.oif = oif;
         let mut out = Vec::new();
-        for order in self.orders(hook, st.pkt.v4) {
+        for order in self.ix.orders(hook, st.pkt.v4).iter() {
             let mut live = vec![st.clone()];
-            for (table, chain) in order {
+            for &(table, chain) in order {
                 let base = chain.base.as_ref().expect("base chains only");
                 let mut next = Vec::new();
                 for s in live {
@@ -408,7 +381,7 @@ impl Walk<'_> {
                 continue;
             }
             self.budget.set(left - 1);
-            let at = |element: Option<Element>| place(table, chain, i, rule.handle, element);
+            let at = |element: Option<ElementRef>| place(table, chain, i, rule.handle, element);
             if self
                 .skip
                 .is_some_and(|p| p.element.is_none() && *p == at(None))
@@ -433,14 +406,16 @@ impl Walk<'_> {
         stmts: &[Stmt],
         st: St,
         depth: usize,
-        at: &dyn Fn(Option<Element>) -> Place,
+        at: &dyn Fn(Option<ElementRef>) -> Place,
     ) -> Vec<(St, RuleFlow)> {
         let Some((stmt, rest)) = stmts.split_first() else {
             return vec![(st, RuleFlow::Next)];
         };
         let go_on = |s: St| self.stmts(table, rest, s, depth, at);
         match stmt {
-            Stmt::Match(m) => match test(&st.pkt, m, table) {
+            Stmt::Match(m) => match test(&st.pkt, m, &|name: &str, fields: &[Field]| {
+                self.ix.find(table, name, fields)
+            }) {
                 Tri::No => vec![(st, RuleFlow::Next)],
                 Tri::Yes => go_on(st),
                 Tri::Maybe => {
@@ -464,14 +439,12 @@ impl Walk<'_> {
             Stmt::Verdict(v) => self.verdict(table, v, st, depth, at(None), &go_on),
             Stmt::Vmap { key, map } => {
                 let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
-                let (elements, set) = elements(table, map);
-                let Some(elements) = elements else {
+                let Some((found, set)) = self.find(table, map, &fields) else {
                     return vec![(
                         st.guessed(Tri::Maybe),
                         RuleFlow::Verdict(Flow::Unknown(Some(at(None)))),
                     )];
                 };
-                let found = lookup(&fields, self.present(elements, set.as_deref()));
                 let mut out = Vec::new();
                 if found.none {
                     let t = if found.hits.is_empty() {
@@ -484,7 +457,7 @@ impl Walk<'_> {
                 let several = found.hits.len() > 1 || found.none;
                 for (e, t) in found.hits {
                     let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| Element {
+                    let element = set.clone().map(|set| ElementRef {
                         set,
                         key: e.key.clone(),
                     });
@@ -517,7 +490,7 @@ impl Walk<'_> {
             Verdict::Continue => go_on(st),
             Verdict::Jump(to) | Verdict::Goto(to) => {
                 let goto = matches!(v, Verdict::Goto(_));
-                let Some(chain) = table.chain(to) else {
+                let Some(chain) = self.ix.chain(table, to) else {
                     return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(place))))];
                 };
                 if depth >= MAX_DEPTH {
@@ -542,12 +515,12 @@ impl Walk<'_> {
         table: &Table,
         nat: &crate::model::ruleset::Nat,
         st: St,
-        at: &dyn Fn(Option<Element>) -> Place,
+        at: &dyn Fn(Option<ElementRef>) -> Place,
     ) -> Vec<(St, RuleFlow)> {
         if nat.v4.is_some_and(|v4| v4 != st.pkt.v4) {
             return vec![(st, RuleFlow::Next)];
         }
-        let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<Element>| {
+        let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<ElementRef>| {
             match nat.kind {
                 NatKind::Dnat | NatKind::Redirect => {
                     let redirect = nat.kind == NatKind::Redirect;
@@ -585,11 +558,9 @@ impl Walk<'_> {
             },
             Some(NatAddr::Map { key, map }) => {
                 let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
-                let (elements, set) = elements(table, map);
-                let Some(elements) = elements else {
+                let Some((found, set)) = self.find(table, map, &fields) else {
                     return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(at(None)))))];
                 };
-                let found = lookup(&fields, self.present(elements, set.as_deref()));
                 let mut out = Vec::new();
                 if found.none {
                     let t = if found.hits.is_empty() {
@@ -603,7 +574,7 @@ impl Walk<'_> {
                 let several = found.hits.len() > 1 || found.none;
                 for (e, t) in found.hits {
                     let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| Element {
+                    let element = set.clone().map(|set| ElementRef {
                         set,
                         key: e.key.clone(),
                     });
@@ -626,20 +597,36 @@ impl Walk<'_> {
     }
 }
 
-impl<'r> Walk<'r> {
-    /// The elements of set `set` (`None`: an anonymous one), less the one skipped.
-    fn present<'e>(
+impl Walk<'_> {
+    /// What a lookup of `fields` in `map` may find (less the element skipped), and the
+    /// map's name; `None`: no such map.
+    fn find<'t>(
         &self,
-        elements: &'e [crate::model::ruleset::Element],
-        set: Option<&str>,
-    ) -> impl Iterator<Item = &'e crate::model::ruleset::Element> + use<'e, 'r> {
-        let skip = self
-            .skip
-            .and_then(|p| p.element.as_ref())
-            .filter(|e| Some(e.set.as_str()) == set);
-        elements
-            .iter()
-            .filter(move |e| skip.is_none_or(|s| s.key != e.key))
+        table: &'t Table,
+        map: &'t SetRef,
+        fields: &[Field],
+    ) -> Option<(Lookup<'t>, Option<String>)> {
+        let name = match map {
+            SetRef::Inline(elements) => return Some((lookup(fields, elements), None)),
+            SetRef::Named(name) => name,
+        };
+        let skip = self.skip.and_then(|p| {
+            p.element
+                .as_ref()
+                .filter(|e| e.set == *name && p.table == table.name && p.family == table.family)
+        });
+        let found = match skip {
+            None => self.ix.find(table, name, fields)?,
+            Some(skip) => lookup(
+                fields,
+                table
+                    .set(name)?
+                    .elements
+                    .iter()
+                    .filter(|e| e.key != skip.key),
+            ),
+        };
+        Some((found, Some(name.clone())))
     }
 }
 
@@ -670,26 +657,12 @@ fn first_addr(v: &Value) -> Option<IpAddr> {
     }
 }
 
-/// A map's elements and, for a named one, its name.
-fn elements<'t>(
-    table: &'t Table,
-    map: &'t SetRef,
-) -> (Option<&'t [crate::model::ruleset::Element]>, Option<String>) {
-    match map {
-        SetRef::Inline(e) => (Some(e.as_slice()), None),
-        SetRef::Named(name) => (
-            table.set(name).map(|s| s.elements.as_slice()),
-            Some(name.clone()),
-        ),
-    }
-}
-
 pub(crate) fn place(
     table: &Table,
     chain: &Chain,
     position: usize,
     handle: Option<u64>,
-    element: Option<Element>,
+    element: Option<ElementRef>,
 ) -> Place {
     Place {
         family: table.family,
@@ -699,26 +672,4 @@ pub(crate) fn place(
         position,
         element,
     }
-}
-
-/// Every order of `items` (up to 4 of them; more keep their order and its reverse).
-fn permutations<T: Copy>(items: &[T]) -> Vec<Vec<T>> {
-    if items.len() <= 1 {
-        return vec![items.to_vec()];
-    }
-    if items.len() > 4 {
-        let mut rev = items.to_vec();
-        rev.reverse();
-        return vec![items.to_vec(), rev];
-    }
-    let mut out = Vec::new();
-    for i in 0..items.len() {
-        let mut rest = items.to_vec();
-        let first = rest.remove(i);
-        for mut p in permutations(&rest) {
-            p.insert(0, first);
-            out.push(p);
-        }
-    }
-    out
 }

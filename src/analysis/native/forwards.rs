@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::{Owner, Path, Place, Probe, fate};
+use super::{Indexed, Owner, Path, Place, Probe};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::Ruleset;
 
@@ -38,6 +38,7 @@ pub fn forwards_of(
     port: u16,
     locals: &[IpAddr],
 ) -> Vec<NativeForward> {
+    let ix = Indexed::new(rs);
     let mut out: Vec<NativeForward> = Vec::new();
     let mut dsts: Vec<IpAddr> = locals.to_vec();
     for lo in [
@@ -66,7 +67,7 @@ pub fn forwards_of(
                 path,
                 locals: locals.to_vec(),
             };
-            let f = fate(rs, &probe);
+            let f = ix.fate(&probe);
             let all = f.outcomes.len();
             for o in &f.outcomes {
                 let Some(d) = &o.dnat else { continue };

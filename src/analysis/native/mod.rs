@@ -17,6 +17,7 @@
 mod checks;
 mod fate;
 mod forwards;
+mod index;
 mod owner;
 #[cfg(test)]
 mod tests;
@@ -26,6 +27,7 @@ mod words;
 pub use checks::check;
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
 pub use forwards::{NativeForward, NativeSource, forwards_of};
+pub use index::Indexed;
 pub use owner::Owner;
 
 use std::net::IpAddr;
@@ -83,12 +85,12 @@ pub struct Place {
     /// The rule's position in its chain (0-based), for a ruleset without handles.
     pub position: usize,
     /// The element of a named set or map the rule looked up, when it decided.
-    pub element: Option<Element>,
+    pub element: Option<ElementRef>,
 }
 
 /// An element of a named set or map, by its key.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Element {
+pub struct ElementRef {
     pub set: String,
     pub key: Value,
 }
@@ -156,4 +158,9 @@ pub(crate) fn tables_for(
         TableFamily::Inet => true,
         _ => false,
     })
+}
+
+/// Where `p` is, in words (`rule handle 4 in inet netavark chain PREROUTING`).
+pub fn place_text(p: &Place) -> String {
+    words::place(p)
 }

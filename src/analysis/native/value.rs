@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use crate::analysis::packet::Tri;
-use crate::model::ruleset::{Element, Hook, Key, Match, Op, Operand, Table, Value};
+use crate::model::ruleset::{Element, Hook, Key, Match, Op, Operand, Value};
 
 /// What one key reads of a packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -275,8 +275,12 @@ pub(crate) fn lookup<'e>(
     Lookup { hits, none }
 }
 
-/// Whether a packet meets `m` (`table` holds its named sets).
-pub(crate) fn test(pkt: &Pkt, m: &Match, table: &Table) -> Tri {
+/// Whether a packet meets `m`; `find` looks its key up in a named set of the rule's table.
+pub(crate) fn test<'t>(
+    pkt: &Pkt,
+    m: &Match,
+    find: &dyn Fn(&str, &[Field]) -> Option<Lookup<'t>>,
+) -> Tri {
     let fields: Vec<Field> = m.key.iter().map(|k| pkt.field(k)).collect();
     if fields.contains(&Field::Absent) {
         return Tri::No;
@@ -285,10 +289,9 @@ pub(crate) fn test(pkt: &Pkt, m: &Match, table: &Table) -> Tri {
         Operand::Values(vs) => vs
             .iter()
             .fold(Tri::No, |acc, v| or(acc, key_equals(&fields, v))),
-        Operand::Set(name) => match table.set(name) {
+        Operand::Set(name) => match find(name, &fields) {
             None => Tri::Maybe,
-            Some(set) => {
-                let l = lookup(&fields, &set.elements);
+            Some(l) => {
                 if l.hits.iter().any(|(_, t)| *t == Tri::Yes) {
                     Tri::Yes
                 } else if l.hits.is_empty() {

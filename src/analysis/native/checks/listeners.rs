@@ -27,7 +27,7 @@ impl Ctx<'_> {
                 .probes(l.protocol, l.port, &self.reaching(l))
                 .into_iter()
                 .map(|p| {
-                    let f = super::super::fate(self.rs, &p);
+                    let f = self.ix.fate(&p);
                     (p, f)
                 })
             {

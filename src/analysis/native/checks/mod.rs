@@ -10,7 +10,8 @@ mod shadowed;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use super::fate::{Path, Probe, fate};
+use super::fate::{Path, Probe};
+use super::index::Indexed;
 use super::{HostFacts, NativeFinding, Owner, Place};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Key, NatAddr, Operand, Ruleset, Stmt, Table, Value};
@@ -28,6 +29,7 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
 
 pub(crate) struct Ctx<'a> {
     pub rs: &'a Ruleset,
+    pub ix: Indexed<'a>,
     pub host: &'a HostFacts,
     /// Where a packet to a host port may be addressed: the host's addresses, or without
     /// them (a dump), every single address a rule compares a destination with.
@@ -45,7 +47,12 @@ impl<'a> Ctx<'a> {
         if locals.is_empty() {
             locals = destinations(rs);
         }
-        Ctx { rs, host, locals }
+        Ctx {
+            rs,
+            ix: Indexed::new(rs),
+            host,
+            locals,
+        }
     }
 
     /// The first packets of connections to `port`: from outside to each of the host's
@@ -88,7 +95,7 @@ impl<'a> Ctx<'a> {
         self.probes(protocol, port, &self.all_destinations())
             .into_iter()
             .map(|p| {
-                let f = fate(self.rs, &p);
+                let f = self.ix.fate(&p);
                 (p, f)
             })
             .collect()
@@ -133,6 +140,26 @@ pub(crate) fn ports(rs: &Ruleset) -> BTreeSet<(Option<u8>, u16)> {
             for r in &c.rules {
                 rule_ports(t, &r.stmts, &mut out);
             }
+        }
+    }
+    out
+}
+
+/// [`ports`], and a port of every class of ports the ruleset cannot tell apart (each side
+/// of every named port or range, and the ends): what a claim about every port must try.
+pub(crate) fn every_class(rs: &Ruleset) -> BTreeSet<(Option<u8>, u16)> {
+    let named = ports(rs);
+    let mut out = named.clone();
+    for &(_, p) in &named {
+        for q in [p.checked_sub(1), p.checked_add(1)].into_iter().flatten() {
+            if !named.iter().any(|(_, n)| *n == q) {
+                out.insert((None, q));
+            }
+        }
+    }
+    for q in [1, u16::MAX] {
+        if !named.iter().any(|(_, n)| *n == q) {
+            out.insert((None, q));
         }
     }
     out

@@ -8,15 +8,17 @@ use std::collections::HashSet;
 
 use super::super::fate::{End, fate_without};
 use super::super::{NativeFinding, NativeKind, Place, Severity, words};
-use super::{Ctx, ports, protocols};
+use super::{Ctx, every_class, protocols};
 use crate::model::portspec::Protocol;
 
 impl Ctx<'_> {
     pub(crate) fn shadowed(&self) -> Vec<NativeFinding> {
         let mut met: HashSet<Place> = HashSet::new();
         let mut hidden: Vec<(Place, Place, Protocol, u16)> = Vec::new();
-        for (proto, port) in ports(self.rs) {
-            for protocol in protocols(proto) {
+        for (proto, port) in every_class(self.rs) {
+            // Every protocol: a claim about every packet must try them all.
+            let _ = proto;
+            for protocol in protocols(None) {
                 for (probe, f) in self.fates(protocol, port) {
                     met.extend(
                         f.outcomes
@@ -55,7 +57,7 @@ impl Ctx<'_> {
                         {
                             continue;
                         }
-                        let without = fate_without(self.rs, &probe, Some(&t));
+                        let without = fate_without(&self.ix, &probe, Some(&t));
                         let revealed: Vec<Place> = without
                             .outcomes
                             .iter()
