@@ -58,6 +58,13 @@ enum Content {
         key: Key,
         bits: usize,
     },
+    /// A field under a mask the model has no key for (`meta mark & 0x4000`): values of
+    /// type `ty`.
+    Masked {
+        name: String,
+        ty: u32,
+        len: usize,
+    },
     /// Flags masked (`ct state & (established|related)`).
     Flags {
         key: Key,
@@ -215,6 +222,7 @@ impl Decoder<'_> {
                 at = at.map(|u| u + units(*len));
                 match here {
                     Some(Content::Field { key, .. }) => key.clone(),
+                    Some(Content::Masked { name, .. }) => Key::Other(name.clone()),
                     _ => Key::Other("an unknown register".into()),
                 }
             })
@@ -378,8 +386,23 @@ impl Decoder<'_> {
         Some(())
     }
 
-    /// A match just decoded: pushed, and remembered when later keys depend on it.
+    /// A match just decoded: pushed (`>= A` then `<= B` of one key, nft's encoding of a
+    /// range, as the range `A-B`), and remembered when later keys depend on it.
     fn matched(&mut self, stmt: Stmt) {
+        if let (Some(Stmt::Match(low)), Stmt::Match(high)) = (self.stmts.last_mut(), &stmt)
+            && low.key == high.key
+            && (low.op, high.op) == (Op::Ge, Op::Le)
+            && let (Operand::Values(a), Operand::Values(b)) = (&low.right, &high.right)
+            && let Some(range) = match (a.as_slice(), b.as_slice()) {
+                ([Value::Int(a)], [Value::Int(b)]) => Some(Value::IntRange(*a, *b)),
+                ([Value::Addr(a)], [Value::Addr(b)]) => Some(Value::AddrRange(*a, *b)),
+                _ => None,
+            }
+        {
+            low.op = Op::Eq;
+            low.right = Operand::Values(vec![range]);
+            return;
+        }
         if let Stmt::Match(Match {
             key,
             op: Op::Eq,
@@ -493,6 +516,10 @@ impl Decoder<'_> {
                 };
                 matched(key, value)
             }
+            Some(Content::Masked { name, ty, len }) => matched(
+                &Key::Other(name.clone()),
+                Some(types::decode(*ty, &data[..data.len().min(*len)])),
+            ),
             Some(Content::Prefix { key, bits }) => {
                 matched(key, types::prefix(types::of_key(key), data, *bits))
             }
@@ -633,10 +660,24 @@ impl Decoder<'_> {
 
 /// A field under a mask the model has no key for (`meta mark & 0x4000`).
 fn masked(key: &Key, mask: &[u8], len: usize) -> Content {
-    let hex: String = mask.iter().map(|b| format!("{b:02x}")).collect();
-    Content::Field {
-        key: Key::Other(format!("{key:?} & 0x{hex}")),
+    let ty = types::of_key(key);
+    let mask = match types::decode(ty, mask) {
+        Value::Int(n) => format!("{n:#x}"),
+        _ => mask.iter().map(|b| format!("{b:02x}")).collect(),
+    };
+    Content::Masked {
+        name: format!("{} & {mask}", key_word(key)),
+        ty,
         len,
+    }
+}
+
+/// A key in nft's words, for a masked key's description.
+fn key_word(key: &Key) -> String {
+    match key {
+        Key::Mark => "meta mark".into(),
+        Key::Other(words) => words.clone(),
+        other => format!("{other:?}").to_lowercase(),
     }
 }
 

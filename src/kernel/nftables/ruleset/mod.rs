@@ -28,7 +28,10 @@ mod types;
 use std::collections::HashMap;
 use std::io;
 
+use dump::RawElement;
+
 use super::{NftError, Session};
+use crate::kernel::netlink;
 use crate::model::ruleset::{Ruleset, Set, Table, TableFamily};
 
 /// How many reads in a row may find the generation moved before the read gives up.
@@ -62,12 +65,6 @@ pub(super) struct SetInfo {
     data_lens: Vec<usize>,
 }
 
-/// Where each table is among the ruleset's, and its sets by name.
-struct Index {
-    tables: HashMap<(TableFamily, String), usize>,
-    sets: Vec<HashMap<String, SetInfo>>,
-}
-
 fn failed(what: &str) -> impl Fn(io::Error) -> NftError + '_ {
     move |source| NftError::Ruleset {
         what: what.to_string(),
@@ -78,36 +75,9 @@ fn failed(what: &str) -> impl Fn(io::Error) -> NftError + '_ {
 /// One read of every kind, in an order that lets each decode with what came before: tables,
 /// sets (and their elements), chains, rules.
 fn read_once(session: &mut Session<'_>) -> Result<Ruleset, NftError> {
-    let mut ruleset = Ruleset::default();
-    let mut index = Index {
-        tables: HashMap::new(),
-        sets: Vec::new(),
-    };
+    let mut b = Builder::default();
     session
-        .dump_each(
-            dump::GETTABLE,
-            0,
-            |_| {},
-            |af, body| {
-                let Some(family) = dump::family_of(af) else {
-                    return Ok(());
-                };
-                let (name, handle, comment) = dump::table(body)?;
-                index
-                    .tables
-                    .insert((family, name.clone()), ruleset.tables.len());
-                index.sets.push(HashMap::new());
-                ruleset.tables.push(Table {
-                    family,
-                    name,
-                    handle,
-                    comment,
-                    chains: Vec::new(),
-                    sets: Vec::new(),
-                });
-                Ok(())
-            },
-        )
+        .dump_each(dump::GETTABLE, 0, |_| {}, |af, body| b.table(af, body))
         .map_err(failed("the tables"))?;
     let mut sets = Vec::new();
     session
@@ -116,18 +86,13 @@ fn read_once(session: &mut Session<'_>) -> Result<Ruleset, NftError> {
             0,
             |_| {},
             |af, body| {
-                if let Some(family) = dump::family_of(af) {
-                    let (table, info) = dump::set(body)?;
-                    sets.push((family, table, info));
-                }
+                sets.extend(dump::family_of(af).map(|f| (f, dump::set(body))));
                 Ok(())
             },
         )
         .map_err(failed("the sets"))?;
-    for (family, table, mut info) in sets {
-        let Some(&at) = index.tables.get(&(family, table.clone())) else {
-            continue;
-        };
+    for (family, set) in sets {
+        let (table, info) = set.map_err(failed("the sets"))?;
         let what = format!(
             "the elements of set {} of {} {table}",
             info.set.name,
@@ -138,8 +103,8 @@ fn read_once(session: &mut Session<'_>) -> Result<Ruleset, NftError> {
             dump::GETSETELEM,
             dump::af(family),
             |m| {
-                crate::kernel::netlink::put_str(m, 1, &table);
-                crate::kernel::netlink::put_str(m, 2, &info.set.name);
+                netlink::put_str(m, 1, &table);
+                netlink::put_str(m, 2, &info.set.name);
             },
             |_, body| dump::elements(&info, body, &mut raw),
         );
@@ -149,59 +114,89 @@ fn read_once(session: &mut Session<'_>) -> Result<Ruleset, NftError> {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
             Err(e) => return Err(failed(&what)(e)),
         }
-        info.set.elements = dump::assemble(&info, raw);
-        if !info.anonymous {
-            ruleset.tables[at].sets.push(info.set.clone());
-        }
-        index.sets[at].insert(info.set.name.clone(), info);
+        b.set(family, &table, info, raw);
     }
-    let mut chains: Vec<HashMap<String, usize>> = vec![HashMap::new(); ruleset.tables.len()];
     session
-        .dump_each(
-            dump::GETCHAIN,
-            0,
-            |_| {},
-            |af, body| {
-                let Some(family) = dump::family_of(af) else {
-                    return Ok(());
-                };
-                let (table, chain) = dump::chain(family, body)?;
-                if let Some(&at) = index.tables.get(&(family, table)) {
-                    let table = &mut ruleset.tables[at];
-                    chains[at].insert(chain.name.clone(), table.chains.len());
-                    table.chains.push(chain);
-                }
-                Ok(())
-            },
-        )
+        .dump_each(dump::GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
         .map_err(failed("the chains"))?;
     session
-        .dump_each(
-            dump::GETRULE,
-            0,
-            |_| {},
-            |af, body| {
-                let Some(family) = dump::family_of(af) else {
-                    return Ok(());
-                };
-                let table = netlink_table(body);
-                let Some(&at) = table.and_then(|t| index.tables.get(&(family, t))) else {
-                    return Ok(());
-                };
-                let (_, chain, rule) = dump::rule(family, &index.sets[at], body)?;
-                if let Some(&c) = chains[at].get(&chain) {
-                    ruleset.tables[at].chains[c].rules.push(rule);
-                }
-                Ok(())
-            },
-        )
+        .dump_each(dump::GETRULE, 0, |_| {}, |af, body| b.rule(af, body))
         .map_err(failed("the rules"))?;
-    Ok(ruleset)
+    Ok(b.ruleset)
 }
 
-/// A rule message's table name, before the rule is decoded.
-fn netlink_table(body: &[u8]) -> Option<String> {
-    crate::kernel::netlink::attr(body, 1)
-        .and_then(crate::kernel::netlink::str_of)
-        .map(str::to_string)
+/// The ruleset put together from the dumps' messages, in the order `read_once` asks.
+#[derive(Default)]
+struct Builder {
+    ruleset: Ruleset,
+    /// Where each table is among the ruleset's.
+    tables: HashMap<(TableFamily, String), usize>,
+    /// Each table's sets (anonymous ones included) and chains by name.
+    sets: Vec<HashMap<String, SetInfo>>,
+    chains: Vec<HashMap<String, usize>>,
+}
+
+impl Builder {
+    fn at(&self, family: TableFamily, table: &str) -> Option<usize> {
+        self.tables.get(&(family, table.to_string())).copied()
+    }
+
+    fn table(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let (name, handle, comment) = dump::table(body)?;
+        let tables = &mut self.ruleset.tables;
+        self.tables.insert((family, name.clone()), tables.len());
+        self.sets.push(HashMap::new());
+        self.chains.push(HashMap::new());
+        tables.push(Table {
+            family,
+            name,
+            handle,
+            comment,
+            chains: Vec::new(),
+            sets: Vec::new(),
+        });
+        Ok(())
+    }
+
+    fn set(&mut self, family: TableFamily, table: &str, mut info: SetInfo, raw: Vec<RawElement>) {
+        let Some(at) = self.at(family, table) else {
+            return;
+        };
+        info.set.elements = dump::assemble(&info, raw);
+        if !info.anonymous {
+            self.ruleset.tables[at].sets.push(info.set.clone());
+        }
+        self.sets[at].insert(info.set.name.clone(), info);
+    }
+
+    fn chain(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let (table, chain) = dump::chain(family, body)?;
+        if let Some(at) = self.at(family, &table) {
+            let chains = &mut self.ruleset.tables[at].chains;
+            self.chains[at].insert(chain.name.clone(), chains.len());
+            chains.push(chain);
+        }
+        Ok(())
+    }
+
+    fn rule(&mut self, af: u8, body: &[u8]) -> io::Result<()> {
+        let Some(family) = dump::family_of(af) else {
+            return Ok(());
+        };
+        let table = netlink::attr(body, 1).and_then(netlink::str_of);
+        let Some(at) = table.and_then(|t| self.at(family, t)) else {
+            return Ok(());
+        };
+        let (_, chain, rule) = dump::rule(family, &self.sets[at], body)?;
+        if let Some(&c) = self.chains[at].get(&chain) {
+            self.ruleset.tables[at].chains[c].rules.push(rule);
+        }
+        Ok(())
+    }
 }
