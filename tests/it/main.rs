@@ -45,6 +45,7 @@ mod lifecycle;
 mod localnet;
 mod metrics;
 mod nft_batch;
+mod nft_dumps;
 mod nft_ruleset;
 mod nftables;
 mod readers;

@@ -29,3 +29,7 @@ pub fn parse_dump(dump: &str) -> Result<Ruleset, DumpError> {
         super::text::parse_text(dump)
     }
 }
+
+#[cfg(test)]
+#[path = "dump_tests.rs"]
+mod tests;

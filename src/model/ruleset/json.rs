@@ -8,6 +8,10 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value as J};
 
+mod expr;
+
+use expr::{exists, key, words};
+
 use super::symbols::{self, Ty};
 use super::{
     Base, Chain, DumpError, Element, ElementData, Key, Match, Nat, NatAddr, NatKind, NatPort, Op,
@@ -187,7 +191,7 @@ fn priority_words(family: TableFamily, text: &str) -> Option<i32> {
     match words.as_slice() {
         [w] => symbols::priority(family, w, 0),
         [w, "+", n] => symbols::priority(family, w, n.parse().ok()?),
-        [w, "-", n] => symbols::priority(family, w, -n.parse::<i64>().ok()?),
+        [w, "-", n] => symbols::priority(family, w, n.parse::<i64>().ok()?.checked_neg()?),
         _ => None,
     }
 }
@@ -287,7 +291,7 @@ fn value(at: &At, v: &J, tys: &[Ty]) -> R<Value> {
     Ok(match v {
         J::Number(n) => symbols::atom(&n.to_string(), ty),
         J::String(s) => symbols::atom(s, ty),
-        J::Bool(b) => Value::Word(b.to_string()),
+        J::Bool(b) => Value::Word(exists(*b).into()),
         J::Object(o) if o.contains_key("concat") => {
             let parts = o["concat"]
                 .as_array()
@@ -393,105 +397,6 @@ fn stmt(at: &At, v: &J) -> R<Stmt> {
     })
 }
 
-/// A match's left side or a map's key: the model's keys, and a numgen's offset.
-fn key(v: &J) -> (Vec<Key>, u64) {
-    match v.get("concat").and_then(J::as_array) {
-        Some(parts) => (parts.iter().map(|p| key_one(p).0).collect(), 0),
-        None => {
-            let (k, offset) = key_one(v);
-            (vec![k], offset)
-        }
-    }
-}
-
-fn key_one(v: &J) -> (Key, u64) {
-    let field = |o: &J, f: &str| o.get(f).and_then(J::as_str).unwrap_or("").to_string();
-    let Some((kind, body)) = v.as_object().and_then(|o| o.iter().next()) else {
-        return (Key::Other(words(v)), 0);
-    };
-    let key = match kind.as_str() {
-        "payload" if body.get("protocol").is_some() => {
-            symbols::payload_key(&field(body, "protocol"), &field(body, "field"))
-        }
-        "payload" => Key::Other(words(v)),
-        "meta" => symbols::meta_key(&field(body, "key")),
-        "ct" => match body.get("dir").and_then(J::as_str) {
-            None => symbols::ct_key(&field(body, "key")),
-            Some(dir) => Key::Other(format!("ct {dir} {}", field(body, "key"))),
-        },
-        "fib" => {
-            let flags = flag_words(body.get("flags"));
-            let result = field(body, "result");
-            if flags == "daddr" && result == "type" {
-                Key::FibDaddrType
-            } else {
-                Key::Other(format!("fib {flags} {result}"))
-            }
-        }
-        "numgen" => {
-            let modulus = body
-                .get("mod")
-                .and_then(J::as_u64)
-                .and_then(|m| u32::try_from(m).ok());
-            let offset = body.get("offset").and_then(J::as_u64).unwrap_or(0);
-            match (field(body, "mode").as_str(), modulus) {
-                ("random" | "inc", Some(modulus)) => return (Key::Numgen { modulus }, offset),
-                (mode, _) => Key::Other(format!("numgen {mode}")),
-            }
-        }
-        _ => Key::Other(words(v)),
-    };
-    (key, 0)
-}
-
-fn flag_words(v: Option<&J>) -> String {
-    match v {
-        Some(J::String(s)) => s.clone(),
-        Some(J::Array(a)) => a
-            .iter()
-            .filter_map(J::as_str)
-            .collect::<Vec<_>>()
-            .join(" . "),
-        _ => String::new(),
-    }
-}
-
-/// The canonical words of an expression the model does not name, as the text reader writes
-/// them: fields in nft's words, numbers in decimal, flag lists joined by `,`.
-fn words(v: &J) -> String {
-    match v {
-        J::Null => String::new(),
-        J::Number(n) => n.to_string(),
-        J::String(s) => s.clone(),
-        J::Bool(b) => b.to_string(),
-        J::Array(a) => a.iter().map(words).collect::<Vec<_>>().join(","),
-        J::Object(o) => {
-            let Some((kind, body)) = o.iter().next() else {
-                return String::new();
-            };
-            match kind.as_str() {
-                "&" | "|" | "^" | "<<" | ">>" => match body.as_array().map(Vec::as_slice) {
-                    Some([a, b]) => format!("{} {kind} {}", words(a), words(b)),
-                    _ => kind.clone(),
-                },
-                "payload" if body.get("protocol").is_none() => {
-                    let n = |f: &str| body.get(f).map(words).unwrap_or_default();
-                    format!("@{},{},{}", n("base"), n("offset"), n("len"))
-                }
-                "meta" | "ct" | "fib" | "numgen" | "payload" => match key_one(v) {
-                    (Key::Other(w), _) => w,
-                    (k, _) => symbols::key_words(&k),
-                },
-                "concat" => body
-                    .as_array()
-                    .map(|a| a.iter().map(words).collect::<Vec<_>>().join(" . "))
-                    .unwrap_or_default(),
-                _ => kind.clone(),
-            }
-        }
-    }
-}
-
 /// A match's right side, typed by the key.
 fn operand(at: &At, v: &J, keys: &[Key], offset: u64) -> R<Operand> {
     if let Some(name) = v.as_str().and_then(|s| s.strip_prefix('@')) {
@@ -568,10 +473,21 @@ fn nat(at: &At, kind: &str, body: &J) -> R<Nat> {
             let map = set_ref(at, data, &keys, offset)?;
             Some(NatAddr::Map { key: keys, map })
         }
-        Some(a) => Some(NatAddr::Fixed(value(at, a, &[Ty::Addr])?)),
+        Some(a) => Some(NatAddr::Fixed(value(at, a, &[Ty::Addr, Ty::Int])?)),
+    };
+    // `dnat ip addr . port to 172.16.30.2 . 80`: address and port as one concatenation.
+    let (addr, concat_port) = match addr {
+        Some(NatAddr::Fixed(Value::Concat(parts))) => match parts.as_slice() {
+            [a, Value::Int(p)] => (Some(NatAddr::Fixed(a.clone())), Some(*p)),
+            _ => return Err(at.err("an address and a port")),
+        },
+        other => (other, None),
     };
     let port = match body.get("port") {
-        None => None,
+        None => match concat_port {
+            Some(p) => Some(NatPort::Fixed(port_number(at, Some(p))?)),
+            None => None,
+        },
         Some(J::Number(n)) => Some(NatPort::Fixed(port_number(at, n.as_u64())?)),
         Some(p) => match p.get("range").and_then(J::as_array).map(Vec::as_slice) {
             Some([lo, hi]) => Some(NatPort::Range(

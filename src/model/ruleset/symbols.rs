@@ -206,6 +206,11 @@ pub(super) fn literal(text: &str, ty: Ty) -> Value {
         {
             return Value::Prefix(addr, len);
         }
+        // `ipv6-icmp` is a name, not a range.
+        let whole = atom(text, ty);
+        if !matches!(whole, Value::Word(_)) {
+            return whole;
+        }
         if let Some((lo, hi)) = text.split_once('-') {
             match (atom(lo, ty), atom(hi, ty)) {
                 (Value::Int(lo), Value::Int(hi)) => return Value::IntRange(lo, hi),

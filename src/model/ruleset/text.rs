@@ -300,7 +300,11 @@ fn base(c: &mut Cursor, family: TableFamily) -> R<Option<Base>> {
             c.next();
             let n = c.name("a number")?;
             let n: i64 = n.parse().map_err(|_| c.err("expected a number"))?;
-            if negative { -n } else { n }
+            if negative {
+                n.checked_neg().ok_or_else(|| c.err("expected a number"))?
+            } else {
+                n
+            }
         }
         _ => 0,
     };

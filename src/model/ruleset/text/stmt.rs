@@ -482,6 +482,12 @@ fn nat(c: &mut Cursor) -> R<Stmt> {
         } else {
             let target = c.name("a NAT target")?;
             (addr, port) = nat_target(&target).ok_or_else(|| c.err("expected a NAT target"))?;
+            // `dnat ip addr . port to 172.16.30.2 . 80`
+            if c.eat_word(".") {
+                let p = c.name("a port")?;
+                let p = p.parse().map_err(|_| c.err("expected a port"))?;
+                port = Some(NatPort::Fixed(p));
+            }
         }
     }
     skip_args(c);
