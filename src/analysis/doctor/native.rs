@@ -410,7 +410,7 @@ mod tests {
             chain: "filter-input".into(),
             handle: None,
             position: 0,
-            element: Some(native::Element {
+            element: Some(native::ElementRef {
                 set: "no-endpoint-nodeports".into(),
                 key: Value::Concat(vec![Value::Proto(6), Value::Int(30080)]),
             }),
