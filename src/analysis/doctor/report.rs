@@ -92,7 +92,7 @@ pub fn render(report: &Report) -> String {
 
 /// Where a rule is: `legacy/ipv4 nat DOCKER #3:`; a native one by its table's family and
 /// name, chain and handle, and the map element that decided (`nftables/ipv4 ip kube-proxy
-/// nodeport-endpoints-check handle 7, element tcp . 30080 of no-endpoint-nodeports
+/// nodeport-endpoints-check handle 7, element { tcp . 30080 } of no-endpoint-nodeports
 /// (kube-proxy):`).
 fn place(r: &RuleRef) -> String {
     let Some(nft) = &r.nft else {
@@ -114,7 +114,7 @@ fn place(r: &RuleRef) -> String {
         None => out.push_str(&format!(" #{}", r.position)),
     }
     if let Some(e) = &nft.element {
-        out.push_str(&format!(", element {} of {}", e.key, e.set));
+        out.push_str(&format!(", element {{ {} }} of {}", e.key, e.set));
     }
     if let Some(owner) = nft.owner {
         out.push_str(&format!(" ({owner})"));
