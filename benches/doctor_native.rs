@@ -49,7 +49,9 @@ fn main() {
         // The node's address (the one element of @nodeport-ips), as on a real node: doctor
         // sends its packets to the host's own addresses.
         for args in [
-            &["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"][..],
+            &[
+                "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+            ][..],
             &["addr", "add", "10.99.0.1/24", "dev", "eth0"][..],
             &["link", "set", "eth0", "up"][..],
         ] {
