@@ -44,6 +44,7 @@ mod iptc_edits;
 mod lifecycle;
 mod localnet;
 mod metrics;
+mod native_forwards;
 mod nft_batch;
 mod nft_dumps;
 mod nft_ruleset;

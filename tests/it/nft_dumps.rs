@@ -1,7 +1,7 @@
 //! Saved native nftables rulesets (`--from nftables:FILE`) read the same whichever format nft
 //! saved them in. Each owner-shaped ruleset (kube-proxy's nftables mode as its proxier tests
 //! expect it, netavark's nftables driver, firewalld's default zone, CNI portmap's nftables
-//! backend, and one of every statement shape the readers know) is loaded with `nft -f` into a
+//! backend, Docker 29's nftables firewall, and one of every statement shape the readers know) is loaded with `nft -f` into a
 //! namespace of its own; `nft -a list ruleset` and `nft -j list ruleset` of it parse to the
 //! same `Ruleset` (tests/fixtures/nftables-dumps/). The fix commands `render` prints
 //! (`nft delete element …`, `nft delete rule … handle N`), run by a shell in the namespace,
@@ -14,7 +14,14 @@ use natledger::model::ruleset::{
 
 use crate::common::*;
 
-const FIXTURES: [&str; 5] = ["kube-proxy", "netavark", "firewalld", "portmap", "sample"];
+const FIXTURES: [&str; 6] = [
+    "kube-proxy",
+    "netavark",
+    "firewalld",
+    "portmap",
+    "docker",
+    "sample",
+];
 
 fn fixture(name: &str) -> String {
     let file = if name == "sample" {

@@ -62,7 +62,7 @@ mod walk;
 pub use cache::{Before, Cache, CacheEntry, Cached, Scope, carry};
 pub(crate) use cache::{CACHE_FILE, before_writes};
 pub use native::NATIVE_CACHE_FILE;
-pub use native::{NativeFound, find_native};
+pub use native::{LiveNative, NativeFound, find_native};
 use sources::{Legacy, Memo, Nft};
 pub use walk::{WalkError, walk};
 use walk::{may_take, walk_counted};

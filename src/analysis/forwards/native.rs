@@ -164,6 +164,24 @@ fn store(path: &Path, cache: &NativeCache) {
     }
 }
 
+/// The live native ruleset of the calling thread's network namespace, over one nf_tables
+/// session (`kernel::nftables::ruleset::read`).
+pub struct LiveNative<'s, 'k> {
+    pub session: &'s mut crate::kernel::nftables::Session<'k>,
+}
+
+impl NativeSource for LiveNative<'_, '_> {
+    type Error = crate::kernel::nftables::NftError;
+
+    fn generation(&mut self) -> Result<u32, Self::Error> {
+        self.session.generation()
+    }
+
+    fn read(&mut self) -> Result<(crate::model::ruleset::Ruleset, u32), Self::Error> {
+        crate::kernel::nftables::ruleset::read(self.session)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use super::{Indexed, Owner, Path, Place, Probe};
+use super::{Indexed, Owner, Path, Place, Probe, is_xtables};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::Ruleset;
 
@@ -30,7 +30,8 @@ pub trait NativeSource {
     fn read(&mut self) -> Result<(Ruleset, u32), Self::Error>;
 }
 
-/// Every forward of `protocol`/`port` in `rs` outside natledger's own tables that a new
+/// Every forward of `protocol`/`port` in `rs` outside natledger's own tables and
+/// iptables-nft's that a new
 /// connection to one of `locals` (from outside or from this host) may meet.
 pub fn forwards_of(
     rs: &Ruleset,
@@ -68,18 +69,19 @@ pub fn forwards_of(
                 locals: locals.to_vec(),
             };
             let f = ix.fate(&probe);
-            let all = f.outcomes.len();
             for o in &f.outcomes {
                 let Some(d) = &o.dnat else { continue };
-                let owner = rs
+                let table = rs
                     .tables
                     .iter()
-                    .find(|t| t.family == d.place.family && t.name == d.place.table)
-                    .map_or(Owner::Unknown, Owner::of);
-                if owner == Owner::Natledger {
+                    .find(|t| t.family == d.place.family && t.name == d.place.table);
+                let owner = table.map_or(Owner::Unknown, Owner::of);
+                // natledger's own, and iptables-nft's (the iptables walk reads those).
+                if owner == Owner::Natledger || table.is_some_and(is_xtables) {
                     continue;
                 }
-                let certain = all == 1 && o.sure;
+                let certain = f.all(|x| x.dnat.as_ref().is_some_and(|x| x.place == d.place))
+                    == crate::analysis::packet::Tri::Yes;
                 if let Some(known) = out.iter_mut().find(|k| k.place == d.place) {
                     known.certain |= certain;
                     continue;

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use super::tables_for;
 use super::value::{Field, Lookup, lookup};
 use crate::analysis::packet::Tri;
-use crate::model::ruleset::{Chain, Element, Hook, Ruleset, Table, Value};
+use crate::model::ruleset::{Chain, ChainKind, Element, Hook, Ruleset, Table, Value};
 
 const HOOKS: [Hook; 5] = [
     Hook::Prerouting,
@@ -73,13 +73,16 @@ impl SetIndex {
     }
 }
 
+/// Base chains in the order one hook runs them.
+pub(crate) type Order<'r> = Vec<(&'r Table, &'r Chain)>;
+
 /// A ruleset with its sets indexed as the walks first use them.
 pub struct Indexed<'r> {
     sets: RefCell<HashMap<(usize, String), SetIndex>>,
     /// Every table's chains by name.
     chains: HashMap<(usize, &'r str), &'r Chain>,
     /// The base chains of each hook, per IP version, in every order the kernel may run them.
-    orders: HashMap<(Hook, bool), Vec<Vec<(&'r Table, &'r Chain)>>>,
+    orders: HashMap<(Hook, bool), Vec<Order<'r>>>,
 }
 
 impl<'r> Indexed<'r> {
@@ -145,14 +148,23 @@ impl<'r> Indexed<'r> {
 }
 
 /// The base chains of `hook` in every order the kernel may run them.
+///
+/// Nat chains run where the kernel's nat core hooks in (`NF_IP_PRI_NAT_DST`, -100, in
+/// prerouting and output; `NF_IP_PRI_NAT_SRC`, 100, in input and postrouting), among
+/// themselves by their own priorities.
 pub(crate) fn orders(rs: &Ruleset, hook: Hook, v4: bool) -> Vec<Vec<(&Table, &Chain)>> {
-    let mut chains: Vec<(i32, &Table, &Chain)> = tables_for(rs, v4)
+    let at = |b: &crate::model::ruleset::Base| match (b.kind, hook) {
+        (ChainKind::Nat, Hook::Prerouting | Hook::Output) => (-100, b.priority),
+        (ChainKind::Nat, _) => (100, b.priority),
+        _ => (b.priority, b.priority),
+    };
+    let mut chains: Vec<((i32, i32), &Table, &Chain)> = tables_for(rs, v4)
         .flat_map(|t| t.chains.iter().map(move |c| (t, c)))
         .filter_map(|(t, c)| {
             c.base
                 .as_ref()
                 .filter(|b| b.hook == hook)
-                .map(|b| (b.priority, t, c))
+                .map(|b| (at(b), t, c))
         })
         .collect();
     chains.sort_by_key(|(p, _, _)| *p);

@@ -28,7 +28,7 @@ pub use checks::check;
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
 pub use forwards::{NativeForward, NativeSource, forwards_of};
 pub use index::Indexed;
-pub use owner::Owner;
+pub use owner::{Owner, is_xtables};
 
 use std::net::IpAddr;
 

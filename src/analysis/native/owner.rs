@@ -21,6 +21,17 @@ pub enum Owner {
     Unknown,
 }
 
+/// Whether `table` is iptables-nft's (`ip`/`ip6` `filter`, `nat`, `mangle`, `raw`,
+/// `security`): walked for a packet's fate like any other, but its rules are the iptables
+/// side's to report (doctor's iptables checks, create's iptables walk).
+pub fn is_xtables(table: &Table) -> bool {
+    matches!(table.family, TableFamily::Ip | TableFamily::Ip6)
+        && matches!(
+            table.name.as_str(),
+            "filter" | "nat" | "mangle" | "raw" | "security"
+        )
+}
+
 impl Owner {
     /// The owner of `table`, by its name (and comment, for a renamed kube-proxy table).
     pub fn of(table: &Table) -> Owner {
@@ -71,7 +82,8 @@ impl Owner {
             ),
             Owner::Firewalld => format!(
                 "firewalld writes its tables back at every reload: `firewall-cmd --permanent \
-                 --remove-forward-port=port={port}:proto={proto}:...` then `firewall-cmd --reload`"
+                 --remove-forward-port=port={port}:proto={proto}:toport=...:toaddr=...` (as \
+                 `firewall-cmd --list-forward-ports` shows it) then `firewall-cmd --reload`"
             ),
             Owner::Docker => format!(
                 "Docker writes its rules back when it restarts: remove the container publishing \

@@ -4,7 +4,8 @@
 
 use super::*;
 
-const TEXTS: [&str; 5] = [
+const TEXTS: [&str; 6] = [
+    include_str!("../../../tests/fixtures/nftables-dumps/docker.nft"),
     include_str!("../../../tests/fixtures/nftables-dumps/sample.nft.txt"),
     include_str!("../../../tests/fixtures/nftables-dumps/kube-proxy.nft"),
     include_str!("../../../tests/fixtures/nftables-dumps/netavark.nft"),

@@ -181,3 +181,23 @@ fn errors_name_the_object_and_what_was_expected() {
     let r = parse_json(r#"{"nftables": [{"flowtable": {"name": "f"}}, {"counter": {}}]}"#).unwrap();
     assert!(r.tables.is_empty());
 }
+
+/// iptables-nft's tables in a native dump: nft's JSON shows its xtables matches and targets
+/// as opaque `xt` objects (the text shows nft's translation): may match, may decide anything.
+#[test]
+fn iptables_nft_xt_expressions_are_other() {
+    let dump = r#"{"nftables": [{"table": {"family": "ip", "name": "nat", "handle": 28}},
+        {"chain": {"family": "ip", "table": "nat", "name": "PREROUTING", "handle": 1,
+                   "type": "nat", "hook": "prerouting", "prio": -100, "policy": "accept"}},
+        {"rule": {"family": "ip", "table": "nat", "chain": "PREROUTING", "handle": 2, "expr": [
+            {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}},
+                       "right": 80}},
+            {"xt": {"type": "match", "name": "comment"}},
+            {"counter": {"packets": 0, "bytes": 0}},
+            {"xt": {"type": "target", "name": "DNAT"}}]}}]}"#;
+    let r = parse_json(dump).unwrap();
+    let stmts = &r.tables[0].chains[0].rules[0].stmts;
+    assert_eq!(stmts[1], Stmt::Other("xt".into()));
+    assert_eq!(stmts[2], Stmt::Effect("counter".into()));
+    assert_eq!(stmts[3], Stmt::Other("xt".into()));
+}

@@ -175,3 +175,18 @@ fn a_malformed_dump_is_an_error_naming_its_line() {
     // An empty ruleset is one.
     assert_eq!(parse_text("").unwrap(), Ruleset::default());
 }
+
+/// iptables-nft's tables as `nft list ruleset` prints them (its xtables matches translated,
+/// its warning lines on stderr pasted in as comments).
+#[test]
+fn iptables_nft_tables_in_a_text_dump_read() {
+    let dump = "table ip filter { # handle 29\n\tchain INPUT { # handle 1\n\
+        \t\ttype filter hook input priority filter; policy accept;\n\
+        \t\tmeta l4proto udp udp dport { 53, 5353 } fib daddr type local counter packets 0 bytes 0 reject # handle 3\n\
+        \t}\n}\n# Warning: table ip filter is managed by iptables-nft, do not touch!\n";
+    let r = parse_text(dump).unwrap();
+    let rule = &r.tables[0].chains[0].rules[0];
+    assert_eq!(rule.handle, Some(3));
+    assert_eq!(rule.stmts.len(), 5);
+    assert_eq!(rule.stmts[4], crate::model::ruleset::Stmt::Reject);
+}

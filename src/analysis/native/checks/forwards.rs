@@ -21,21 +21,13 @@ impl Ctx<'_> {
                         let Some(d) = &o.dnat else { continue };
                         let remote = !d.redirect && !is_local(&probe.locals, d.to);
                         // Dead target.
-                        if let Some(live) = &self.host.live {
-                            if remote
-                                && !live.contains(&d.to)
-                                && seen.insert((NativeKind::DeadTarget, d.place.clone()))
-                            {
-                                let all = f.all(|x| x.dnat.as_ref() == Some(d));
-                                out.push(self.dead(
-                                    d.place.clone(),
-                                    d.to,
-                                    d.port,
-                                    protocol,
-                                    port,
-                                    all,
-                                ));
-                            }
+                        if let Some(live) = &self.host.live
+                            && remote
+                            && !live.contains(&d.to)
+                            && seen.insert((NativeKind::DeadTarget, d.place.clone()))
+                        {
+                            let all = f.all(|x| x.dnat.as_ref() == Some(d));
+                            out.push(self.dead(d.place.clone(), d.to, d.port, protocol, port, all));
                         }
                         // Forward dropped.
                         if let End::Dropped {
@@ -43,22 +35,21 @@ impl Ctx<'_> {
                             hook: crate::model::ruleset::Hook::Forward,
                             ..
                         } = &o.end
+                            && remote
+                            && probe.path == Path::Outside
+                            && seen.insert((NativeKind::ForwardDropped, d.place.clone()))
                         {
-                            if remote
-                                && probe.path == Path::Outside
-                                && seen.insert((NativeKind::ForwardDropped, d.place.clone()))
-                            {
-                                let all = f.all(|x| {
-                                    x.dnat.as_ref() == Some(d) && matches!(&x.end, End::Dropped { place: p, .. } if p == place)
-                                });
-                                out.push(self.forward_dropped(
-                                    d.place.clone(),
-                                    place.clone(),
-                                    protocol,
-                                    port,
-                                    all,
-                                ));
-                            }
+                            let all = f.all(|x| {
+                                x.dnat.as_ref() == Some(d)
+                                    && matches!(&x.end, End::Dropped { place: p, .. } if p == place)
+                            });
+                            out.push(self.forward_dropped(
+                                d.place.clone(),
+                                place.clone(),
+                                protocol,
+                                port,
+                                all,
+                            ));
                         }
                         // Split backends.
                         if let Some(other) = self
@@ -66,10 +57,9 @@ impl Ctx<'_> {
                             .iptables_forwards
                             .iter()
                             .find(|x| x.protocol == protocol && x.port == port)
+                            && seen.insert((NativeKind::SplitBackends, d.place.clone()))
                         {
-                            if seen.insert((NativeKind::SplitBackends, d.place.clone())) {
-                                out.push(self.split(d.place.clone(), &other.place, protocol, port));
-                            }
+                            out.push(self.split(d.place.clone(), &other.place, protocol, port));
                         }
                     }
                 }

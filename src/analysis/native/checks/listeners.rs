@@ -51,7 +51,7 @@ impl Ctx<'_> {
                     let whom = if d.redirect {
                         format!("port {} of this host", d.port)
                     } else {
-                        format!("{}", socket(d.to, d.port))
+                        socket(d.to, d.port).to_string()
                     };
                     out.push(self.finding(
                         NativeKind::HijackedListener,
@@ -106,14 +106,17 @@ impl Ctx<'_> {
             .collect()
     }
 
-    /// What to name for an outcome decided at `decided`: the first element or rule on the
-    /// way that names `port` (kube-proxy's map element, not its generic reject chain), else
-    /// `decided` itself.
+    /// What to name for an outcome decided at `decided`: the map element on the way that
+    /// names `port` (kube-proxy's, not its generic reject chain), else `decided` when it
+    /// names the port, else the first rule on the way that does, else `decided`.
     pub(crate) fn specific(&self, o: &Outcome, decided: &Place, port: u16) -> Place {
+        let names = |p: &&Place| self.names_port(p, port);
         o.via
             .iter()
-            .chain(std::iter::once(decided))
-            .find(|p| self.names_port(p, port))
+            .filter(|p| p.element.is_some())
+            .find(names)
+            .or(Some(decided).filter(names))
+            .or_else(|| o.via.iter().find(names))
             .unwrap_or(decided)
             .clone()
     }

@@ -23,7 +23,9 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
     out.extend(ctx.listeners());
     out.extend(ctx.shadowed());
     out.extend(ctx.forwards());
-    out.sort_by(|a, b| (a.port, a.protocol, a.kind).cmp(&(b.port, b.protocol, b.kind)));
+    // iptables-nft's tables decide fates too, but their rules are the iptables side's to report.
+    out.retain(|f| !ctx.table(&f.place).is_some_and(super::is_xtables));
+    out.sort_by_key(|a| (a.port, a.protocol, a.kind));
     out
 }
 
@@ -278,10 +280,10 @@ fn destinations(rs: &Ruleset) -> Vec<IpAddr> {
                             (_, Value::Concat(parts)) => parts.get(at),
                             _ => None,
                         };
-                        if let Some(Value::Addr(a)) = part {
-                            if !a.is_loopback() {
-                                out.insert(*a);
-                            }
+                        if let Some(Value::Addr(a)) = part
+                            && !a.is_loopback()
+                        {
+                            out.insert(*a);
                         }
                     }
                 }

@@ -2,6 +2,7 @@
 //! healthy rulesets), and the randomised soundness of shadow claims (`soundness.rs`).
 
 mod build;
+mod listed;
 mod soundness;
 
 use std::net::IpAddr;
@@ -368,6 +369,13 @@ fn forwards_of_names_other_owners_not_natledgers_own() {
     assert_eq!((found[0].to, found[0].to_port), (ip("10.88.0.5"), 80));
     assert!(found[0].certain);
     assert!(forwards_of(&rs, Protocol::Udp, 8080, &[ip(NODE)]).is_empty());
+    // iptables-nft's nat table is the iptables walk's.
+    let mut xt = netavark("10.88.0.8", "10.88.0.8");
+    xt.family = TableFamily::Ip;
+    xt.name = "nat".into();
+    let only_xt = Ruleset { tables: vec![xt] };
+    assert!(forwards_of(&only_xt, Protocol::Tcp, 8080, &[ip(NODE)]).is_empty());
+    assert!(check(&only_xt, &host(vec![listener(8080)], &[])).is_empty());
     assert!(forwards_of(&rs, Protocol::Tcp, 8081, &[ip(NODE)]).is_empty());
 }
 
@@ -481,4 +489,48 @@ fn a_20000_element_kube_proxy_ruleset_is_checked_in_bounded_time() {
     );
     // 1.3 s in a debug build (sets indexed by exact key, chains by name, hook orders once).
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn nat_chains_run_where_the_nat_core_hooks_in() {
+    // A nat chain at priority 0 still runs at -100, before a filter chain at -90, which so
+    // sees the DNATed destination.
+    let nat = table(
+        TableFamily::Ip,
+        "n",
+        vec![base(
+            "pre",
+            ChainKind::Nat,
+            Hook::Prerouting,
+            0,
+            Policy::Accept,
+            vec![rule(vec![tcp_dport(8080), dnat("10.0.0.2", 80)])],
+        )],
+        vec![],
+    );
+    let filter = table(
+        TableFamily::Ip,
+        "f",
+        vec![base(
+            "pre",
+            ChainKind::Filter,
+            Hook::Prerouting,
+            -90,
+            Policy::Accept,
+            vec![rule(vec![
+                eq(
+                    vec![Key::Daddr { v4: true }],
+                    vec![Value::Addr(ip("10.0.0.2"))],
+                ),
+                Stmt::Verdict(Verdict::Drop),
+            ])],
+        )],
+        vec![],
+    );
+    let f = fate(&rs(vec![nat, filter]), &probe(NODE, 8080, Path::Outside));
+    assert_eq!(
+        f.all(|o| matches!(&o.end, End::Dropped { place, .. } if place.table == "f")),
+        Tri::Yes,
+        "{f:#?}"
+    );
 }

@@ -30,6 +30,10 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
         &of[(self.next)(of.len())]
     }
 
+    fn word(&mut self, of: &[&'static str]) -> &'static str {
+        of[(self.next)(of.len())]
+    }
+
     fn chance(&mut self, percent: usize) -> bool {
         (self.next)(100) < percent
     }
@@ -52,7 +56,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
             3 => eq(
                 vec![Key::Saddr { v4: true }],
                 vec![Value::Prefix(
-                    ip(*self.pick(&SOURCES)),
+                    ip(self.word(&SOURCES)),
                     *self.pick(&[16u8, 24, 32]),
                 )],
             ),
@@ -62,7 +66,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
             ),
             5 => eq(
                 vec![Key::Daddr { v4: true }],
-                vec![Value::Addr(ip(*self.pick(&LOCALS)))],
+                vec![Value::Addr(ip(self.word(&LOCALS)))],
             ),
             6 => eq(vec![Key::FibDaddrType], vec![Value::Word("local".into())]),
             _ => eq(vec![Key::Mark], vec![Value::Int(1)]),
@@ -70,7 +74,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
     }
 
     fn dnat(&mut self) -> Stmt {
-        dnat(*self.pick(&TARGETS), *self.pick(&[80u16, 81]))
+        dnat(self.word(&TARGETS), *self.pick(&[80u16, 81]))
     }
 
     /// A rule of chain `me` of `n` user chains (`u0`..): jumps go only to later ones.
@@ -173,7 +177,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
                 dm.elements.push(Element {
                     key: Value::Int(p),
                     data: Some(ElementData::Value(Value::Concat(vec![
-                        Value::Addr(ip(*self.pick(&TARGETS))),
+                        Value::Addr(ip(self.word(&TARGETS))),
                         Value::Int(80),
                     ]))),
                     comment: None,

@@ -192,23 +192,36 @@ pub(super) fn set(body: &[u8]) -> io::Result<(String, SetInfo)> {
         })
         .unwrap_or_default();
     let key_len = u32_of(5).unwrap_or(0);
-    let key_lens = types::field_lens(&key_types, &declared, key_len)
-        .ok_or_else(|| malformed("set (key lengths)"))?;
+    // Fields whose lengths neither the kernel nor their types tell (`typeof meta mark . ct
+    // mark`): the key is one opaque value, and a lookup's key "may match".
+    let (key_types, key_lens, opaque) = match types::field_lens(&key_types, &declared, key_len) {
+        Some(lens) => (key_types, lens, false),
+        None => (vec![types::RAW], vec![key_len as usize], true),
+    };
     let (data, data_types, data_lens) = match (flags & (SET_MAP | SET_OBJECT), u32_of(6)) {
         (0, _) | (_, None) => (None, Vec::new(), Vec::new()),
         (_, Some(types::DATA_VERDICT)) => (Some(SetData::Verdict), vec![types::VERDICT], vec![]),
         (_, Some(ty)) => {
             let split = types::split(ty);
-            let lens = types::field_lens(&split, &[], u32_of(7).unwrap_or(0))
-                .ok_or_else(|| malformed("map (data lengths)"))?;
             let names = split.iter().map(|t| types::name(*t)).collect();
-            (Some(SetData::Typed(names)), split, lens)
+            let total = u32_of(7).unwrap_or(0);
+            match types::field_lens(&split, &[], total) {
+                Some(lens) => (Some(SetData::Typed(names)), split, lens),
+                None => (
+                    Some(SetData::Typed(names)),
+                    vec![types::RAW],
+                    vec![total as usize],
+                ),
+            }
         }
     };
     let set = Set {
         name,
         handle: netlink::attr(body, 16).and_then(be64),
-        key: key_types.iter().map(|t| types::name(*t)).collect(),
+        key: types::split(u32_of(4).unwrap_or(0))
+            .iter()
+            .map(|t| types::name(*t))
+            .collect(),
         data,
         interval: flags & SET_INTERVAL != 0,
         comment: comment(body, 13, 7),
@@ -217,6 +230,7 @@ pub(super) fn set(body: &[u8]) -> io::Result<(String, SetInfo)> {
     let info = SetInfo {
         set,
         anonymous: flags & SET_ANONYMOUS != 0,
+        opaque,
         key_types,
         key_lens,
         data_types,

@@ -58,6 +58,9 @@ pub(super) struct SetInfo {
     set: Set,
     /// `__set0`, `__map1`: a rule's inline set, folded into the rule.
     anonymous: bool,
+    /// Its key's field lengths are unknown: elements are one opaque value each, and a
+    /// lookup's key is `Key::Other`.
+    opaque: bool,
     key_types: Vec<u32>,
     /// The key's field lengths (each padded to 4 bytes in a register and an element).
     key_lens: Vec<usize>,

@@ -1,5 +1,5 @@
-//! Decoding captured kernel messages: `captured.hex` is what a 6.18 kernel dumped for the
-//! ruleset `CAPTURED` of tests/it/nft_ruleset.rs (kube-proxy's and netavark's shapes), one
+//! Decoding captured kernel messages: `captured.hex` is what a 6.18 kernel dumped for
+//! tests/fixtures/nftables-shapes/captured.nft (kube-proxy's and netavark's shapes), one
 //! message a line (type, then the payload from `nfgenmsg` on), in the order `read_once` asks.
 
 use super::*;
@@ -312,4 +312,60 @@ fn an_unknown_expression_leaves_registers_unknown() {
     // A network header field in an inet table without `meta nfproto`: not an address.
     let bare = list(&[expr("payload", &[(1, 1), (2, 1), (3, 16), (4, 4)])]);
     assert!(expr::decode(TableFamily::Inet, &sets, &bare).is_empty());
+}
+
+/// A set of two integer fields (`typeof meta mark . ct mark`): the kernel tells no field
+/// lengths for a concatenation that is not an interval, and the types do not either.
+#[test]
+fn a_key_of_unknown_field_lengths_is_opaque() {
+    let mut body = Vec::new();
+    netlink::put_str(&mut body, 1, "t");
+    netlink::put_str(&mut body, 2, "marks");
+    let ty = types::INTEGER << 6 | types::INTEGER;
+    for (kind, value) in [(3u16, 0u32), (4, ty), (5, 8)] {
+        netlink::put_attr(&mut body, kind, &value.to_be_bytes());
+    }
+    let (_, info) = dump::set(&body).unwrap();
+    assert!(info.opaque);
+    assert_eq!(info.set.key, ["integer", "integer"]);
+    let mut elements = Vec::new();
+    let mut key = Vec::new();
+    netlink::put_attr(&mut key, 1, &[0, 0, 0, 1, 0, 0, 0, 2]);
+    let mut elem = Vec::new();
+    netlink::put_attr(&mut elem, 1, &key);
+    let mut list = Vec::new();
+    netlink::put_attr(&mut list, 1, &elem);
+    let mut message = Vec::new();
+    netlink::put_attr(&mut message, 3, &list);
+    dump::elements(&info, &message, &mut elements).unwrap();
+    assert_eq!(
+        dump::assemble(&info, elements)[0].key,
+        Value::Int(0x1_0000_0002)
+    );
+    // `meta mark . ct mark @marks`: the lookup's key may match anything.
+    let mut sets = HashMap::new();
+    sets.insert("marks".to_string(), info);
+    let mut lookup = Vec::new();
+    netlink::put_str(&mut lookup, 1, "marks");
+    netlink::put_attr(&mut lookup, 2, &8u32.to_be_bytes());
+    let mut meta = Vec::new();
+    netlink::put_attr(&mut meta, 1, &8u32.to_be_bytes());
+    netlink::put_attr(&mut meta, 2, &3u32.to_be_bytes());
+    let expr = |name: &str, data: &[u8]| {
+        let mut e = Vec::new();
+        netlink::put_str(&mut e, 1, name);
+        netlink::put_attr(&mut e, 2, data);
+        e
+    };
+    let mut exprs = Vec::new();
+    netlink::put_attr(&mut exprs, 1, &expr("meta", &meta));
+    netlink::put_attr(&mut exprs, 1, &expr("lookup", &lookup));
+    assert_eq!(
+        expr::decode(TableFamily::Ip, &sets, &exprs),
+        [Stmt::Match(Match {
+            key: vec![Key::Other("the key of @marks".into())],
+            op: Op::Eq,
+            right: Operand::Set("marks".into()),
+        })]
+    );
 }
