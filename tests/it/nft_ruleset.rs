@@ -2,13 +2,16 @@
 //! each test in a network namespace it creates and deletes:
 //! - `owners_rulesets_read_as_nft_lists_them`: rulesets in the shapes kube-proxy's nftables
 //!   mode (verdict maps with concatenated keys, numgen, fib), netavark (inet, `dnat ip to`, a
-//!   map feeding nat), firewalld and CNI portmap's nftables backend write, loaded with `nft -f`
+//!   map feeding nat), firewalld (interval sets of prefixes, ranges and concatenations) and
+//!   CNI portmap's nftables backend (redirect, address and port ranges) write, loaded with `nft -f`
 //!   together, read over netlink: every table, chain (hook, priority, type, policy), rule
 //!   (handle, comment), set and map (types, flags, comment, elements) is the one `nft -j list
 //!   ruleset` of the same namespace lists, every statement is decoded (`Other` only where
 //!   listed) and equal to nft-dumps' `parse_json` of that listing (a rule either reads as
 //!   "may match" is so in both), and the statements that decide a host port's fate are the
 //!   written ones.
+//! - `iptables_nft_tables_are_read_with_xtables_parts_opaque`: an iptables-nft DNAT is read
+//!   with the native tables: its port compare decoded, its xtables target "may match".
 //! - `a_changed_ruleset_is_read_at_its_new_generation`: the generation moves with a commit
 //!   and the next read sees the change.
 //! - `reads_during_commits_are_each_of_one_generation`: while another process commits one
@@ -363,6 +366,22 @@ fn owners_rulesets_read_as_nft_lists_them() {
     );
     assert_eq!(input[5].stmts, [Stmt::Reject]);
     let hostports = find(&ruleset, "cni_hostport", "hostports");
+    let redirect = natledger::model::ruleset::Nat {
+        kind: natledger::model::ruleset::NatKind::Redirect,
+        v4: None,
+        addr: None,
+        port: Some(NatPort::Fixed(8080)),
+    };
+    assert_eq!(hostports[2].stmts[1], Stmt::Nat(redirect));
+    let Stmt::Nat(ranged) = &hostports[3].stmts[1] else {
+        panic!("{:?}", hostports[3]);
+    };
+    let (from, to) = ("10.77.0.4".parse().unwrap(), "10.77.0.6".parse().unwrap());
+    assert_eq!(
+        ranged.addr,
+        Some(NatAddr::Fixed(Value::AddrRange(from, to)))
+    );
+    assert_eq!(ranged.port, Some(NatPort::Range(7000, 7010)));
     assert_eq!(
         hostports[0].stmts[..2],
         [
@@ -376,6 +395,54 @@ fn owners_rulesets_read_as_nft_lists_them() {
                 op: Op::Eq,
                 right: Operand::Values(vec![Value::Addr("10.78.0.1".parse().unwrap())]),
             }),
+        ]
+    );
+}
+
+/// iptables-nft's tables are nf_tables tables too: read with the rest, their xtables
+/// targets and matches "may match" (`Stmt::Other`), their native compares decoded.
+#[test]
+fn iptables_nft_tables_are_read_with_xtables_parts_opaque() {
+    let ns = NamedNetns::create(format!("nlt-{}-xt", std::process::id())).unwrap();
+    let rule = [
+        "-t",
+        "nat",
+        "-A",
+        "PREROUTING",
+        "-p",
+        "tcp",
+        "--dport",
+        "8080",
+        "-m",
+        "comment",
+        "--comment",
+        "a tag",
+        "-j",
+        "DNAT",
+        "--to-destination",
+        "10.0.0.1:80",
+    ];
+    let out = run_in(ns.name(), "iptables-nft", &rule, None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (ruleset, _) = read_in(ns.name());
+    let nat = ruleset.tables.iter().find(|t| t.name == "nat").unwrap();
+    let rules = &nat.chain("PREROUTING").unwrap().rules;
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].comment.as_deref(), Some("a tag"));
+    assert_eq!(
+        rules[0].stmts,
+        [
+            Stmt::Match(Match {
+                key: vec![Key::Dport(Some(6))],
+                op: Op::Eq,
+                right: Operand::Values(vec![Value::Int(8080)]),
+            }),
+            Stmt::Effect("counter".into()),
+            Stmt::Other("xt target DNAT".into()),
         ]
     );
 }

@@ -9,7 +9,7 @@ use super::expr;
 use super::types;
 use crate::kernel::netlink;
 use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::{NFTA_LIST_ELEM, Session, genmsg, subsys};
+use crate::kernel::nftables::{NFTA_LIST_ELEM, Session, comment_match, genmsg, subsys};
 use crate::model::ruleset::{
     Base, Chain, ChainKind, Element, ElementData, Hook, Policy, Rule, Set, SetData, TableFamily,
     Value,
@@ -279,7 +279,7 @@ pub(super) fn elements(set: &SetInfo, body: &[u8], out: &mut Vec<RawElement>) ->
         };
         out.push(RawElement {
             key: bytes(1).unwrap_or_default(),
-            key_end: bytes(9),
+            key_end: bytes(10),
             interval_end: flags & 1 != 0,
             catchall: flags & 2 != 0,
             data,
@@ -382,12 +382,14 @@ pub(super) fn rule(
 ) -> io::Result<(String, String, Rule)> {
     let table = string(body, 1).ok_or_else(|| malformed("rule"))?;
     let chain = string(body, 2).ok_or_else(|| malformed("rule"))?;
-    let stmts = netlink::attr(body, 4)
+    let expressions = netlink::attr(body, 4);
+    let stmts = expressions
         .map(|e| expr::decode(family, sets, e))
         .unwrap_or_default();
     let rule = Rule {
         handle: netlink::attr(body, 3).and_then(be64),
-        comment: comment(body, 7, 0),
+        // nft's in the user data; iptables-nft's (before 1.8.10) an xtables `comment` match.
+        comment: comment(body, 7, 0).or_else(|| expressions.and_then(comment_match)),
         stmts,
     };
     Ok((table, chain, rule))

@@ -380,6 +380,10 @@ impl Decoder<'_> {
                 let xt = netlink::attr(data, 1)
                     .and_then(netlink::str_of)
                     .unwrap_or("?");
+                if (name, xt) == ("match", "comment") {
+                    // iptables-nft's comment: matches every packet (the rule's comment).
+                    return Some(());
+                }
                 self.regs = Default::default();
                 self.push(Stmt::Other(format!("xt {name} {xt}")));
             }

@@ -1,23 +1,31 @@
 //! Any owner's nf_tables ruleset over netlink, every family, decoded into the analysis model
 //! ([`crate::model::ruleset`]): tables, chains (hook, priority, type, policy), rules (handle,
-//! comment, statements), named sets and maps with their elements.
+//! comment, statements), named sets and maps with their elements. iptables-nft's tables are
+//! nf_tables tables too and are read with the rest (their xtables matches and targets are
+//! `Stmt::Other`; an xtables `comment` match is the rule's comment).
 //!
 //! # One generation
-//! The ruleset is read with one dump per kind (tables, chains, sets, then one element dump per
-//! set, rules), between two `NFT_MSG_GETGEN`s: when the generation moved meanwhile (anyone
+//! The ruleset is read with one dump of every family per kind, in the order each needs the one
+//! before (tables; sets, then one element dump per set, anonymous ones included; chains;
+//! rules), between two `NFT_MSG_GETGEN`s: when the generation moved meanwhile (anyone
 //! committed a transaction), the whole read is done again, at most [`TRIES`] times. What is
-//! returned is the ruleset of exactly the returned generation.
+//! returned is the ruleset of exactly the returned generation. Most of a big read's time is
+//! the kernel's (each 32 KiB of a set's dump walks its hash from the start; each element dump
+//! finds its set by name), not the decoding.
 //!
 //! # Decoding
-//! `expr.rs` follows the registers of a rule's expressions (loads of payload, meta, ct, fib,
-//! numgen, immediate data; concatenations over consecutive 32-bit registers; bitwise masks)
-//! into the statements they add up to (`cmp`, `range`, `lookup`, verdicts, `nat`, `masq`,
-//! `redir`, `reject`, effects); `types.rs` decodes values (set elements, compared data) by the
-//! set's declared key types or the loaded field. What is not modelled becomes
+//! `dump.rs` decodes each message; `expr.rs` follows the registers of a rule's expressions
+//! (loads of payload, meta, ct, fib, numgen, immediate data; concatenations over consecutive
+//! 32-bit registers; bitwise masks, `expr/compare.rs`) into the statements they add up to
+//! (`cmp`, `range`, `lookup`, verdicts, `nat`, `masq`, `redir`, `reject`, effects);
+//! `types.rs` decodes values (set elements, compared data) by the set's declared key types or
+//! the loaded field. What is not modelled becomes
 //! [`Stmt::Other`](crate::model::ruleset::Stmt::Other) or
 //! [`Key::Other`](crate::model::ruleset::Key::Other): never narrower than the kernel.
 //! Anonymous sets (`__set0`, `__map1`) are folded into the rules that use them, as `nft`
-//! prints them; named sets are the table's [`Set`](crate::model::ruleset::Set)s.
+//! prints them; named sets are the table's [`Set`](crate::model::ruleset::Set)s. Not named
+//! as nft names them: `iif`/`oif` (an interface index, `Value::Int`), host-order integers in
+//! interval sets (a mark range).
 
 mod dump;
 mod expr;
