@@ -393,6 +393,8 @@ fn stmt(at: &At, v: &J) -> R<Stmt> {
             let name = body.get("set").and_then(J::as_str).unwrap_or("");
             Stmt::Effect(format!("{op} {name}"))
         }
+        // `ct helper set "ftp"`, as the text reader names a field's mangle.
+        "ct helper" | "ct timeout" | "ct expectation" => Stmt::Effect(format!("{kind} set")),
         other => Stmt::Other(other.to_string()),
     })
 }

@@ -263,9 +263,8 @@ fn chain(c: &mut Cursor, family: TableFamily) -> R<Chain> {
                 c.skip_item()?
             }
             Some(_) => {
-                let line = c.line();
                 let toks = c.line_tokens()?;
-                chain.rules.push(stmt::rule(toks, line)?);
+                chain.rules.push(stmt::rule(toks)?);
             }
         }
     }
@@ -346,7 +345,7 @@ fn set(c: &mut Cursor) -> R<Set> {
                 let typeof_ = w == "typeof";
                 c.next();
                 let toks = c.line_tokens()?;
-                let (key, data) = stmt::set_types(toks, typeof_, c.line())?;
+                let (key, data) = stmt::set_types(toks, typeof_)?;
                 set.key = key;
                 set.data = data;
             }

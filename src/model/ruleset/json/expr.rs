@@ -96,6 +96,13 @@ pub(super) fn words(v: &J) -> String {
                     (Key::Other(w), _) => w,
                     (k, _) => symbols::key_words(&k),
                 },
+                "tcp option" | "ip option" => {
+                    let name = body.get("name").map(words).unwrap_or_default();
+                    match body.get("field") {
+                        Some(f) => format!("{kind} {name} {}", words(f)),
+                        None => format!("{kind} {name}"),
+                    }
+                }
                 "concat" => body
                     .as_array()
                     .map(|a| a.iter().map(words).collect::<Vec<_>>().join(" . "))

@@ -73,6 +73,12 @@ const BARE_META: &[&str] = &[
     "obrname",
 ];
 
+/// The fields of a `tcp option`/`ip option` expression.
+const OPTION_FIELDS: &[&str] = &[
+    "kind", "length", "size", "count", "left", "right", "tsval", "tsecr", "value", "type", "addr",
+    "ptr",
+];
+
 fn is_key_start(word: &str) -> bool {
     PAYLOAD.contains(&word)
         || BARE_META.contains(&word)
@@ -80,7 +86,7 @@ fn is_key_start(word: &str) -> bool {
 }
 
 /// One rule's tokens (its line).
-pub(super) fn rule(toks: &[Token], _line: usize) -> R<Rule> {
+pub(super) fn rule(toks: &[Token]) -> R<Rule> {
     let mut c = Cursor::new(toks);
     let mut rule = Rule {
         handle: None,
@@ -139,6 +145,13 @@ fn stmt(c: &mut Cursor) -> R<Stmt> {
             let set = c.name("a set")?;
             skip_args(c);
             Stmt::Effect(format!("{word} {set}"))
+        }
+        // `ct count [over] N`: a statement that matches on a connection count.
+        "ct" if c.peek_at(1) == Some(&Tok::Word("count".into())) => {
+            c.next();
+            c.next();
+            skip_args(c);
+            Stmt::Other("ct count".into())
         }
         w if is_key_start(w) => key_stmt(c)?,
         _ => {
@@ -349,7 +362,20 @@ fn key_atom(c: &mut Cursor) -> R<(Key, u64)> {
                 _ => Key::Other(format!("numgen {mode}")),
             }
         }
-        proto => symbols::payload_key(proto, &c.name("a header field")?),
+        proto => {
+            let field = c.name("a header field")?;
+            if field == "option" {
+                // `tcp option maxseg size`, `ip option rr exists`
+                let mut words = format!("{proto} option {}", c.name("an option")?);
+                if let Some(f) = c.peek_word().filter(|w| OPTION_FIELDS.contains(w)) {
+                    c.next();
+                    words = format!("{words} {f}");
+                }
+                Key::Other(words)
+            } else {
+                symbols::payload_key(proto, &field)
+            }
+        }
     };
     Ok((key, 0))
 }
@@ -524,11 +550,7 @@ fn nat_target(s: &str) -> Option<(Option<NatAddr>, Option<NatPort>)> {
 }
 
 /// A set's `type a . b [: c . d]` or `typeof EXPR . EXPR [: verdict|EXPR]`.
-pub(super) fn set_types(
-    toks: &[Token],
-    typeof_: bool,
-    _line: usize,
-) -> R<(Vec<String>, Option<SetData>)> {
+pub(super) fn set_types(toks: &[Token], typeof_: bool) -> R<(Vec<String>, Option<SetData>)> {
     let mut c = Cursor::new(toks);
     let side = |c: &mut Cursor| -> R<Vec<String>> {
         let mut out = Vec::new();
