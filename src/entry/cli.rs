@@ -274,8 +274,9 @@ pub enum Command {
     /// Find the rules that make a port unreachable, whoever wrote them
     ///
     /// Find the rules that make a port unreachable, whoever wrote them: shadowed rules, dead
-    /// DNAT targets, hijacked listeners, rules split across backends, natledger's own state.
-    /// Only reads; prints the fixing commands. Exit 0 no problem, 1 warnings only, 2 errors,
+    /// DNAT targets, hijacked listeners, rules split across backends, natledger's own state,
+    /// in iptables (both backends) and in every owner's native nftables tables. Only reads;
+    /// prints the fixing commands. Exit 0 no problem, 1 warnings only, 2 errors,
     /// 3 doctor itself failed.
     Doctor {
         /// Print a JSON report instead of text.
@@ -284,8 +285,9 @@ pub enum Command {
         /// Only findings about this host port.
         #[arg(long)]
         port: Option<u16>,
-        /// Analyse saved *-save dumps instead of this host: BACKEND[/FAMILY]:FILE, e.g.
-        /// legacy:iptables.txt nft/ipv6:ip6tables.txt.
+        /// Analyse saved dumps instead of this host: BACKEND[/FAMILY]:FILE for *-save dumps,
+        /// e.g. legacy:iptables.txt nft/ipv6:ip6tables.txt; nftables:FILE for a saved
+        /// `nft list ruleset` (or `nft -j list ruleset`).
         #[arg(long, num_args = 1.., value_name = "BACKEND[/FAMILY]:FILE")]
         from: Vec<DumpFile>,
         /// Also write the findings per kind and severity (Prometheus text format) to FILE, as

@@ -33,6 +33,7 @@ mod conntrack_kernel;
 mod deploy;
 mod docs;
 mod doctor;
+mod doctor_native;
 mod forward;
 mod hairpin;
 mod harness_smoke;

@@ -14,6 +14,7 @@
 mod checks;
 /// Host facts live in [`crate::kernel::host`] (create-runtime uses them too).
 pub use crate::kernel::host as evidence;
+mod native;
 pub mod paths;
 mod report;
 
@@ -37,7 +38,8 @@ pub const EXIT_FAILED: u8 = 3;
 #[derive(Debug, thiserror::Error)]
 pub enum DoctorError {
     #[error(
-        "--from {0:?}: expected BACKEND[/FAMILY]:FILE, BACKEND legacy or nft, FAMILY ipv4 or ipv6"
+        "--from {0:?}: expected BACKEND[/FAMILY]:FILE, BACKEND legacy or nft, FAMILY ipv4 or \
+         ipv6, or nftables:FILE"
     )]
     BadFrom(String),
     #[error("cannot read {}", path.display())]
@@ -49,6 +51,11 @@ pub enum DoctorError {
     Parse {
         path: PathBuf,
         source: save::ParseError,
+    },
+    #[error("{}", path.display())]
+    ParseNft {
+        path: PathBuf,
+        source: crate::model::ruleset::DumpError,
     },
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -74,7 +81,8 @@ impl Ruleset {
 }
 
 /// A saved dump to analyse: `legacy:FILE`, `nft/ipv6:FILE`. Without a family, the dump's
-/// header (`ip6tables-save`) or its addresses decide.
+/// header (`ip6tables-save`) or its addresses decide. `nftables:FILE` is a whole native
+/// ruleset, every family (`nft list ruleset` text or `nft -j list ruleset` JSON).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DumpFile {
     pub backend: Backend,
@@ -91,10 +99,10 @@ impl std::str::FromStr for DumpFile {
             Some((b, f)) => (b, Some(f)),
             None => (label, None),
         };
-        let backend = Backend::named(backend)
-            .filter(|b| b.is_iptables())
-            .ok_or_else(bad)?;
+        let backend = Backend::named(backend).ok_or_else(bad)?;
         let family = match family {
+            // A native ruleset holds every family.
+            Some(_) if !backend.is_iptables() => return Err(bad()),
             None => None,
             Some("ipv4") => Some(Family::Ipv4),
             Some("ipv6") => Some(Family::Ipv6),
@@ -177,18 +185,49 @@ impl Kind {
 /// A rule as found: where it is and its line.
 #[derive(Clone, Debug, Serialize)]
 pub struct RuleRef {
+    /// `nftables` for a rule of any owner's native nf_tables table.
     pub backend: Backend,
+    /// The family of the packets judged (an `inet` table's rule is judged for each).
     pub family: Family,
     pub table: String,
     pub chain: String,
     /// 1-based position in its chain.
     pub position: usize,
-    /// `-A CHAIN args`, as `*-save` prints it.
+    /// `-A CHAIN args`, as `*-save` prints it; a native rule's statements as `nft` prints
+    /// them (an element: `KEY : DATA`).
     pub line: String,
     /// For a rule a shadow finding says never matches: the built-in chains (hooks) on whose
     /// walk it never matches. Empty (and absent from JSON) otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<&'static str>,
+    /// Where in a native nf_tables ruleset (absent from JSON for iptables' rules).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub nft: Option<NftPlace>,
+}
+
+/// A native rule's or map element's place: `table_family`, `handle`, `element`, `owner` in
+/// the JSON rule object, each absent when not known.
+#[derive(Clone, Debug, Serialize)]
+pub struct NftPlace {
+    /// `ip`, `ip6`, `inet`...
+    pub table_family: &'static str,
+    /// The rule's handle (a dump without handles has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub handle: Option<u64>,
+    /// The element of a named set or map that decided.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub element: Option<ElementRef>,
+    /// Who wrote the table: `kube-proxy`, `netavark`, `firewalld`, `docker`, `portmap`,
+    /// `natledger`; absent when not told by its name or comment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub owner: Option<&'static str>,
+}
+
+/// An element of a named set or map: its name and key as `nft` prints it (`tcp . 30080`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ElementRef {
+    pub set: String,
+    pub key: String,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -254,8 +293,11 @@ impl Report {
 pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     let started = std::time::Instant::now();
     let live = opts.from.is_empty();
-    let rulesets = if live {
-        read_live(opts)?
+    let (rulesets, native) = if live {
+        (
+            read_live(opts)?,
+            native::read_live(opts).into_iter().collect(),
+        )
     } else {
         read_files(&opts.from)?
     };
@@ -266,6 +308,11 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         opts.host_backend.clone(),
         paths::LIMITS,
     );
+    let native: Vec<native::Native> = native
+        .into_iter()
+        .map(|n| n.without_iptables_tables(&rulesets))
+        .collect();
+    findings.extend(native::findings(&native, host.as_ref(), &rulesets));
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
     }
@@ -279,8 +326,10 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         sources: rulesets
             .iter()
             .map(|r| format!("{}/{} ({})", r.backend, r.family, r.source))
+            .chain(native.iter().map(|n| format!("nftables ({})", n.source)))
             .collect(),
-        rules_read: rulesets.iter().map(Ruleset::rule_count).sum(),
+        rules_read: rulesets.iter().map(Ruleset::rule_count).sum::<usize>()
+            + native.iter().map(native::Native::rule_count).sum::<usize>(),
         complete: not_followed.is_empty(),
         findings,
         not_followed,
@@ -369,26 +418,30 @@ fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
     String::from_utf8(bytes).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-fn read_files(files: &[DumpFile]) -> Result<Vec<Ruleset>, DoctorError> {
-    files
-        .iter()
-        .map(|f| {
-            let text = read_dump(&f.path).map_err(|source| DoctorError::Read {
-                path: f.path.clone(),
-                source,
-            })?;
-            let tables = save::parse_dump(&text).map_err(|source| DoctorError::Parse {
-                path: f.path.clone(),
-                source,
-            })?;
-            Ok(Ruleset {
-                backend: f.backend,
-                family: f.family.unwrap_or_else(|| guess_family(&text)),
-                source: f.path.display().to_string(),
-                tables,
-            })
-        })
-        .collect()
+/// The iptables dumps and the native rulesets among `files`.
+fn read_files(files: &[DumpFile]) -> Result<(Vec<Ruleset>, Vec<native::Native>), DoctorError> {
+    let (mut iptables, mut nftables) = (Vec::new(), Vec::new());
+    for f in files {
+        let text = read_dump(&f.path).map_err(|source| DoctorError::Read {
+            path: f.path.clone(),
+            source,
+        })?;
+        if !f.backend.is_iptables() {
+            nftables.push(native::Native::parse(&f.path, &text)?);
+            continue;
+        }
+        let tables = save::parse_dump(&text).map_err(|source| DoctorError::Parse {
+            path: f.path.clone(),
+            source,
+        })?;
+        iptables.push(Ruleset {
+            backend: f.backend,
+            family: f.family.unwrap_or_else(|| guess_family(&text)),
+            source: f.path.display().to_string(),
+            tables,
+        });
+    }
+    Ok((iptables, nftables))
 }
 
 /// A dump's family from its header, or from an IPv6 address in it.
@@ -418,7 +471,9 @@ mod tests {
         assert_eq!((f.backend, f.family), (Backend::Legacy, None));
         let f: DumpFile = "nft/ipv6:b.txt".parse().unwrap();
         assert_eq!((f.backend, f.family), (Backend::Nft, Some(Family::Ipv6)));
-        for bad in ["a.txt", "iptables:a", "nft/v7:a", "nft:"] {
+        let f: DumpFile = "nftables:r.json".parse().unwrap();
+        assert_eq!((f.backend, f.family), (Backend::Nftables, None));
+        for bad in ["a.txt", "iptables:a", "nft/v7:a", "nft:", "nftables/ipv4:a"] {
             assert!(bad.parse::<DumpFile>().is_err(), "{bad}");
         }
     }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use super::{Finding, Report, Severity};
+use super::{Finding, Report, RuleRef, Severity};
 
 const WIDTH: usize = 80;
 
@@ -43,15 +43,7 @@ pub fn render(report: &Report) -> String {
             let _ = writeln!(out, "  {label} {kind}");
             wrap(&mut out, &f.summary, "    ", "    ");
             for r in &f.rules {
-                let place = if r.position > 0 {
-                    format!(
-                        "{}/{} {} {} #{}:",
-                        r.backend, r.family, r.table, r.chain, r.position
-                    )
-                } else {
-                    format!("{}/{} {} {}:", r.backend, r.family, r.table, r.chain)
-                };
-                wrap(&mut out, &place, "    ", "    ");
+                wrap(&mut out, &place(r), "    ", "    ");
                 wrap(&mut out, &r.line, "      ", "        ");
             }
             for e in &f.evidence {
@@ -95,6 +87,39 @@ pub fn render(report: &Report) -> String {
         wrap(&mut out, &place, "", "  ");
         wrap(&mut out, &r.line, "    ", "      ");
     }
+    out
+}
+
+/// Where a rule is: `legacy/ipv4 nat DOCKER #3:`; a native one by its table's family and
+/// name, chain and handle, and the map element that decided (`nftables/ipv4 ip kube-proxy
+/// nodeport-endpoints-check handle 7, element { tcp . 30080 } of no-endpoint-nodeports
+/// (kube-proxy):`).
+fn place(r: &RuleRef) -> String {
+    let Some(nft) = &r.nft else {
+        return if r.position > 0 {
+            format!(
+                "{}/{} {} {} #{}:",
+                r.backend, r.family, r.table, r.chain, r.position
+            )
+        } else {
+            format!("{}/{} {} {}:", r.backend, r.family, r.table, r.chain)
+        };
+    };
+    let mut out = format!(
+        "{}/{} {} {} {}",
+        r.backend, r.family, nft.table_family, r.table, r.chain
+    );
+    match nft.handle {
+        Some(handle) => out.push_str(&format!(" handle {handle}")),
+        None => out.push_str(&format!(" #{}", r.position)),
+    }
+    if let Some(e) = &nft.element {
+        out.push_str(&format!(", element {{ {} }} of {}", e.key, e.set));
+    }
+    if let Some(owner) = nft.owner {
+        out.push_str(&format!(" ({owner})"));
+    }
+    out.push(':');
     out
 }
 

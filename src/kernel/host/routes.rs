@@ -111,6 +111,32 @@ fn covers(route: &Route, addr: IpAddr) -> bool {
     }
 }
 
+/// The host's own addresses, loopback left out: [`Roots::local_addresses`] when given, else
+/// the interfaces' (`getifaddrs` in the calling thread's namespace for IPv4,
+/// `{net}/if_inet6` for IPv6), as [`is_local_address`] reads them.
+pub fn local_addresses(roots: &Roots) -> Vec<IpAddr> {
+    if let Some(list) = &roots.local_addresses {
+        return list.iter().copied().filter(|a| !a.is_loopback()).collect();
+    }
+    let mut out: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|all| {
+            all.filter_map(|ifa| Some(IpAddr::V4(ifa.address?.as_sockaddr_in()?.ip())))
+                .collect()
+        })
+        .unwrap_or_default();
+    out.extend(
+        std::fs::read_to_string(roots.net.join("if_inet6"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| parse_v6_hex(l.split_whitespace().next()?))
+            .map(IpAddr::V6),
+    );
+    out.retain(|a| !a.is_loopback());
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Whether `addr` is one of the host's own addresses: loopback (`127.0.0.0/8`, `::1`), or in
 /// [`Roots::local_addresses`] when given, else an interface address (`getifaddrs` in the
 /// calling thread's namespace for IPv4, `{net}/if_inet6` for IPv6).

@@ -81,6 +81,17 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Listening sockets (for the native checks).
+    pub(crate) fn listeners(&self) -> &[Listener] {
+        &self.listeners
+    }
+
+    pub(crate) fn roots(&self) -> &Roots {
+        &self.roots
+    }
+}
+
 #[cfg(test)]
 impl Host {
     /// A host with only `manifests`, judged through `machine`, and no other evidence.
@@ -260,6 +271,7 @@ impl RuleRef {
             position,
             line: line(chain, args),
             hooks: Vec::new(),
+            nft: None,
         }
     }
 }

@@ -130,6 +130,7 @@ impl Checks<'_> {
                     position: 0,
                     line: line(&r.chain, &r.args()),
                     hooks: Vec::new(),
+                    nft: None,
                 })
                 .collect();
             if missing.is_empty() {
