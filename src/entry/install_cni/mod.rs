@@ -55,6 +55,26 @@ pub enum InstallError {
     Malformed { path: PathBuf, source: Malformed },
     #[error("{}: larger than {CAP} bytes, left unchanged", path.display())]
     TooLarge { path: PathBuf },
+    /// A conflist that cannot be read (stat or read failed): left unchanged.
+    #[error("{}: cannot be read, left unchanged", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl InstallError {
+    /// Whether the error concerns one conflist that could not be read as one (libcni could not
+    /// load it either, so it breaks no pod natledger could fix): warned about, left alone, and
+    /// the run goes on. Every other error (a write) fails the run.
+    pub fn is_unreadable_file(&self) -> bool {
+        matches!(
+            self,
+            InstallError::Malformed { .. }
+                | InstallError::TooLarge { .. }
+                | InstallError::Unreadable { .. }
+        )
+    }
 }
 
 /// What happened to one conflist.
@@ -174,7 +194,8 @@ impl std::fmt::Display for Done {
     }
 }
 
-/// What `install-cni` did: one line per file, and the conflists it refused.
+/// What `install-cni` did: one line per file, and the conflists it could not read (each a
+/// warning: left unchanged, the run still succeeds).
 #[derive(Debug, Default)]
 pub struct Report {
     pub lines: Vec<Done>,
@@ -206,9 +227,7 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
         };
         match done {
             Ok(done) => report.lines.push(Done::Conflist(path, done)),
-            Err(e @ (InstallError::Malformed { .. } | InstallError::TooLarge { .. })) => {
-                report.refused.push(e);
-            }
+            Err(e) if e.is_unreadable_file() => report.refused.push(e),
             Err(e) => return Err(e),
         }
     }
@@ -309,14 +328,11 @@ fn temp(path: &Path) -> PathBuf {
 /// The text of a conflist and its mode; `None` for a symlink or what is not a regular file.
 fn read(path: &Path) -> Result<Option<(String, u32)>, InstallError> {
     use std::os::unix::fs::PermissionsExt;
-    let io = |action| {
-        move |source| InstallError::Io {
-            action,
-            path: path.to_path_buf(),
-            source,
-        }
+    let io = |source| InstallError::Unreadable {
+        path: path.to_path_buf(),
+        source,
     };
-    let meta = fs::symlink_metadata(path).map_err(io("stat"))?;
+    let meta = fs::symlink_metadata(path).map_err(io)?;
     if !meta.file_type().is_file() {
         return Ok(None);
     }
@@ -325,7 +341,7 @@ fn read(path: &Path) -> Result<Option<(String, u32)>, InstallError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = fs::read(path).map_err(io("read"))?;
+    let bytes = fs::read(path).map_err(io)?;
     let text = String::from_utf8(bytes).map_err(|e| InstallError::Malformed {
         path: path.to_path_buf(),
         source: Malformed::Json(serde::de::Error::custom(e)),
@@ -405,7 +421,9 @@ fn switch_back(path: &Path) -> Result<Conflist, InstallError> {
     let saved = backup(path);
     let original = match read(&saved) {
         Ok(original) => original,
-        Err(InstallError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(InstallError::Unreadable { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
             None
         }
         Err(e) => return Err(e),
