@@ -6,7 +6,7 @@
 //! runnable; only portmap's `type` changes, the original kept as a backup libcni does not load;
 //! a second run changes nothing and says so; `--uninstall` gives back every original byte and
 //! removes what it installed, but keeps the binary while the state directory records CNI
-//! attachments; a conflist libcni could not load either is warned about by name, never
+//! attachments or when the state directory is missing (not the node's); a conflist libcni could not load either is warned about by name, never
 //! rewritten, and the run still exits 0. No
 //! namespace, no firewall.
 
@@ -148,11 +148,15 @@ impl Root {
         cmd.output().unwrap()
     }
 
-    /// Every file under the root with its bytes.
+    /// Every file under the root with its bytes, but the state directory's (install makes it;
+    /// it is natledger's own, not the node's CNI configuration).
     fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         fn walk(dir: &Path, found: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
+                if path.ends_with("run") {
+                    continue;
+                }
                 if path.is_dir() {
                     walk(&path, found);
                 } else {
@@ -405,4 +409,39 @@ fn a_malformed_conflist_is_warned_about_by_name_never_rewritten_and_exits_0() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(names.len(), 8, "one backup, no temp file: {names:?}");
+}
+
+/// `--uninstall` run without the node's state directory (a Job without `/run/natledger`
+/// mounted) cannot tell whether pods still need the plugin: it switches back but keeps the
+/// binary and says why and what to run; with the directory there, it removes it.
+#[test]
+fn uninstall_without_the_state_directory_keeps_the_binary() {
+    let root = Root::new(
+        "opt/cni/bin",
+        &[("10-containerd-net.conflist", CONTAINERD_NET)],
+    );
+    assert_ok(&root.run(&[]), "install-cni");
+    assert!(
+        root.state().join("natledger-state").exists(),
+        "install makes it"
+    );
+    std::fs::remove_dir_all(root.state()).unwrap();
+    let out = root.run(&["--uninstall"]);
+    assert_ok(&out, "install-cni --uninstall without the state dir");
+    assert_eq!(
+        std::fs::read_to_string(root.conf("10-containerd-net.conflist")).unwrap(),
+        CONTAINERD_NET
+    );
+    assert!(root.bin.join("natledger").exists());
+    let warned = stderr(&out);
+    assert!(
+        warned.contains(&format!(
+            "natledger: kept: the state directory {} does not exist",
+            root.state().display()
+        )) && warned.contains("mkdir"),
+        "{warned}"
+    );
+    std::fs::create_dir_all(root.state()).unwrap();
+    assert_ok(&root.run(&["--uninstall"]), "install-cni --uninstall again");
+    assert!(!root.bin.join("natledger").exists());
 }

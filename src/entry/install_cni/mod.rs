@@ -55,6 +55,10 @@ pub enum InstallError {
     Malformed { path: PathBuf, source: Malformed },
     #[error("{}: larger than {CAP} bytes, left unchanged", path.display())]
     TooLarge { path: PathBuf },
+    /// The state directory could not be created (install makes it, so that on uninstall a
+    /// missing one says it is not the node's).
+    #[error("prepare the state directory")]
+    StateDir(#[source] LedgerError),
     /// A conflist that cannot be read (stat or read failed): left unchanged.
     #[error("{}: cannot be read, left unchanged", path.display())]
     Unreadable {
@@ -215,6 +219,10 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
     let conflists = conflists(&opts.conf_dir)?;
     let plugin = binary::path(&opts.bin_dir);
     if !opts.uninstall {
+        // The state directory made (natledger's own, marked): every attachment through the
+        // switched conflists records there, and an uninstall that finds none knows it was not
+        // given the node's.
+        drop(ledger.lock().map_err(InstallError::StateDir)?);
         // The plugin first: a conflist must never name a plugin the bin dir lacks.
         let done = binary::install(&opts.bin_dir, &opts.source)?;
         report.lines.push(Done::Binary(plugin.clone(), done));
@@ -260,10 +268,19 @@ fn still_named(conflists: &[PathBuf]) -> Option<String> {
     })
 }
 
-/// Why the binary must stay: the ledger records CNI attachments (or cannot be read).
+/// Why the binary must stay: the ledger records CNI attachments, cannot be read, or is missing.
+/// install-cni creates the state directory, and every ADD through natledger records there: a
+/// missing one is not the node's (a Job without `/run/natledger` mounted), so whether pods
+/// still need the plugin cannot be told.
 fn keep_for(ledger: &Ledger) -> Option<String> {
     if let Err(LedgerError::Missing { .. }) = ledger.exists() {
-        return None;
+        return Some(format!(
+            "the state directory {dir} does not exist, so whether pods still need the plugin \
+             cannot be told: run install-cni --uninstall where the node's /run/natledger is \
+             mounted (or pass --state-dir); if {dir} really is this node's (nothing recorded \
+             since boot), `mkdir {dir}` and run it again",
+            dir = ledger.dir().display()
+        ));
     }
     let then = "their rules stay until those pods are gone and `natledger sweep` runs on this \
                 host; run install-cni --uninstall again after that";

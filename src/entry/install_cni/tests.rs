@@ -558,3 +558,24 @@ fn a_cni_version_natledger_does_not_implement_is_left_on_portmap() {
         Conflist::Switched { count: 1 }
     );
 }
+
+/// Install makes the state directory; an uninstall that finds none (not the node's) keeps the
+/// binary and says how to go on; once it is there (empty), the binary goes.
+#[test]
+fn uninstall_keeps_the_binary_when_the_state_directory_is_missing() {
+    let host = host();
+    host.run(false);
+    assert!(host.state.is_dir());
+    fs::remove_dir_all(&host.state).unwrap();
+    let report = host.run(true);
+    let Binary::Kept(why) = binary_done(&report) else {
+        panic!("{report:?}")
+    };
+    assert!(
+        why.contains("does not exist") && why.contains("mkdir"),
+        "{why}"
+    );
+    assert!(host.bin.join("natledger").exists());
+    fs::create_dir_all(&host.state).unwrap();
+    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
+}
