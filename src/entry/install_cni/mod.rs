@@ -98,6 +98,15 @@ pub enum Conflist {
         why: String,
     },
     Both,
+    /// Several plugins of the type to switch: left alone (natledger runs once per attachment).
+    Several {
+        count: usize,
+    },
+    /// A Multus configuration: its delegates are not switched; `portmap` says whether one
+    /// chains portmap.
+    Delegates {
+        portmap: bool,
+    },
     SwitchedBack {
         count: usize,
     },
@@ -124,7 +133,11 @@ impl Done {
             Done::Binary(_, Binary::NotOurs(_) | Binary::Kept(_))
                 | Done::Conflist(
                     _,
-                    Conflist::Link | Conflist::Refused { .. } | Conflist::Both
+                    Conflist::Link
+                        | Conflist::Refused { .. }
+                        | Conflist::Both
+                        | Conflist::Several { .. }
+                        | Conflist::Delegates { portmap: true }
                 )
         )
     }
@@ -179,6 +192,22 @@ impl std::fmt::Display for Done {
                     Conflist::Both => {
                         write!(f, "chains both portmap and natledger, left alone")
                     }
+                    Conflist::Several { count } => write!(
+                        f,
+                        "chains {count} portmap (or natledger) plugins, left alone: natledger \
+                         records one attachment per pod interface, so two in one chain would \
+                         collide"
+                    ),
+                    Conflist::Delegates { portmap } => write!(
+                        f,
+                        "Multus configuration, its delegates{} are not switched (the \
+                         conflists it delegates to in this directory are), unchanged",
+                        if *portmap {
+                            " (one chains portmap)"
+                        } else {
+                            ""
+                        }
+                    ),
                     Conflist::SwitchedBack { count } => write!(
                         f,
                         "natledger switched back to portmap ({count} plugin{}), backup removed",
@@ -419,6 +448,8 @@ fn switch(path: &Path) -> Result<Conflist, InstallError> {
         Plan::Absent { to: true } => Conflist::AlreadyNatledger,
         Plan::Absent { to: false } => Conflist::NoPortmap,
         Plan::Both => Conflist::Both,
+        Plan::Several { count } => Conflist::Several { count },
+        Plan::Delegates { from } => Conflist::Delegates { portmap: from },
         Plan::Refused { plugin, why } => Conflist::Refused { plugin, why },
         Plan::Switch { text: new, count } => {
             write(&backup(path), &text, mode)?;
@@ -460,6 +491,8 @@ fn switch_back(path: &Path) -> Result<Conflist, InstallError> {
         }
         Plan::NotAList => return Ok(Conflist::NotAList),
         Plan::Both => return Ok(Conflist::Both),
+        Plan::Several { count } => return Ok(Conflist::Several { count }),
+        Plan::Delegates { .. } => return Ok(Conflist::Delegates { portmap: false }),
         Plan::Absent { .. } | Plan::Refused { .. } if original.is_some() => Conflist::StaleBackup,
         Plan::Absent { .. } | Plan::Refused { .. } => return Ok(Conflist::NoNatledger),
     };

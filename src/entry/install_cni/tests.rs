@@ -579,3 +579,57 @@ fn uninstall_keeps_the_binary_when_the_state_directory_is_missing() {
     fs::create_dir_all(&host.state).unwrap();
     assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
 }
+
+/// Two portmap plugins in one chain stay portmap (natledger twice for one attachment would
+/// collide in the ledger), with a warning; a Multus configuration whose delegates chain portmap
+/// is said to be one, not "one plugin".
+#[test]
+fn two_portmaps_and_multus_delegates_are_left_alone_and_said() {
+    let host = host();
+    let two = CONTAINERD.replace(
+        r#""capabilities": {"portMappings": true}"#,
+        r#""capabilities": {"portMappings": true}}, {"type": "portmap""#,
+    );
+    let two_path = host.write("10-two.conflist", &two);
+    let multus = r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus",
+        "delegates":[{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[
+        {"type":"calico"},{"type":"portmap","capabilities":{"portMappings":true}}]}],
+        "kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig"}"#;
+    let multus_path = host.write("00-multus.conf", multus);
+    let report = host.run(false);
+    assert_eq!(
+        conflist_done(&report, &two_path),
+        Conflist::Several { count: 2 }
+    );
+    assert_eq!(
+        conflist_done(&report, &multus_path),
+        Conflist::Delegates { portmap: true }
+    );
+    for line in report
+        .lines
+        .iter()
+        .filter(|l| matches!(l, Done::Conflist(..)))
+    {
+        assert!(line.warning(), "{line}");
+    }
+    let said: Vec<String> = report.lines.iter().map(ToString::to_string).collect();
+    assert!(
+        said.iter().any(|l| l.contains(
+            "Multus configuration, its delegates (one chains \
+             portmap) are not switched"
+        )),
+        "{said:?}"
+    );
+    assert!(said.iter().any(|l| l.contains("2 portmap")), "{said:?}");
+    assert_eq!(fs::read_to_string(&two_path).unwrap(), two);
+    assert_eq!(fs::read_to_string(&multus_path).unwrap(), multus);
+    assert!(!backup(&two_path).exists() && !backup(&multus_path).exists());
+    // A Multus file whose delegates chain no portmap: said, no warning.
+    let host = self::host();
+    let path = host.write("00-multus.conf", &multus.replace("portmap", "tuning"));
+    let report = host.run(false);
+    assert_eq!(
+        conflist_done(&report, &path),
+        Conflist::Delegates { portmap: false }
+    );
+}
