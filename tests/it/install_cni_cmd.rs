@@ -149,12 +149,12 @@ impl Root {
     }
 
     /// Every file under the root with its bytes, but the state directory's (install makes it;
-    /// it is natledger's own, not the node's CNI configuration).
+    /// it is natledger's own, not the node's CNI configuration) and install-cni's lock file.
     fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         fn walk(dir: &Path, found: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
-                if path.ends_with("run") {
+                if path.ends_with("run") || path.ends_with(".natledger.install-cni.lock") {
                     continue;
                 }
                 if path.is_dir() {

@@ -244,6 +244,9 @@ impl Report {
 /// Install (or with `uninstall`, uninstall) natledger as the CNI plugin in portmap's place.
 /// `ledger` is asked, on uninstall, whether CNI attachments are recorded.
 pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
+    // One run at a time on a host (two pods' init containers, a rerun during a rollout): the
+    // temp names are fixed, so a crash's leftover is replaced by the next run.
+    let _lock = binary::lock(&opts.bin_dir)?;
     let mut report = Report::default();
     let conflists = conflists(&opts.conf_dir)?;
     let plugin = binary::path(&opts.bin_dir);

@@ -90,6 +90,9 @@ impl Host {
         for dir in [&self.conf, &self.bin] {
             for entry in fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
+                if path.ends_with(binary::LOCK) {
+                    continue;
+                }
                 let bytes = fs::read(&path).unwrap_or_default();
                 files.push((path, bytes));
             }
@@ -484,6 +487,7 @@ fn a_missing_directory_is_an_error_naming_it() {
         "{e}"
     );
     let opts = Options {
+        bin_dir: host.bin.clone(),
         conf_dir: host.conf.join("missing"),
         ..opts
     };
@@ -632,4 +636,49 @@ fn two_portmaps_and_multus_delegates_are_left_alone_and_said() {
         conflist_done(&report, &path),
         Conflist::Delegates { portmap: false }
     );
+}
+
+/// A second run waits for the first one's lock (in the bin dir, never a plugin name) before it
+/// writes anything.
+#[test]
+fn a_run_waits_for_another_runs_lock() {
+    use fs2::FileExt;
+    let host = host();
+    let path = host.write("10-containerd-net.conflist", CONTAINERD);
+    let held = binary::lock(&host.bin).unwrap();
+    let lock = host.bin.join(binary::LOCK);
+    assert!(fs::File::open(&lock).unwrap().try_lock_exclusive().is_err());
+    std::thread::scope(|scope| {
+        let other = scope.spawn(|| host.run(false));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(!other.is_finished());
+        assert!(!host.bin.join(binary::PLUGIN).exists());
+        assert_eq!(fs::read_to_string(&path).unwrap(), CONTAINERD);
+        drop(held);
+        let report = other.join().unwrap();
+        assert_eq!(*binary_done(&report), Binary::Installed);
+    });
+    assert!(fs::File::open(&lock).unwrap().try_lock_exclusive().is_ok());
+}
+
+/// A crash during an upgrade after the marker was written and before the rename leaves the old
+/// binary claimed: the next run replaces it (and later uninstall removes it).
+#[test]
+fn a_crash_before_the_upgrades_rename_leaves_the_old_binary_claimed() {
+    let host = host();
+    host.run(false);
+    fs::write(&host.exe, b"\x7fELF natledger build 2").unwrap();
+    binary::stage_only(&host.bin, &host.exe).unwrap();
+    let plugin = host.bin.join(binary::PLUGIN);
+    assert_eq!(fs::read(&plugin).unwrap(), b"\x7fELF natledger build 1");
+    assert_eq!(*binary_done(&host.run(false)), Binary::Installed);
+    assert_eq!(fs::read(&plugin).unwrap(), b"\x7fELF natledger build 2");
+    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
+    assert!(!host.bin.join(binary::MARKER).exists());
+    let leftovers: Vec<_> = fs::read_dir(&host.bin)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n != binary::LOCK)
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }
