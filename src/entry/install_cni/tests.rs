@@ -1,6 +1,7 @@
 //! install-cni over temp dirs: the conflist edit (only the type's bytes change, the backup,
-//! a second run, what is refused or left alone), the uninstall round trip, and which binary
-//! is ever replaced or removed.
+//! a second run, what is refused or left alone: a file it cannot read, two portmaps, Multus
+//! delegates), and which binary is ever replaced. The uninstall, the lock and a crash during an
+//! upgrade: `tests/uninstall.rs`.
 
 use std::fs;
 use std::os::unix::fs::symlink;
