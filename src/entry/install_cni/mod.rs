@@ -55,10 +55,6 @@ pub enum InstallError {
     Malformed { path: PathBuf, source: Malformed },
     #[error("{}: larger than {CAP} bytes, left unchanged", path.display())]
     TooLarge { path: PathBuf },
-    /// The state directory could not be created (install makes it, so that on uninstall a
-    /// missing one says it is not the node's).
-    #[error("prepare the state directory")]
-    StateDir(#[source] LedgerError),
     /// A conflist that cannot be read (stat or read failed): left unchanged.
     #[error("{}: cannot be read, left unchanged", path.display())]
     Unreadable {
@@ -253,8 +249,13 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
     if !opts.uninstall {
         // The state directory made (natledger's own, marked): every attachment through the
         // switched conflists records there, and an uninstall that finds none knows it was not
-        // given the node's.
-        drop(ledger.lock().map_err(InstallError::StateDir)?);
+        // given the node's. Not mounted (a read-only root), it is made by the first ADD.
+        if let Err(e) = ledger.lock() {
+            log::warn!(
+                "state directory not prepared (the first ADD makes it): {}",
+                crate::chain::Chain(&e)
+            );
+        }
         // The plugin first: a conflist must never name a plugin the bin dir lacks.
         let done = binary::install(&opts.bin_dir, &opts.source)?;
         report.lines.push(Done::Binary(plugin.clone(), done));

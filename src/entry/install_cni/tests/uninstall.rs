@@ -201,3 +201,25 @@ fn a_crash_before_the_upgrades_rename_leaves_the_old_binary_claimed() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A state directory install cannot make (the DaemonSet's init container mounts none and has a
+/// read-only root) does not fail the install: the first ADD makes it.
+#[test]
+fn an_install_that_cannot_make_the_state_directory_still_installs() {
+    let host = host();
+    let path = host.write("10-containerd-net.conflist", CONTAINERD);
+    let blocked = host._dir.path().join("a-file");
+    fs::write(&blocked, b"").unwrap();
+    let opts = Options {
+        bin_dir: host.bin.clone(),
+        conf_dir: host.conf.clone(),
+        uninstall: false,
+        source: host.exe.clone(),
+    };
+    let report = run(&opts, &Ledger::new(blocked.join("natledger"))).unwrap();
+    assert_eq!(*binary_done(&report), Binary::Installed);
+    assert_eq!(
+        conflist_done(&report, &path),
+        Conflist::Switched { count: 1 }
+    );
+}
