@@ -308,11 +308,12 @@ pub enum Command {
     /// libcni loads, switch each plugin of type portmap to natledger: only that `type` changes,
     /// after the file is backed up as FILE.natledger-backup. A conflist without portmap, or
     /// whose portmap uses options natledger refuses (or whose cniVersion it does not
-    /// implement), is left alone; a malformed one is refused by name and never rewritten.
+    /// implement), is left alone; one it cannot read (malformed, over 1 MiB) is named in a
+    /// warning and never rewritten.
     /// Again: nothing changes. With --uninstall, switch back (in the current file), remove the
     /// backups, and remove the binary if install-cni wrote it, the state directory records no
     /// CNI attachment and no conflist still names natledger. One line per file; exit 0 when
-    /// done, 1 when a file was refused.
+    /// every file it could read is done, 1 when a file could not be written.
     InstallCni {
         /// The CNI plugin directory (the DaemonSet mounts the host's at /host/opt/cni/bin).
         #[arg(long, value_name = "DIR", default_value = "/opt/cni/bin")]

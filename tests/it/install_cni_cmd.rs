@@ -6,7 +6,8 @@
 //! runnable; only portmap's `type` changes, the original kept as a backup libcni does not load;
 //! a second run changes nothing and says so; `--uninstall` gives back every original byte and
 //! removes what it installed, but keeps the binary while the state directory records CNI
-//! attachments; a malformed conflist is refused by name (exit 1) and never rewritten. No
+//! attachments or when the state directory is missing (not the node's); a conflist libcni could not load either is warned about by name, never
+//! rewritten, and the run still exits 0. No
 //! namespace, no firewall.
 
 use std::collections::BTreeMap;
@@ -147,11 +148,15 @@ impl Root {
         cmd.output().unwrap()
     }
 
-    /// Every file under the root with its bytes.
+    /// Every file under the root with its bytes, but the state directory's (install makes it;
+    /// it is natledger's own, not the node's CNI configuration) and install-cni's lock file.
     fn tree(&self) -> BTreeMap<PathBuf, Vec<u8>> {
         fn walk(dir: &Path, found: &mut BTreeMap<PathBuf, Vec<u8>>) {
             for entry in std::fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
+                if path.ends_with("run") || path.ends_with(".natledger.install-cni.lock") {
+                    continue;
+                }
                 if path.is_dir() {
                     walk(&path, found);
                 } else {
@@ -318,41 +323,76 @@ fn crio_node_only_the_chain_with_portmap_switches() {
     assert!(!root.bin.join("natledger").exists());
 }
 
+/// A file libcni could not load either (trailing garbage, a BOM, two `type` keys, over
+/// 1 MiB) is warned about by name and left unchanged; it breaks no pod natledger could fix, so
+/// the run (a DaemonSet's init container) still succeeds.
 #[test]
-fn a_malformed_conflist_is_refused_by_name_and_never_rewritten() {
+fn a_malformed_conflist_is_warned_about_by_name_never_rewritten_and_exits_0() {
     let broken = "{\"cniVersion\": \"1.0.0\", \"plugins\": [{\"type\": \"portmap\"},]}\n";
     let refused_option = CONTAINERD_NET.replace(
         r#""capabilities": {"portMappings": true}"#,
         r#""capabilities": {"portMappings": true}, "masqAll": true"#,
     );
+    let bom = format!("\u{feff}{CONTAINERD_NET}");
+    let garbage = format!("{CONTAINERD_NET}}}");
+    let two_types =
+        r#"{"cniVersion":"1.0.0","name":"t","plugins":[{"type":"bridge","type":"macvlan"}]}"#;
+    let huge = format!(
+        "{{\"cniVersion\":\"1.0.0\",\"name\":\"h\",\"x\":\"{}\",\"plugins\":[{{\"type\":\"bridge\"}}]}}",
+        "a".repeat(1 << 20)
+    );
     let root = Root::new(
         "opt/cni/bin",
         &[
             ("05-broken.conflist", broken),
+            ("06-bom.conflist", &bom),
+            ("07-garbage.conflist", &garbage),
+            ("08-two-types.conflist", two_types),
+            ("09-huge.conflist", &huge),
             ("10-containerd-net.conflist", CONTAINERD_NET),
             ("20-masq.conflist", &refused_option),
         ],
     );
     let out = root.run(&[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_ok(&out, "install-cni with unreadable conflists");
     let said = stderr(&out);
     let broken_path = root.conf("05-broken.conflist");
     assert!(
         said.contains(&format!(
-            "natledger: {}: refused, left unchanged: not valid JSON",
+            "natledger: warning: {}: refused, left unchanged: not valid JSON",
             broken_path.display()
         )),
         "{said}"
     );
+    for name in [
+        "06-bom.conflist",
+        "07-garbage.conflist",
+        "08-two-types.conflist",
+    ] {
+        let line = format!(
+            "natledger: warning: {}: refused, left unchanged",
+            root.conf(name).display()
+        );
+        assert!(said.contains(&line), "{line} in:\n{said}");
+    }
+    assert!(said.contains(&format!(
+        "natledger: warning: {}: larger than",
+        root.conf("09-huge.conflist").display()
+    )));
     assert!(said.contains(&format!(
         "natledger: warning: {}: left on portmap",
         root.conf("20-masq.conflist").display()
     )));
     assert!(said.contains("masqAll"), "{said}");
-    assert!(
-        said.ends_with("natledger: install-cni: 1 file(s) refused\n"),
-        "{said}"
-    );
+    assert!(!said.contains("error"), "{said}");
+    for (name, text) in [
+        ("06-bom.conflist", bom.as_str()),
+        ("07-garbage.conflist", &garbage),
+        ("08-two-types.conflist", two_types),
+        ("09-huge.conflist", &huge),
+    ] {
+        assert_eq!(std::fs::read_to_string(root.conf(name)).unwrap(), text);
+    }
     assert_eq!(std::fs::read_to_string(&broken_path).unwrap(), broken);
     assert_eq!(
         std::fs::read_to_string(root.conf("20-masq.conflist")).unwrap(),
@@ -368,5 +408,40 @@ fn a_malformed_conflist_is_refused_by_name_and_never_rewritten() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(names.len(), 4, "one backup, no temp file: {names:?}");
+    assert_eq!(names.len(), 8, "one backup, no temp file: {names:?}");
+}
+
+/// `--uninstall` run without the node's state directory (a Job without `/run/natledger`
+/// mounted) cannot tell whether pods still need the plugin: it switches back but keeps the
+/// binary and says why and what to run; with the directory there, it removes it.
+#[test]
+fn uninstall_without_the_state_directory_keeps_the_binary() {
+    let root = Root::new(
+        "opt/cni/bin",
+        &[("10-containerd-net.conflist", CONTAINERD_NET)],
+    );
+    assert_ok(&root.run(&[]), "install-cni");
+    assert!(
+        root.state().join("natledger-state").exists(),
+        "install makes it"
+    );
+    std::fs::remove_dir_all(root.state()).unwrap();
+    let out = root.run(&["--uninstall"]);
+    assert_ok(&out, "install-cni --uninstall without the state dir");
+    assert_eq!(
+        std::fs::read_to_string(root.conf("10-containerd-net.conflist")).unwrap(),
+        CONTAINERD_NET
+    );
+    assert!(root.bin.join("natledger").exists());
+    let warned = stderr(&out);
+    assert!(
+        warned.contains(&format!(
+            "natledger: kept: the state directory {} does not exist",
+            root.state().display()
+        )) && warned.contains("mkdir"),
+        "{warned}"
+    );
+    std::fs::create_dir_all(root.state()).unwrap();
+    assert_ok(&root.run(&["--uninstall"]), "install-cni --uninstall again");
+    assert!(!root.bin.join("natledger").exists());
 }

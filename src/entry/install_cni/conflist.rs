@@ -16,6 +16,14 @@ pub enum Plan {
     Absent { to: bool },
     /// Plugins of both types: switching would run `to` twice.
     Both,
+    /// `count` plugins of type `from`: switched, natledger would run twice for one attachment
+    /// (the ledger keys an attachment by container and interface: the second ADD would find
+    /// the first one's manifest, and one DEL would remove both's rules).
+    Several { count: usize },
+    /// A Multus configuration: its `delegates` are not a chain libcni runs from this file, and
+    /// not switched (the conflists it delegates to, in the conf dir, are). `from` says whether
+    /// a delegate names a plugin of type `from`.
+    Delegates { from: bool },
     /// A plugin of type `from` that `to` would refuse (its index, and why).
     Refused { plugin: usize, why: String },
     /// The text with `count` plugins switched.
@@ -48,6 +56,11 @@ pub fn switch(
     let top = spans::members(text, top).ok_or(Malformed::Shape("not a JSON object"))?;
     let mut plugins = top.iter().filter(|(key, _)| key == "plugins");
     let Some((_, list_at)) = plugins.next() else {
+        if let Some(delegates) = value.get("delegates").and_then(Value::as_array) {
+            return Ok(Plan::Delegates {
+                from: delegates.iter().any(|d| names(&d.to_string(), from)),
+            });
+        }
         return if list {
             Err(Malformed::Shape("no plugins list"))
         } else {
@@ -84,6 +97,9 @@ pub fn switch(
     }
     if has_to {
         return Ok(Plan::Both);
+    }
+    if found.len() > 1 {
+        return Ok(Plan::Several { count: found.len() });
     }
     for (i, _) in &found {
         if let Some(why) = judge(&value["plugins"][i]) {

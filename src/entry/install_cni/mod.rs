@@ -55,6 +55,26 @@ pub enum InstallError {
     Malformed { path: PathBuf, source: Malformed },
     #[error("{}: larger than {CAP} bytes, left unchanged", path.display())]
     TooLarge { path: PathBuf },
+    /// A conflist that cannot be read (stat or read failed): left unchanged.
+    #[error("{}: cannot be read, left unchanged", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl InstallError {
+    /// Whether the error concerns one conflist that could not be read as one (libcni could not
+    /// load it either, so it breaks no pod natledger could fix): warned about, left alone, and
+    /// the run goes on. Every other error (a write) fails the run.
+    pub fn is_unreadable_file(&self) -> bool {
+        matches!(
+            self,
+            InstallError::Malformed { .. }
+                | InstallError::TooLarge { .. }
+                | InstallError::Unreadable { .. }
+        )
+    }
 }
 
 /// What happened to one conflist.
@@ -74,6 +94,15 @@ pub enum Conflist {
         why: String,
     },
     Both,
+    /// Several plugins of the type to switch: left alone (natledger runs once per attachment).
+    Several {
+        count: usize,
+    },
+    /// A Multus configuration: its delegates are not switched; `portmap` says whether one
+    /// chains portmap.
+    Delegates {
+        portmap: bool,
+    },
     SwitchedBack {
         count: usize,
     },
@@ -100,7 +129,11 @@ impl Done {
             Done::Binary(_, Binary::NotOurs(_) | Binary::Kept(_))
                 | Done::Conflist(
                     _,
-                    Conflist::Link | Conflist::Refused { .. } | Conflist::Both
+                    Conflist::Link
+                        | Conflist::Refused { .. }
+                        | Conflist::Both
+                        | Conflist::Several { .. }
+                        | Conflist::Delegates { portmap: true }
                 )
         )
     }
@@ -155,6 +188,22 @@ impl std::fmt::Display for Done {
                     Conflist::Both => {
                         write!(f, "chains both portmap and natledger, left alone")
                     }
+                    Conflist::Several { count } => write!(
+                        f,
+                        "chains {count} portmap (or natledger) plugins, left alone: natledger \
+                         records one attachment per pod interface, so two in one chain would \
+                         collide"
+                    ),
+                    Conflist::Delegates { portmap } => write!(
+                        f,
+                        "Multus configuration, its delegates{} are not switched (the \
+                         conflists it delegates to in this directory are), unchanged",
+                        if *portmap {
+                            " (one chains portmap)"
+                        } else {
+                            ""
+                        }
+                    ),
                     Conflist::SwitchedBack { count } => write!(
                         f,
                         "natledger switched back to portmap ({count} plugin{}), backup removed",
@@ -174,7 +223,8 @@ impl std::fmt::Display for Done {
     }
 }
 
-/// What `install-cni` did: one line per file, and the conflists it refused.
+/// What `install-cni` did: one line per file, and the conflists it could not read (each a
+/// warning: left unchanged, the run still succeeds).
 #[derive(Debug, Default)]
 pub struct Report {
     pub lines: Vec<Done>,
@@ -190,10 +240,22 @@ impl Report {
 /// Install (or with `uninstall`, uninstall) natledger as the CNI plugin in portmap's place.
 /// `ledger` is asked, on uninstall, whether CNI attachments are recorded.
 pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
+    // One run at a time on a host (two pods' init containers, a rerun during a rollout): the
+    // temp names are fixed, so a crash's leftover is replaced by the next run.
+    let _lock = binary::lock(&opts.bin_dir)?;
     let mut report = Report::default();
     let conflists = conflists(&opts.conf_dir)?;
     let plugin = binary::path(&opts.bin_dir);
     if !opts.uninstall {
+        // The state directory made (natledger's own, marked): every attachment through the
+        // switched conflists records there, and an uninstall that finds none knows it was not
+        // given the node's. Not mounted (a read-only root), it is made by the first ADD.
+        if let Err(e) = ledger.lock() {
+            log::warn!(
+                "state directory not prepared (the first ADD makes it): {}",
+                crate::chain::Chain(&e)
+            );
+        }
         // The plugin first: a conflist must never name a plugin the bin dir lacks.
         let done = binary::install(&opts.bin_dir, &opts.source)?;
         report.lines.push(Done::Binary(plugin.clone(), done));
@@ -206,9 +268,7 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
         };
         match done {
             Ok(done) => report.lines.push(Done::Conflist(path, done)),
-            Err(e @ (InstallError::Malformed { .. } | InstallError::TooLarge { .. })) => {
-                report.refused.push(e);
-            }
+            Err(e) if e.is_unreadable_file() => report.refused.push(e),
             Err(e) => return Err(e),
         }
     }
@@ -241,10 +301,19 @@ fn still_named(conflists: &[PathBuf]) -> Option<String> {
     })
 }
 
-/// Why the binary must stay: the ledger records CNI attachments (or cannot be read).
+/// Why the binary must stay: the ledger records CNI attachments, cannot be read, or is missing.
+/// install-cni creates the state directory, and every ADD through natledger records there: a
+/// missing one is not the node's (a Job without `/run/natledger` mounted), so whether pods
+/// still need the plugin cannot be told.
 fn keep_for(ledger: &Ledger) -> Option<String> {
     if let Err(LedgerError::Missing { .. }) = ledger.exists() {
-        return None;
+        return Some(format!(
+            "the state directory {dir} does not exist, so whether pods still need the plugin \
+             cannot be told: run install-cni --uninstall where the node's /run/natledger is \
+             mounted (or pass --state-dir); if {dir} really is this node's (nothing recorded \
+             since boot), `mkdir {dir}` and run it again",
+            dir = ledger.dir().display()
+        ));
     }
     let then = "their rules stay until those pods are gone and `natledger sweep` runs on this \
                 host; run install-cni --uninstall again after that";
@@ -309,14 +378,11 @@ fn temp(path: &Path) -> PathBuf {
 /// The text of a conflist and its mode; `None` for a symlink or what is not a regular file.
 fn read(path: &Path) -> Result<Option<(String, u32)>, InstallError> {
     use std::os::unix::fs::PermissionsExt;
-    let io = |action| {
-        move |source| InstallError::Io {
-            action,
-            path: path.to_path_buf(),
-            source,
-        }
+    let io = |source| InstallError::Unreadable {
+        path: path.to_path_buf(),
+        source,
     };
-    let meta = fs::symlink_metadata(path).map_err(io("stat"))?;
+    let meta = fs::symlink_metadata(path).map_err(io)?;
     if !meta.file_type().is_file() {
         return Ok(None);
     }
@@ -325,7 +391,7 @@ fn read(path: &Path) -> Result<Option<(String, u32)>, InstallError> {
             path: path.to_path_buf(),
         });
     }
-    let bytes = fs::read(path).map_err(io("read"))?;
+    let bytes = fs::read(path).map_err(io)?;
     let text = String::from_utf8(bytes).map_err(|e| InstallError::Malformed {
         path: path.to_path_buf(),
         source: Malformed::Json(serde::de::Error::custom(e)),
@@ -386,6 +452,8 @@ fn switch(path: &Path) -> Result<Conflist, InstallError> {
         Plan::Absent { to: true } => Conflist::AlreadyNatledger,
         Plan::Absent { to: false } => Conflist::NoPortmap,
         Plan::Both => Conflist::Both,
+        Plan::Several { count } => Conflist::Several { count },
+        Plan::Delegates { from } => Conflist::Delegates { portmap: from },
         Plan::Refused { plugin, why } => Conflist::Refused { plugin, why },
         Plan::Switch { text: new, count } => {
             write(&backup(path), &text, mode)?;
@@ -405,7 +473,9 @@ fn switch_back(path: &Path) -> Result<Conflist, InstallError> {
     let saved = backup(path);
     let original = match read(&saved) {
         Ok(original) => original,
-        Err(InstallError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+        Err(InstallError::Unreadable { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
             None
         }
         Err(e) => return Err(e),
@@ -425,6 +495,8 @@ fn switch_back(path: &Path) -> Result<Conflist, InstallError> {
         }
         Plan::NotAList => return Ok(Conflist::NotAList),
         Plan::Both => return Ok(Conflist::Both),
+        Plan::Several { count } => return Ok(Conflist::Several { count }),
+        Plan::Delegates { .. } => return Ok(Conflist::Delegates { portmap: false }),
         Plan::Absent { .. } | Plan::Refused { .. } if original.is_some() => Conflist::StaleBackup,
         Plan::Absent { .. } | Plan::Refused { .. } => return Ok(Conflist::NoNatledger),
     };

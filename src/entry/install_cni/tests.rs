@@ -1,12 +1,15 @@
 //! install-cni over temp dirs: the conflist edit (only the type's bytes change, the backup,
-//! a second run, what is refused or left alone), the uninstall round trip, and which binary
-//! is ever replaced or removed.
+//! a second run, what is refused or left alone: a file it cannot read, two portmaps, Multus
+//! delegates), and which binary is ever replaced. The uninstall, the lock and a crash during an
+//! upgrade: `tests/uninstall.rs`.
 
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 
 use super::*;
+
+mod uninstall;
 
 /// containerd's `10-containerd-net.conflist`, as its install script writes it.
 const CONTAINERD: &str = r#"{
@@ -90,6 +93,9 @@ impl Host {
         for dir in [&self.conf, &self.bin] {
             for entry in fs::read_dir(dir).unwrap() {
                 let path = entry.unwrap().path();
+                if path.ends_with(binary::LOCK) {
+                    continue;
+                }
                 let bytes = fs::read(&path).unwrap_or_default();
                 files.push((path, bytes));
             }
@@ -318,73 +324,6 @@ fn a_symlinked_conflist_and_one_chaining_both_are_left_alone() {
     assert_eq!(fs::read_to_string(&both_path).unwrap(), both);
 }
 
-/// Install then uninstall: the original bytes again, the backup, marker and binary gone.
-#[test]
-fn uninstall_restores_the_original_bytes() {
-    let host = host();
-    let text =
-        "{\"plugins\":[{\"type\":\"port\\u006dap\"}],\"name\":\"x\",\"cniVersion\":\"1.0.0\"}";
-    let escaped = host.write("10-escaped.conflist", text);
-    let plain = host.write("20-containerd-net.conflist", CONTAINERD);
-    let start = host.files();
-    host.run(false);
-    assert_eq!(
-        fs::read_to_string(&escaped).unwrap(),
-        text.replace("\"port\\u006dap\"", "\"natledger\"")
-    );
-    let report = host.run(true);
-    assert_eq!(
-        conflist_done(&report, &plain),
-        Conflist::SwitchedBack { count: 1 }
-    );
-    assert_eq!(*binary_done(&report), Binary::Removed);
-    assert_eq!(host.files(), start);
-    // Again: nothing to do.
-    let again = host.run(true);
-    assert!(!again.changed(), "{again:?}");
-    assert_eq!(conflist_done(&again, &plain), Conflist::NoNatledger);
-    assert_eq!(*binary_done(&again), Binary::Absent);
-}
-
-/// Edits made since the install are kept: only the type goes back.
-#[test]
-fn uninstall_keeps_edits_made_since() {
-    let host = host();
-    let path = host.write("10-containerd-net.conflist", CONTAINERD);
-    host.run(false);
-    let edited = fs::read_to_string(&path)
-        .unwrap()
-        .replace("10.88.0.0/16", "10.77.0.0/16");
-    fs::write(&path, &edited).unwrap();
-    host.run(true);
-    assert_eq!(
-        fs::read_to_string(&path).unwrap(),
-        CONTAINERD.replace("10.88.0.0/16", "10.77.0.0/16")
-    );
-    assert!(!backup(&path).exists());
-}
-
-/// natledger put in a conflist by hand (no backup) is the operator's: uninstall leaves it; a
-/// backup of a file switched back by someone else since goes.
-#[test]
-fn uninstall_switches_back_only_what_install_switched() {
-    let host = host();
-    let by_hand = CONTAINERD.replace("portmap", "natledger");
-    let path = host.write("10-hand.conflist", &by_hand);
-    let report = host.run(true);
-    assert_eq!(conflist_done(&report, &path), Conflist::NotSwitchedHere);
-    assert_eq!(fs::read_to_string(&path).unwrap(), by_hand);
-
-    let host = self::host();
-    let path = host.write("10-containerd-net.conflist", CONTAINERD);
-    host.run(false);
-    fs::write(&path, CONTAINERD).unwrap();
-    let report = host.run(true);
-    assert_eq!(conflist_done(&report, &path), Conflist::StaleBackup);
-    assert!(!backup(&path).exists());
-    assert_eq!(fs::read_to_string(&path).unwrap(), CONTAINERD);
-}
-
 /// An operator's own file or link at BIN_DIR/natledger is never replaced nor removed; the
 /// conflists still switch (a natledger is there).
 #[test]
@@ -435,39 +374,6 @@ fn install_cni_replaces_its_own_binary_only() {
     assert_eq!(fs::read(&plugin).unwrap(), b"patched by hand");
 }
 
-/// While the ledger records CNI attachments, uninstall switches back but keeps the binary
-/// (their rules are removed by `natledger sweep` once they are gone) and says so; a later
-/// uninstall removes it.
-#[test]
-fn uninstall_keeps_the_binary_while_attachments_are_recorded() {
-    let host = host();
-    let path = host.write("10-containerd-net.conflist", CONTAINERD);
-    host.run(false);
-    let ledger = Ledger::new(&host.state);
-    let manifest =
-        crate::state::ledger::tests::cni_sample("pod1", Path::new("/run/netns/cni-1"), None);
-    ledger.lock().unwrap().store(&manifest).unwrap();
-    let report = host.run(true);
-    assert_eq!(fs::read_to_string(&path).unwrap(), CONTAINERD);
-    let Binary::Kept(why) = binary_done(&report) else {
-        panic!("{report:?}")
-    };
-    assert!(
-        why.contains("1 CNI attachment") && why.contains("natledger sweep"),
-        "{why}"
-    );
-    assert!(report.lines.iter().any(|l| l.warning()));
-    assert!(host.bin.join("natledger").exists());
-    ledger
-        .lock()
-        .unwrap()
-        .remove(&manifest.container_id)
-        .unwrap();
-    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
-    assert!(!host.bin.join("natledger").exists());
-    assert!(!host.bin.join(binary::MARKER).exists());
-}
-
 #[test]
 fn a_missing_directory_is_an_error_naming_it() {
     let host = host();
@@ -484,6 +390,7 @@ fn a_missing_directory_is_an_error_naming_it() {
         "{e}"
     );
     let opts = Options {
+        bin_dir: host.bin.clone(),
         conf_dir: host.conf.join("missing"),
         ..opts
     };
@@ -492,35 +399,6 @@ fn a_missing_directory_is_an_error_naming_it() {
         e.to_string(),
         format!("read directory {}", host.conf.join("missing").display())
     );
-}
-
-/// A conflist still naming natledger after the switch back (its backup gone, set by hand, a
-/// link to one) keeps install-cni's binary: removing it would fail every ADD through it.
-#[test]
-fn uninstall_keeps_the_binary_while_a_conflist_still_names_it() {
-    let host = host();
-    let path = host.write("10-containerd-net.conflist", CONTAINERD);
-    host.run(false);
-    fs::remove_file(backup(&path)).unwrap();
-    let report = host.run(true);
-    assert_eq!(conflist_done(&report, &path), Conflist::NotSwitchedHere);
-    let Binary::Kept(why) = binary_done(&report) else {
-        panic!("{report:?}")
-    };
-    assert!(why.contains(&path.display().to_string()), "{why}");
-    assert!(host.bin.join("natledger").exists());
-    // Switched back by the operator: the next uninstall removes it.
-    fs::write(&path, CONTAINERD).unwrap();
-    assert_eq!(*binary_done(&host.run(true)), Binary::Removed);
-
-    // A symlinked conflist whose target (outside the conf dir) names natledger.
-    let host = self::host();
-    host.run(false);
-    let target = host._dir.path().join("elsewhere.conflist");
-    fs::write(&target, CONTAINERD.replace("portmap", "natledger")).unwrap();
-    symlink(&target, host.conf("10-link.conflist")).unwrap();
-    assert!(matches!(binary_done(&host.run(true)), Binary::Kept(_)));
-    assert!(host.bin.join("natledger").exists());
 }
 
 /// A list whose cniVersion natledger does not implement (absent is 0.1.0, as libcni and the
@@ -556,5 +434,59 @@ fn a_cni_version_natledger_does_not_implement_is_left_on_portmap() {
     assert_eq!(
         conflist_done(&report, &fine),
         Conflist::Switched { count: 1 }
+    );
+}
+
+/// Two portmap plugins in one chain stay portmap (natledger twice for one attachment would
+/// collide in the ledger), with a warning; a Multus configuration whose delegates chain portmap
+/// is said to be one, not "one plugin".
+#[test]
+fn two_portmaps_and_multus_delegates_are_left_alone_and_said() {
+    let host = host();
+    let two = CONTAINERD.replace(
+        r#""capabilities": {"portMappings": true}"#,
+        r#""capabilities": {"portMappings": true}}, {"type": "portmap""#,
+    );
+    let two_path = host.write("10-two.conflist", &two);
+    let multus = r#"{"cniVersion":"0.3.1","name":"multus-cni-network","type":"multus",
+        "delegates":[{"cniVersion":"0.3.1","name":"k8s-pod-network","plugins":[
+        {"type":"calico"},{"type":"portmap","capabilities":{"portMappings":true}}]}],
+        "kubeconfig":"/etc/cni/net.d/multus.d/multus.kubeconfig"}"#;
+    let multus_path = host.write("00-multus.conf", multus);
+    let report = host.run(false);
+    assert_eq!(
+        conflist_done(&report, &two_path),
+        Conflist::Several { count: 2 }
+    );
+    assert_eq!(
+        conflist_done(&report, &multus_path),
+        Conflist::Delegates { portmap: true }
+    );
+    for line in report
+        .lines
+        .iter()
+        .filter(|l| matches!(l, Done::Conflist(..)))
+    {
+        assert!(line.warning(), "{line}");
+    }
+    let said: Vec<String> = report.lines.iter().map(ToString::to_string).collect();
+    assert!(
+        said.iter().any(|l| l.contains(
+            "Multus configuration, its delegates (one chains \
+             portmap) are not switched"
+        )),
+        "{said:?}"
+    );
+    assert!(said.iter().any(|l| l.contains("2 portmap")), "{said:?}");
+    assert_eq!(fs::read_to_string(&two_path).unwrap(), two);
+    assert_eq!(fs::read_to_string(&multus_path).unwrap(), multus);
+    assert!(!backup(&two_path).exists() && !backup(&multus_path).exists());
+    // A Multus file whose delegates chain no portmap: said, no warning.
+    let host = self::host();
+    let path = host.write("00-multus.conf", &multus.replace("portmap", "tuning"));
+    let report = host.run(false);
+    assert_eq!(
+        conflist_done(&report, &path),
+        Conflist::Delegates { portmap: false }
     );
 }
