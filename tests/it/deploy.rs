@@ -179,6 +179,7 @@ fn the_daemonset_runs_the_agreed_commands_unprivileged() {
         owned(&[
             ("/opt/cni/bin", "/host/opt/cni/bin", false),
             ("/etc/cni/net.d", "/host/etc/cni/net.d", false),
+            ("/run/natledger", "/run/natledger", false),
         ])
     );
     assert_eq!(
