@@ -29,10 +29,12 @@ impl Walk<'_> {
                         None => return (s, RuleFlow::Verdict(Flow::Unknown(Some(at(element))))),
                     };
                     let port = port.unwrap_or(s.pkt.dport);
+                    // The kernel marks a connection DNATed (`ct status dnat`) only when its
+                    // destination changed.
+                    s.pkt.dnatted |= (to, port) != (s.pkt.daddr, s.pkt.dport);
                     s.pkt.daddr = to;
                     s.pkt.dport = port;
                     s.pkt.daddr_local = redirect || is_local(&self.probe.locals, to);
-                    s.pkt.dnatted = true;
                     s.dst_done = true;
                     s.dnat = Some(Redirected {
                         place: at(element),

@@ -67,3 +67,52 @@ fn a_nat_maps_port_after_the_map_is_read_from_text() {
         "{f:?}"
     );
 }
+
+/// A DNAT to the packet's own destination changes nothing: the kernel does not set `ct
+/// status dnat` (the connection was delivered), the other does.
+#[test]
+fn ct_status_dnat_only_when_the_destination_changed() {
+    let dump = |to: &str| {
+        format!(
+            "table inet a {{\n\tchain pre {{\n\t\ttype filter hook prerouting priority filter; policy accept;\n\t\ttcp dport 8080 ct status dnat drop\n\t}}\n}}\ntable ip n {{\n\tchain pre {{\n\t\ttype nat hook prerouting priority srcnat; policy accept;\n\t\ttcp dport 8080 dnat to {to}\n\t}}\n}}\n"
+        )
+    };
+    let p = probe(NODE, 8080, Path::Outside);
+    let same = fate(&parse_text(&dump(&format!("{NODE}:8080"))).unwrap(), &p);
+    assert_eq!(same.all(|o| o.end == End::Delivered), Tri::Yes, "{same:?}");
+    let moved = fate(&parse_text(&dump("10.88.0.2:8080")).unwrap(), &p);
+    assert_eq!(
+        moved.all(|o| matches!(o.end, End::Dropped { .. })),
+        Tri::Yes,
+        "{moved:?}"
+    );
+}
+
+/// A drop of a port range takes a listener inside it (its connections timed out): the
+/// rule names the listener's port though not as an end of the range.
+#[test]
+fn a_drop_of_a_port_range_rejects_a_listener_inside_it() {
+    let dump = "table inet filter {\n\tchain input {\n\t\ttype filter hook input priority filter; policy accept;\n\t\ttcp dport 8000-8100 drop\n\t}\n}\n";
+    let found = check(&parse_text(dump).unwrap(), &host(vec![listener(8080)], &[]));
+    assert!(
+        found
+            .iter()
+            .any(|f| f.kind == NativeKind::RejectedListener && f.port == 8080),
+        "{found:?}"
+    );
+    assert!(check(&parse_text(dump).unwrap(), &host(vec![listener(9090)], &[])).is_empty());
+}
+
+/// firewalld's forward-port to another local port (`redirect to :9090`) takes a listener's
+/// connections on 8080 away from it: hijacked (its port read as 8080 before).
+#[test]
+fn a_redirect_to_another_port_hijacks_the_listener() {
+    let dump = "table ip n1 {\n\tchain pre {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\ttcp dport 8080 redirect to :9090\n\t}\n}\n";
+    let found = check(&parse_text(dump).unwrap(), &host(vec![listener(8080)], &[]));
+    assert!(
+        found
+            .iter()
+            .any(|f| f.kind == NativeKind::HijackedListener && f.port == 8080),
+        "{found:?}"
+    );
+}
