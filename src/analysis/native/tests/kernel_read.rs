@@ -116,3 +116,26 @@ fn a_redirect_to_another_port_hijacks_the_listener() {
         "{found:?}"
     );
 }
+
+/// A DNAT without a destination match behind one of `fib daddr type local` still takes the
+/// connections the host forwards (a client's to a routed 10.99.1.5:8080 were answered by
+/// its target): not shadowed, and its shadow is not to be deleted.
+#[test]
+fn a_dnat_that_takes_forwarded_packets_is_not_shadowed() {
+    let dump = "table ip n {\n\tchain pre {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tfib daddr type local tcp dport 8080 dnat to 10.99.0.1:9090\n\t\ttcp dport 8080 dnat to 10.99.0.1:9191\n\t}\n}\n";
+    let found = check(&parse_text(dump).unwrap(), &host(vec![], &[]));
+    assert!(
+        !found.iter().any(|f| f.kind == NativeKind::Shadowed),
+        "{found:?}"
+    );
+    // Restricted to this host's address, the second one is shadowed.
+    let dump = dump.replace(
+        "\t\ttcp dport 8080 dnat to 10.99.0.1:9191",
+        &format!("\t\tip daddr {NODE} tcp dport 8080 dnat to 10.99.0.1:9191"),
+    );
+    let found = check(&parse_text(&dump).unwrap(), &host(vec![], &[]));
+    assert!(
+        found.iter().any(|f| f.kind == NativeKind::Shadowed),
+        "{found:?}"
+    );
+}
