@@ -27,7 +27,7 @@ pub(crate) enum Field {
     /// `numgen ... mod N`: any of 0..N.
     Numgen(u32),
     /// The expression does not apply to this packet (`ip saddr` of an IPv6 packet, `tcp
-    /// dport` of a UDP one, `iifname` in output): the rule does not match, whatever the op.
+    /// dport` of a UDP one): the rule does not match, whatever the op.
     Absent,
     Unknown,
 }
@@ -102,7 +102,9 @@ impl Pkt {
 
 fn iface(i: &Iface) -> Field {
     match i {
-        Iface::Absent => Field::Absent,
+        // The kernel reads a hook's missing device as "" (index 0): `iifname != "eth0"`
+        // in output matches, `iifname "eth0"` does not.
+        Iface::Absent => Field::Name(String::new()),
         Iface::Unknown => Field::Unknown,
         Iface::Name(n) => Field::Name(n.clone()),
     }

@@ -129,8 +129,9 @@ impl<'a> Ctx<'a> {
         };
         let table = self.table(p).expect("found above");
         let mut found = BTreeSet::new();
-        rule_ports(table, &rule.stmts, &mut found);
-        found.iter().any(|(_, q)| *q == port)
+        rule_port_ranges(table, &rule.stmts, &mut found);
+        // Inside a range too: `tcp dport 8000-8100 drop` drops 8080.
+        found.iter().any(|(_, a, b)| (*a..=*b).contains(&port))
     }
 }
 
@@ -177,6 +178,17 @@ pub(crate) fn protocols(proto: Option<u8>) -> Vec<Protocol> {
 }
 
 fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) {
+    let mut ranges = BTreeSet::new();
+    rule_port_ranges(t, stmts, &mut ranges);
+    for (proto, a, b) in ranges {
+        out.insert((proto, a));
+        out.insert((proto, b));
+    }
+}
+
+/// The destination ports (single ports as `n..=n`) a rule's statements name, with their
+/// protocol when named with it.
+fn rule_port_ranges(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16, u16)>) {
     let mut from = |key: &[Key], values: &mut dyn Iterator<Item = &Value>| {
         let Some(at) = key.iter().position(|k| matches!(k, Key::Dport(_))) else {
             return;
@@ -196,14 +208,12 @@ fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) 
             match part(at) {
                 Some(Value::Int(n)) => {
                     if let Ok(n) = u16::try_from(*n) {
-                        out.insert((proto, n));
+                        out.insert((proto, n, n));
                     }
                 }
                 Some(Value::IntRange(a, b)) => {
-                    for n in [a, b] {
-                        if let Ok(n) = u16::try_from(*n) {
-                            out.insert((proto, n));
-                        }
+                    if let (Ok(a), Ok(b)) = (u16::try_from(*a), u16::try_from(*b)) {
+                        out.insert((proto, a, b));
                     }
                 }
                 _ => {}

@@ -5,11 +5,13 @@
 //! its shadow certainly takes would reach it without the shadow.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 
-use super::super::fate::{End, fate_without};
-use super::super::{NativeFinding, NativeKind, Place, Severity, words};
+use super::super::fate::{End, dnats_met, fate_without};
+use super::super::{NativeFinding, NativeKind, Place, Severity, is_local, words};
 use super::{Ctx, every_class, protocols};
 use crate::model::portspec::Protocol;
+use crate::model::ruleset::{Key, Operand, Stmt, Value};
 
 impl Ctx<'_> {
     pub(crate) fn shadowed(&self) -> Vec<NativeFinding> {
@@ -73,6 +75,18 @@ impl Ctx<'_> {
                 }
             }
         }
+        // Met by a packet the host forwards (to an address not its own): not shadowed.
+        // Looked at only when there is a claim to withdraw: it costs as much again.
+        if hidden.iter().any(|(s, ..)| !met.contains(s)) {
+            let foreign = self.foreign();
+            for (_, port) in every_class(self.rs) {
+                for protocol in protocols(None) {
+                    for probe in self.probes(protocol, port, &foreign) {
+                        met.extend(dnats_met(&self.ix, &probe));
+                    }
+                }
+            }
+        }
         let mut said = HashSet::new();
         hidden
             .into_iter()
@@ -80,6 +94,40 @@ impl Ctx<'_> {
             .filter(|(s, ..)| said.insert(s.clone()))
             .map(|(s, t, protocol, port)| self.shadow_finding(s, t, protocol, port))
             .collect()
+    }
+
+    /// Destinations that are not this host's, which a DNAT may take forwarded packets to: a
+    /// documentation address of each family, and one address of every address, prefix or
+    /// range a rule compares a destination with (named sets left out: kube-proxy's hold
+    /// every ClusterIP).
+    fn foreign(&self) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = vec![
+            IpAddr::from([192, 0, 2, 1]),
+            IpAddr::from(std::net::Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+        ];
+        fn first(v: &Value, out: &mut Vec<IpAddr>) {
+            match v {
+                Value::Addr(a) | Value::Prefix(a, _) | Value::AddrRange(a, _) => out.push(*a),
+                Value::Concat(parts) => parts.iter().for_each(|p| first(p, out)),
+                _ => {}
+            }
+        }
+        for t in &self.rs.tables {
+            for r in t.chains.iter().flat_map(|c| &c.rules) {
+                for s in &r.stmts {
+                    if let Stmt::Match(m) = s
+                        && m.key.iter().any(|k| matches!(k, Key::Daddr { .. }))
+                        && let Operand::Values(vs) = &m.right
+                    {
+                        vs.iter().for_each(|v| first(v, &mut out));
+                    }
+                }
+            }
+        }
+        out.retain(|a| !is_local(&self.locals, *a));
+        out.sort();
+        out.dedup();
+        out
     }
 
     fn shadow_finding(&self, s: Place, t: Place, protocol: Protocol, port: u16) -> NativeFinding {

@@ -154,8 +154,48 @@ pub(crate) fn fate_without(ix: &Indexed<'_>, probe: &Probe, skip: Option<&Place>
         skip,
         budget: Cell::new(BUDGET),
     };
+    let mut seen = HashSet::new();
+    let outcomes = walk
+        .path(start(probe))
+        .into_iter()
+        .filter(|o| seen.insert(o.clone()))
+        .collect();
+    Fate { outcomes }
+}
+
+/// The DNATs and redirects `probe` may meet: only its first hook is walked (prerouting from
+/// outside, output from this host), where every destination NAT of a connection is decided.
+pub(crate) fn dnats_met(ix: &Indexed<'_>, probe: &Probe) -> Vec<Place> {
+    let walk = Walk {
+        ix,
+        probe,
+        skip: None,
+        budget: Cell::new(BUDGET),
+    };
+    let ways = match probe.path {
+        Path::Outside => walk.hook(
+            Hook::Prerouting,
+            start(probe),
+            Walk::iface(&probe.iif),
+            Iface::Absent,
+        ),
+        Path::Local => {
+            let oif = match is_local(&probe.locals, probe.daddr) {
+                true => Iface::Name("lo".into()),
+                false => Walk::iface(&probe.oif),
+            };
+            walk.hook(Hook::Output, start(probe), Iface::Absent, oif)
+        }
+    };
+    ways.into_iter()
+        .filter_map(|(st, _)| st.dnat.map(|d| d.place))
+        .collect()
+}
+
+/// The walk's state before the first hook: `probe` as it is sent.
+fn start(probe: &Probe) -> St {
     let local = is_local(&probe.locals, probe.daddr);
-    let start = St {
+    St {
         pkt: Pkt {
             v4: probe.v4,
             saddr: probe.saddr,
@@ -174,14 +214,7 @@ pub(crate) fn fate_without(ix: &Indexed<'_>, probe: &Probe, skip: Option<&Place>
         src_done: false,
         sure: true,
         via: Vec::new(),
-    };
-    let mut seen = HashSet::new();
-    let outcomes = walk
-        .path(start)
-        .into_iter()
-        .filter(|o| seen.insert(o.clone()))
-        .collect();
-    Fate { outcomes }
+    }
 }
 
 #[derive(Clone, Debug)]

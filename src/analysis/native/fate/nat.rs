@@ -14,20 +14,27 @@ impl Walk<'_> {
         if nat.v4.is_some_and(|v4| v4 != st.pkt.v4) {
             return vec![(st, RuleFlow::Next)];
         }
+        let fixed_port = match nat.port {
+            Some(NatPort::Fixed(p)) | Some(NatPort::Range(p, _)) => Some(p),
+            _ => None,
+        };
         let accept = |mut s: St, to: Option<(IpAddr, Option<u16>)>, element: Option<ElementRef>| {
             match nat.kind {
                 NatKind::Dnat | NatKind::Redirect => {
                     let redirect = nat.kind == NatKind::Redirect;
                     let (to, port) = match to {
                         Some((a, p)) => (a, p),
-                        None if redirect => (s.pkt.daddr_local_or(self.probe), None),
+                        // `redirect to :PORT`: this host, the statement's port.
+                        None if redirect => (s.pkt.daddr_local_or(self.probe), fixed_port),
                         None => return (s, RuleFlow::Verdict(Flow::Unknown(Some(at(element))))),
                     };
                     let port = port.unwrap_or(s.pkt.dport);
+                    // The kernel marks a connection DNATed (`ct status dnat`) only when its
+                    // destination changed.
+                    s.pkt.dnatted |= (to, port) != (s.pkt.daddr, s.pkt.dport);
                     s.pkt.daddr = to;
                     s.pkt.dport = port;
                     s.pkt.daddr_local = redirect || is_local(&self.probe.locals, to);
-                    s.pkt.dnatted = true;
                     s.dst_done = true;
                     s.dnat = Some(Redirected {
                         place: at(element),
@@ -39,10 +46,6 @@ impl Walk<'_> {
                 NatKind::Snat | NatKind::Masquerade => s.src_done = true,
             }
             (s, RuleFlow::Verdict(Flow::Accept))
-        };
-        let fixed_port = match nat.port {
-            Some(NatPort::Fixed(p)) | Some(NatPort::Range(p, _)) => Some(p),
-            _ => None,
         };
         match &nat.addr {
             None => vec![accept(st, None, None)],

@@ -2,6 +2,7 @@
 //! healthy rulesets), and the randomised soundness of shadow claims (`soundness.rs`).
 
 mod build;
+mod kernel_read;
 mod listed;
 mod soundness;
 

@@ -505,6 +505,13 @@ fn nat(c: &mut Cursor) -> R<Stmt> {
             }
             let map = set_ref(c, &keys, offset)?;
             addr = Some(NatAddr::Map { key: keys, map });
+            // `dnat ip to numgen inc mod 2 map { 0 : 10.0.0.1, 1 : 10.0.0.2 }:9090`
+            if let Some(p) = c.peek_word().and_then(|w| w.strip_prefix(':')) {
+                let (_, p) =
+                    nat_target(&format!(":{p}")).ok_or_else(|| c.err("expected a port"))?;
+                c.next();
+                port = p;
+            }
         } else {
             let target = c.name("a NAT target")?;
             (addr, port) = nat_target(&target).ok_or_else(|| c.err("expected a NAT target"))?;
