@@ -104,6 +104,9 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
     let mut out = Vec::new();
     for set in sets {
         for f in native::check(&set.ruleset, &facts) {
+            if natledgers_own(&set.ruleset, &f) {
+                continue;
+            }
             let finding = finding(&set.ruleset, f);
             // An inet table's rule may be found once per family: say it once.
             let key = serde_json::to_string(&finding).unwrap_or_default();
@@ -113,6 +116,20 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
         }
     }
     out
+}
+
+/// A finding among natledger's own rules alone (a held port's stacked DNATs, one in front
+/// of the other by design): the natledger-state and stacking checks judge those against the
+/// ledger. Another owner's rule in front of natledger's, or natledger's in front of
+/// another's, is still a finding.
+fn natledgers_own(rs: &nft::Ruleset, f: &NativeFinding) -> bool {
+    let ours = |p: &Place| {
+        rs.tables
+            .iter()
+            .find(|t| t.family == p.family && t.name == p.table)
+            .is_some_and(|t| Owner::of(t) == Owner::Natledger)
+    };
+    ours(&f.place) && f.other.as_ref().is_none_or(ours)
 }
 
 fn facts(host: Option<&Host>, iptables: &[Ruleset]) -> HostFacts {
