@@ -103,7 +103,9 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for set in sets {
-        for f in native::check(&set.ruleset, &facts) {
+        let checked = native::check(&set.ruleset, &facts);
+        out.extend(checked.cut.as_ref().map(|c| cut_short(&set.source, c)));
+        for f in checked.findings {
             let finding = finding(&set.ruleset, f);
             // An inet table's rule may be found once per family: say it once.
             let key = serde_json::to_string(&finding).unwrap_or_default();
@@ -181,6 +183,40 @@ fn foreign_forwards(iptables: &[Ruleset]) -> Vec<native::ForeignForward> {
         }
     }
     out
+}
+
+/// The budget stopped the native checks short: a warning naming the tables left
+/// unexamined, never a silent clean bill.
+fn cut_short(source: &str, cut: &native::Cut) -> Finding {
+    let tables = if cut.tables.is_empty() {
+        "native tables".to_string()
+    } else {
+        let names: Vec<String> = cut
+            .tables
+            .iter()
+            .map(|(family, name)| format!("native table {} {name}", family.word()))
+            .collect();
+        names.join(", ")
+    };
+    Finding {
+        severity: Severity::Warning,
+        kind: Kind::NatledgerState,
+        port: None,
+        protocol: None,
+        summary: format!(
+            "{tables} ({source}): too large to analyse fully, {} of {} ports examined.",
+            cut.examined, cut.ports
+        ),
+        rules: Vec::new(),
+        evidence: vec![format!(
+            "doctor stops its native checks after {} rule evaluations ({} spent), so that it \
+             always finishes in bounded time and memory; the ports not examined may hold \
+             problems this run does not report, and no shadow is claimed.",
+            native::BUDGET,
+            cut.evaluations
+        )],
+        fix: None,
+    }
 }
 
 /// `f` as doctor's finding.

@@ -24,7 +24,7 @@ mod tests;
 mod value;
 mod words;
 
-pub use checks::check;
+pub use checks::{BUDGET, Checked, Cut, check, check_within};
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
 pub use forwards::{NativeForward, NativeSource, forwards_of};
 pub use index::Indexed;

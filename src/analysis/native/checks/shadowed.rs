@@ -19,6 +19,9 @@ impl Ctx<'_> {
             // Every protocol: a claim about every packet must try them all.
             let _ = proto;
             for protocol in protocols(None) {
+                if !self.start(port) {
+                    continue;
+                }
                 for (probe, f) in self.fates(protocol, port) {
                     met.extend(
                         f.outcomes
@@ -71,7 +74,12 @@ impl Ctx<'_> {
                         break;
                     }
                 }
+                self.finish(port);
             }
+        }
+        // A shadow needs every packet: none is claimed when the budget cut the walk short.
+        if self.spent() {
+            return Vec::new();
         }
         let mut said = HashSet::new();
         hidden

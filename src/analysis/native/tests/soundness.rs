@@ -201,7 +201,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
 /// Every concrete packet of the universe.
 fn universe() -> Vec<Probe> {
     let mut out = Vec::new();
-    let locals: Vec<IpAddr> = LOCALS.iter().map(|a| ip(a)).collect();
+    let locals: std::sync::Arc<[IpAddr]> = LOCALS.iter().map(|a| ip(a)).collect();
     for port in PORTS.iter().map(|p| *p as u16).chain([9999]) {
         for proto in [6u8, 17] {
             for daddr in LOCALS.iter().chain(&["127.0.0.1", "::1"]) {
