@@ -3,6 +3,7 @@
 //! port a rule or element names, and the listeners'), the packets to one port, and where a
 //! finding points.
 
+mod dests;
 mod forwards;
 mod listeners;
 mod shadowed;
@@ -11,6 +12,8 @@ use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
+
+use dests::Dests;
 
 use super::fate::{Path, Probe};
 use super::index::Indexed;
@@ -70,6 +73,8 @@ pub(crate) struct Ctx<'a> {
     /// Where a packet to a host port may be addressed: the host's addresses, or without
     /// them (a dump), every single address a rule compares a destination with.
     pub locals: Arc<[IpAddr]>,
+    /// The same, grouped: the ones each port is probed with.
+    dests: Dests,
     /// Rule evaluations the checks may spend.
     limit: u64,
     /// Ports (with protocol) each check set out to examine, and those it examined fully.
@@ -81,20 +86,23 @@ pub(crate) struct Ctx<'a> {
 
 impl<'a> Ctx<'a> {
     pub(crate) fn new(rs: &'a Ruleset, host: &'a HostFacts, limit: u64) -> Ctx<'a> {
-        let mut locals: Vec<IpAddr> = host
+        let locals: Vec<IpAddr> = host
             .locals
             .iter()
             .copied()
             .filter(|a| !a.is_loopback())
             .collect();
-        if locals.is_empty() {
-            locals = destinations(rs);
-        }
+        let dests = if locals.is_empty() {
+            Dests::of(rs)
+        } else {
+            Dests::each(&locals)
+        };
         Ctx {
             rs,
             ix: Indexed::new(rs),
             host,
-            locals: locals.into(),
+            locals: dests.all().into(),
+            dests,
             limit,
             ports: Cell::new(0),
             examined: Cell::new(0),
@@ -183,9 +191,9 @@ impl<'a> Ctx<'a> {
         out
     }
 
-    /// Every address a packet to a host port may be sent to.
-    pub(crate) fn all_destinations(&self) -> Vec<IpAddr> {
-        let mut to = self.locals.to_vec();
+    /// The addresses standing for every address a packet to `port` may be sent to.
+    pub(crate) fn destinations(&self, port: u16) -> Vec<IpAddr> {
+        let mut to = self.dests.at(port);
         to.push(IpAddr::from([127, 0, 0, 1]));
         to.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
         to
@@ -198,7 +206,7 @@ impl<'a> Ctx<'a> {
         protocol: Protocol,
         port: u16,
     ) -> impl Iterator<Item = (Probe, super::Fate)> + '_ {
-        let probes = self.probes(protocol, port, &self.all_destinations());
+        let probes = self.probes(protocol, port, &self.destinations(port));
         self.walk(probes)
     }
 
@@ -371,44 +379,4 @@ fn value_has(v: &Value, port: u16) -> bool {
         Value::Concat(parts) => parts.iter().any(|p| value_has(p, port)),
         _ => false,
     }
-}
-
-/// Every single address a rule of `rs` compares a destination with (a dump's stand-in for
-/// the host's addresses), or a documentation address when none.
-fn destinations(rs: &Ruleset) -> Vec<IpAddr> {
-    let mut out = BTreeSet::new();
-    for t in &rs.tables {
-        let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
-        for c in &t.chains {
-            for r in &c.rules {
-                for s in &r.stmts {
-                    let Stmt::Match(m) = s else { continue };
-                    let Some(at) = m.key.iter().position(|k| matches!(k, Key::Daddr { .. })) else {
-                        continue;
-                    };
-                    let values: Vec<&Value> = match &m.right {
-                        Operand::Values(vs) => vs.iter().collect(),
-                        Operand::Set(name) => elements(name).iter().map(|e| &e.key).collect(),
-                    };
-                    for v in values {
-                        let part = match (m.key.len(), v) {
-                            (1, v) => Some(v),
-                            (_, Value::Concat(parts)) => parts.get(at),
-                            _ => None,
-                        };
-                        if let Some(Value::Addr(a)) = part
-                            && !a.is_loopback()
-                        {
-                            out.insert(*a);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if out.is_empty() {
-        out.insert(IpAddr::from([192, 0, 2, 1]));
-        out.insert("2001:db8::1".parse().expect("an address"));
-    }
-    out.into_iter().collect()
 }

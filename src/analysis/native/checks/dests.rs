@@ -1,0 +1,175 @@
+//! Where the checks send a packet to a host port when the host's addresses are not known (a
+//! dump, or a namespace with only `lo`): the addresses rules compare a destination with,
+//! without crossing each with every port.
+//!
+//! Addresses alike in every comparison but those that pair them with a port (kube-proxy's
+//! ClusterIPs: each in `cluster-ips`, each paired with its own port in `service-ips`'
+//! `ip daddr . meta l4proto . th dport` elements) form one group. A packet to port `p` of a
+//! member not paired with `p` meets exactly what the same packet to any other such member
+//! meets, so one of them stands for the group at `p`; the members paired with `p` are probed
+//! at `p` themselves. A prefix or range an address falls in counts as a comparison of its
+//! own, so addresses told apart by one are never in one group.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::IpAddr;
+
+use crate::model::ruleset::{Key, Nat, NatAddr, Operand, Ruleset, SetRef, Stmt, Value};
+
+/// The addresses to probe, grouped.
+#[derive(Debug, Default)]
+pub(crate) struct Dests {
+    /// Addresses alike but for the ports paired with them, each group sorted.
+    groups: Vec<Vec<IpAddr>>,
+    /// The ports paired with an address.
+    paired: HashMap<IpAddr, BTreeSet<u16>>,
+    /// The addresses paired with a port.
+    by_port: HashMap<u16, Vec<IpAddr>>,
+}
+
+impl Dests {
+    /// Each of `addrs` probed at every port.
+    pub(crate) fn each(addrs: &[IpAddr]) -> Dests {
+        Dests {
+            groups: addrs.iter().map(|a| vec![*a]).collect(),
+            ..Dests::default()
+        }
+    }
+
+    /// Every address of the groups.
+    pub(crate) fn all(&self) -> Vec<IpAddr> {
+        self.groups.iter().flatten().copied().collect()
+    }
+
+    /// The addresses standing for every one of them at `port`.
+    pub(crate) fn at(&self, port: u16) -> Vec<IpAddr> {
+        let mut out: Vec<IpAddr> = self
+            .groups
+            .iter()
+            .filter_map(|g| {
+                g.iter()
+                    .find(|a| !self.paired.get(a).is_some_and(|ps| ps.contains(&port)))
+                    .copied()
+            })
+            .collect();
+        out.extend(self.by_port.get(&port).into_iter().flatten());
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// The destinations of `rs`'s comparisons, grouped; a documentation address of each
+    /// family when it compares none.
+    pub(crate) fn of(rs: &Ruleset) -> Dests {
+        let mut sig: BTreeMap<IpAddr, Vec<usize>> = BTreeMap::new();
+        let mut paired: HashMap<IpAddr, BTreeSet<u16>> = HashMap::new();
+        let mut nets: Vec<(usize, Value)> = Vec::new();
+        let mut id = 0;
+        for t in &rs.tables {
+            let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
+            for c in &t.chains {
+                for r in &c.rules {
+                    for s in &r.stmts {
+                        let (key, values): (&[Key], Vec<&Value>) = match s {
+                            Stmt::Match(m) => (
+                                &m.key,
+                                match &m.right {
+                                    Operand::Values(vs) => vs.iter().collect(),
+                                    Operand::Set(name) => {
+                                        elements(name).iter().map(|e| &e.key).collect()
+                                    }
+                                },
+                            ),
+                            Stmt::Vmap { key, map }
+                            | Stmt::Nat(Nat {
+                                addr: Some(NatAddr::Map { key, map }),
+                                ..
+                            }) => (
+                                key,
+                                match map {
+                                    SetRef::Inline(es) => es.iter().map(|e| &e.key).collect(),
+                                    SetRef::Named(name) => {
+                                        elements(name).iter().map(|e| &e.key).collect()
+                                    }
+                                },
+                            ),
+                            _ => continue,
+                        };
+                        let Some(at) = key.iter().position(|k| matches!(k, Key::Daddr { .. }))
+                        else {
+                            continue;
+                        };
+                        id += 1;
+                        let dport = key.iter().position(|k| matches!(k, Key::Dport(_)));
+                        for v in values {
+                            let part = |i: usize| match (key.len(), v) {
+                                (1, v) => Some(v),
+                                (_, Value::Concat(parts)) => parts.get(i),
+                                _ => None,
+                            };
+                            match part(at) {
+                                Some(Value::Addr(a)) if !a.is_loopback() => {
+                                    match dport.and_then(part) {
+                                        Some(Value::Int(n)) if u16::try_from(*n).is_ok() => {
+                                            sig.entry(*a).or_default();
+                                            paired.entry(*a).or_default().insert(*n as u16);
+                                        }
+                                        _ => sig.entry(*a).or_default().push(id),
+                                    }
+                                }
+                                Some(n @ (Value::Prefix(..) | Value::AddrRange(..))) => {
+                                    nets.push((id, n.clone()))
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if sig.is_empty() {
+            return Dests::each(&[
+                IpAddr::from([192, 0, 2, 1]),
+                "2001:db8::1".parse().expect("an address"),
+            ]);
+        }
+        let mut groups: BTreeMap<(bool, Vec<usize>), Vec<IpAddr>> = BTreeMap::new();
+        for (a, mut ids) in sig {
+            ids.extend(nets.iter().filter(|(_, n)| within(a, n)).map(|(id, _)| *id));
+            ids.sort_unstable();
+            ids.dedup();
+            groups.entry((a.is_ipv4(), ids)).or_default().push(a);
+        }
+        let mut by_port: HashMap<u16, Vec<IpAddr>> = HashMap::new();
+        for (a, ports) in &paired {
+            for p in ports {
+                by_port.entry(*p).or_default().push(*a);
+            }
+        }
+        Dests {
+            groups: groups.into_values().collect(),
+            paired,
+            by_port,
+        }
+    }
+}
+
+/// Whether `a` is in the prefix or range `net`.
+fn within(a: IpAddr, net: &Value) -> bool {
+    match (a, net) {
+        (IpAddr::V4(a), Value::Prefix(IpAddr::V4(n), len)) => {
+            let mask = u32::MAX
+                .checked_shl(32 - u32::from(*len).min(32))
+                .unwrap_or(0);
+            u32::from(a) & mask == u32::from(*n) & mask
+        }
+        (IpAddr::V6(a), Value::Prefix(IpAddr::V6(n), len)) => {
+            let mask = u128::MAX
+                .checked_shl(128 - u32::from(*len).min(128))
+                .unwrap_or(0);
+            u128::from(a) & mask == u128::from(*n) & mask
+        }
+        (a, Value::AddrRange(lo, hi)) => a.is_ipv4() == lo.is_ipv4() && *lo <= a && a <= *hi,
+        // Another family: never equal.
+        _ => false,
+    }
+}
