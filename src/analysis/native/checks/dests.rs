@@ -8,7 +8,8 @@
 //! member not paired with `p` meets exactly what the same packet to any other such member
 //! meets, so one of them stands for the group at `p`; the members paired with `p` are probed
 //! at `p` themselves. A prefix or range an address falls in counts as a comparison of its
-//! own, so addresses told apart by one are never in one group.
+//! own, so addresses told apart by one are never in one group. A documentation address of
+//! each family stands for the host's own addresses no rule names.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -57,8 +58,8 @@ impl Dests {
         out
     }
 
-    /// The destinations of `rs`'s comparisons, grouped; a documentation address of each
-    /// family when it compares none.
+    /// The destinations of `rs`'s comparisons, grouped, and a documentation address of each
+    /// family standing for the host's own.
     pub(crate) fn of(rs: &Ruleset) -> Dests {
         let mut sig: BTreeMap<IpAddr, Vec<usize>> = BTreeMap::new();
         let mut paired: HashMap<IpAddr, BTreeSet<u16>> = HashMap::new();
@@ -126,11 +127,13 @@ impl Dests {
                 }
             }
         }
-        if sig.is_empty() {
-            return Dests::each(&[
-                IpAddr::from([192, 0, 2, 1]),
-                "2001:db8::1".parse().expect("an address"),
-            ]);
+        // Some address of the host no rule names (`fib daddr type local` takes it: kube-proxy's
+        // NodePorts), one per family.
+        for a in [
+            IpAddr::from([192, 0, 2, 1]),
+            "2001:db8::1".parse().expect("an address"),
+        ] {
+            sig.entry(a).or_default();
         }
         let mut groups: BTreeMap<(bool, Vec<usize>), Vec<IpAddr>> = BTreeMap::new();
         for (a, mut ids) in sig {
