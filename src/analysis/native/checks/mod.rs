@@ -1,7 +1,8 @@
 //! The checks over native tables: each sends concrete packets through [`fate`] and reads
 //! every way they may go. What they share lives here: the host ports worth examining (every
-//! port a rule or element names, and the listeners'), the packets to one port, and where a
-//! finding points.
+//! port a rule or element names, and the listeners'), the packets to one port, where a
+//! finding points, and the budget: every walk's rule evaluations counted together, the checks
+//! stop at [`BUDGET`] and say which tables they left unexamined ([`Cut`]).
 
 mod dests;
 mod forwards;
