@@ -7,7 +7,7 @@
 //! `ip daddr . meta l4proto . th dport` elements) form one group. A packet to port `p` of a
 //! member not paired with `p` meets exactly what the same packet to any other such member
 //! meets, so one of them stands for the group at `p`; the members paired with `p` are probed
-//! at `p` themselves. A prefix or range an address falls in counts as a comparison of its
+//! at `p` themselves (of the protocol paired, when the key names one). A prefix or range an address falls in counts as a comparison of its
 //! own, so addresses told apart by one are never in one group. A documentation address of
 //! each family stands for the host's own addresses no rule names.
 
@@ -21,10 +21,10 @@ use crate::model::ruleset::{Key, Nat, NatAddr, Operand, Ruleset, SetRef, Stmt, V
 pub(crate) struct Dests {
     /// Addresses alike but for the ports paired with them, each group sorted.
     groups: Vec<Vec<IpAddr>>,
-    /// The ports paired with an address.
-    paired: HashMap<IpAddr, BTreeSet<u16>>,
+    /// The ports paired with an address, with their protocol (`None`: every protocol).
+    paired: HashMap<IpAddr, BTreeSet<(Option<u8>, u16)>>,
     /// The addresses paired with a port.
-    by_port: HashMap<u16, Vec<IpAddr>>,
+    by_port: HashMap<u16, Vec<(Option<u8>, IpAddr)>>,
 }
 
 impl Dests {
@@ -41,18 +41,25 @@ impl Dests {
         self.groups.iter().flatten().copied().collect()
     }
 
-    /// The addresses standing for every one of them at `port`.
-    pub(crate) fn at(&self, port: u16) -> Vec<IpAddr> {
+    /// The addresses standing for every one of them at `port` of protocol `proto`.
+    pub(crate) fn at(&self, proto: u8, port: u16) -> Vec<IpAddr> {
+        let hits = |p: &Option<u8>| p.is_none_or(|p| p == proto);
         let mut out: Vec<IpAddr> = self
             .groups
             .iter()
             .filter_map(|g| {
                 g.iter()
-                    .find(|a| !self.paired.get(a).is_some_and(|ps| ps.contains(&port)))
+                    .find(|a| {
+                        !self
+                            .paired
+                            .get(a)
+                            .is_some_and(|ps| ps.iter().any(|(p, n)| *n == port && hits(p)))
+                    })
                     .copied()
             })
             .collect();
-        out.extend(self.by_port.get(&port).into_iter().flatten());
+        let paired = self.by_port.get(&port).into_iter().flatten();
+        out.extend(paired.filter(|(p, _)| hits(p)).map(|(_, a)| *a));
         out.sort();
         out.dedup();
         out
@@ -62,7 +69,7 @@ impl Dests {
     /// family standing for the host's own.
     pub(crate) fn of(rs: &Ruleset) -> Dests {
         let mut sig: BTreeMap<IpAddr, Vec<usize>> = BTreeMap::new();
-        let mut paired: HashMap<IpAddr, BTreeSet<u16>> = HashMap::new();
+        let mut paired: HashMap<IpAddr, BTreeSet<(Option<u8>, u16)>> = HashMap::new();
         let mut nets: Vec<(usize, Value)> = Vec::new();
         let mut id = 0;
         for t in &rs.tables {
@@ -101,6 +108,11 @@ impl Dests {
                         };
                         id += 1;
                         let dport = key.iter().position(|k| matches!(k, Key::Dport(_)));
+                        let implied = key.iter().find_map(|k| match k {
+                            Key::Dport(p) => *p,
+                            _ => None,
+                        });
+                        let l4 = key.iter().position(|k| *k == Key::L4Proto);
                         for v in values {
                             let part = |i: usize| match (key.len(), v) {
                                 (1, v) => Some(v),
@@ -111,8 +123,12 @@ impl Dests {
                                 Some(Value::Addr(a)) if !a.is_loopback() => {
                                     match dport.and_then(part) {
                                         Some(Value::Int(n)) if u16::try_from(*n).is_ok() => {
+                                            let proto = implied.or_else(|| {
+                                                l4.and_then(part).and_then(super::proto_of)
+                                            });
                                             sig.entry(*a).or_default();
-                                            paired.entry(*a).or_default().insert(*n as u16);
+                                            let to = (proto, *n as u16);
+                                            paired.entry(*a).or_default().insert(to);
                                         }
                                         _ => sig.entry(*a).or_default().push(id),
                                     }
@@ -142,10 +158,10 @@ impl Dests {
             ids.dedup();
             groups.entry((a.is_ipv4(), ids)).or_default().push(a);
         }
-        let mut by_port: HashMap<u16, Vec<IpAddr>> = HashMap::new();
+        let mut by_port: HashMap<u16, Vec<(Option<u8>, IpAddr)>> = HashMap::new();
         for (a, ports) in &paired {
-            for p in ports {
-                by_port.entry(*p).or_default().push(*a);
+            for (proto, p) in ports {
+                by_port.entry(*p).or_default().push((*proto, *a));
             }
         }
         Dests {

@@ -97,7 +97,7 @@ impl Ctx<'_> {
         }
         let v6 = l.addr.is_ipv6();
         // A socket on [::] also receives IPv4 (unless IPV6_V6ONLY, which procfs hides).
-        self.destinations(l.port)
+        self.destinations(l.protocol, l.port)
             .into_iter()
             .filter(|a| v6 || a.is_ipv4())
             .collect()

@@ -193,8 +193,8 @@ impl<'a> Ctx<'a> {
     }
 
     /// The addresses standing for every address a packet to `port` may be sent to.
-    pub(crate) fn destinations(&self, port: u16) -> Vec<IpAddr> {
-        let mut to = self.dests.at(port);
+    pub(crate) fn destinations(&self, protocol: Protocol, port: u16) -> Vec<IpAddr> {
+        let mut to = self.dests.at(protocol.number(), port);
         to.push(IpAddr::from([127, 0, 0, 1]));
         to.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
         to
@@ -207,7 +207,7 @@ impl<'a> Ctx<'a> {
         protocol: Protocol,
         port: u16,
     ) -> impl Iterator<Item = (Probe, super::Fate)> + '_ {
-        let probes = self.probes(protocol, port, &self.destinations(port));
+        let probes = self.probes(protocol, port, &self.destinations(protocol, port));
         self.walk(probes)
     }
 
@@ -359,7 +359,7 @@ fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) 
     }
 }
 
-fn proto_of(v: &Value) -> Option<u8> {
+pub(crate) fn proto_of(v: &Value) -> Option<u8> {
     match v {
         Value::Proto(p) => Some(*p),
         Value::Int(n) => u8::try_from(*n).ok(),

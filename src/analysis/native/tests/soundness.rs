@@ -70,11 +70,20 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
                 vec![Key::Daddr { v4: true }],
                 vec![Value::Addr(ip(self.word(&LOCALS)))],
             ),
-            // An address paired with a port (kube-proxy's `service-ips`).
-            5 => eq(
+            // An address paired with a port, or with a protocol and a port (kube-proxy's
+            // `service-ips`).
+            5 if self.chance(50) => eq(
                 vec![Key::Daddr { v4: true }, Key::Dport(None)],
                 vec![Value::Concat(vec![
                     Value::Addr(ip(self.word(&LOCALS))),
+                    Value::Int(*self.pick(&PORTS)),
+                ])],
+            ),
+            5 => eq(
+                vec![Key::Daddr { v4: true }, Key::L4Proto, Key::Dport(None)],
+                vec![Value::Concat(vec![
+                    Value::Addr(ip(self.word(&LOCALS))),
+                    Value::Proto(*self.pick(&[6u8, 17])),
                     Value::Int(*self.pick(&PORTS)),
                 ])],
             ),
