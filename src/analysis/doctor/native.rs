@@ -518,4 +518,25 @@ mod tests {
         assert_eq!((found[0].port, found[0].protocol.as_str()), (8080, "tcp"));
         assert_eq!(found[0].place, "legacy/ipv4 nat DOCKER rule 1");
     }
+
+    /// A ruleset the budget cut short is a warning naming its tables, never a clean bill.
+    #[test]
+    fn a_ruleset_cut_short_is_a_natledger_state_warning() {
+        let cut = native::Cut {
+            examined: 3,
+            ports: 10,
+            tables: vec![(TableFamily::Ip, "kube-proxy".into())],
+            evaluations: native::BUDGET,
+        };
+        let f = cut_short("ruleset.nft", &cut);
+        assert_eq!(
+            (f.kind, f.severity),
+            (Kind::NatledgerState, Severity::Warning)
+        );
+        assert_eq!(
+            f.summary,
+            "native table ip kube-proxy (ruleset.nft): too large to analyse fully, 3 of 10 \
+             ports examined."
+        );
+    }
 }
