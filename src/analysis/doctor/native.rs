@@ -103,7 +103,9 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for set in sets {
-        for f in native::check(&set.ruleset, &facts) {
+        let checked = native::check(&set.ruleset, &facts);
+        out.extend(checked.cut.as_ref().map(|c| cut_short(&set.source, c)));
+        for f in checked.findings {
             if natledgers_own(&set.ruleset, &f) {
                 continue;
             }
@@ -198,6 +200,40 @@ fn foreign_forwards(iptables: &[Ruleset]) -> Vec<native::ForeignForward> {
         }
     }
     out
+}
+
+/// The budget stopped the native checks short: a warning naming the tables left
+/// unexamined, never a silent clean bill.
+fn cut_short(source: &str, cut: &native::Cut) -> Finding {
+    let tables = if cut.tables.is_empty() {
+        "native tables".to_string()
+    } else {
+        let names: Vec<String> = cut
+            .tables
+            .iter()
+            .map(|(family, name)| format!("native table {} {name}", family.word()))
+            .collect();
+        names.join(", ")
+    };
+    Finding {
+        severity: Severity::Warning,
+        kind: Kind::NatledgerState,
+        port: None,
+        protocol: None,
+        summary: format!(
+            "{tables} ({source}): too large to analyse fully, {} of {} ports examined.",
+            cut.examined, cut.ports
+        ),
+        rules: Vec::new(),
+        evidence: vec![format!(
+            "doctor stops its native checks after {} rule evaluations ({} spent), so that it \
+             always finishes in bounded time and memory; the ports not examined may hold \
+             problems this run does not report, and no shadow is claimed.",
+            native::BUDGET,
+            cut.evaluations
+        )],
+        fix: None,
+    }
 }
 
 /// `f` as doctor's finding.
@@ -498,5 +534,26 @@ mod tests {
         assert_eq!(found.len(), 1);
         assert_eq!((found[0].port, found[0].protocol.as_str()), (8080, "tcp"));
         assert_eq!(found[0].place, "legacy/ipv4 nat DOCKER rule 1");
+    }
+
+    /// A ruleset the budget cut short is a warning naming its tables, never a clean bill.
+    #[test]
+    fn a_ruleset_cut_short_is_a_natledger_state_warning() {
+        let cut = native::Cut {
+            examined: 3,
+            ports: 10,
+            tables: vec![(TableFamily::Ip, "kube-proxy".into())],
+            evaluations: native::BUDGET,
+        };
+        let f = cut_short("ruleset.nft", &cut);
+        assert_eq!(
+            (f.kind, f.severity),
+            (Kind::NatledgerState, Severity::Warning)
+        );
+        assert_eq!(
+            f.summary,
+            "native table ip kube-proxy (ruleset.nft): too large to analyse fully, 3 of 10 \
+             ports examined."
+        );
     }
 }

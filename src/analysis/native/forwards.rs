@@ -50,6 +50,7 @@ pub fn forwards_of(
             dsts.push(lo);
         }
     }
+    let shared: std::sync::Arc<[IpAddr]> = locals.into();
     for daddr in dsts {
         let v4 = daddr.is_ipv4();
         for path in [Path::Outside, Path::Local] {
@@ -66,7 +67,7 @@ pub fn forwards_of(
                 iif: None,
                 oif: None,
                 path,
-                locals: locals.to_vec(),
+                locals: shared.clone(),
             };
             let f = ix.fate(&probe);
             for o in &f.outcomes {

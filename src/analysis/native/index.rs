@@ -2,7 +2,7 @@
 //! kube-proxy node's maps hold tens of thousands of elements, and every packet looks up
 //! several of them.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::net::IpAddr;
 
@@ -83,6 +83,8 @@ pub struct Indexed<'r> {
     chains: HashMap<(usize, &'r str), &'r Chain>,
     /// The base chains of each hook, per IP version, in every order the kernel may run them.
     orders: HashMap<(Hook, bool), Vec<Order<'r>>>,
+    /// Rule evaluations every walk over this index has cost so far.
+    spent: Cell<u64>,
 }
 
 impl<'r> Indexed<'r> {
@@ -106,7 +108,19 @@ impl<'r> Indexed<'r> {
             sets: RefCell::default(),
             chains,
             orders,
+            spent: Cell::new(0),
         }
+    }
+
+    /// Count `evaluations` more rule evaluations.
+    pub(crate) fn spend(&self, evaluations: usize) {
+        self.spent
+            .set(self.spent.get().saturating_add(evaluations as u64));
+    }
+
+    /// Rule evaluations every walk over this index has cost so far.
+    pub(crate) fn spent(&self) -> u64 {
+        self.spent.get()
     }
 
     /// Chain `name` of `table`.

@@ -11,7 +11,8 @@
 //!   as "may match" (both ways followed). The answer is every way the packet may end.
 //! - [`check`]: the findings (shadowed, dead-target, hijacked-listener, rejected-listener,
 //!   forward-dropped, split-backends), each naming its table, chain, rule handle or set
-//!   element, the owner ([`Owner`]) and the fix in nft's own syntax.
+//!   element, the owner ([`Owner`]) and the fix in nft's own syntax; within a budget of rule
+//!   evaluations, a ruleset cut short said so ([`Checked::cut`]).
 //! - [`forwards_of`]: other owners' native forwards of a host port, for create's check.
 
 mod checks;
@@ -24,7 +25,7 @@ mod tests;
 mod value;
 mod words;
 
-pub use checks::check;
+pub use checks::{BUDGET, Checked, Cut, check, check_within};
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
 pub use forwards::{NativeForward, NativeSource, forwards_of};
 pub use index::Indexed;

@@ -16,6 +16,9 @@ impl Ctx<'_> {
         let mut seen: HashSet<(NativeKind, Place)> = HashSet::new();
         for (proto, port) in ports(self.rs) {
             for protocol in protocols(proto) {
+                if !self.start(port) {
+                    continue;
+                }
                 for (probe, f) in self.fates(protocol, port) {
                     for o in &f.outcomes {
                         let Some(d) = &o.dnat else { continue };
@@ -63,6 +66,7 @@ impl Ctx<'_> {
                         }
                     }
                 }
+                self.finish(port);
             }
         }
         out

@@ -23,14 +23,10 @@ impl Ctx<'_> {
             {
                 continue;
             }
-            for (probe, f) in self
-                .probes(l.protocol, l.port, &self.reaching(l))
-                .into_iter()
-                .map(|p| {
-                    let f = self.ix.fate(&p);
-                    (p, f)
-                })
-            {
+            if !self.start(l.port) {
+                continue;
+            }
+            for (probe, f) in self.fates_to(l.protocol, l.port, &self.reaching(l)) {
                 // Hijacked: a DNAT or redirect to anything but this listener.
                 let away = |o: &Outcome| {
                     o.dnat.as_ref().is_some_and(|d| {
@@ -89,6 +85,7 @@ impl Ctx<'_> {
                     ));
                 }
             }
+            self.finish(l.port);
         }
         out
     }
@@ -100,7 +97,7 @@ impl Ctx<'_> {
         }
         let v6 = l.addr.is_ipv6();
         // A socket on [::] also receives IPv4 (unless IPV6_V6ONLY, which procfs hides).
-        self.all_destinations()
+        self.destinations(l.protocol, l.port)
             .into_iter()
             .filter(|a| v6 || a.is_ipv4())
             .collect()

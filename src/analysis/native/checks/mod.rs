@@ -1,14 +1,20 @@
 //! The checks over native tables: each sends concrete packets through [`fate`] and reads
 //! every way they may go. What they share lives here: the host ports worth examining (every
-//! port a rule or element names, and the listeners'), the packets to one port, and where a
-//! finding points.
+//! port a rule or element names, and the listeners'), the packets to one port, where a
+//! finding points, and the budget: every walk's rule evaluations counted together, the checks
+//! stop at [`BUDGET`] and say which tables they left unexamined ([`Cut`]).
 
+mod dests;
 mod forwards;
 mod listeners;
 mod shadowed;
 
+use std::cell::Cell;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
+use std::sync::Arc;
+
+use dests::Dests;
 
 use super::fate::{Path, Probe};
 use super::index::Indexed;
@@ -16,17 +22,49 @@ use super::{HostFacts, NativeFinding, Owner, Place};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Key, NatAddr, Operand, Ruleset, Stmt, Table, Value};
 
-/// Every finding of every check over `rs`, with the host's facts.
-pub fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
-    let ctx = Ctx::new(rs, host);
+/// Rule evaluations all the checks over one ruleset may cost together (a few seconds of one
+/// core; each walk's own bound, `fate::BUDGET`, may overshoot it once).
+pub const BUDGET: u64 = 20_000_000;
+
+/// Every finding of every check over `rs`, with the host's facts, within [`BUDGET`].
+pub fn check(rs: &Ruleset, host: &HostFacts) -> Checked {
+    check_within(rs, host, BUDGET)
+}
+
+/// What the checks found, and what the budget left unexamined.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    pub findings: Vec<NativeFinding>,
+    /// `Some` when the budget ran out before every port was examined.
+    pub cut: Option<Cut>,
+}
+
+/// The checks stopped short: `examined` of `ports` (host port and protocol, per check)
+/// examined fully; the tables naming a port left unexamined. A shadow is then never claimed
+/// (that needs every packet), the other findings stand (each shown by a packet).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub examined: usize,
+    pub ports: usize,
+    /// `(family, name)` of each table naming a port not examined.
+    pub tables: Vec<(crate::model::ruleset::TableFamily, String)>,
+    /// Rule evaluations spent.
+    pub evaluations: u64,
+}
+
+/// [`check`] with a budget of `evaluations` rule evaluations.
+pub fn check_within(rs: &Ruleset, host: &HostFacts, evaluations: u64) -> Checked {
+    let ctx = Ctx::new(rs, host, evaluations);
     let mut out = Vec::new();
+    // The cheap checks first: the shadow check needs every port, so it is the one cut.
     out.extend(ctx.listeners());
-    out.extend(ctx.shadowed());
     out.extend(ctx.forwards());
+    out.extend(ctx.shadowed());
     // iptables-nft's tables decide fates too, but their rules are the iptables side's to report.
     out.retain(|f| !ctx.table(&f.place).is_some_and(super::is_xtables));
     out.sort_by_key(|a| (a.port, a.protocol, a.kind));
-    out
+    let cut = ctx.cut();
+    Checked { findings: out, cut }
 }
 
 pub(crate) struct Ctx<'a> {
@@ -35,26 +73,96 @@ pub(crate) struct Ctx<'a> {
     pub host: &'a HostFacts,
     /// Where a packet to a host port may be addressed: the host's addresses, or without
     /// them (a dump), every single address a rule compares a destination with.
-    pub locals: Vec<IpAddr>,
+    pub locals: Arc<[IpAddr]>,
+    /// The same, grouped: the ones each port is probed with.
+    dests: Dests,
+    /// Rule evaluations the checks may spend.
+    limit: u64,
+    /// Ports (with protocol) each check set out to examine, and those it examined fully.
+    ports: Cell<usize>,
+    examined: Cell<usize>,
+    /// Ports left unexamined.
+    skipped: std::cell::RefCell<BTreeSet<u16>>,
 }
 
 impl<'a> Ctx<'a> {
-    pub(crate) fn new(rs: &'a Ruleset, host: &'a HostFacts) -> Ctx<'a> {
-        let mut locals: Vec<IpAddr> = host
+    pub(crate) fn new(rs: &'a Ruleset, host: &'a HostFacts, limit: u64) -> Ctx<'a> {
+        let locals: Vec<IpAddr> = host
             .locals
             .iter()
             .copied()
             .filter(|a| !a.is_loopback())
             .collect();
-        if locals.is_empty() {
-            locals = destinations(rs);
-        }
+        let dests = if locals.is_empty() {
+            Dests::of(rs)
+        } else {
+            Dests::each(&locals)
+        };
         Ctx {
             rs,
             ix: Indexed::new(rs),
             host,
-            locals,
+            locals: dests.all().into(),
+            dests,
+            limit,
+            ports: Cell::new(0),
+            examined: Cell::new(0),
+            skipped: Default::default(),
         }
+    }
+
+    /// Whether the budget is spent.
+    pub(crate) fn spent(&self) -> bool {
+        self.ix.spent() >= self.limit
+    }
+
+    /// Count a port a check set out to examine; `false` (and the port left unexamined)
+    /// once the budget is spent.
+    pub(crate) fn start(&self, port: u16) -> bool {
+        self.ports.set(self.ports.get() + 1);
+        if self.spent() {
+            self.skipped.borrow_mut().insert(port);
+            return false;
+        }
+        true
+    }
+
+    /// A port started is examined fully, unless the budget ran out on the way.
+    pub(crate) fn finish(&self, port: u16) -> bool {
+        if self.spent() {
+            self.skipped.borrow_mut().insert(port);
+            return false;
+        }
+        self.examined.set(self.examined.get() + 1);
+        true
+    }
+
+    fn cut(&self) -> Option<Cut> {
+        let skipped = self.skipped.borrow();
+        if skipped.is_empty() {
+            return None;
+        }
+        let tables = self
+            .rs
+            .tables
+            .iter()
+            .filter(|t| {
+                let mut found = BTreeSet::new();
+                for c in &t.chains {
+                    for r in &c.rules {
+                        rule_ports(t, &r.stmts, &mut found);
+                    }
+                }
+                found.iter().any(|(_, p)| skipped.contains(p))
+            })
+            .map(|t| (t.family, t.name.clone()))
+            .collect();
+        Some(Cut {
+            examined: self.examined.get(),
+            ports: self.ports.get(),
+            tables,
+            evaluations: self.ix.spent(),
+        })
     }
 
     /// The first packets of connections to `port`: from outside to each of the host's
@@ -77,30 +185,47 @@ impl<'a> Ctx<'a> {
                     iif: None,
                     oif: None,
                     path,
-                    locals: self.locals.clone(),
+                    locals: Arc::clone(&self.locals),
                 });
             }
         }
         out
     }
 
-    /// Every address a packet to a host port may be sent to.
-    pub(crate) fn all_destinations(&self) -> Vec<IpAddr> {
-        let mut to = self.locals.clone();
+    /// The addresses standing for every address a packet to `port` may be sent to.
+    pub(crate) fn destinations(&self, protocol: Protocol, port: u16) -> Vec<IpAddr> {
+        let mut to = self.dests.at(protocol.number(), port);
         to.push(IpAddr::from([127, 0, 0, 1]));
         to.push(IpAddr::from(std::net::Ipv6Addr::LOCALHOST));
         to
     }
 
-    /// Every fate of a packet to `port`, with its probe.
-    pub(crate) fn fates(&self, protocol: Protocol, port: u16) -> Vec<(Probe, super::Fate)> {
-        self.probes(protocol, port, &self.all_destinations())
-            .into_iter()
-            .map(|p| {
-                let f = self.ix.fate(&p);
-                (p, f)
-            })
-            .collect()
+    /// Every fate of a packet to `port`, with its probe, one at a time, until the budget is
+    /// spent.
+    pub(crate) fn fates(
+        &self,
+        protocol: Protocol,
+        port: u16,
+    ) -> impl Iterator<Item = (Probe, super::Fate)> + '_ {
+        let probes = self.probes(protocol, port, &self.destinations(protocol, port));
+        self.walk(probes)
+    }
+
+    /// [`Ctx::fates`] to the addresses `to`.
+    pub(crate) fn fates_to(
+        &self,
+        protocol: Protocol,
+        port: u16,
+        to: &[IpAddr],
+    ) -> impl Iterator<Item = (Probe, super::Fate)> + '_ {
+        self.walk(self.probes(protocol, port, to))
+    }
+
+    fn walk(&self, probes: Vec<Probe>) -> impl Iterator<Item = (Probe, super::Fate)> + '_ {
+        probes.into_iter().take_while(|_| !self.spent()).map(|p| {
+            let f = self.ix.fate(&p);
+            (p, f)
+        })
     }
 
     pub(crate) fn owner(&self, p: &Place) -> Owner {
@@ -244,7 +369,7 @@ fn rule_port_ranges(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u
     }
 }
 
-fn proto_of(v: &Value) -> Option<u8> {
+pub(crate) fn proto_of(v: &Value) -> Option<u8> {
     match v {
         Value::Proto(p) => Some(*p),
         Value::Int(n) => u8::try_from(*n).ok(),
@@ -265,44 +390,4 @@ fn value_has(v: &Value, port: u16) -> bool {
         Value::Concat(parts) => parts.iter().any(|p| value_has(p, port)),
         _ => false,
     }
-}
-
-/// Every single address a rule of `rs` compares a destination with (a dump's stand-in for
-/// the host's addresses), or a documentation address when none.
-fn destinations(rs: &Ruleset) -> Vec<IpAddr> {
-    let mut out = BTreeSet::new();
-    for t in &rs.tables {
-        let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
-        for c in &t.chains {
-            for r in &c.rules {
-                for s in &r.stmts {
-                    let Stmt::Match(m) = s else { continue };
-                    let Some(at) = m.key.iter().position(|k| matches!(k, Key::Daddr { .. })) else {
-                        continue;
-                    };
-                    let values: Vec<&Value> = match &m.right {
-                        Operand::Values(vs) => vs.iter().collect(),
-                        Operand::Set(name) => elements(name).iter().map(|e| &e.key).collect(),
-                    };
-                    for v in values {
-                        let part = match (m.key.len(), v) {
-                            (1, v) => Some(v),
-                            (_, Value::Concat(parts)) => parts.get(at),
-                            _ => None,
-                        };
-                        if let Some(Value::Addr(a)) = part
-                            && !a.is_loopback()
-                        {
-                            out.insert(*a);
-                        }
-                    }
-                }
-            }
-        }
-    }
-    if out.is_empty() {
-        out.insert(IpAddr::from([192, 0, 2, 1]));
-        out.insert("2001:db8::1".parse().expect("an address"));
-    }
-    out.into_iter().collect()
 }

@@ -21,6 +21,9 @@ impl Ctx<'_> {
             // Every protocol: a claim about every packet must try them all.
             let _ = proto;
             for protocol in protocols(None) {
+                if !self.start(port) {
+                    continue;
+                }
                 for (probe, f) in self.fates(protocol, port) {
                     met.extend(
                         f.outcomes
@@ -73,7 +76,12 @@ impl Ctx<'_> {
                         break;
                     }
                 }
+                self.finish(port);
             }
+        }
+        // A shadow needs every packet: none is claimed when the budget cut the walk short.
+        if self.spent() {
+            return Vec::new();
         }
         // Met by a packet the host forwards (to an address not its own): not shadowed.
         // Looked at only when there is a claim to withdraw: it costs as much again.
@@ -85,6 +93,9 @@ impl Ctx<'_> {
                         met.extend(dnats_met(&self.ix, &probe));
                     }
                 }
+            }
+            if self.spent() {
+                return Vec::new();
             }
         }
         let mut said = HashSet::new();

@@ -18,6 +18,7 @@
 use std::cell::Cell;
 use std::collections::HashSet;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 mod nat;
 
@@ -62,8 +63,8 @@ pub struct Probe {
     /// The interface a forwarded (or locally sent, non-local) packet leaves by.
     pub oif: Option<String>,
     pub path: Path,
-    /// This host's addresses (loopback is always local).
-    pub locals: Vec<IpAddr>,
+    /// This host's addresses (loopback is always local); shared by every probe of a check.
+    pub locals: Arc<[IpAddr]>,
 }
 
 /// A DNAT or redirect the packet met.
@@ -160,6 +161,7 @@ pub(crate) fn fate_without(ix: &Indexed<'_>, probe: &Probe, skip: Option<&Place>
         .into_iter()
         .filter(|o| seen.insert(o.clone()))
         .collect();
+    ix.spend(BUDGET - walk.budget.get());
     Fate { outcomes }
 }
 
@@ -187,6 +189,7 @@ pub(crate) fn dnats_met(ix: &Indexed<'_>, probe: &Probe) -> Vec<Place> {
             walk.hook(Hook::Output, start(probe), Iface::Absent, oif)
         }
     };
+    ix.spend(BUDGET - walk.budget.get());
     ways.into_iter()
         .filter_map(|(st, _)| st.dnat.map(|d| d.place))
         .collect()

@@ -32,7 +32,7 @@ fn probe(daddr: &str, port: u16, path: Path) -> Probe {
         iif: Some("eth0".into()),
         oif: Some("cni0".into()),
         path,
-        locals: vec![ip(NODE)],
+        locals: vec![ip(NODE)].into(),
     }
 }
 
@@ -60,6 +60,13 @@ fn host(listeners: Vec<Listener>, live: &[&str]) -> HostFacts {
     }
 }
 
+/// Every finding of the checks, which must not have reached their budget.
+fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
+    let checked = super::check(rs, host);
+    assert_eq!(checked.cut, None);
+    checked.findings
+}
+
 fn kinds(found: &[NativeFinding]) -> Vec<(NativeKind, u16)> {
     found.iter().map(|f| (f.kind, f.port)).collect()
 }
@@ -85,7 +92,7 @@ fn a_nodeport_without_endpoints_is_rejected_through_its_map_element() {
     let f = fate(&rs, &probe(NODE, 30082, Path::Outside));
     assert_eq!(f.all(|o| o.end == End::Delivered), Tri::Yes);
     let mut other = probe("192.168.0.3", 30080, Path::Outside);
-    other.locals.push(ip("192.168.0.3"));
+    other.locals = vec![ip(NODE), ip("192.168.0.3")].into();
     assert_eq!(fate(&rs, &other).all(|o| o.end == End::Delivered), Tri::Yes);
 }
 
@@ -490,6 +497,53 @@ fn a_20000_element_kube_proxy_ruleset_is_checked_in_bounded_time() {
     );
     // 1.3 s in a debug build (sets indexed by exact key, chains by name, hook orders once).
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+fn a_ruleset_past_the_budget_is_reported_cut_short_never_clean() {
+    // From a dump: no host addresses, so every ClusterIP is a destination (kube-proxy's
+    // `cluster-ips-check`: `ip daddr @cluster-ips reject`).
+    let mut rs = big_kube_proxy(200, 3_000);
+    let kp = &mut rs.tables[0];
+    let ips: Vec<String> = (0..3_000u32)
+        .map(|i| format!("172.30.{}.{}", i / 256, i % 256))
+        .collect();
+    let ips: Vec<&str> = ips.iter().map(String::as_str).collect();
+    kp.sets.push(addr_set("cluster-ips", &ips));
+    kp.chains.push(chain(
+        "cluster-ips-check",
+        vec![rule(vec![
+            in_set(vec![Key::Daddr { v4: true }], "cluster-ips"),
+            Stmt::Reject,
+        ])],
+    ));
+    let output = kp.chains.iter_mut().find(|c| c.name == "filter-output");
+    output
+        .unwrap()
+        .rules
+        .push(rule(vec![jump("cluster-ips-check")]));
+    let dump = HostFacts::default();
+    let started = std::time::Instant::now();
+    let checked = check_within(&rs, &dump, 5_000);
+    let took = started.elapsed();
+    let cut = checked.cut.expect("cut short");
+    assert_eq!(cut.tables, [(TableFamily::Ip, "kube-proxy".to_string())]);
+    assert!(cut.examined < cut.ports, "{cut:?}");
+    // One walk may overshoot the budget, never more.
+    assert!(cut.evaluations < 5_000 + 200_000, "{cut:?}");
+    assert!(
+        !checked
+            .findings
+            .iter()
+            .any(|f| f.kind == NativeKind::Shadowed)
+    );
+    assert!(took < std::time::Duration::from_secs(20), "{took:?}");
+    // Within the budget, the same ruleset is examined whole: each ClusterIP probed with its
+    // own port only, one of them standing for all at every other port.
+    let started = std::time::Instant::now();
+    let whole = super::check(&rs, &dump);
+    assert_eq!(whole.cut, None);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
 
 #[test]
