@@ -117,6 +117,8 @@ pub enum NftError {
     Ruleset { what: String, source: io::Error },
     #[error("the nf_tables ruleset changed during each of {tries} reads in a row")]
     Unsettled { tries: usize },
+    #[error("the tables asked for hold {sets} sets and maps, more than the {limit} read at once")]
+    TooManySets { sets: usize, limit: usize },
     #[error("{family} table natledger, chain {chain}: cannot encode {rule}")]
     Encode {
         family: Family,

@@ -149,6 +149,16 @@ fn native_forwards<'m>(
                     .map(|m| (m, f))
             })
             .collect()),
+        Err(e @ crate::kernel::nftables::NftError::TooManySets { .. }) => {
+            // Too costly for every start (kube-proxy's nftables mode with thousands of
+            // Services): not checked, as before natledger read native tables; doctor does.
+            log::info!(
+                "other owners' native nftables forwards not checked: {}; natledger doctor \
+                 examines them",
+                Chain(&e)
+            );
+            Ok(Vec::new())
+        }
         Err(e) => {
             let e = format!("native nftables tables: {}", Chain(&e));
             if refuse {

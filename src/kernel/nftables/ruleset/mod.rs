@@ -48,7 +48,7 @@ pub const TRIES: usize = 5;
 /// The whole nf_tables ruleset of the session's network namespace and the generation it is
 /// the ruleset of.
 pub fn read(session: &mut Session<'_>) -> Result<(Ruleset, u32), NftError> {
-    read_tables(session, &|_, _| true)
+    read_tables(session, &|_, _| true, usize::MAX)
 }
 
 /// The tables `keep` (given each table's family and name) chooses, whole, and the
@@ -56,13 +56,19 @@ pub fn read(session: &mut Session<'_>) -> Result<(Ruleset, u32), NftError> {
 /// table): create's check of other owners' native forwards leaves out iptables-nft's tables
 /// (read chain by chain by the iptables walk: kube-proxy's 10,000 rules there cost 55-85 ms
 /// a read) and natledger's own.
+///
+/// Each set's elements are one dump, and the kernel finds the set by a walk of its table's
+/// sets: kube-proxy's nftables mode has an anonymous verdict map per Service, and 5,000 of
+/// them cost 740 ms a read. More than `max_sets` sets in the kept tables is
+/// [`NftError::TooManySets`], found by one dump of the sets, before any element is read.
 pub fn read_tables(
     session: &mut Session<'_>,
     keep: &dyn Fn(TableFamily, &str) -> bool,
+    max_sets: usize,
 ) -> Result<(Ruleset, u32), NftError> {
     let mut generation = session.generation()?;
     for _ in 0..TRIES {
-        let ruleset = read_once(session, keep)?;
+        let ruleset = read_once(session, keep, max_sets)?;
         let after = session.generation()?;
         if after == generation {
             return Ok((ruleset, generation));
@@ -100,6 +106,7 @@ fn failed(what: &str) -> impl Fn(io::Error) -> NftError + '_ {
 fn read_once(
     session: &mut Session<'_>,
     keep: &dyn Fn(TableFamily, &str) -> bool,
+    max_sets: usize,
 ) -> Result<Ruleset, NftError> {
     let mut b = Builder::default();
     session
@@ -122,6 +129,19 @@ fn read_once(
             },
         )
         .map_err(failed("the sets"))?;
+    let kept = sets
+        .iter()
+        .filter(|(family, set)| {
+            set.as_ref()
+                .is_ok_and(|(table, _)| b.at(*family, table).is_some())
+        })
+        .count();
+    if kept > max_sets {
+        return Err(NftError::TooManySets {
+            sets: kept,
+            limit: max_sets,
+        });
+    }
     for (family, set) in sets {
         let (table, info) = set.map_err(failed("the sets"))?;
         if b.at(family, &table).is_none() {
