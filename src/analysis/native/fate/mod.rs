@@ -478,29 +478,15 @@ impl Walk<'_> {
             Stmt::Reject => vec![(st, RuleFlow::Verdict(Flow::Drop(at(None), true)))],
             Stmt::Verdict(v) => self.verdict(table, v, st, depth, at(None), &go_on),
             Stmt::Vmap { key, map } => {
-                let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
-                let Some((found, set)) = self.find(table, map, &fields) else {
+                let Some((missing, hits)) = self.branches(&st, table, key, map) else {
                     return vec![(
                         st.guessed(Tri::Maybe),
                         RuleFlow::Verdict(Flow::Unknown(Some(at(None)))),
                     )];
                 };
-                let mut out = Vec::new();
-                if found.none {
-                    let t = if found.hits.is_empty() {
-                        Tri::Yes
-                    } else {
-                        Tri::Maybe
-                    };
-                    out.push((st.clone().guessed(t), RuleFlow::Next));
-                }
-                let several = found.hits.len() > 1 || found.none;
-                for (e, t) in found.hits {
-                    let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| ElementRef {
-                        set,
-                        key: e.key.clone(),
-                    });
+                let mut out: Vec<(St, RuleFlow)> =
+                    missing.into_iter().map(|s| (s, RuleFlow::Next)).collect();
+                for (s, e, element) in hits {
                     match &e.data {
                         Some(ElementData::Verdict(v)) => {
                             out.extend(self.verdict(table, v, s, depth, at(element), &go_on))

@@ -2,6 +2,7 @@
 //! (its address, port, or a map's element), and which elements a lookup may find.
 
 use super::*;
+use crate::model::ruleset::{Element, Key};
 
 impl Walk<'_> {
     pub(super) fn nat(
@@ -54,27 +55,13 @@ impl Walk<'_> {
                 None => vec![accept(st, None, None)],
             },
             Some(NatAddr::Map { key, map }) => {
-                let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
-                let Some((found, set)) = self.find(table, map, &fields) else {
+                let Some((missing, hits)) = self.branches(&st, table, key, map) else {
                     return vec![(st, RuleFlow::Verdict(Flow::Unknown(Some(at(None)))))];
                 };
-                let mut out = Vec::new();
-                if found.none {
-                    let t = if found.hits.is_empty() {
-                        Tri::Yes
-                    } else {
-                        Tri::Maybe
-                    };
-                    // No element: the nat expression breaks, the rule does not match.
-                    out.push((st.clone().guessed(t), RuleFlow::Next));
-                }
-                let several = found.hits.len() > 1 || found.none;
-                for (e, t) in found.hits {
-                    let s = st.clone().guessed(if several { Tri::Maybe } else { t });
-                    let element = set.clone().map(|set| ElementRef {
-                        set,
-                        key: e.key.clone(),
-                    });
+                // No element: the nat expression breaks, the rule does not match.
+                let mut out: Vec<(St, RuleFlow)> =
+                    missing.into_iter().map(|s| (s, RuleFlow::Next)).collect();
+                for (s, e, element) in hits {
                     let to = match &e.data {
                         Some(ElementData::Value(Value::Concat(parts))) => {
                             match (parts.first().and_then(first_addr), parts.get(1)) {
@@ -94,7 +81,44 @@ impl Walk<'_> {
     }
 }
 
+/// A lookup's ways: without an element, and into each element (with its place).
+type Branches<'t> = (Option<St>, Vec<(St, &'t Element, Option<ElementRef>)>);
+
 impl Walk<'_> {
+    /// The ways a lookup of `key` in `map` goes for `st`: on without an element (when the
+    /// key may be in none), and into each element it may find, with the element's place in
+    /// a named map; `None`: no such map. Shared by verdict maps and nat maps.
+    pub(super) fn branches<'t>(
+        &self,
+        st: &St,
+        table: &'t Table,
+        key: &[Key],
+        map: &'t SetRef,
+    ) -> Option<Branches<'t>> {
+        let fields: Vec<Field> = key.iter().map(|k| st.pkt.field(k)).collect();
+        let (found, set) = self.find(table, map, &fields)?;
+        let missing = found.none.then(|| {
+            st.clone().guessed(match found.hits.is_empty() {
+                true => Tri::Yes,
+                false => Tri::Maybe,
+            })
+        });
+        let several = found.hits.len() > 1 || found.none;
+        let hits = found
+            .hits
+            .into_iter()
+            .map(|(e, t)| {
+                let s = st.clone().guessed(if several { Tri::Maybe } else { t });
+                let element = set.clone().map(|set| ElementRef {
+                    set,
+                    key: e.key.clone(),
+                });
+                (s, e, element)
+            })
+            .collect();
+        Some((missing, hits))
+    }
+
     /// What a lookup of `fields` in `map` may find (less the element skipped), and the
     /// map's name; `None`: no such map.
     pub(super) fn find<'t>(
