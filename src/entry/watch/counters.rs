@@ -167,7 +167,7 @@ mod tests {
             Restored {
                 chain: "NATLEDGER-HOSTPORTS".into(),
                 rule: vec!["-j".into(), "ACCEPT".into()],
-                container: Some("c".into()),
+                container: Some("c".parse().unwrap()),
             };
             3
         ];
