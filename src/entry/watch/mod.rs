@@ -3,13 +3,14 @@
 //! ledger lock, as every change) when something may have changed:
 //! - an nf_tables commit, anyone's (iptables-nft's tables, natledger's own, a `nft flush
 //!   ruleset`): told by the kernel through the `NFNLGRP_NFTABLES` multicast group
-//!   ([`Monitor`]); only what touches natledger's tables, its chains or the built-in chains
+//!   ([`Monitor`](crate::kernel::nftables::monitor::Monitor)); only what touches natledger's tables, its chains or the built-in chains
 //!   it jumps from counts, and the generation it announces says whether it was committed
 //!   since the last reconcile;
 //! - a changed iptables-legacy table, which tells no one: its `IPT_SO_GET_INFO` size and
 //!   entry count and a digest of natledger's chains and the jumps into them
-//!   ([`iptc::stamp`]), per family, nat and filter, compared every [`LEGACY_EVERY`] (the
-//!   digest of a table over [`SMALL`] every [`DEEP_EVERY`]th time only);
+//!   ([`crate::kernel::iptc::stamp`], asked of each driver: [`crate::backend::Driver::stamp`]),
+//!   per family, nat and filter, compared every [`LEGACY_EVERY`] (the digest of a table over
+//!   [`SMALL`] every [`DEEP_EVERY`]th time only: [`legacy`]);
 //! - firewalld's `Reloaded` signal on the system bus ([`firewalld`]: a subscription made
 //!   again with back-off where there is no bus or it dropped; never fatal);
 //! - SIGHUP (at once, a back-off hold included), and the backstop period.
@@ -24,8 +25,13 @@
 //! signals have a handler of their own (blocked, read from the signalfd), so that as PID 1 of
 //! a container they are not dropped. Repairs undone again and again back off ([`backoff`]).
 //!
+//! Timing is kept apart from the sync, as in kube-proxy's bounded-frequency runner: the wake
+//! sources and their timers are [`wake`] (one [`wake::Sources::wait`] that says why it woke,
+//! as [`wake::Wake`] values), the reconcile and what follows from it (holds, back-off,
+//! counters, warnings, what is due and why) is [`reconciler`]; [`run`] only connects them.
+//!
 //! It never creates the state directory (only what records does): while it is missing, watch
-//! waits for it, checking every second, and touches nothing ([`wait_for_ledger`]). A ledger
+//! waits for it, checking every second, and touches nothing ([`signals::wait_for_ledger`]). A ledger
 //! that records nothing leaves the rules of containers no manifest knows (`sweep::held`).
 //!
 //! With `--doctor-period`, doctor runs on a thread of its own ([`doctor`]) and tells the loop

@@ -288,6 +288,19 @@ mod tests {
     }
 
     #[test]
+    fn a_restored_rules_container_is_written_as_the_string_it_was() {
+        let json = |r: &Restored| serde_json::to_string(r).unwrap();
+        assert_eq!(
+            json(&restored(Some("c1"))),
+            r#"{"chain":"NATLEDGER-HOSTPORTS","rule":["-j","ACCEPT"],"container":"c1"}"#
+        );
+        assert_eq!(
+            json(&restored(None)),
+            r#"{"chain":"NATLEDGER-HOSTPORTS","rule":["-j","ACCEPT"]}"#
+        );
+    }
+
+    #[test]
     fn a_due_reconcile_waits_the_gap_after_the_last_and_any_back_off_hold() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
