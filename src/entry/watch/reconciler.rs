@@ -301,6 +301,48 @@ mod tests {
     }
 
     #[test]
+    fn a_hold_that_ends_makes_a_reconcile_due_and_sighup_ends_every_hold() {
+        let settings = Settings::lenient(&|_| None).0;
+        let mut r = Reconciler::new(&settings);
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(r.ready(t0), Some(Why::Start));
+        (r.due, r.last) = (None, Some(t0));
+        // Container a's rules put back again and again: its repairs wait, no other's.
+        let back = report(vec![restored(Some("a"))]);
+        for i in 0..backoff::FREE {
+            r.repaired(&back, t0 + ms(u64::from(i)));
+        }
+        let now = t0 + ms(u64::from(backoff::FREE - 1));
+        assert_eq!((r.counters.held, r.counters.backoffs), (1, 1));
+        let end = now + backoff::FIRST;
+        let hold = Deadlines {
+            hold_end: Some(end),
+            gate: None,
+        };
+        assert_eq!(r.deadlines(now), hold);
+        assert_eq!(r.ready(now), None, "nothing due");
+        r.due(Why::Nftables);
+        assert_eq!(
+            r.deadlines(now).gate,
+            Some(t0 + GAP),
+            "the gap after the last"
+        );
+        r.due = None;
+        // The hold ends: a reconcile is due to put a's rules back.
+        assert_eq!(r.deadlines(end), Deadlines::default());
+        assert_eq!(r.ready(end), Some(Why::HoldOver));
+        assert_eq!(r.counters.held, 0);
+        // Held again; SIGHUP ends the hold at once, a reconcile is due.
+        r.repaired(&back, end);
+        assert_eq!(r.holds.held(end).len(), 1);
+        r.hangup();
+        assert!(r.holds.held(end).is_empty());
+        assert_eq!(r.deadlines(end).hold_end, None);
+        assert_eq!(r.ready(end), Some(Why::Hangup));
+    }
+
+    #[test]
     fn a_due_reconcile_waits_the_gap_after_the_last_and_any_back_off_hold() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
