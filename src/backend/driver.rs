@@ -4,6 +4,7 @@
 //! which backend it is; what the backends share (the restore-then-read-and-diff strategy)
 //! is in [`super::write`].
 
+use crate::kernel::iptc::Stamp;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
@@ -142,6 +143,21 @@ pub trait Driver: Sync {
     /// the caller uses the restore). None by default.
     fn delete_tagged(&self, _nf: &Netfilter, _family: Family, _expected: &[Tagged]) -> bool {
         false
+    }
+
+    /// A cheap summary of `table` that changes when natledger's chains or the jumps into
+    /// them may have (watch compares it, for a backend that tells no one of its changes);
+    /// `known`, when its size and entry count are still the table's, is returned unread.
+    /// `None` (by default, or for an absent or unreadable table): changes are told, or
+    /// nothing to compare.
+    fn stamp(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _table: Table,
+        _known: Option<Stamp>,
+    ) -> Option<Stamp> {
+        None
     }
 
     /// After `sweep --all` removed natledger's chains from `table`: drop the table when

@@ -80,6 +80,21 @@ impl Driver for IptablesLegacy {
         Some(found)
     }
 
+    /// Its `IPT_SO_GET_INFO` size and entry count and a digest of natledger's chains and the
+    /// jumps into them ([`iptc::stamp`]); an absent table (procfs) is not created by asking.
+    fn stamp(
+        &self,
+        _nf: &Netfilter,
+        family: Family,
+        table: Table,
+        known: Option<iptc::Stamp>,
+    ) -> Option<iptc::Stamp> {
+        match legacy_table_exists(family, table.as_str()) {
+            Ok(true) => iptc::stamp(family, table.as_str(), known).ok(),
+            _ => None,
+        }
+    }
+
     /// Exactly the recorded rules of one table, through its socket options
     /// ([`crate::kernel::iptc::delete`]); declined unless every one is found.
     fn delete_recorded_in_table(

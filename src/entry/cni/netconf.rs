@@ -199,28 +199,8 @@ impl NetConf {
             CniError::new(Code::Decode, "error decoding network config", e.to_string())
         })?;
         refuse_portmap_only(&wire)?;
-        let name = wire.name.unwrap_or_default();
-        if name.is_empty() {
-            return Err(invalid("missing network name"));
-        }
-        if !valid_name(&name) {
-            return Err(CniError::new(
-                Code::InvalidConfig,
-                "invalid characters found in network name",
-                Echo::from(name).to_string(),
-            ));
-        }
-        let plugin_type = wire.plugin_type.unwrap_or_default();
-        if plugin_type.is_empty() || plugin_type.contains(['/', '\\']) {
-            return Err(CniError::new(
-                Code::InvalidConfig,
-                "invalid plugin type",
-                format!(
-                    "type {} must be a file name in CNI_PATH",
-                    Echo::from(plugin_type)
-                ),
-            ));
-        }
+        let name = network_name(wire.name)?;
+        let plugin_type = plugin_type(wire.plugin_type)?;
         let mappings = wire
             .runtime_config
             .unwrap_or_default()
@@ -230,52 +210,89 @@ impl NetConf {
             .map(to_mapping)
             .collect::<Result<Vec<_>, _>>()?;
         let mappings = super::validate::distinct_host_ports(mappings)?;
-        let prev_result = match wire.prev_result {
-            None | Some(Value::Null) => None,
-            Some(v @ Value::Object(_)) => Some(v),
-            Some(other) => {
-                return Err(CniError::new(
-                    Code::Decode,
-                    "error decoding prevResult",
-                    format!("prevResult is a JSON {}, not an object", kind(&other)),
-                ));
-            }
-        };
-        let state_dir = match wire.state_dir {
-            None => None,
-            Some(dir) if dir.starts_with('/') => Some(PathBuf::from(dir)),
-            Some(dir) => {
-                return Err(CniError::new(
-                    Code::InvalidConfig,
-                    "invalid stateDir",
-                    format!("stateDir {} is not an absolute path", Echo::from(dir)),
-                ));
-            }
-        };
-        let backend = wire.backend.as_deref().map(backend_choice).transpose()?;
-        let refuse_conflicts = match wire.port_conflict.as_deref() {
-            None => None,
-            Some("warn") => Some(false),
-            Some("refuse") => Some(true),
-            Some(other) => {
-                return Err(CniError::new(
-                    Code::InvalidConfig,
-                    "invalid portConflict",
-                    format!("portConflict {} is not warn or refuse", Echo::from(other)),
-                ));
-            }
-        };
         Ok(NetConf {
             version,
             name,
             plugin_type,
             mappings,
-            prev_result,
-            state_dir,
-            backend,
-            refuse_conflicts,
+            prev_result: prev_result(wire.prev_result)?,
+            state_dir: state_dir(wire.state_dir)?,
+            backend: wire.backend.as_deref().map(backend_choice).transpose()?,
+            refuse_conflicts: port_conflict(wire.port_conflict.as_deref())?,
             valid_attachments: wire.valid_attachments,
         })
+    }
+}
+
+/// `name`: present, in the characters a network name may hold.
+fn network_name(name: Option<String>) -> Result<String, CniError> {
+    let name = name.unwrap_or_default();
+    if name.is_empty() {
+        return Err(invalid("missing network name"));
+    }
+    if !valid_name(&name) {
+        return Err(CniError::new(
+            Code::InvalidConfig,
+            "invalid characters found in network name",
+            Echo::from(name).to_string(),
+        ));
+    }
+    Ok(name)
+}
+
+/// `type`: a file name in CNI_PATH.
+fn plugin_type(plugin_type: Option<String>) -> Result<String, CniError> {
+    let plugin_type = plugin_type.unwrap_or_default();
+    if plugin_type.is_empty() || plugin_type.contains(['/', '\\']) {
+        return Err(CniError::new(
+            Code::InvalidConfig,
+            "invalid plugin type",
+            format!(
+                "type {} must be a file name in CNI_PATH",
+                Echo::from(plugin_type)
+            ),
+        ));
+    }
+    Ok(plugin_type)
+}
+
+/// `prevResult`: absent, null or an object.
+fn prev_result(prev_result: Option<Value>) -> Result<Option<Value>, CniError> {
+    match prev_result {
+        None | Some(Value::Null) => Ok(None),
+        Some(v @ Value::Object(_)) => Ok(Some(v)),
+        Some(other) => Err(CniError::new(
+            Code::Decode,
+            "error decoding prevResult",
+            format!("prevResult is a JSON {}, not an object", kind(&other)),
+        )),
+    }
+}
+
+/// `stateDir`: absent or an absolute path.
+fn state_dir(dir: Option<String>) -> Result<Option<PathBuf>, CniError> {
+    match dir {
+        None => Ok(None),
+        Some(dir) if dir.starts_with('/') => Ok(Some(PathBuf::from(dir))),
+        Some(dir) => Err(CniError::new(
+            Code::InvalidConfig,
+            "invalid stateDir",
+            format!("stateDir {} is not an absolute path", Echo::from(dir)),
+        )),
+    }
+}
+
+/// `portConflict`: whether a conflict is refused (`refuse`) or warned of (`warn`).
+fn port_conflict(word: Option<&str>) -> Result<Option<bool>, CniError> {
+    match word {
+        None => Ok(None),
+        Some("warn") => Ok(Some(false)),
+        Some("refuse") => Ok(Some(true)),
+        Some(other) => Err(CniError::new(
+            Code::InvalidConfig,
+            "invalid portConflict",
+            format!("portConflict {} is not warn or refuse", Echo::from(other)),
+        )),
     }
 }
 

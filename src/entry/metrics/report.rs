@@ -35,6 +35,19 @@ pub(crate) fn unix_seconds(at: SystemTime) -> f64 {
 /// A sweep's series; `finished` is when it ended (the timestamp series).
 pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
     let mut e = Exposition::new();
+    run(&mut e, report, finished);
+    let places = places(report);
+    removed(&mut e, report, &places);
+    containers(&mut e, report);
+    owned(&mut e, report, &places);
+    if report.repair {
+        restored(&mut e, report);
+    }
+    e
+}
+
+/// When the sweep ended, how long it took, its errors.
+fn run(e: &mut Exposition, report: &SweepReport, finished: SystemTime) {
     e.gauge(
         "natledger_sweep_last_run_timestamp_seconds",
         "Unix time the last natledger sweep finished.",
@@ -51,14 +64,21 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
          could not read or write, unreadable manifests). 0 means everything due was removed.",
     )
     .sample(&[], report.errors.len() as f64);
+}
 
-    // The backend/family pairs the sweep looked at, in its order.
+/// The backend/family pairs the sweep looked at, in its order.
+fn places(report: &SweepReport) -> Vec<(Backend, Family)> {
     let mut places: Vec<(Backend, Family)> = Vec::new();
     for t in &report.tables {
         if !places.contains(&(t.backend, t.family)) {
             places.push((t.backend, t.family));
         }
     }
+    places
+}
+
+/// Rules removed, by reason, backend and family.
+fn removed(e: &mut Exposition, report: &SweepReport, places: &[(Backend, Family)]) {
     let removed = e.gauge(
         "natledger_sweep_last_rules_removed",
         "Rules the last sweep removed, by reason (dead-container: its container is dead; \
@@ -66,7 +86,7 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
          chain this version no longer uses; uninstall: sweep --all), backend and family \
          (nat and filter tables summed).",
     );
-    for &(backend, family) in &places {
+    for &(backend, family) in places {
         for reason in Reason::ALL {
             let n = report
                 .tables
@@ -85,6 +105,10 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
             );
         }
     }
+}
+
+/// Manifests removed, and containers by what the sweep judged them.
+fn containers(e: &mut Exposition, report: &SweepReport) {
     let manifests = report
         .containers
         .iter()
@@ -108,13 +132,17 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
             .count();
         containers.sample(&[("state", &word(&state))], n as f64);
     }
+}
+
+/// natledger's rules left, by backend and family.
+fn owned(e: &mut Exposition, report: &SweepReport, places: &[(Backend, Family)]) {
     let owned = e.gauge(
         "natledger_sweep_last_rules_owned",
         "natledger's rules (containers', shared chains' and jumps) left after the last sweep, \
          by backend and family (nat and filter tables summed). Absent for a backend and family \
          whose tables could not be read.",
     );
-    for &(backend, family) in &places {
+    for &(backend, family) in places {
         let counts: Option<usize> = report
             .tables
             .iter()
@@ -128,25 +156,26 @@ pub fn sweep(report: &SweepReport, finished: SystemTime) -> Exposition {
             );
         }
     }
-    if report.repair {
-        let restored = e.gauge(
-            "natledger_sweep_last_rules_restored",
-            "Rules of live containers (and the shared chains' jumps and guard) the last \
-             sweep --repair put back because the table lacked them, by backend, family and \
-             table.",
-        );
-        for t in &report.tables {
-            let labels = [
-                ("backend", word(&t.backend)),
-                ("family", word(&t.family)),
-                ("table", t.table.to_string()),
-            ];
-            let labels: Vec<(&'static str, &str)> =
-                labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
-            restored.sample(&labels, t.rules_restored.len() as f64);
-        }
+}
+
+/// `--repair`: rules put back, by backend, family and table.
+fn restored(e: &mut Exposition, report: &SweepReport) {
+    let restored = e.gauge(
+        "natledger_sweep_last_rules_restored",
+        "Rules of live containers (and the shared chains' jumps and guard) the last \
+         sweep --repair put back because the table lacked them, by backend, family and \
+         table.",
+    );
+    for t in &report.tables {
+        let labels = [
+            ("backend", word(&t.backend)),
+            ("family", word(&t.family)),
+            ("table", t.table.to_string()),
+        ];
+        let labels: Vec<(&'static str, &str)> =
+            labels.iter().map(|(n, v)| (*n, v.as_str())).collect();
+        restored.sample(&labels, t.rules_restored.len() as f64);
     }
-    e
 }
 
 /// One sample per kind and severity doctor knows, the number of `findings` of each (0 where

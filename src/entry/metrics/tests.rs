@@ -249,7 +249,7 @@ fn a_repair_reports_the_rules_put_back_per_table() {
         Restored {
             chain: "NATLEDGER-HOSTPORTS".into(),
             rule: vec!["-j".into(), "ACCEPT".into()],
-            container: Some("c1".into()),
+            container: Some("c1".parse().unwrap()),
         };
         2
     ];

@@ -62,6 +62,14 @@ impl Counters {
 
     pub fn exposition(&self) -> Exposition {
         let mut e = Exposition::new();
+        self.per_table(&mut e);
+        self.reconciles(&mut e);
+        self.back_off(&mut e);
+        e
+    }
+
+    /// Repairs and rules put back, by backend, family and table.
+    fn per_table(&self, e: &mut Exposition) {
         let repairs = e.counter(
             "natledger_watch_repairs_total",
             "Reconciles that put back rules a table lacked (a live container's, or the shared \
@@ -91,6 +99,10 @@ impl Counters {
                 *n as f64,
             );
         }
+    }
+
+    /// Rules removed, reconciles, their errors and time.
+    fn reconciles(&self, e: &mut Exposition) {
         e.counter(
             "natledger_watch_rules_removed_total",
             "Rules removed as sweep removes them (dead containers' and orphans).",
@@ -127,6 +139,10 @@ impl Counters {
             )
             .sample(&[], unix);
         }
+    }
+
+    /// Back-off, containers held, rules left unclaimed.
+    fn back_off(&self, e: &mut Exposition) {
         e.counter(
             "natledger_watch_backoffs_total",
             "Times watch held a repair back because what it put back was removed again and \
@@ -145,7 +161,6 @@ impl Counters {
              place, because the state directory holds no manifest (sweep --boot removes them).",
         )
         .sample(&[], self.unclaimed as f64);
-        e
     }
 }
 
@@ -167,7 +182,7 @@ mod tests {
             Restored {
                 chain: "NATLEDGER-HOSTPORTS".into(),
                 rule: vec!["-j".into(), "ACCEPT".into()],
-                container: Some("c".into()),
+                container: Some("c".parse().unwrap()),
             };
             3
         ];

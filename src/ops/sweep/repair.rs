@@ -29,6 +29,7 @@ use crate::backend::{Backend, write};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{Owner, goes_first, owner};
+use crate::model::oci::ContainerId;
 use crate::model::save::{Op, Table as Dump};
 use crate::model::table::Table;
 use crate::state::ledger::Manifest;
@@ -43,7 +44,7 @@ pub struct Restored {
     pub rule: Vec<String>,
     /// The container whose manifest records it; none for a shared rule (a jump, the guard).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub container: Option<String>,
+    pub container: Option<ContainerId>,
 }
 
 /// What one table lacks, and the operations (after the sweep's) that put it back.
@@ -68,18 +69,18 @@ pub fn repair(
     let live: &[&Manifest] = &ranked.manifests;
     let mut out = Repair::default();
     // Per record: its manifest's place (newest first), container, chain and rule.
-    let wanted: Vec<(usize, &str, &str, Vec<String>)> = live
+    let wanted: Vec<(usize, &ContainerId, &str, Vec<String>)> = live
         .iter()
         .enumerate()
         .flat_map(|(at, m)| {
-            let id = m.container_id.as_str();
+            let id = &m.container_id;
             m.rules
                 .iter()
                 .filter(|r| r.backend == backend && r.family == family && r.is_in(table))
                 .filter_map(move |r| Some((at, id, r.chain.as_str(), r.rule()?.to_args())))
         })
         // Only a container's own rule in a natledger chain, as it would be read back.
-        .filter(|(_, id, chain, args)| owner(chain, args) == Owner::Container(id))
+        .filter(|(_, id, chain, args)| owner(chain, args) == Owner::Container(id.as_str()))
         .collect();
     // The shared rules go with any rule of the backend and family (natledger's own tables
     // keep the localhost guard in a filter table no container record is in).
@@ -140,7 +141,7 @@ pub fn repair(
     for chain in chains {
         // Create's order: DNATs inserted at the top (newest manifest first), the rest
         // appended (oldest first); each manifest's records in order.
-        let mut order: Vec<&(usize, &str, &str, Vec<String>)> =
+        let mut order: Vec<&(usize, &ContainerId, &str, Vec<String>)> =
             wanted.iter().filter(|(_, _, c, _)| *c == chain).collect();
         if !goes_first(chain) {
             order.sort_by_key(|(at, ..)| std::cmp::Reverse(*at));
@@ -156,7 +157,7 @@ pub fn repair(
         // is then kept between the stack's present rules that must precede it and those
         // that must follow it.
         let mut found: Vec<(usize, usize)> = Vec::new();
-        let mut missing: Vec<(usize, usize, &str, &Vec<String>)> = Vec::new();
+        let mut missing: Vec<(usize, usize, &ContainerId, &Vec<String>)> = Vec::new();
         let mut anchor = None;
         for (m, id, _, args) in order {
             match at.get_mut(args.as_slice()).and_then(VecDeque::pop_front) {
@@ -167,7 +168,7 @@ pub fn repair(
                 None => missing.push((anchor.map_or(0, |i| i + 1), *m, id, args)),
             }
         }
-        let mut groups: BTreeMap<usize, Vec<(&str, &Vec<String>)>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<(&ContainerId, &Vec<String>)>> = BTreeMap::new();
         for (gap, m, id, args) in missing {
             let gap = match goes_first(chain) {
                 true => within_stack(ranked, &found, m, gap),
@@ -189,7 +190,7 @@ pub fn repair(
                 out.rules.push(Restored {
                     chain: chain.to_string(),
                     rule: args.clone(),
-                    container: Some(id.to_string()),
+                    container: Some(id.clone()),
                 });
             }
             inserted += count;

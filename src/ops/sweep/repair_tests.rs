@@ -119,7 +119,7 @@ fn a_wiped_table_gets_chains_jumps_and_rules_newest_first() {
     let owners: Vec<Option<&str>> = repair
         .rules
         .iter()
-        .map(|r| r.container.as_deref())
+        .map(|r| r.container.as_ref().map(ContainerId::as_str))
         .collect();
     assert_eq!(
         owners,
@@ -182,7 +182,10 @@ fn dead_containers_rules_go_and_positions_count_without_them() {
             format!("-A NATLEDGER-HOSTPORTS {}", dnat_args("live", 8080)),
         ]
     );
-    assert_eq!(repair.rules[0].container.as_deref(), Some("live"));
+    assert_eq!(
+        repair.rules[0].container.as_ref().map(ContainerId::as_str),
+        Some("live")
+    );
 }
 
 /// Records natledger would not write (kept as text), or that name another owner or chain,
@@ -322,12 +325,12 @@ fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
         .collect();
     let own = restored
         .iter()
-        .filter(|r| r.container.as_deref() == Some("c1"));
+        .filter(|r| r.container.as_ref().map(ContainerId::as_str) == Some("c1"));
     assert_eq!(own.count(), live.rules.len());
     assert!(
         restored
             .iter()
-            .all(|r| r.container.as_deref() != Some("dead"))
+            .all(|r| r.container.as_ref().map(ContainerId::as_str) != Some("dead"))
     );
     for record in &live.rules {
         let line = format!("{} {}", record.chain, record.args().join(" "));
