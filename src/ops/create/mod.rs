@@ -1,4 +1,7 @@
-//! create-runtime: install a container's port forwards and record them, write-ahead.
+//! create-runtime: install a container's port forwards and record them, write-ahead. The
+//! steps, under the lock ([`create`]): the claims of other manifests judged (`claims.rs`) and
+//! the rules planned; the manifest written ahead; the rules installed, then recorded
+//! (`install.rs`); what follows the writes, on every way out, written once (`after.rs`).
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -3,15 +3,16 @@
 //!
 //! One pass, under the ledger lock (so hooks wait while it runs, and it never sees a
 //! container half-created):
-//! 1. judge every manifest: alive (pid, start time and boot all match), dead, or unreadable
-//!    (kept: its container might be alive); one only too large to read whole is judged from
-//!    its liveness fields (`ledger::summarize`, read before the lock);
+//! 1. judge every manifest (`judge.rs`): alive (pid, start time and boot all match), dead, or
+//!    unreadable (kept: its container might be alive); one only too large to read whole is
+//!    judged from its liveness fields (`ledger::summarize`, read before the lock);
 //! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
-//!    transaction: natledger's rules tagged for a container that is not alive go, wherever
-//!    they are now (see [`plan`]); a transaction that fails because the table changed since
-//!    the read is planned again from a new read, once;
+//!    transaction (`table.rs`): natledger's rules tagged for a container that is not alive go,
+//!    wherever they are now (see [`plan`]); a transaction that fails because the table changed
+//!    since the read is planned again from a new read, once; then the flows of the DNATs that
+//!    went or came back are forgotten;
 //! 3. dead manifests go once no table that could hold their rules failed; otherwise they stay
-//!    (phase `removing`, naming the rules that may remain) for the next sweep.
+//!    (phase `removing`, naming the rules that may remain) for the next sweep (`settle.rs`).
 //!
 //! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.

@@ -92,8 +92,8 @@ pub struct TablePlan {
 pub const REWRITE_AT: usize = 64;
 
 /// Plan the removals in `name` (nat or filter) of one family, as `table` shows it: each rule
-/// classified ([`classify`]), the chains that go judged ([`removable_chains`]), then the
-/// transaction emitted chain by chain, jump by jump ([`emit_chains`], [`emit_jumps`]).
+/// classified (`classify`), the chains that go judged (`removable_chains`), then the
+/// transaction emitted chain by chain, jump by jump (`emit_chains`, `emit_jumps`).
 pub fn plan(
     backend: Backend,
     name: crate::model::table::Table,
@@ -149,7 +149,7 @@ pub fn plan(
 /// Per rule in a natledger chain: whether it goes (and why), and whether natledger wrote it.
 type Verdict<'t> = (&'t SavedRule, Option<Removed>, bool);
 
-/// A table's rules sorted by owner ([`classify`]).
+/// A table's rules sorted by owner (`classify`).
 struct Classified<'t> {
     /// The rules in natledger chains, each with its verdict.
     verdicts: Vec<Verdict<'t>>,

@@ -56,7 +56,7 @@ pub struct Repair {
 /// Plan the repair of `table` of one backend and family, as `dump` shows it once `removed`
 /// (the sweep's plan) is gone. `live` are the manifests whose rules must be in force, in
 /// create's order ([`super::order::rank`]): the shared rules they need first, then per chain
-/// the records the table lacks, each in its place ([`restore_chain`]).
+/// the records the table lacks, each in its place (`restore_chain`).
 pub fn repair(
     backend: Backend,
     caps: Capabilities,
