@@ -26,27 +26,10 @@ pub(super) fn sweep_table(
 ) -> TableReport {
     let mut report = TableReport::new(backend, family, name.as_str());
     for attempt in 0..2 {
-        let table = match ctx.netfilter.read(backend, family, name.as_str()) {
-            Ok(Some(table)) => table,
-            // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
-            // live containers' rules.
-            Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
-                crate::model::save::Table {
-                    name: name.as_str().to_string(),
-                    ..Default::default()
-                }
-            }
-            Ok(None) => return report.with_state(TableState::Absent),
-            // Legacy is only read when its table exists: rules may be there, unreadable.
-            Err(e @ BackendError::ToolNotFound { .. })
-                if backend.driver().capabilities().tables_seen_without_tools =>
-            {
-                return report.failed(format!("the {name} table exists, but {e}"));
-            }
-            Err(BackendError::ToolNotFound { .. }) => {
-                return report.with_state(TableState::NotInstalled);
-            }
-            Err(e) => return report.failed(crate::chain::text(&e)),
+        let table = match read(ctx, backend, family, name, repair) {
+            Ok(table) => table,
+            Err(Unread::State(state)) => return report.with_state(state),
+            Err(Unread::Failed(error)) => return report.failed(error),
         };
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
@@ -87,6 +70,43 @@ pub(super) fn sweep_table(
         }
     }
     unreachable!("the second attempt returns")
+}
+
+/// Why a table was not read: absent, or its tools missing (a state to report), or a failure.
+enum Unread {
+    State(TableState),
+    Failed(String),
+}
+
+/// One read of the table. A table gone whole (`nft flush ruleset`) reads as empty when
+/// `repair`'s live manifests need it.
+fn read(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    name: Table,
+    repair: Option<&Ranked>,
+) -> Result<crate::model::save::Table, Unread> {
+    match ctx.netfilter.read(backend, family, name.as_str()) {
+        Ok(Some(table)) => Ok(table),
+        // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
+        // live containers' rules.
+        Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
+            Ok(crate::model::save::Table {
+                name: name.as_str().to_string(),
+                ..Default::default()
+            })
+        }
+        Ok(None) => Err(Unread::State(TableState::Absent)),
+        // Legacy is only read when its table exists: rules may be there, unreadable.
+        Err(e @ BackendError::ToolNotFound { .. })
+            if backend.driver().capabilities().tables_seen_without_tools =>
+        {
+            Err(Unread::Failed(format!("the {name} table exists, but {e}")))
+        }
+        Err(BackendError::ToolNotFound { .. }) => Err(Unread::State(TableState::NotInstalled)),
+        Err(e) => Err(Unread::Failed(crate::chain::text(&e))),
+    }
 }
 
 /// Whether a live manifest records a rule of this backend and family (its tables need
