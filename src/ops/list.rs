@@ -139,37 +139,7 @@ pub fn render_table(entries: &[ListEntry]) -> String {
             .rules
             .first()
             .map_or("-".to_string(), |r| r.backend.to_string());
-        let ids = |ids: &[ContainerId]| -> String {
-            let ids: Vec<&str> = ids.iter().map(ContainerId::as_str).collect();
-            ids.join(",")
-        };
-        let mut state = match (e.alive, e.kept_for.is_empty()) {
-            (true, _) => "alive".to_string(),
-            (false, true) => "dead".to_string(),
-            (false, false) => format!("dead (rules kept for {})", ids(&e.kept_for)),
-        };
-        let st = &e.stack;
-        if !st.behind.is_empty() {
-            let _ = write!(state, " (behind {})", ids(&st.behind));
-        }
-        if !st.behind_dead.is_empty() {
-            let _ = write!(
-                state,
-                " (behind dead {}, whose rules go at the next sweep)",
-                ids(&st.behind_dead)
-            );
-        }
-        if !st.in_front_of.is_empty() {
-            let serves = if st.serves { "serves, " } else { "" };
-            let _ = write!(state, " ({serves}in front of {})", ids(&st.in_front_of));
-        }
-        if !st.other_backend.is_empty() {
-            let _ = write!(
-                state,
-                " (stacked with {} in another backend: the hooks' order decides who serves)",
-                ids(&st.other_backend)
-            );
-        }
+        let state = state_text(e);
         let _ = writeln!(
             out,
             "{}  {}  {state}  {:?}  {}  {}",
@@ -201,6 +171,43 @@ pub fn render_table(entries: &[ListEntry]) -> String {
         }
     }
     out
+}
+
+/// A container's state in its block's first line: alive or dead (whose rules are kept for
+/// whom), then its place in a stack.
+fn state_text(e: &ListEntry) -> String {
+    let ids = |ids: &[ContainerId]| -> String {
+        let ids: Vec<&str> = ids.iter().map(ContainerId::as_str).collect();
+        ids.join(",")
+    };
+    let mut state = match (e.alive, e.kept_for.is_empty()) {
+        (true, _) => "alive".to_string(),
+        (false, true) => "dead".to_string(),
+        (false, false) => format!("dead (rules kept for {})", ids(&e.kept_for)),
+    };
+    let st = &e.stack;
+    if !st.behind.is_empty() {
+        let _ = write!(state, " (behind {})", ids(&st.behind));
+    }
+    if !st.behind_dead.is_empty() {
+        let _ = write!(
+            state,
+            " (behind dead {}, whose rules go at the next sweep)",
+            ids(&st.behind_dead)
+        );
+    }
+    if !st.in_front_of.is_empty() {
+        let serves = if st.serves { "serves, " } else { "" };
+        let _ = write!(state, " ({serves}in front of {})", ids(&st.in_front_of));
+    }
+    if !st.other_backend.is_empty() {
+        let _ = write!(
+            state,
+            " (stacked with {} in another backend: the hooks' order decides who serves)",
+            ids(&st.other_backend)
+        );
+    }
+    state
 }
 
 #[cfg(test)]

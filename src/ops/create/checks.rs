@@ -4,6 +4,9 @@
 use std::net::SocketAddr;
 
 use super::*;
+use crate::chain::Chain;
+use crate::kernel::host;
+use crate::model::oci::PORT_CONFLICT_ANNOTATION;
 
 /// Whether the container asked to refuse a start over a conflict
 /// (`io.natledger.port-conflict=refuse`), or, without its annotation, the host

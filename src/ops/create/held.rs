@@ -21,7 +21,8 @@ use crate::model::portspec::PortMapping;
 use crate::state::ledger::{Locked, Manifest};
 use crate::state::sharing::Membership;
 
-use super::{Claims, Creating, Error};
+use super::claims::Claims;
+use super::{Creating, Error};
 
 /// What a create does when a live container in another network namespace holds one of its
 /// host ports.

@@ -1,7 +1,14 @@
 //! route_localnet towards a container whose mapping answers on 127.0.0.1, once its create
 //! wrote the localhost guard.
 
-use super::*;
+use std::net::IpAddr;
+
+use crate::chain::Chain;
+use crate::model::family::Family;
+use crate::model::table::Table;
+use crate::state::ledger::{Manifest, RuleRecord};
+
+use super::Context;
 
 /// Turn on route_localnet towards the container when a mapping answers on 127.0.0.1, and
 /// only when this create wrote the IPv4 filter table: the localhost guard is then in place

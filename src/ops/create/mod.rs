@@ -1,29 +1,30 @@
-//! create-runtime: install a container's port forwards and record them, write-ahead.
+//! create-runtime: install a container's port forwards and record them, write-ahead. The
+//! steps, under the lock ([`create`]): the claims of other manifests judged (`claims.rs`) and
+//! the rules planned; the manifest written ahead; the rules installed, then recorded
+//! (`install.rs`); what follows the writes, on every way out, written once (`after.rs`).
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::analysis::forwards;
-use crate::chain::Chain;
 use crate::fault;
-use crate::kernel::host::{self, Listener};
+use crate::kernel::host::Listener;
 use crate::kernel::netns::is_global_unicast;
 use crate::kernel::netns_id::{NetnsId, proc_netns};
 use crate::model::echo::Echo;
 use crate::model::family::{Family, IfAddr};
-use crate::model::oci::{ContainerId, HookInput, IP_ANNOTATION, PORT_CONFLICT_ANNOTATION};
+use crate::model::oci::{ContainerId, HookInput, IP_ANNOTATION};
 use crate::model::portspec::bounds::{Bound, MAX_RULES, check_count, coalesce};
 use crate::model::portspec::{PortMapping, check_conflicts, parse_entries};
-use crate::model::table::Table;
-use crate::state::ledger::{CniAttachment, Locked, Manifest, Phase, RuleRecord, SCHEMA, Shared};
+use crate::state::ledger::{CniAttachment, Locked, Manifest, Phase, SCHEMA};
 use crate::state::liveness;
-use crate::state::sharing::{self, Membership, Needs};
+use crate::state::sharing;
 
-use super::remove::{remove_container, settle};
-use super::{Context, Error, flows};
-use crate::kernel::conntrack::Flows;
+use super::{Context, Error};
 
+mod after;
 mod checks;
+mod claims;
 mod held;
 mod install;
 mod limits;
@@ -40,11 +41,10 @@ mod tests_host;
 #[cfg(test)]
 mod tests_share;
 
-use checks::*;
+use after::AfterWrites;
+use checks::{check_forwards, check_listeners, refuse_conflicts};
+use claims::{Claims, judge_claims, release_dead};
 pub use held::Held;
-use held::Stacked;
-use install::*;
-use loopback::allow_loopback_sources;
 use plan::plan;
 pub use planned::planned;
 
@@ -151,6 +151,30 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
     };
     let locked = ctx.ledger.lock()?;
     // The rules and the split between own and shared mappings are decided under the lock.
+    let draft = draft(ctx, input, mappings, addresses, pid_start_time);
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let mut after = AfterWrites::default();
+    let result = install_locked(ctx, &locked, input, draft, &keepers, &cache, &mut after);
+    let manifest = after::finish(ctx, &cache, after, result)?;
+    Ok(Created::Installed {
+        rules: manifest.rules.len(),
+    })
+}
+
+/// The manifest drafted before the lock, and the addresses it records bare, with prefixes.
+struct Draft {
+    manifest: Manifest,
+    addresses: Vec<IfAddr>,
+}
+
+/// The manifest of `input`, phase installing, with no rules yet.
+fn draft(
+    ctx: &Context,
+    input: &Creating,
+    mappings: Vec<PortMapping>,
+    addresses: Vec<IfAddr>,
+    pid_start_time: Option<u64>,
+) -> Draft {
     let manifest = Manifest {
         schema: SCHEMA,
         container_id: input.id.clone(),
@@ -173,67 +197,57 @@ pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
         stacked_on: Vec::new(),
         cni: input.cni.clone(),
     };
-    // Whatever happens once rules may have changed, on every way out: the flows that would
-    // stay on an old path are forgotten, the forwards cache follows natledger's own
-    // transactions, and the netlink socket is released.
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let mut after = AfterWrites::default();
-    let draft = Draft {
+    Draft {
         manifest,
         addresses,
-    };
-    let result = install_locked(ctx, &locked, input, draft, &keepers, &cache, &mut after);
-    flows::forget(ctx, &after.stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, after.generation);
-    ctx.netfilter.release_native();
-    let manifest = result?;
-    held::log_stacked(&manifest.container_id, ctx.backend, &after.stacked);
-    allow_loopback_sources(ctx, &manifest);
-    for shared in &manifest.shares {
-        let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();
-        log::info!(
-            "{} shares {} with container {} (same network namespace)",
-            manifest.container_id,
-            mappings.join(","),
-            shared.holder
-        );
     }
-    Ok(Created::Installed {
-        rules: manifest.rules.len(),
-    })
 }
 
-/// The manifest drafted before the lock, and the addresses it records bare, with prefixes.
-struct Draft {
-    manifest: Manifest,
-    addresses: Vec<IfAddr>,
-}
-
-/// What the way out of [`create_runtime`] settles, gathered on the way in.
-#[derive(Default)]
-struct AfterWrites {
-    /// The UDP and SCTP flows whose conntrack entries go once the rules are in place (or
-    /// rolled back): dead holders', and this container's.
-    stale_flows: Vec<Flows>,
-    /// The iptables-nft generation before natledger wrote.
-    generation: Option<forwards::Before>,
-    /// The live holders this container's rules go in front of.
-    stacked: Vec<Stacked>,
-}
-
-/// create-runtime under the lock: the claims (dead holders, live ones, rules shared in one
-/// network namespace), the rules of the mappings this container holds itself, other owners'
-/// forwards, the manifest written ahead, the rules per family (rolled back on failure), the
-/// manifest as installed.
+/// create-runtime under the lock, step by step: the claims (dead holders, live ones, rules
+/// shared in one network namespace) and the rules of the mappings this container holds
+/// itself ([`plan_rules`]), an earlier instance's rules taken over ([`adopt`]), other owners'
+/// forwards ([`forward_conflicts`]), the manifest written ahead ([`write_ahead`]), the rules
+/// per family (rolled back on failure, [`install::install`]), the manifest as installed
+/// ([`install::record`]), and what waited for the rules ([`after::recorded`]).
 fn install_locked(
     ctx: &Context,
     locked: &Locked,
     input: &Creating,
     draft: Draft,
     keepers: &[(Listener, PortMapping)],
-    cache: &std::path::Path,
+    cache: &Path,
     after: &mut AfterWrites,
 ) -> Result<Manifest, Error> {
+    let (mut manifest, mut claims) = plan_rules(ctx, input, draft, after)?;
+    let adopted = adopt(input, &mut manifest, &mut claims);
+    let families: Vec<Family> = Family::ALL
+        .into_iter()
+        .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
+        .collect();
+    let mut check_after = None;
+    if !manifest.mappings.is_empty() && !adopted {
+        check_after = forward_conflicts(ctx, input, &manifest, &families, keepers)?;
+    }
+    write_ahead(ctx, locked, input, &manifest, claims, cache, after)?;
+    if adopted {
+        return Ok(manifest);
+    }
+    fault::point(fault::CREATE_WRITTEN_AHEAD);
+    let skipped = install::install(ctx, locked, &manifest, after)?;
+    let manifest = install::record(ctx, locked, manifest, &skipped, after)?;
+    after::recorded(ctx, input, &manifest, &families, check_after, cache, after)?;
+    Ok(manifest)
+}
+
+/// The claims judged ([`judge_claims`]), and from them the manifest's own mappings, shares
+/// and stacks; then its rules planned towards its addresses (read again now if none were
+/// before and it needs some), refused past [`MAX_RULES`].
+fn plan_rules(
+    ctx: &Context,
+    input: &Creating,
+    draft: Draft,
+    after: &mut AfterWrites,
+) -> Result<(Manifest, Claims), Error> {
     let (mut manifest, mut addresses) = (draft.manifest, draft.addresses);
     let mut claims = judge_claims(ctx, input, &manifest)?;
     // What is left of a range split around shared ports, merged again where consecutive.
@@ -254,123 +268,78 @@ fn install_locked(
         };
         return Err(limits::too_large(&input.id, bound));
     }
-    // Restarted in the namespace whose live members share its rules: the rules stay where
-    // they are when they are exactly what it would write now, so those members' port is
-    // never cut; otherwise they are written again, and the members stay named.
-    let mut adopted = false;
-    if let Some(earlier) = claims.restarted.take() {
-        manifest.shared_by = earlier.shared_by.clone();
-        if earlier.phase == Phase::Installed && earlier.rules == manifest.rules {
-            claims.dead.retain(|(m, _)| m.container_id != input.id);
-            manifest.phase = Phase::Installed;
-            adopted = true;
-        } else {
-            log::warn!(
-                "container {} restarts with other rules than those live \
-                 container(s) of its namespace share; they are written again",
-                input.id
-            );
-        }
+    Ok((manifest, claims))
+}
+
+/// Restarted in the namespace whose live members share its rules: the rules stay where
+/// they are when they are exactly what it would write now, so those members' port is
+/// never cut (returns true: nothing is written but the manifest); otherwise they are
+/// written again, and the members stay named.
+fn adopt(input: &Creating, manifest: &mut Manifest, claims: &mut Claims) -> bool {
+    let Some(earlier) = claims.restarted.take() else {
+        return false;
+    };
+    manifest.shared_by = earlier.shared_by.clone();
+    if earlier.phase == Phase::Installed && earlier.rules == manifest.rules {
+        claims.dead.retain(|(m, _)| m.container_id != input.id);
+        manifest.phase = Phase::Installed;
+        return true;
     }
-    let families: Vec<Family> = Family::ALL
-        .into_iter()
-        .filter(|f| manifest.rules.iter().any(|r| r.family == *f))
+    log::warn!(
+        "container {} restarts with other rules than those live \
+         container(s) of its namespace share; they are written again",
+        input.id
+    );
+    false
+}
+
+/// Other owners' forwards of the manifest's ports: refused now, or (returned) the keepers to
+/// warn of once the rules are written (the legacy nat table is then walked as just written).
+/// Each keeper goes with the own mapping its port is in (one split around shared ports keeps
+/// the pieces that remain).
+fn forward_conflicts(
+    ctx: &Context,
+    input: &Creating,
+    manifest: &Manifest,
+    families: &[Family],
+    keepers: &[(Listener, PortMapping)],
+) -> Result<Option<Vec<(Listener, PortMapping)>>, Error> {
+    let keepers: Vec<(Listener, PortMapping)> = keepers
+        .iter()
+        .filter_map(|(l, m)| {
+            let own = manifest.mappings.iter().find(|o| {
+                o.protocol == m.protocol
+                    && o.host_ip == m.host_ip
+                    && (o.host_ports.start..=o.host_ports.end).contains(&l.port)
+            })?;
+            Some((l.clone(), own.clone()))
+        })
         .collect();
-    let mut check_after = None;
-    if !manifest.mappings.is_empty() && !adopted {
-        // Each keeper with the own mapping its port is in (one split around shared ports
-        // keeps the pieces that remain).
-        let keepers: Vec<(Listener, PortMapping)> = keepers
-            .iter()
-            .filter_map(|(l, m)| {
-                let own = manifest.mappings.iter().find(|o| {
-                    o.protocol == m.protocol
-                        && o.host_ip == m.host_ip
-                        && (o.host_ports.start..=o.host_ports.end).contains(&l.port)
-                })?;
-                Some((l.clone(), own.clone()))
-            })
-            .collect();
-        // Warnings wait for the rules: the legacy nat table is walked as just written.
-        match input.refuse_conflicts {
-            true => check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?,
-            false => check_after = Some(keepers),
-        }
+    match input.refuse_conflicts {
+        true => check_forwards(ctx, input, &manifest.mappings, families, &keepers).map(|()| None),
+        false => Ok(Some(keepers)),
     }
+}
+
+/// The manifest written ahead, once the dead claims are released. The holders learn of this
+/// sharer before its manifest says it shares: a crash between the two leaves a name in
+/// `shared_by` with no manifest sharing, which means nothing.
+fn write_ahead(
+    ctx: &Context,
+    locked: &Locked,
+    input: &Creating,
+    manifest: &Manifest,
+    claims: Claims,
+    cache: &Path,
+    after: &mut AfterWrites,
+) -> Result<(), Error> {
     after.generation = forwards::before_writes(&ctx.netfilter, cache);
     after.stale_flows = release_dead(ctx, locked, claims.dead);
     fault::point(fault::CREATE_CLAIMS_RELEASED);
-
-    // The holders learn of this sharer before its manifest says it shares: a crash between
-    // the two leaves a name in `shared_by` with no manifest sharing, which means nothing.
     share::store_holders(locked, input, &claims.holders)?;
     held::store_turned(locked, &after.stacked)?;
-    locked.store(&manifest)?;
-    if adopted {
-        return Ok(manifest);
-    }
-    fault::point(fault::CREATE_WRITTEN_AHEAD);
-
-    // Written exactly as recorded: the transactions are built from the manifest's records.
-    let mut installed: Vec<Family> = Vec::new();
-    let mut skipped: Vec<(Family, Table)> = Vec::new();
-    for family in Family::ALL {
-        let rules: Vec<&RuleRecord> = manifest
-            .rules
-            .iter()
-            .filter(|r| r.family == family)
-            .collect();
-        if rules.is_empty() {
-            continue;
-        }
-        match ctx.backend.driver().install(&ctx.netfilter, family, &rules) {
-            Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
-            Err(failed) => {
-                // Roll back the families installed before, and this one when one of its
-                // tables went in before another failed. The manifest goes unless something
-                // could not be removed, in which case it names what may remain.
-                if failed.partial {
-                    installed.push(family);
-                }
-                let mut applied = manifest.clone();
-                applied.rules.retain(|r| installed.contains(&r.family));
-                roll_back(ctx, locked, applied, after)?;
-                return Err(failed.error.into());
-            }
-        }
-        installed.push(family);
-        if family == Family::Ipv4 {
-            fault::point(fault::CREATE_IPV4_APPLIED);
-        }
-    }
-    fault::point(fault::CREATE_APPLIED);
-    // A table that could not be written (the filter accept, see `install`) holds none of
-    // these rules: the manifest records exactly what was written.
-    manifest
-        .rules
-        .retain(|r| !skipped.iter().any(|(f, t)| r.family == *f && r.is_in(*t)));
-    manifest.phase = Phase::Installed;
-    if let Err(error) = locked.store(&manifest) {
-        // The rules are in but the manifest cannot say so (a full state directory has room
-        // for the manifest written ahead, not for the temp file of its update): the create
-        // fails, so they go, and the manifest with them.
-        roll_back(ctx, locked, manifest, after)?;
-        return Err(error.into());
-    }
-    fault::point(fault::CREATE_RECORDED);
-    if let Some(keepers) = check_after {
-        forwards::carry(&ctx.netfilter, cache, after.generation.take()); // own commits first
-        check_forwards(ctx, input, &manifest.mappings, &families, &keepers)?;
-    }
-    // Now that the new rules are in place: a packet arriving before them would only have
-    // made a new entry on the old path.
-    after.stale_flows.extend(flows::of_added(
-        manifest
-            .rules
-            .iter()
-            .filter_map(|r| Some((r.family, r.rule()?))),
-    ));
-    Ok(manifest)
+    locked.store(manifest)?;
+    Ok(())
 }
 
 /// `io.natledger.ip` (bare addresses: no subnet), or the addresses found inside the
@@ -403,169 +372,4 @@ fn container_addresses(ctx: &Context, input: &HookInput) -> Result<Vec<IfAddr>, 
         });
     }
     Ok(addrs)
-}
-
-/// The host-port claims other manifests make on this container's mappings.
-struct Claims {
-    /// Manifests whose rules go first, and why: holders of a clashing port whose container
-    /// and sharers are all dead, and an earlier create of this same container.
-    dead: Vec<(Manifest, String)>,
-    /// The mappings this container holds itself: its own, less the ports it shares.
-    own: Vec<PortMapping>,
-    /// Mappings this container shares with a live group in its network namespace (pieces
-    /// of its mappings, each inside one of the holder's: `share::split_shared`).
-    shared: Vec<Shared>,
-    /// The holders of `shared`, to record this container in their `shared_by`.
-    holders: Vec<Manifest>,
-    /// This container's earlier manifest, when live containers of its namespace share its
-    /// rules (also in `dead`, unless its rules can be taken over as they are).
-    restarted: Option<Manifest>,
-    /// Live holders in other network namespaces whose ports this container takes over
-    /// ([`Held::Stack`]).
-    stacked: Vec<Stacked>,
-}
-
-/// Judge host-port claims, changing nothing: a live holder of the same address, port and
-/// protocol in another network namespace is stacked on or refuses the start ([`Held`]), judged
-/// after sharing (`held::judge_foreign`: ports only shared write nothing to stack); a
-/// container in the holder's network namespace (`crate::state::sharing`) asking for ports the
-/// holder forwards the same way shares them port by port (`share::split_shared`: a range is cut around them); a holder whose
-/// container and sharers are all dead is marked for removal. An earlier manifest of this same
-/// container id (a retried create) is replaced the same way.
-fn judge_claims(ctx: &Context, input: &Creating, me: &Manifest) -> Result<Claims, Error> {
-    let mut others = Vec::new();
-    for entry in ctx.ledger.list()? {
-        match entry {
-            Ok(m) => others.push(m),
-            Err(e) => log::warn!("skipping {}", Chain(&e)),
-        }
-    }
-    let needs = Needs::judge(ctx.host, &others);
-    let mut claims = Claims {
-        own: me.mappings.clone(),
-        dead: Vec::new(),
-        shared: Vec::new(),
-        holders: Vec::new(),
-        restarted: None,
-        stacked: Vec::new(),
-    };
-    let mut foreign = Vec::new();
-    for other in &others {
-        let id = &other.container_id;
-        if *id == input.id {
-            // Ids are unique per runtime, not per host: a live container with this id and
-            // another pid belongs to someone else (another runtime or namespace).
-            if other.pid != input.pid && needs.alive(id) {
-                return Err(Error::IdInUse {
-                    id: input.id.clone(),
-                    pid: pid_text(other.pid),
-                });
-            }
-            // A holder created again (a restart under the same id) while live containers of
-            // its namespace share its rules: they are still needed. In the same namespace it
-            // takes its rules over as they are (see `install_locked`); elsewhere it is
-            // refused, like anyone else asking for a held port.
-            let sharers = needs.sharers(id);
-            if let Some(keeper) = sharers.first() {
-                let membership = sharing::membership(ctx.host, me, other, &sharers);
-                if membership != Membership::Same {
-                    return Err(Error::PortClaimed {
-                        mapping: other.mappings.first().cloned().unwrap_or_else(|| {
-                            me.mappings.first().expect("create has mappings").clone()
-                        }),
-                        holder: keeper.container_id.clone(),
-                        origin: keeper.origin(),
-                        membership,
-                    });
-                }
-                claims.restarted = Some(other.clone());
-            }
-            claims.dead.push((
-                other.clone(),
-                "an earlier create of the same container".to_string(),
-            ));
-            continue;
-        }
-        // Every mapping asked for: a shared one may clash with a holder elsewhere too.
-        let clash = me
-            .mappings
-            .iter()
-            .find(|m| other.mappings.iter().any(|o| m.conflicts_with(o)));
-        let Some(first) = clash.cloned() else {
-            continue;
-        };
-        if !needs.needed(id) {
-            claims
-                .dead
-                .push((other.clone(), format!("dead holder of {first}")));
-            continue;
-        }
-        let mut members: Vec<&Manifest> = needs.sharers(id);
-        if needs.alive(id) {
-            members.insert(0, other);
-        }
-        let keeper = members[0];
-        let membership = sharing::membership(ctx.host, me, other, &members);
-        if membership != Membership::Same {
-            // Not a member: another holder of the port, judged once the shared ports are known.
-            foreign.push(held::Foreign {
-                holder: other,
-                keeper,
-                membership,
-            });
-            continue;
-        }
-        if !claims
-            .own
-            .iter()
-            .any(|m| other.mappings.iter().any(|o| m.conflicts_with(o)))
-        {
-            continue; // already shared with another holder of this namespace
-        }
-        // Only a complete set of rules is shared (not one written ahead by a create that
-        // never finished, nor what a failed removal left).
-        if other.phase != Phase::Installed {
-            return Err(Error::PortClaimed {
-                mapping: first,
-                holder: keeper.container_id.clone(),
-                origin: keeper.origin(),
-                membership,
-            });
-        }
-        let (own, shared) = share::split_shared(&claims.own, &other.mappings, id)?;
-        claims.own = own;
-        claims.shared.push(Shared {
-            holder: id.clone(),
-            mappings: shared,
-        });
-        claims.holders.push(other.clone());
-    }
-    held::judge_foreign(input, ctx.backend, &foreign, &mut claims)?;
-    Ok(claims)
-}
-
-/// Remove the rules and manifests of the dead claims. Returns the UDP and SCTP flows of the
-/// forwards removed.
-fn release_dead(ctx: &Context, locked: &Locked, dead: Vec<(Manifest, String)>) -> Vec<Flows> {
-    let mut flows = Vec::new();
-    for (manifest, why) in dead {
-        let id = manifest.container_id.clone();
-        let removal = remove_container(ctx, locked, &id, Some(&manifest));
-        flows.extend(removal.flows.iter().copied());
-        if removal.removed > 0 {
-            log::info!(
-                "removed {} rule(s) of container {id} ({why})",
-                removal.removed
-            );
-        }
-        if let Err(e) = settle(locked, &id, Some(manifest), removal) {
-            // The new rules go first in the chain, so leftovers cannot shadow them.
-            log::warn!("{}", Chain(&e));
-        }
-    }
-    flows
-}
-
-fn pid_text(pid: Option<i32>) -> String {
-    pid.map_or_else(|| "unknown".into(), |p| p.to_string())
 }

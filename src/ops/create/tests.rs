@@ -5,6 +5,7 @@ use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
 use crate::state::ledger::Ledger;
+use crate::state::ledger::Shared;
 
 fn stdin_of(inv: &Invocation) -> String {
     String::from_utf8(inv.stdin.clone().unwrap()).unwrap()

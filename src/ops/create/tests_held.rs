@@ -23,6 +23,7 @@ use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
 use crate::ops::{Removed, remove_recorded};
 use crate::state::ledger::{CniAttachment, Ledger};
+use crate::state::sharing::Membership;
 
 const NFT: Backend = Backend::Nft;
 

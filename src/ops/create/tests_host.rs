@@ -8,6 +8,7 @@ use std::net::IpAddr;
 use super::*;
 use crate::backend::Backend;
 use crate::kernel::machine::fake::{BOOT_ID, PID_NAMESPACE};
+use crate::model::oci::PORT_CONFLICT_ANNOTATION;
 use crate::model::portspec::Protocol;
 use crate::ops::testing::*;
 use crate::state::ledger::Ledger;

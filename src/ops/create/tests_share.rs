@@ -13,6 +13,7 @@ use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
 use crate::state::ledger::Ledger;
+use crate::state::ledger::Shared;
 
 fn id(s: &str) -> ContainerId {
     s.parse().unwrap()

@@ -49,17 +49,36 @@ impl<'m> Ranked<'m> {
 }
 
 /// Rank `live` (each manifest with its file's modification time) in create's order;
-/// `stacked_on` holds every manifest's of the ledger (live or not), by container id.
+/// `stacked_on` holds every manifest's of the ledger (live or not), by container id: who must
+/// stay in front of whom (`stacked_pairs`), then the order (`placed`).
 pub fn rank<'m>(
     live: &[(SystemTime, &'m Manifest)],
     stacked_on: &HashMap<ContainerId, Vec<ContainerId>>,
 ) -> Ranked<'m> {
+    let ahead = stacked_pairs(live, stacked_on);
+    let placed = placed(live, &ahead);
+    let mut at = vec![0usize; live.len()];
+    for (new, &old) in placed.iter().enumerate() {
+        at[old] = new;
+    }
+    Ranked {
+        manifests: placed.iter().map(|&i| live[i].1).collect(),
+        ahead: ahead.into_iter().map(|(f, b)| (at[f], at[b])).collect(),
+    }
+}
+
+/// `(front, behind)`, indices into `live`: who each live manifest is stacked on,
+/// transitively, among the live ones. A cycle (impossible by construction) is dropped: its
+/// members are ordered by time and id only.
+fn stacked_pairs(
+    live: &[(SystemTime, &Manifest)],
+    stacked_on: &HashMap<ContainerId, Vec<ContainerId>>,
+) -> HashSet<(usize, usize)> {
     let index: HashMap<&ContainerId, usize> = live
         .iter()
         .enumerate()
         .map(|(i, (_, m))| (&m.container_id, i))
         .collect();
-    // Who each live manifest is stacked on, transitively, among the live ones.
     let mut ahead: HashSet<(usize, usize)> = HashSet::new();
     for (i, (_, m)) in live.iter().enumerate() {
         let mut seen: HashSet<&ContainerId> = HashSet::from([&m.container_id]);
@@ -78,7 +97,6 @@ pub fn rank<'m>(
             next.extend(on);
         }
     }
-    // A cycle (impossible by construction): its members are ordered by time and id only.
     let cyclic: Vec<(usize, usize)> = ahead
         .iter()
         .copied()
@@ -87,11 +105,15 @@ pub fn rank<'m>(
     for pair in cyclic {
         ahead.remove(&pair);
     }
-    // Kahn's walk: of the manifests nothing still unplaced must precede, the newest (then
-    // the greatest id) goes next.
+    ahead
+}
+
+/// The indices of `live` in create's order, by Kahn's walk over `ahead`: of the manifests
+/// nothing still unplaced must precede, the newest (then the greatest id) goes next.
+fn placed(live: &[(SystemTime, &Manifest)], ahead: &HashSet<(usize, usize)>) -> Vec<usize> {
     let mut waits_for = vec![0usize; live.len()];
     let mut behind: Vec<Vec<usize>> = vec![Vec::new(); live.len()];
-    for &(front, back) in &ahead {
+    for &(front, back) in ahead {
         waits_for[back] += 1;
         behind[front].push(back);
     }
@@ -112,14 +134,7 @@ pub fn rank<'m>(
     }
     // The relation is acyclic once mutual pairs are gone, so every manifest is placed.
     debug_assert_eq!(placed.len(), live.len());
-    let mut at = vec![0usize; live.len()];
-    for (new, &old) in placed.iter().enumerate() {
-        at[old] = new;
-    }
-    Ranked {
-        manifests: placed.iter().map(|&i| live[i].1).collect(),
-        ahead: ahead.into_iter().map(|(f, b)| (at[f], at[b])).collect(),
-    }
+    placed
 }
 
 #[cfg(test)]

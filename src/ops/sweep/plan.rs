@@ -91,7 +91,9 @@ pub struct TablePlan {
 /// spends ~80 µs on each `-D` but ~45 µs on each `-A`, and a flush is one operation.
 pub const REWRITE_AT: usize = 64;
 
-/// Plan the removals in `name` (nat or filter) of one family, as `table` shows it.
+/// Plan the removals in `name` (nat or filter) of one family, as `table` shows it: each rule
+/// classified (`classify`), the chains that go judged (`removable_chains`), then the
+/// transaction emitted chain by chain, jump by jump (`emit_chains`, `emit_jumps`).
 pub fn plan(
     backend: Backend,
     name: crate::model::table::Table,
@@ -107,7 +109,6 @@ pub fn plan(
         owned_after: 0,
         unrecorded_kept: 0,
     };
-
     // Container and shared rules in natledger chains, and what holds each chain in place.
     let owned: Vec<&str> = table
         .chains
@@ -115,10 +116,60 @@ pub fn plan(
         .map(|(c, _)| c.as_str())
         .filter(|c| is_owned_chain(c))
         .collect();
-    // Per rule in a natledger chain: whether it goes, and whether natledger wrote it.
-    let mut verdicts: Vec<(&SavedRule, Option<Removed>, bool)> = Vec::new();
-    let mut held: HashSet<&str> = HashSet::new();
-    let mut blockers: Vec<(&str, &SavedRule)> = Vec::new();
+    let mut sorted = classify(table, claims);
+    out.unrecorded_kept = sorted.unrecorded_kept;
+    let current = owned_chains(backend, name.as_str(), family);
+    let removable = removable_chains(&owned, &current, claims, &sorted, &mut out.blocked);
+    let shared_reason = if claims.all {
+        Reason::Uninstall
+    } else {
+        Reason::StaleChain
+    };
+    for (rule, verdict, _) in &mut sorted.verdicts {
+        if verdict.is_none() && removable.contains(rule.chain.as_str()) {
+            *verdict = Some(removed(rule, shared_reason, None));
+        }
+    }
+    emit_chains(&owned, &sorted.verdicts, &removable, &mut out);
+    emit_jumps(table, claims, &removable, &mut out);
+    for chain in owned.iter().filter(|c| removable.contains(*c)) {
+        out.batch.ops.push(Op::DeleteChain(chain.to_string()));
+        out.chains.push(chain.to_string());
+    }
+    // Every rule removed is natledger's; a duplicated jump put back counts once.
+    let owned_before = table
+        .rules
+        .iter()
+        .filter(|r| !matches!(owner(&r.chain, &r.args), Owner::Foreign))
+        .count();
+    out.owned_after = owned_before.saturating_sub(out.rules.len());
+    out
+}
+
+/// Per rule in a natledger chain: whether it goes (and why), and whether natledger wrote it.
+type Verdict<'t> = (&'t SavedRule, Option<Removed>, bool);
+
+/// A table's rules sorted by owner (`classify`).
+struct Classified<'t> {
+    /// The rules in natledger chains, each with its verdict.
+    verdicts: Vec<Verdict<'t>>,
+    /// natledger chains a rule that may stay is in or jumps to.
+    held: HashSet<&'t str>,
+    /// Rules natledger did not write, each with the natledger chain it is in or jumps to.
+    blockers: Vec<(&'t str, &'t SavedRule)>,
+    /// Rules tagged for containers no manifest knows, kept ([`Claims::keep_unrecorded`]).
+    unrecorded_kept: usize,
+}
+
+/// Sort `table`'s rules by owner: a container's goes or stays as `claims` say, another
+/// owner's in or into a natledger chain blocks that chain's removal.
+fn classify<'t>(table: &'t Table, claims: &Claims) -> Classified<'t> {
+    let mut sorted = Classified {
+        verdicts: Vec::new(),
+        held: HashSet::new(),
+        blockers: Vec::new(),
+        unrecorded_kept: 0,
+    };
     for rule in &table.rules {
         let target = comment_and_target(&rule.args).1;
         if is_owned_chain(&rule.chain) {
@@ -126,14 +177,14 @@ pub fn plan(
             let certainly_gone = matches!(owner(&rule.chain, &rule.args),
                 Owner::Container(id) if claims.goes(id));
             if let (false, Some(to)) = (certainly_gone, target.filter(|t| is_owned_chain(t))) {
-                held.insert(to);
+                sorted.held.insert(to);
             }
         }
         match owner(&rule.chain, &rule.args) {
             Owner::Container(id) => {
                 let gone = claims.goes(id);
                 let unknown = !claims.kept.contains(id) && !claims.dead.contains(id);
-                out.unrecorded_kept += usize::from(!gone && unknown);
+                sorted.unrecorded_kept += usize::from(!gone && unknown);
                 let reason = if claims.all {
                     Reason::Uninstall
                 } else if claims.dead.contains(id) {
@@ -142,65 +193,73 @@ pub fn plan(
                     Reason::Orphan
                 };
                 if !gone {
-                    held.insert(&rule.chain);
+                    sorted.held.insert(&rule.chain);
                 }
                 let removed = gone.then(|| removed(rule, reason, Some(id)));
-                verdicts.push((rule, removed, true));
+                sorted.verdicts.push((rule, removed, true));
             }
-            Owner::Shared => verdicts.push((rule, None, true)),
+            Owner::Shared => sorted.verdicts.push((rule, None, true)),
             Owner::Foreign if is_owned_chain(&rule.chain) => {
-                blockers.push((&rule.chain, rule));
-                verdicts.push((rule, None, false));
+                sorted.blockers.push((&rule.chain, rule));
+                sorted.verdicts.push((rule, None, false));
             }
             Owner::Foreign => {
                 if let Some(to) = target.filter(|t| is_owned_chain(t)) {
-                    blockers.push((to, rule));
+                    sorted.blockers.push((to, rule));
                 }
             }
             Owner::Jump { .. } => {}
         }
     }
+    sorted
+}
 
-    // Chains that go: all of them with --all, else those of other versions; only when
-    // nothing kept is in them and no one else's rule is in or jumps to them.
-    // (A chain of this version in the other family, an IPv6 `NATLEDGER-INPUT`, is stale too.)
-    let current = owned_chains(backend, name.as_str(), family);
+/// Chains that go: all of them with --all, else those of other versions (not in `current`);
+/// only when nothing kept is in them and no one else's rule is in or jumps to them (each such
+/// rule said in `blocked`). (A chain of this version in the other family, an IPv6
+/// `NATLEDGER-INPUT`, is stale too.)
+fn removable_chains<'t>(
+    owned: &[&'t str],
+    current: &[&str],
+    claims: &Claims,
+    sorted: &Classified<'t>,
+    blocked: &mut Vec<String>,
+) -> HashSet<&'t str> {
     let wanted_gone = |chain: &str| claims.all || !current.contains(&chain);
     let mut removable: HashSet<&str> = HashSet::new();
     for chain in owned.iter().copied().filter(|c| wanted_gone(c)) {
-        let in_the_way: Vec<&SavedRule> = blockers
+        let in_the_way: Vec<&SavedRule> = sorted
+            .blockers
             .iter()
             .filter(|(c, _)| *c == chain)
             .map(|(_, r)| *r)
             .collect();
         if !in_the_way.is_empty() {
             for rule in in_the_way {
-                out.blocked.push(format!(
+                blocked.push(format!(
                     "chain {chain} stays: a rule natledger did not write is in it or jumps to \
                      it: -A {} {}",
                     rule.chain,
                     rule.args.join(" ")
                 ));
             }
-        } else if !held.contains(chain) {
+        } else if !sorted.held.contains(chain) {
             removable.insert(chain);
         }
     }
-    let shared_reason = if claims.all {
-        Reason::Uninstall
-    } else {
-        Reason::StaleChain
-    };
-    for (rule, verdict, _) in &mut verdicts {
-        if verdict.is_none() && removable.contains(rule.chain.as_str()) {
-            *verdict = Some(removed(rule, shared_reason, None));
-        }
-    }
+    removable
+}
 
-    // Per natledger chain: flush when it goes or when most of it goes, else exact deletes.
-    // A chain is rewritten only when every rule kept is natledger's own: `*-save` can print
-    // another owner's rule in a form that does not restore to the same rule.
-    for chain in &owned {
+/// Per natledger chain: flush when it goes or when most of it goes, else exact deletes.
+/// A chain is rewritten only when every rule kept is natledger's own: `*-save` can print
+/// another owner's rule in a form that does not restore to the same rule.
+fn emit_chains(
+    owned: &[&str],
+    verdicts: &[Verdict],
+    removable: &HashSet<&str>,
+    out: &mut TablePlan,
+) {
+    for chain in owned {
         let (gone, kept): (Vec<_>, Vec<_>) = verdicts
             .iter()
             .filter(|(r, _, _)| r.chain == *chain)
@@ -228,10 +287,12 @@ pub fn plan(
         out.rules
             .extend(gone.into_iter().filter_map(|(_, v, _)| v.clone()));
     }
+}
 
-    // Shared jumps: all with --all, and those into chains that go. A jump present more than
-    // once loses every copy and is put back where it belongs (`layout::jump_op`: `-D`
-    // removes the first match, which may be the copy in the wrong place).
+/// Shared jumps: all with --all, and those into chains that go. A jump present more than
+/// once loses every copy and is put back where it belongs (`layout::jump_op`: `-D`
+/// removes the first match, which may be the copy in the wrong place).
+fn emit_jumps(table: &Table, claims: &Claims, removable: &HashSet<&str>, out: &mut TablePlan) {
     let mut copies: Vec<(&SavedRule, usize)> = Vec::new();
     for rule in &table.rules {
         let Owner::Jump { to } = owner(&rule.chain, &rule.args) else {
@@ -271,19 +332,6 @@ pub fn plan(
             out.rules.push(removed(rule, Reason::DuplicateJump, None));
         }
     }
-
-    for chain in owned.iter().filter(|c| removable.contains(*c)) {
-        out.batch.ops.push(Op::DeleteChain(chain.to_string()));
-        out.chains.push(chain.to_string());
-    }
-    // Every rule removed is natledger's; a duplicated jump put back counts once.
-    let owned_before = table
-        .rules
-        .iter()
-        .filter(|r| !matches!(owner(&r.chain, &r.args), Owner::Foreign))
-        .count();
-    out.owned_after = owned_before.saturating_sub(out.rules.len());
-    out
 }
 
 fn removed(rule: &SavedRule, reason: Reason, container: Option<&str>) -> Removed {

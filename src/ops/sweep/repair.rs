@@ -56,7 +56,8 @@ pub struct Repair {
 
 /// Plan the repair of `table` of one backend and family, as `dump` shows it once `removed`
 /// (the sweep's plan) is gone. `live` are the manifests whose rules must be in force, in
-/// create's order ([`super::order::rank`]).
+/// create's order ([`super::order::rank`]): the shared rules they need first, then per chain
+/// the records the table lacks, each in its place (`restore_chain`).
 pub fn repair(
     backend: Backend,
     caps: Capabilities,
@@ -68,20 +69,7 @@ pub fn repair(
 ) -> Repair {
     let live: &[&Manifest] = &ranked.manifests;
     let mut out = Repair::default();
-    // Per record: its manifest's place (newest first), container, chain and rule.
-    let wanted: Vec<(usize, &ContainerId, &str, Vec<String>)> = live
-        .iter()
-        .enumerate()
-        .flat_map(|(at, m)| {
-            let id = &m.container_id;
-            m.rules
-                .iter()
-                .filter(|r| r.backend == backend && r.family == family && r.is_in(table))
-                .filter_map(move |r| Some((at, id, r.chain.as_str(), r.rule()?.to_args())))
-        })
-        // Only a container's own rule in a natledger chain, as it would be read back.
-        .filter(|(_, id, chain, args)| owner(chain, args) == Owner::Container(id.as_str()))
-        .collect();
+    let wanted = wanted(live, backend, family, table);
     // The shared rules go with any rule of the backend and family (natledger's own tables
     // keep the localhost guard in a filter table no container record is in).
     let needed = live
@@ -91,7 +79,58 @@ pub fn repair(
     if !needed {
         return out;
     }
-    // The table as the sweep's operations leave it: one copy less per rule removed.
+    let after = after_removals(dump, removed);
+    for op in write::missing_shared(caps, family, table, &after) {
+        if let Op::InsertFirst(chain, args)
+        | Op::InsertAt(chain, _, args)
+        | Op::Append(chain, args) = &op
+        {
+            out.rules.push(Restored {
+                chain: chain.clone(),
+                rule: args.clone(),
+                container: None,
+            });
+        }
+        out.ops.push(op);
+    }
+    let mut chains: Vec<&str> = Vec::new();
+    for (_, _, chain, _) in &wanted {
+        if !chains.contains(chain) {
+            chains.push(chain);
+        }
+    }
+    for chain in chains {
+        restore_chain(ranked, chain, &wanted, &after, &mut out);
+    }
+    out
+}
+
+/// A live record: its manifest's place (newest first), container, chain and rule.
+type Wanted<'m> = (usize, &'m ContainerId, &'m str, Vec<String>);
+
+/// The records of `live` in `table` of one backend and family: only a container's own rule
+/// in a natledger chain, as it would be read back.
+fn wanted<'m>(
+    live: &[&'m Manifest],
+    backend: Backend,
+    family: Family,
+    table: Table,
+) -> Vec<Wanted<'m>> {
+    live.iter()
+        .enumerate()
+        .flat_map(|(at, m)| {
+            let id = &m.container_id;
+            m.rules
+                .iter()
+                .filter(|r| r.backend == backend && r.family == family && r.is_in(table))
+                .filter_map(move |r| Some((at, id, r.chain.as_str(), r.rule()?.to_args())))
+        })
+        .filter(|(_, id, chain, args)| owner(chain, args) == Owner::Container(id.as_str()))
+        .collect()
+}
+
+/// The table as the sweep's operations leave it: one copy less per rule removed.
+fn after_removals(dump: &Dump, removed: &[Removed]) -> Dump {
     let mut gone: HashMap<(&str, &[String]), usize> = HashMap::new();
     for r in removed {
         *gone
@@ -112,91 +151,81 @@ pub fn repair(
         )
         .cloned()
         .collect();
-    let after = Dump {
+    Dump {
         name: dump.name.clone(),
         chains: dump.chains.clone(),
         rules,
-    };
+    }
+}
 
-    for op in write::missing_shared(caps, family, table, &after) {
-        if let Op::InsertFirst(chain, args)
-        | Op::InsertAt(chain, _, args)
-        | Op::Append(chain, args) = &op
-        {
+/// Put back what `chain` lacks of `wanted`, in create's order: DNATs inserted at the top
+/// (newest manifest first), the rest appended (oldest first); each manifest's records in
+/// order. The missing rules are grouped by the gap they go in ([`gaps`]), then inserted in
+/// chain order, each at its final place.
+fn restore_chain(ranked: &Ranked, chain: &str, wanted: &[Wanted], after: &Dump, out: &mut Repair) {
+    let mut order: Vec<&Wanted> = wanted.iter().filter(|(_, _, c, _)| *c == chain).collect();
+    if !goes_first(chain) {
+        order.sort_by_key(|(at, ..)| std::cmp::Reverse(*at));
+    }
+    let present: Vec<&[String]> = after.rules_in(chain).map(|r| r.args.as_slice()).collect();
+    let groups = gaps(ranked, chain, &order, &present);
+    let mut inserted = 0;
+    for (gap, group) in groups {
+        let (base, count) = (gap + inserted, group.len());
+        for (k, (id, args)) in group.into_iter().enumerate() {
+            let place = base + k;
+            out.ops.push(if place == present.len() + inserted + k {
+                Op::Append(chain.to_string(), args.clone())
+            } else {
+                Op::InsertAt(chain.to_string(), place + 1, args.clone())
+            });
             out.rules.push(Restored {
-                chain: chain.clone(),
+                chain: chain.to_string(),
                 rule: args.clone(),
-                container: None,
+                container: Some(id.clone()),
             });
         }
-        out.ops.push(op);
+        inserted += count;
     }
+}
 
-    let mut chains: Vec<&str> = Vec::new();
-    for (_, _, chain, _) in &wanted {
-        if !chains.contains(chain) {
-            chains.push(chain);
+/// The missing rules of `order` (a chain's records in create's order), grouped by the gap
+/// they go in: before the `present` rule at that position. Each goes after the rule before
+/// it in that order that is there (its anchor), or at the top. In a DNAT chain the gap is
+/// then kept between the stack's present rules that must precede it and those that must
+/// follow it ([`within_stack`]).
+fn gaps<'w>(
+    ranked: &Ranked,
+    chain: &str,
+    order: &[&'w Wanted],
+    present: &[&[String]],
+) -> BTreeMap<usize, Vec<(&'w ContainerId, &'w Vec<String>)>> {
+    // Where each rule of the chain is, by its arguments (copies in order).
+    let mut at: HashMap<&[String], VecDeque<usize>> = HashMap::new();
+    for (i, args) in present.iter().enumerate() {
+        at.entry(args).or_default().push_back(i);
+    }
+    let mut found: Vec<(usize, usize)> = Vec::new();
+    let mut missing: Vec<(usize, usize, &ContainerId, &Vec<String>)> = Vec::new();
+    let mut anchor = None;
+    for (m, id, _, args) in order.iter().copied() {
+        match at.get_mut(args.as_slice()).and_then(VecDeque::pop_front) {
+            Some(i) => {
+                anchor = Some(i);
+                found.push((*m, i));
+            }
+            None => missing.push((anchor.map_or(0, |i| i + 1), *m, id, args)),
         }
     }
-    for chain in chains {
-        // Create's order: DNATs inserted at the top (newest manifest first), the rest
-        // appended (oldest first); each manifest's records in order.
-        let mut order: Vec<&(usize, &ContainerId, &str, Vec<String>)> =
-            wanted.iter().filter(|(_, _, c, _)| *c == chain).collect();
-        if !goes_first(chain) {
-            order.sort_by_key(|(at, ..)| std::cmp::Reverse(*at));
-        }
-        // Where each rule of the chain is, by its arguments (copies in order).
-        let present: Vec<&[String]> = after.rules_in(chain).map(|r| r.args.as_slice()).collect();
-        let mut at: HashMap<&[String], VecDeque<usize>> = HashMap::new();
-        for (i, args) in present.iter().enumerate() {
-            at.entry(args).or_default().push_back(i);
-        }
-        // Each missing rule goes after the rule before it in that order that is there (its
-        // anchor), or at the top: before the present rule at `gap`. In a DNAT chain the gap
-        // is then kept between the stack's present rules that must precede it and those
-        // that must follow it.
-        let mut found: Vec<(usize, usize)> = Vec::new();
-        let mut missing: Vec<(usize, usize, &ContainerId, &Vec<String>)> = Vec::new();
-        let mut anchor = None;
-        for (m, id, _, args) in order {
-            match at.get_mut(args.as_slice()).and_then(VecDeque::pop_front) {
-                Some(i) => {
-                    anchor = Some(i);
-                    found.push((*m, i));
-                }
-                None => missing.push((anchor.map_or(0, |i| i + 1), *m, id, args)),
-            }
-        }
-        let mut groups: BTreeMap<usize, Vec<(&ContainerId, &Vec<String>)>> = BTreeMap::new();
-        for (gap, m, id, args) in missing {
-            let gap = match goes_first(chain) {
-                true => within_stack(ranked, &found, m, gap),
-                false => gap,
-            };
-            groups.entry(gap).or_default().push((id, args));
-        }
-        // Inserted in chain order, each at its final place.
-        let mut inserted = 0;
-        for (gap, group) in groups {
-            let (base, count) = (gap + inserted, group.len());
-            for (k, (id, args)) in group.into_iter().enumerate() {
-                let place = base + k;
-                out.ops.push(if place == present.len() + inserted + k {
-                    Op::Append(chain.to_string(), args.clone())
-                } else {
-                    Op::InsertAt(chain.to_string(), place + 1, args.clone())
-                });
-                out.rules.push(Restored {
-                    chain: chain.to_string(),
-                    rule: args.clone(),
-                    container: Some(id.clone()),
-                });
-            }
-            inserted += count;
-        }
+    let mut groups: BTreeMap<usize, Vec<(&ContainerId, &Vec<String>)>> = BTreeMap::new();
+    for (gap, m, id, args) in missing {
+        let gap = match goes_first(chain) {
+            true => within_stack(ranked, &found, m, gap),
+            false => gap,
+        };
+        groups.entry(gap).or_default().push((id, args));
     }
-    out
+    groups
 }
 
 /// The gap (before the present rule at that position) a missing DNAT of manifest `m` goes

@@ -296,77 +296,94 @@ impl SweepReport {
             "removed"
         };
         for c in &self.containers {
-            let id = c.id.as_deref().unwrap_or("?");
-            let origin = &c.origin;
-            let state = match c.state {
-                Liveness::Alive if !self.all => continue,
-                Liveness::Alive => "live",
-                Liveness::Dead => "dead",
-                Liveness::Unreadable => "unreadable",
-            };
-            let fate = match c.manifest {
-                Fate::Kept => "manifest kept",
-                Fate::Removed => "manifest removed",
-                Fate::WouldRemove => "manifest would be removed",
-                Fate::KeptIncomplete => "manifest kept: removal incomplete",
-            };
-            if !c.kept_for.is_empty() && !self.all {
-                let _ = writeln!(
-                    out,
-                    "{state} container {id} ({origin}): rules kept, shared with live \
-                     container(s) {} in its network namespace",
-                    c.kept_for.join(", ")
-                );
-                continue;
-            }
-            let by_tag = match c.manifest_too_large {
-                Some(bytes) => format!(
-                    " by their tag (its manifest of {bytes} bytes is too large to read whole: \
-                     judged from its liveness fields)"
-                ),
-                None => String::new(),
-            };
-            let _ = writeln!(
-                out,
-                "{state} container {id} ({origin}): {verb} {} rule(s){by_tag}, {fate}",
-                c.rules_removed
-            );
+            self.render_container(c, verb, &mut out);
         }
         for t in &self.tables {
-            let place = t.place();
-            for r in t
-                .rules_removed
-                .iter()
-                .filter(|r| r.reason != Reason::DeadContainer)
-            {
-                let _ = writeln!(
-                    out,
-                    "{place}: {verb} ({}) -A {} {}",
-                    reason_text(r.reason),
-                    r.chain,
-                    r.rule.join(" ")
-                );
-            }
-            for chain in &t.chains_removed {
-                let _ = writeln!(out, "{place}: {verb} chain {chain}");
-            }
-            for r in &t.rules_restored {
-                let _ = writeln!(
-                    out,
-                    "{place}: {} -A {} {}",
-                    if self.dry_run {
-                        "would put back"
-                    } else {
-                        "put back"
-                    },
-                    r.chain,
-                    r.rule.join(" ")
-                );
-            }
+            self.render_table(t, verb, &mut out);
         }
         for e in &self.errors {
             let _ = writeln!(out, "error: {e}");
         }
+        self.render_summary(verb, &mut out);
+        out
+    }
+
+    /// A container's line: none for a live one (unless `--all`).
+    fn render_container(&self, c: &ContainerReport, verb: &str, out: &mut String) {
+        let id = c.id.as_deref().unwrap_or("?");
+        let origin = &c.origin;
+        let state = match c.state {
+            Liveness::Alive if !self.all => return,
+            Liveness::Alive => "live",
+            Liveness::Dead => "dead",
+            Liveness::Unreadable => "unreadable",
+        };
+        let fate = match c.manifest {
+            Fate::Kept => "manifest kept",
+            Fate::Removed => "manifest removed",
+            Fate::WouldRemove => "manifest would be removed",
+            Fate::KeptIncomplete => "manifest kept: removal incomplete",
+        };
+        if !c.kept_for.is_empty() && !self.all {
+            let _ = writeln!(
+                out,
+                "{state} container {id} ({origin}): rules kept, shared with live \
+                 container(s) {} in its network namespace",
+                c.kept_for.join(", ")
+            );
+            return;
+        }
+        let by_tag = match c.manifest_too_large {
+            Some(bytes) => format!(
+                " by their tag (its manifest of {bytes} bytes is too large to read whole: \
+                 judged from its liveness fields)"
+            ),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            out,
+            "{state} container {id} ({origin}): {verb} {} rule(s){by_tag}, {fate}",
+            c.rules_removed
+        );
+    }
+
+    /// A table's lines: the rules removed other than dead containers' (those are counted on
+    /// their container's line), the chains removed, the rules put back.
+    fn render_table(&self, t: &TableReport, verb: &str, out: &mut String) {
+        let place = t.place();
+        for r in t
+            .rules_removed
+            .iter()
+            .filter(|r| r.reason != Reason::DeadContainer)
+        {
+            let _ = writeln!(
+                out,
+                "{place}: {verb} ({}) -A {} {}",
+                reason_text(r.reason),
+                r.chain,
+                r.rule.join(" ")
+            );
+        }
+        for chain in &t.chains_removed {
+            let _ = writeln!(out, "{place}: {verb} chain {chain}");
+        }
+        for r in &t.rules_restored {
+            let _ = writeln!(
+                out,
+                "{place}: {} -A {} {}",
+                if self.dry_run {
+                    "would put back"
+                } else {
+                    "put back"
+                },
+                r.chain,
+                r.rule.join(" ")
+            );
+        }
+    }
+
+    /// The summary line.
+    fn render_summary(&self, verb: &str, out: &mut String) {
         let dead = self
             .containers
             .iter()
@@ -387,7 +404,6 @@ impl SweepReport {
             self.orphans,
             self.errors.len()
         );
-        out
     }
 }
 
