@@ -1,7 +1,16 @@
 //! The iptables-nft candidates kept between hook runs, valid for one nf_tables generation
 //! (see the module comment of `forwards`).
 
-use super::*;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+#[cfg(doc)]
+use super::MAX_CACHED;
+use crate::analysis::iptables::nat_walk::Candidate;
+use crate::backend::Netfilter;
+use crate::model::family::Family;
+use crate::model::rule::IpNet;
 
 /// The iptables-nft candidates of one family, kept between hook runs in the state
 /// directory (see the module comment).

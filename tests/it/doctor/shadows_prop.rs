@@ -19,11 +19,12 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
-use natledger::analysis::doctor::paths::{LIMITS, Limits};
 use natledger::analysis::doctor::{
     Finding, Kind, RuleRef, Ruleset, check_rulesets, check_rulesets_within,
 };
-use natledger::analysis::packet::{Addresses, Packet, Tri};
+use natledger::analysis::iptables::packet::{Addresses, Packet};
+use natledger::analysis::iptables::paths::{LIMITS, Limits};
+use natledger::analysis::verdict::Tri;
 use natledger::backend::Backend;
 use natledger::model::anyrule::{Cond, Match, Target, parse_rule};
 use natledger::model::family::Family;

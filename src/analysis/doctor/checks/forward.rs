@@ -7,7 +7,7 @@
 //! only when every way the packet can go ends dropped.
 
 use super::*;
-use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::analysis::iptables::packet::{self, Addresses, Conntrack, Fate, Packet};
 use crate::model::portspec::PortRange;
 use crate::model::save::{SavedRule, Table};
 
@@ -129,7 +129,7 @@ impl Checks<'_> {
             Cond::Protocol {
                 negated: false,
                 proto,
-            } => crate::analysis::matchset::proto_number(proto),
+            } => crate::analysis::iptables::matchset::proto_number(proto),
             _ => None,
         });
         Some(Packet {

@@ -17,8 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
-use super::paths::{self, Step};
 use super::{DoctorOptions, Finding, Kind, NotFollowed, RuleRef, Ruleset, Severity};
+use crate::analysis::iptables::paths::{self, Step};
 use crate::backend::{Backend, Detected};
 use crate::kernel::machine;
 use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};

@@ -13,7 +13,7 @@
 //! foreign one, is a shadow as before.
 
 use super::*;
-use crate::analysis::doctor::paths::Shadow;
+use crate::analysis::iptables::paths::Shadow;
 
 /// A rule of one table of one ruleset: (ruleset index, table, chain, position).
 type RuleKey<'k> = (usize, &'k str, &'k str, usize);

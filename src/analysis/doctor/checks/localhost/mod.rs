@@ -8,7 +8,7 @@
 //! 127.0.0.0/8 source, which route_localnet lets in too and kube-proxy's guard lets pass.
 
 use super::*;
-use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::analysis::iptables::packet::{self, Addresses, Conntrack, Fate, Packet};
 use crate::kernel::host::RouteLocalnet;
 use crate::model::layout::{INPUT_CHAIN, LOOPBACK_INTERFACE};
 use crate::model::save::{SavedRule, Table};

@@ -25,7 +25,7 @@ mod nat;
 use super::index::Indexed;
 use super::value::{Field, Iface, Lookup, Pkt, lookup, test};
 use super::{ElementRef, Place, is_local};
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{
     Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
     Table, Value, Verdict,
@@ -117,13 +117,7 @@ impl Fate {
     /// `Yes` when every way satisfies `f`, `No` when none does.
     pub fn all(&self, f: impl Fn(&Outcome) -> bool) -> Tri {
         let n = self.outcomes.iter().filter(|o| f(o)).count();
-        if n == self.outcomes.len() {
-            Tri::Yes
-        } else if n == 0 {
-            Tri::No
-        } else {
-            Tri::Maybe
-        }
+        Tri::of_ways(n, self.outcomes.len())
     }
 
     /// Whether some way through meets `place`'s DNAT.

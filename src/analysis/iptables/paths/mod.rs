@@ -23,7 +23,6 @@ use serde::Serialize;
 use crate::model::anyrule::{Cond, Match, Target, parse_rule};
 use crate::model::save::{SavedRule, Table};
 
-#[path = "paths_walk.rs"]
 mod walker;
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
@@ -492,5 +491,4 @@ fn span(ranges: &[(u16, u16)]) -> u32 {
 }
 
 #[cfg(test)]
-#[path = "paths_tests.rs"]
 mod tests;

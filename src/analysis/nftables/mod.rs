@@ -33,7 +33,7 @@ pub use owner::{Owner, is_xtables};
 
 use std::net::IpAddr;
 
-use crate::kernel::host::Listener;
+use crate::model::listener::Listener;
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Ruleset, TableFamily, Value};
 

@@ -386,5 +386,4 @@ fn common(a: &Match, b: &Match) -> Match {
 }
 
 #[cfg(test)]
-#[path = "paths_walk_tests.rs"]
 mod tests;
