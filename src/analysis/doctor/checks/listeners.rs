@@ -1,6 +1,16 @@
 //! Check 3: local listeners whose traffic a rule takes away.
 
-use super::*;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::words::target_text;
+use super::{Checks, Walked, delete_fix, rule_ref};
+use crate::analysis::doctor::evidence::{self, Listener};
+use crate::analysis::doctor::{Finding, Kind, Severity};
+use crate::analysis::iptables::paths::Step;
+use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};
+use crate::model::family::Family;
+use crate::model::rule::IpNet;
 
 impl Checks<'_> {
     /// Check 3: Local listeners whose traffic a rule redirects (nat) or rejects (filter INPUT).

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 
 use crate::analysis::iptables::matchset;
 use crate::analysis::verdict::Tri;
-use crate::model::anyrule::{Cond, Match, PortSet, Target};
+use crate::model::anyrule::{Cond, Match, PortSet};
 use crate::model::family::Family;
 use crate::model::portspec::PortRange;
 use crate::model::rule::IpNet;

@@ -23,12 +23,11 @@ use std::sync::Arc;
 mod nat;
 
 use super::index::Indexed;
-use super::value::{Field, Iface, Lookup, Pkt, lookup, test};
+use super::value::{Field, Iface, Pkt, test};
 use super::{ElementRef, Place, is_local};
 use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{
-    Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
-    Table, Value, Verdict,
+    Chain, ChainKind, ElementData, Hook, Policy, Ruleset, Stmt, Table, Verdict,
 };
 
 /// The kernel's jump stack (`NFT_JUMP_STACK_SIZE`); deeper is not followed.
