@@ -11,10 +11,12 @@
 //!
 //! # How
 //! Each backend and family's nat table is walked from PREROUTING and OUTPUT as the kernel
-//! does, with a packet to the host port ([`probe`]: its protocol and ports, to an address of
-//! this host, or to the mapping's host address): every rule whose conditions may match
-//! ([`crate::analysis::iptables::packet`]) is followed through its jumps, and every DNAT or REDIRECT reached is a
-//! forward, with the rules on its path. natledger's own chains and jumps are skipped.
+//! does ([`crate::analysis::iptables::nat_walk`]), with a packet to the host port
+//! ([`nat_walk::probe`](crate::analysis::iptables::nat_walk::probe): its protocol and
+//! ports, to an address of this host, or to the mapping's host address): every rule whose
+//! conditions may match ([`crate::analysis::iptables::packet`]) is followed through its
+//! jumps, and every DNAT or REDIRECT reached is a forward, with the rules on its path.
+//! natledger's own chains and jumps are skipped.
 //!
 //! The rules are read in-process ([`crate::kernel::iptc`] for iptables-legacy, the table's blob;
 //! [`crate::kernel::nftables`] for iptables-nft, chain by chain, only the chains the walk enters),
@@ -44,11 +46,12 @@
 //! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates, or when the
 //! walk to any port is too branched, the cache keeps only that fact for the generation, and
 //! each create walks once per mapping over netlink instead. Every walk stops at
-//! `MAX_VISITS` rules (`walk.rs`): chains that branch into one another multiply a walk without any
-//! loop, and a walk cut short is no answer (the table counts as unread).
+//! `MAX_VISITS` rules (`iptables::nat_walk`): chains that branch into one another multiply a
+//! walk without any loop, and a walk cut short is no answer (the table counts as unread).
 //!
 //! From the cache, each mapping gets the candidates its packet may meet, up to the first
-//! certain to take it in each hook ([`taken`]): never fewer than its own walk finds, and
+//! certain to take it in each hook
+//! ([`nat_walk::taken`](crate::analysis::iptables::nat_walk::taken)): never fewer than its own walk finds, and
 //! more only when a rule that is not a forward (an ACCEPT, a RETURN) certainly ends the
 //! hook for that port first.
 

@@ -6,7 +6,7 @@
 //! OUTPUT), mixed protocols, ports, port ranges, multiport, addresses, interfaces, address
 //! types and negations, with DNAT/ACCEPT/RETURN/DROP/REJECT targets and jumps. For every rule
 //! a finding says never matches, on every hook it names, each path from that hook to the rule
-//! is found again here (independently of `doctor::paths`), a concrete packet matching the
+//! is found again here (independently of `iptables::paths`), a concrete packet matching the
 //! whole path is built from its conditions, and the hook is evaluated for that packet, rule by
 //! rule through the jumps, with `packet::Packet::test`: the shadowed rule must never take it,
 //! and the earlier rule must take it (or the packet must be taken before reaching it).

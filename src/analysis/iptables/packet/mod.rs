@@ -1,8 +1,9 @@
-//! What one packet meets: any owner's rule conditions ([`crate::analysis::iptables::matchset`]) tested against a
-//! packet whose facts are partly known, with three answers (yes, no, maybe), and a chain
-//! evaluated the way the kernel does it, down to a verdict.
+//! What one packet meets: any owner's rule conditions ([`super::matchset`]) tested against a
+//! packet whose facts are partly known, with three answers
+//! ([`crate::analysis::verdict::Tri`]: yes, no, maybe), and a chain evaluated the way the
+//! kernel does it, down to a verdict.
 //!
-//! [`crate::analysis::iptables::matchset`] answers "does rule A take every packet rule B would?" about two rules;
+//! [`super::matchset`] answers "does rule A take every packet rule B would?" about two rules;
 //! this module answers "does this packet match?" about one rule. Doctor asks it of the filter
 //! FORWARD path of a DNAT's forwarded packets ([`fate`]), and create-runtime asks it of other
 //! owners' nat rules for the host port it is about to forward.

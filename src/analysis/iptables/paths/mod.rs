@@ -5,7 +5,7 @@
 //! does), giving each rule reached the conjunction of the conditions on its path, then finds,
 //! for each rule of interest, the first earlier rule that takes every packet it would match
 //! and ends evaluation (a terminal target), or returns from a chain on its path. The walk is
-//! bounded in time and memory whatever the ruleset (how: `paths_walk.rs`); where a bound
+//! bounded in time and memory whatever the ruleset (how: `walker/mod.rs`); where a bound
 //! stops it, it says where ([`Cut`]) and claims nothing about the rules not followed.
 //!
 //! A [`Walk`] owns its steps and its shadows, and hands out only references into them
