@@ -5,8 +5,6 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-#[cfg(doc)]
-use super::MAX_CACHED;
 use crate::analysis::iptables::nat_walk::Candidate;
 use crate::backend::Netfilter;
 use crate::model::family::Family;
@@ -26,7 +24,8 @@ pub struct CacheEntry {
     /// The nf_tables generation the candidates were read at.
     pub generation: u32,
     pub scope: Scope,
-    /// `None`: more than [`MAX_CACHED`]; each create walks once per mapping instead.
+    /// `None`: more than [`MAX_CACHED`](super::MAX_CACHED); each create walks once per
+    /// mapping instead.
     pub candidates: Option<Vec<Candidate>>,
 }
 
@@ -34,7 +33,7 @@ pub struct CacheEntry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cached<'c> {
     Candidates(&'c [Candidate]),
-    /// More than [`MAX_CACHED`] candidates: walk per mapping.
+    /// More than [`MAX_CACHED`](super::MAX_CACHED) candidates: walk per mapping.
     TooMany,
 }
 

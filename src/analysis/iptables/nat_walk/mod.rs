@@ -89,7 +89,7 @@ pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) ->
 
 /// The candidates of a walk with each of `packets`, a list per packet, each chain read from
 /// `chains` once for all of them ([`Memo`]).
-pub fn walk_each<C: Chains>(
+pub(crate) fn walk_each<C: Chains>(
     chains: &mut C,
     packets: &[Packet],
 ) -> Result<Vec<Vec<Candidate>>, WalkError<C::Error>> {
@@ -132,7 +132,7 @@ const MAX_DEPTH: usize = 32;
 /// chains that branch into one another without a loop could multiply the walk without end.
 /// A walk with a packet to any port through kube-proxy's whole default NodePort range (2,768
 /// ports) of 10 endpoints each visits about 244,000 (tested; 1.2 s); one to a single port, 92.
-pub const MAX_VISITS: usize = 1_000_000;
+pub(crate) const MAX_VISITS: usize = 1_000_000;
 /// Every forward of another owner `packet` may meet in one nat table, with its path: the
 /// rules of PREROUTING and OUTPUT that may match it, through their jumps (each chain read
 /// once), to every DNAT or REDIRECT. A rule certain to end nat for the packet (DNAT, REDIRECT,
@@ -148,7 +148,7 @@ pub fn walk<C: Chains>(
 
 /// [`walk`], stopping at more than `max_found` candidates ([`WalkError::TooMany`]), and the
 /// rules it looked at.
-pub fn walk_counted<C: Chains>(
+pub(crate) fn walk_counted<C: Chains>(
     chains: &mut C,
     packet: &Packet,
     max_found: usize,
@@ -308,7 +308,7 @@ impl Walker<'_> {
 }
 
 /// Whether a rule's conditions may match `packet`.
-pub fn may_take(args: &[String], packet: &Packet) -> bool {
+pub(crate) fn may_take(args: &[String], packet: &Packet) -> bool {
     !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
 }
 
