@@ -9,7 +9,7 @@
 //! generation reads nothing, while one after another commit reads again.
 
 use natledger::analysis::forwards::{LiveNative, NativeFound, find_native};
-use natledger::analysis::native::NativeSource;
+use natledger::analysis::nftables::NativeSource;
 use natledger::kernel::named_netns::NamedNetns;
 use natledger::kernel::netlink::Socket;
 use natledger::kernel::nftables::{NftError, Session};

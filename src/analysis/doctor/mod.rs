@@ -4,8 +4,9 @@
 //! ```text
 //!  rulesets (live *-save, or --from FILE...)  ─┐
 //!  host evidence (evidence.rs: listeners,      ├─▶ checks.rs ─▶ findings ─▶ report.rs
-//!   CNI IPAM, runtime state, routes)           │     uses paths.rs (evaluation order,
-//!  natledger's ledger (live only)             ─┘     shadows) and matchset/ (coverage)  
+//!   CNI IPAM, runtime state, routes)           │     uses iptables::paths (evaluation
+//!  natledger's ledger (live only)             ─┘     order, shadows), iptables::matchset
+//!                                                    (coverage), nftables (native tables)
 //! ```
 //!
 //! Doctor only reads. Every finding carries the exact rule lines and a command that would
@@ -15,13 +16,13 @@ mod checks;
 /// Host facts live in [`crate::kernel::host`] (create-runtime uses them too).
 pub use crate::kernel::host as evidence;
 mod native;
-pub mod paths;
 mod report;
 
 use std::path::PathBuf;
 
 use serde::Serialize;
 
+use crate::analysis::iptables::paths;
 use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
 use crate::model::family::Family;
 use crate::model::save::{self, Table};

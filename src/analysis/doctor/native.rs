@@ -3,7 +3,7 @@
 //! ruleset read live over netlink in doctor's network namespace
 //! ([`crate::kernel::nftables::ruleset::read`]) or from `--from nftables:FILE`
 //! ([`crate::model::ruleset::parse_dump`]: `nft list ruleset` text or `nft -j` JSON), checked
-//! by [`crate::analysis::native::check`] with the host's facts, and each
+//! by [`crate::analysis::nftables::check`] with the host's facts, and each
 //! [`NativeFinding`] put in doctor's terms: the same kinds (a rejected listener is a
 //! hijacked one), a [`RuleRef`] naming the table, chain, handle or map element and owner, the
 //! fix in nft's own syntax with the lasting fix as a `#` line.
@@ -20,7 +20,7 @@ use super::checks::Host;
 use super::{
     DoctorError, DoctorOptions, ElementRef, Finding, Kind, NftPlace, RuleRef, Ruleset, Severity,
 };
-use crate::analysis::native::{self, HostFacts, NativeFinding, NativeKind, Owner, Place};
+use crate::analysis::nftables::{self, HostFacts, NativeFinding, NativeKind, Owner, Place};
 use crate::backend::Backend;
 use crate::model::family::Family;
 use crate::model::ruleset::{self as nft, Key, Stmt, TableFamily, Value, render};
@@ -103,7 +103,7 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     for set in sets {
-        let checked = native::check(&set.ruleset, &facts);
+        let checked = nftables::check(&set.ruleset, &facts);
         out.extend(checked.cut.as_ref().map(|c| cut_short(&set.source, c)));
         for f in checked.findings {
             if natledgers_own(&set.ruleset, &f) {
@@ -151,7 +151,7 @@ fn facts(host: Option<&Host>, iptables: &[Ruleset]) -> HostFacts {
 
 /// The DNATs and redirects of host ports in the iptables rulesets' nat tables, for the
 /// native split-backends check.
-fn foreign_forwards(iptables: &[Ruleset]) -> Vec<native::ForeignForward> {
+fn foreign_forwards(iptables: &[Ruleset]) -> Vec<nftables::ForeignForward> {
     use crate::model::anyrule::{Cond, Target, parse_rule};
     let mut out = Vec::new();
     for set in iptables {
@@ -190,7 +190,7 @@ fn foreign_forwards(iptables: &[Ruleset]) -> Vec<native::ForeignForward> {
             );
             for (lo, hi) in ports {
                 for port in (lo..=hi).take(1024) {
-                    out.push(native::ForeignForward {
+                    out.push(nftables::ForeignForward {
                         protocol,
                         port,
                         place: place.clone(),
@@ -204,7 +204,7 @@ fn foreign_forwards(iptables: &[Ruleset]) -> Vec<native::ForeignForward> {
 
 /// The budget stopped the native checks short: a warning naming the tables left
 /// unexamined, never a silent clean bill.
-fn cut_short(source: &str, cut: &native::Cut) -> Finding {
+fn cut_short(source: &str, cut: &nftables::Cut) -> Finding {
     let tables = if cut.tables.is_empty() {
         "native tables".to_string()
     } else {
@@ -229,7 +229,7 @@ fn cut_short(source: &str, cut: &native::Cut) -> Finding {
             "doctor stops its native checks after {} rule evaluations ({} spent), so that it \
              always finishes in bounded time and memory; the ports not examined may hold \
              problems this run does not report, and no shadow is claimed.",
-            native::BUDGET,
+            nftables::BUDGET,
             cut.evaluations
         )],
         fix: None,
@@ -246,9 +246,9 @@ fn finding(rs: &nft::Ruleset, f: NativeFinding) -> Finding {
         NativeKind::SplitBackends => Kind::SplitBackends,
     };
     let severity = match f.severity {
-        native::Severity::Error => Severity::Error,
-        native::Severity::Warning => Severity::Warning,
-        native::Severity::Info => Severity::Info,
+        nftables::Severity::Error => Severity::Error,
+        nftables::Severity::Warning => Severity::Warning,
+        nftables::Severity::Info => Severity::Info,
     };
     let mut rules = vec![rule_ref(rs, &f.place)];
     rules.extend(f.other.as_ref().map(|p| rule_ref(rs, p)));
@@ -463,7 +463,7 @@ mod tests {
             chain: "filter-input".into(),
             handle: None,
             position: 0,
-            element: Some(native::ElementRef {
+            element: Some(nftables::ElementRef {
                 set: "no-endpoint-nodeports".into(),
                 key: Value::Concat(vec![Value::Proto(6), Value::Int(30080)]),
             }),
@@ -539,11 +539,11 @@ mod tests {
     /// A ruleset the budget cut short is a warning naming its tables, never a clean bill.
     #[test]
     fn a_ruleset_cut_short_is_a_natledger_state_warning() {
-        let cut = native::Cut {
+        let cut = nftables::Cut {
             examined: 3,
             ports: 10,
             tables: vec![(TableFamily::Ip, "kube-proxy".into())],
-            evaluations: native::BUDGET,
+            evaluations: nftables::BUDGET,
         };
         let f = cut_short("ruleset.nft", &cut);
         assert_eq!(

@@ -1,7 +1,14 @@
 //! The iptables-nft candidates kept between hook runs, valid for one nf_tables generation
 //! (see the module comment of `forwards`).
 
-use super::*;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::iptables::nat_walk::Candidate;
+use crate::backend::Netfilter;
+use crate::model::family::Family;
+use crate::model::rule::IpNet;
 
 /// The iptables-nft candidates of one family, kept between hook runs in the state
 /// directory (see the module comment).
@@ -17,7 +24,8 @@ pub struct CacheEntry {
     /// The nf_tables generation the candidates were read at.
     pub generation: u32,
     pub scope: Scope,
-    /// `None`: more than [`MAX_CACHED`]; each create walks once per mapping instead.
+    /// `None`: more than [`MAX_CACHED`](super::MAX_CACHED); each create walks once per
+    /// mapping instead.
     pub candidates: Option<Vec<Candidate>>,
 }
 
@@ -25,7 +33,7 @@ pub struct CacheEntry {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cached<'c> {
     Candidates(&'c [Candidate]),
-    /// More than [`MAX_CACHED`] candidates: walk per mapping.
+    /// More than [`MAX_CACHED`](super::MAX_CACHED) candidates: walk per mapping.
     TooMany,
 }
 

@@ -11,10 +11,12 @@
 //!
 //! # How
 //! Each backend and family's nat table is walked from PREROUTING and OUTPUT as the kernel
-//! does, with a packet to the host port ([`probe`]: its protocol and ports, to an address of
-//! this host, or to the mapping's host address): every rule whose conditions may match
-//! ([`crate::analysis::packet`]) is followed through its jumps, and every DNAT or REDIRECT reached is a
-//! forward, with the rules on its path. natledger's own chains and jumps are skipped.
+//! does ([`crate::analysis::iptables::nat_walk`]), with a packet to the host port
+//! ([`nat_walk::probe`](crate::analysis::iptables::nat_walk::probe): its protocol and
+//! ports, to an address of this host, or to the mapping's host address): every rule whose
+//! conditions may match ([`crate::analysis::iptables::packet`]) is followed through its
+//! jumps, and every DNAT or REDIRECT reached is a forward, with the rules on its path.
+//! natledger's own chains and jumps are skipped.
 //!
 //! The rules are read in-process ([`crate::kernel::iptc`] for iptables-legacy, the table's blob;
 //! [`crate::kernel::nftables`] for iptables-nft, chain by chain, only the chains the walk enters),
@@ -44,11 +46,12 @@
 //! cache, 1.2 s; to one port, 20 candidates). So past [`MAX_CACHED`] candidates, or when the
 //! walk to any port is too branched, the cache keeps only that fact for the generation, and
 //! each create walks once per mapping over netlink instead. Every walk stops at
-//! `MAX_VISITS` rules (`walk.rs`): chains that branch into one another multiply a walk without any
-//! loop, and a walk cut short is no answer (the table counts as unread).
+//! `MAX_VISITS` rules (`iptables::nat_walk`): chains that branch into one another multiply a
+//! walk without any loop, and a walk cut short is no answer (the table counts as unread).
 //!
 //! From the cache, each mapping gets the candidates its packet may meet, up to the first
-//! certain to take it in each hook ([`taken`]): never fewer than its own walk finds, and
+//! certain to take it in each hook
+//! ([`nat_walk::taken`](crate::analysis::iptables::nat_walk::taken)): never fewer than its own walk finds, and
 //! more only when a rule that is not a forward (an ACCEPT, a RETURN) certainly ends the
 //! hook for that port first.
 
@@ -57,68 +60,31 @@ mod native;
 mod sources;
 #[cfg(test)]
 mod tests;
-mod walk;
 
 pub use cache::{Before, Cache, CacheEntry, Cached, Scope, carry};
 pub(crate) use cache::{CACHE_FILE, before_writes};
 pub use native::NATIVE_CACHE_FILE;
 pub use native::{LiveNative, NativeFound, find_native, find_native_live};
-use sources::{Legacy, Memo, Nft};
-pub use walk::{WalkError, walk};
-use walk::{may_take, walk_counted};
+use sources::{Legacy, Nft};
 
-use std::collections::HashMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use crate::analysis::packet::{Addresses, Conntrack, Packet, Tri};
+use crate::analysis::iptables::matchset::net_contains;
+use crate::analysis::iptables::nat_walk::{
+    Candidate, Saved, WalkError, probe, taken, walk_counted, walk_each,
+};
+use crate::analysis::iptables::packet::Packet;
 use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
 use crate::kernel::iptc;
-use crate::kernel::nftables::{self, NftError};
-use crate::model::anyrule::parse_rule;
 use crate::model::family::Family;
 use crate::model::layout::NAT;
 use crate::model::portspec::PortMapping;
 use crate::model::rule::IpNet;
-use crate::model::save::Table;
 
 /// The most candidates the iptables-nft cache keeps: about 700 bytes each as JSON on a
 /// kube-proxy host, and every create loads the file and tests each candidate against each
 /// mapping (20,000 made a 13 MB file, 124 ms to load).
 pub(crate) const MAX_CACHED: usize = 1_000;
-/// The built-in nat chains a packet to a host port goes through.
-const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
-
-/// A rule on the way to a forward: its chain, 1-based position, and arguments.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Step {
-    pub chain: String,
-    pub position: usize,
-    pub args: Vec<String>,
-}
-
-/// A DNAT or REDIRECT of another owner, and the jumps that lead to it (the last step is the
-/// rule itself).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Candidate {
-    pub path: Vec<Step>,
-}
-
-impl Candidate {
-    /// The DNAT or REDIRECT rule.
-    pub fn rule(&self) -> &Step {
-        self.path.last().expect("a candidate has its rule")
-    }
-
-    /// Whether `packet` may be taken by it: every rule on its path may match.
-    pub fn takes(&self, packet: &Packet) -> bool {
-        self.path
-            .iter()
-            .all(|s| packet.test(&parse_rule(&s.args).0) != Tri::No)
-    }
-}
-
 /// A forward found for a mapping: where, and the rule.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Forward {
@@ -126,92 +92,6 @@ pub struct Forward {
     pub family: Family,
     pub mapping: PortMapping,
     pub candidate: Candidate,
-}
-
-/// The rules of a chain a walk kept, with their 1-based positions.
-pub type Kept = Vec<(usize, Vec<String>)>;
-
-/// The rules of one table, chain by chain, as the walk asks for them.
-pub trait Chains {
-    type Error;
-    /// The rules of `chain` that `keep` keeps, in order, with their positions; `None` when
-    /// there is no such chain.
-    fn rules(
-        &mut self,
-        chain: &str,
-        keep: &mut dyn FnMut(&[String]) -> bool,
-    ) -> Result<Option<Kept>, Self::Error>;
-}
-
-/// A parsed dump as a walk reads it, its chains indexed once.
-pub struct Saved<'t> {
-    table: &'t Table,
-    index: crate::model::save::ChainIndex<'t>,
-}
-
-impl<'t> Saved<'t> {
-    pub fn new(table: &'t Table) -> Saved<'t> {
-        Saved {
-            table,
-            index: table.index(),
-        }
-    }
-}
-
-impl Chains for Saved<'_> {
-    type Error = std::convert::Infallible;
-
-    fn rules(
-        &mut self,
-        chain: &str,
-        keep: &mut dyn FnMut(&[String]) -> bool,
-    ) -> Result<Option<Kept>, Self::Error> {
-        let Some(indices) = self.index.rules(chain) else {
-            return Ok(None);
-        };
-        Ok(Some(
-            indices
-                .iter()
-                .map(|&i| &self.table.rules[i])
-                .enumerate()
-                .filter(|(_, r)| keep(&r.args))
-                .map(|(i, r)| (i + 1, r.args.clone()))
-                .collect(),
-        ))
-    }
-}
-
-/// The packet that opens a connection to a host port: `mapping`'s protocol and host ports,
-/// to its host address or to any address in `locals` (this host's), conntrack NEW (nat sees
-/// only those). `mapping: None` is a packet to any port of any protocol of this host.
-pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) -> Packet {
-    let host = mapping.and_then(PortMapping::host_destination);
-    let dst = match host {
-        Some(addr) => Addresses::Exactly(addr),
-        None => Addresses::AnyOf(
-            locals
-                .iter()
-                .copied()
-                .filter(|n| Family::of(n.addr) == family)
-                .collect(),
-        ),
-    };
-    Packet {
-        protocol: mapping.map(|m| m.protocol.number()),
-        dst: dst.clone(),
-        dports: mapping.map(|m| m.host_ports),
-        dst_local: Some(true),
-        conntrack: Some(Conntrack {
-            states: vec!["NEW"],
-            unsure: Vec::new(),
-            orig_dst: dst,
-            orig_dst_ports: mapping.map(|m| m.host_ports),
-            repl_src: None,
-            repl_src_ports: None,
-            original: true,
-        }),
-        ..Packet::unknown(family)
-    }
 }
 
 /// A table that could not be read for the check, and why.
@@ -399,44 +279,6 @@ fn total(lists: &[Vec<Candidate>]) -> usize {
     lists.iter().map(Vec::len).sum()
 }
 
-/// The candidates of a walk with each of `packets`, a list per packet, each chain read from
-/// `chains` once for all of them ([`Memo`]).
-fn walk_each<C: Chains>(
-    chains: &mut C,
-    packets: &[Packet],
-) -> Result<Vec<Vec<Candidate>>, WalkError<C::Error>> {
-    let mut memo = Memo::new(chains, packets);
-    packets.iter().map(|p| walk(&mut memo, p)).collect()
-}
-
-/// The candidates of a walk to any port that `packet` may meet: those whose every rule may
-/// match it, up to the first that certainly takes it in each hook (nothing after it in that
-/// hook sees the packet). Never fewer than a walk with `packet` finds; possibly more, when a
-/// rule that is not a candidate (an ACCEPT, a RETURN) certainly ends the hook for it.
-fn taken(all: &[Candidate], packet: &Packet) -> Vec<Candidate> {
-    let mut ended: Vec<&str> = Vec::new();
-    let mut out = Vec::new();
-    for c in all {
-        let hook = c.path[0].chain.as_str();
-        if ended.contains(&hook) {
-            continue;
-        }
-        let tests: Vec<Tri> = c
-            .path
-            .iter()
-            .map(|s| packet.test(&parse_rule(&s.args).0))
-            .collect();
-        if tests.contains(&Tri::No) {
-            continue;
-        }
-        if tests.iter().all(|t| *t == Tri::Yes) {
-            ended.push(hook);
-        }
-        out.push(c.clone());
-    }
-    out
-}
-
 /// Where a packet to a host port of `mappings` may be addressed: this host's addresses
 /// ([`local_addresses`]) and every mapping's own host address (one on a local route alone,
 /// AnyIP, is not among the interfaces').
@@ -444,11 +286,7 @@ fn destinations(family: Family, mappings: &[&PortMapping]) -> Vec<IpNet> {
     let mut nets = local_addresses(family);
     for a in mappings.iter().filter_map(|m| m.host_destination()) {
         let host = IpNet::host(a);
-        if Family::of(a) == family
-            && !nets
-                .iter()
-                .any(|n| crate::analysis::matchset::net_contains(n, &host))
-        {
+        if Family::of(a) == family && !nets.iter().any(|n| net_contains(n, &host)) {
             nets.push(host);
         }
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::Scope;
-use crate::analysis::native::{NativeSource, Owner, forwards_of, is_xtables};
+use crate::analysis::nftables::{NativeSource, Owner, forwards_of, is_xtables};
 use crate::model::family::Family;
 use crate::model::portspec::{PortMapping, Protocol};
 use crate::model::rule::IpNet;
@@ -123,7 +123,7 @@ pub fn find_native<S: NativeSource>(
                     protocol,
                     port,
                     owner: f.owner.name().to_string(),
-                    place: crate::analysis::native::place_text(&f.place),
+                    place: crate::analysis::nftables::place_text(&f.place),
                     to: f.to,
                     to_port: f.to_port,
                     certain: f.certain,

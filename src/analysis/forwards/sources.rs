@@ -1,7 +1,14 @@
 //! Where a walk reads rules from, besides a `save::Table`: the iptables-legacy blob and
 //! iptables-nft over netlink.
 
-use super::*;
+use std::collections::HashMap;
+
+use crate::analysis::iptables::nat_walk::{Chains, HOOKS, Kept};
+use crate::kernel::iptc;
+use crate::kernel::nftables::{self, NftError};
+use crate::model::family::Family;
+use crate::model::layout::NAT;
+use crate::model::rule::IpNet;
 
 /// An iptables-legacy table blob, decoded chain by chain ([`iptc::render`]); entries whose
 /// header names a destination none of `dsts` is in are skipped undecoded.
@@ -84,48 +91,5 @@ impl Chains for Nft<'_, '_, '_> {
                 }
             })?;
         Ok(read.map(|_| kept))
-    }
-}
-
-/// Another source's chains, each read once for the walks of several packets (one per
-/// mapping): it keeps the rules any of `packets` may match, and each walk's own `keep`
-/// narrows them. Reading a chain is the cost (over netlink, quadratic in its length), so a
-/// container with five mappings does not read kube-proxy's KUBE-SERVICES five times.
-pub(super) struct Memo<'c, 'p, C> {
-    inner: &'c mut C,
-    packets: &'p [Packet],
-    read: HashMap<String, Option<Kept>>,
-}
-
-impl<'c, 'p, C> Memo<'c, 'p, C> {
-    pub(super) fn new(inner: &'c mut C, packets: &'p [Packet]) -> Self {
-        Memo {
-            inner,
-            packets,
-            read: HashMap::new(),
-        }
-    }
-}
-
-impl<C: Chains> Chains for Memo<'_, '_, C> {
-    type Error = C::Error;
-
-    fn rules(
-        &mut self,
-        chain: &str,
-        keep: &mut dyn FnMut(&[String]) -> bool,
-    ) -> Result<Option<Kept>, Self::Error> {
-        if !self.read.contains_key(chain) {
-            let packets = self.packets;
-            let mut any = |args: &[String]| packets.iter().any(|p| may_take(args, p));
-            let rules = self.inner.rules(chain, &mut any)?;
-            self.read.insert(chain.to_string(), rules);
-        }
-        Ok(self.read[chain].as_ref().map(|kept| {
-            kept.iter()
-                .filter(|(_, args)| keep(args))
-                .cloned()
-                .collect()
-        }))
     }
 }

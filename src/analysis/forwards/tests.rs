@@ -1,7 +1,8 @@
-use super::walk::MAX_VISITS;
 use super::*;
+use crate::analysis::iptables::nat_walk::{Chains, Kept, MAX_VISITS, Step, walk};
 use crate::model::portspec::parse_entry;
 use crate::model::save::parse_dump;
+use std::collections::HashMap;
 
 const LOCALS: [&str; 3] = ["10.78.0.1/32", "127.0.0.0/8", "fd78::1/128"];
 

@@ -7,7 +7,7 @@
 //! (`--limit-iface-in`), stay together as one [`Cond::Other`], since options can qualify each
 //! other (`--limit-burst`); the options of `tcp`, `udp`, `sctp`, `dccp` and `multiport` are
 //! independent and become one condition each. The writer reads these to place its FORWARD
-//! jump (`layout::jump_op`); doctor's coverage (`analysis::matchset`) and packet walks
+//! jump (`layout::jump_op`); doctor's coverage (`analysis::iptables::matchset`) and packet walks
 //! reason over them.
 
 mod parse;

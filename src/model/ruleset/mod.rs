@@ -3,7 +3,7 @@
 //! tables, base chains with their hook and priority, rules as statements, named sets, maps and
 //! verdict maps with their elements. Pure values: the readers fill it (over netlink,
 //! `kernel::nftables::ruleset`; from `nft list ruleset` text or `nft -j list ruleset` JSON,
-//! `dump`), the analysis evaluates it (`analysis::native`).
+//! `dump`), the analysis evaluates it (`analysis::nftables`).
 //!
 //! The model is deliberately coarse where the kernel's semantics do not decide a host port's
 //! fate: anything a reader does not model becomes [`Stmt::Other`] or [`Key::Other`], which the

@@ -32,6 +32,32 @@ pub(super) fn check_forwards(
     keepers: &[(Listener, PortMapping)],
 ) -> Result<(), Error> {
     let refuse = input.refuse_conflicts;
+    let found = iptables_forwards(ctx, refuse, mappings, families)?;
+    let native = native_forwards(ctx, refuse, mappings, families)?;
+    for (keeper, mapping) in keepers {
+        if found.iter().any(|f| f.mapping == *mapping) || native.iter().any(|(m, _)| *m == mapping)
+        {
+            continue;
+        }
+        keeper_alone(refuse, keeper, mapping)?;
+    }
+    for f in found {
+        iptables_forward(refuse, f, keepers)?;
+    }
+    for (mapping, f) in native {
+        native_forward(refuse, mapping, f)?;
+    }
+    Ok(())
+}
+
+/// Other owners' forwards of the mapped host ports in the iptables backends
+/// ([`forwards::find`]); a table that cannot be read is warned about, or refused.
+fn iptables_forwards(
+    ctx: &Context,
+    refuse: bool,
+    mappings: &[PortMapping],
+    families: &[Family],
+) -> Result<Vec<forwards::Forward>, Error> {
     let (found, unread) = if ctx.netfilter.forwards() {
         let cache = ctx.ledger.file(forwards::CACHE_FILE);
         forwards::find(&ctx.netfilter, &cache, mappings, families)
@@ -48,79 +74,93 @@ pub(super) fn check_forwards(
             Chain(&e)
         );
     }
-    let native = native_forwards(ctx, refuse, mappings, families)?;
-    for (keeper, mapping) in keepers {
-        if found.iter().any(|f| f.mapping == *mapping) || native.iter().any(|(m, _)| *m == mapping)
-        {
-            continue;
-        }
-        let who = listener_text(keeper);
-        if refuse {
-            return Err(Error::PortInUse {
-                mapping: mapping.clone(),
-                who,
-                addr: keeper.addr,
-            });
-        }
-        log::warn!(
-            "{who} holds {} port {}/{} for another owner's forward of it, \
-             which {mapping} would take over for this container",
-            keeper.addr,
-            keeper.port,
-            keeper.protocol
-        );
+    Ok(found)
+}
+
+/// A port keeper holding `mapping`'s port with no forward of it found: the conflict on its
+/// own, warned about or refused.
+fn keeper_alone(refuse: bool, keeper: &Listener, mapping: &PortMapping) -> Result<(), Error> {
+    let who = listener_text(keeper);
+    if refuse {
+        return Err(Error::PortInUse {
+            mapping: mapping.clone(),
+            who,
+            addr: keeper.addr,
+        });
     }
-    for f in found {
-        let rule = f.candidate.rule();
-        let line = crate::kernel::xt::save_line(&rule.chain, &rule.args);
-        let via: Vec<&str> = f.candidate.path.iter().map(|s| s.chain.as_str()).collect();
-        let place = format!(
-            "{} {} nat chain {} (rule {}, reached through {})",
-            f.backend,
-            f.family,
-            rule.chain,
-            rule.position,
-            via.join(" -> ")
-        );
-        let held = keepers
-            .iter()
-            .find(|(_, m)| *m == f.mapping)
-            .map(|(k, _)| format!(" ({} holds the port for it)", listener_text(k)))
-            .unwrap_or_default();
-        let place = format!("{place}{held}");
-        if refuse {
-            return Err(Error::PortForwarded {
-                mapping: f.mapping,
-                place,
-                line,
-            });
-        }
-        log::warn!(
-            "host port {} is already forwarded by another owner's rule in \
-             {place}: {line}; its traffic would be split between that destination and this \
-             container",
-            f.mapping
-        );
+    log::warn!(
+        "{who} holds {} port {}/{} for another owner's forward of it, \
+         which {mapping} would take over for this container",
+        keeper.addr,
+        keeper.port,
+        keeper.protocol
+    );
+    Ok(())
+}
+
+/// Another owner's iptables forward `f`, with the keeper holding its port if there is one:
+/// warned about, or refused.
+fn iptables_forward(
+    refuse: bool,
+    f: forwards::Forward,
+    keepers: &[(Listener, PortMapping)],
+) -> Result<(), Error> {
+    let rule = f.candidate.rule();
+    let line = crate::kernel::xt::save_line(&rule.chain, &rule.args);
+    let via: Vec<&str> = f.candidate.path.iter().map(|s| s.chain.as_str()).collect();
+    let place = format!(
+        "{} {} nat chain {} (rule {}, reached through {})",
+        f.backend,
+        f.family,
+        rule.chain,
+        rule.position,
+        via.join(" -> ")
+    );
+    let held = keepers
+        .iter()
+        .find(|(_, m)| *m == f.mapping)
+        .map(|(k, _)| format!(" ({} holds the port for it)", listener_text(k)))
+        .unwrap_or_default();
+    let place = format!("{place}{held}");
+    if refuse {
+        return Err(Error::PortForwarded {
+            mapping: f.mapping,
+            place,
+            line,
+        });
     }
-    for (mapping, f) in native {
-        let place = format!("{} (owner {})", f.place, f.owner);
-        let line = format!("dnat to {}", SocketAddr::new(f.to, f.to_port));
-        if refuse {
-            return Err(Error::PortForwarded {
-                mapping: mapping.clone(),
-                place,
-                line,
-            });
-        }
-        log::warn!(
-            "host port {}/{} is {} forwarded by another owner's native nftables rule, {place}: \
-             {line}; its traffic would be split between that destination and this container \
-             (natledger doctor names the fix)",
-            f.port,
-            f.protocol.as_str(),
-            if f.certain { "already" } else { "perhaps" },
-        );
+    log::warn!(
+        "host port {} is already forwarded by another owner's rule in \
+         {place}: {line}; its traffic would be split between that destination and this \
+         container",
+        f.mapping
+    );
+    Ok(())
+}
+
+/// Another owner's native nftables forward `f` of `mapping`: warned about, or refused.
+fn native_forward(
+    refuse: bool,
+    mapping: &PortMapping,
+    f: forwards::NativeFound,
+) -> Result<(), Error> {
+    let place = format!("{} (owner {})", f.place, f.owner);
+    let line = format!("dnat to {}", SocketAddr::new(f.to, f.to_port));
+    if refuse {
+        return Err(Error::PortForwarded {
+            mapping: mapping.clone(),
+            place,
+            line,
+        });
     }
+    log::warn!(
+        "host port {}/{} is {} forwarded by another owner's native nftables rule, {place}: \
+         {line}; its traffic would be split between that destination and this container \
+         (natledger doctor names the fix)",
+        f.port,
+        f.protocol.as_str(),
+        if f.certain { "already" } else { "perhaps" },
+    );
     Ok(())
 }
 

@@ -6,7 +6,7 @@
 //! OUTPUT), mixed protocols, ports, port ranges, multiport, addresses, interfaces, address
 //! types and negations, with DNAT/ACCEPT/RETURN/DROP/REJECT targets and jumps. For every rule
 //! a finding says never matches, on every hook it names, each path from that hook to the rule
-//! is found again here (independently of `doctor::paths`), a concrete packet matching the
+//! is found again here (independently of `iptables::paths`), a concrete packet matching the
 //! whole path is built from its conditions, and the hook is evaluated for that packet, rule by
 //! rule through the jumps, with `packet::Packet::test`: the shadowed rule must never take it,
 //! and the earlier rule must take it (or the packet must be taken before reaching it).
@@ -19,11 +19,12 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr};
 
-use natledger::analysis::doctor::paths::{LIMITS, Limits};
 use natledger::analysis::doctor::{
     Finding, Kind, RuleRef, Ruleset, check_rulesets, check_rulesets_within,
 };
-use natledger::analysis::packet::{Addresses, Packet, Tri};
+use natledger::analysis::iptables::packet::{Addresses, Packet};
+use natledger::analysis::iptables::paths::{LIMITS, Limits};
+use natledger::analysis::verdict::Tri;
 use natledger::backend::Backend;
 use natledger::model::anyrule::{Cond, Match, Target, parse_rule};
 use natledger::model::family::Family;

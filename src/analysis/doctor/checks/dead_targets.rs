@@ -1,6 +1,15 @@
 //! Check 2: DNAT rules whose destination nothing live holds.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+
+use super::words::packets;
+use super::{Checks, Host, comment, dnat_address, fix_for, port_of, rule_ref, short};
+use crate::analysis::doctor::evidence;
+use crate::analysis::doctor::{Finding, Kind, Severity};
+use crate::analysis::iptables::paths::Step;
+use crate::model::anyrule::Target;
+use crate::model::layout::{Owner, owner};
 
 impl Checks<'_> {
     /// Check 2: DNAT rules whose destination no live container or local route holds.

@@ -6,8 +6,16 @@
 //! kernel runs both: a drop in either is a drop) with [`packet::fate`]; a drop is reported
 //! only when every way the packet can go ends dropped.
 
-use super::*;
-use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use std::net::IpAddr;
+
+use super::{Checks, Walked, dnat_address, port_of, rule_ref, shadowed};
+use crate::analysis::doctor::evidence;
+use crate::analysis::doctor::{Finding, Kind, RuleRef, Ruleset, Severity};
+use crate::analysis::iptables::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::analysis::iptables::paths::{self, Step};
+use crate::backend::Backend;
+use crate::model::anyrule::{Cond, Match, Target};
+use crate::model::layout::{Owner, owner};
 use crate::model::portspec::PortRange;
 use crate::model::save::{SavedRule, Table};
 
@@ -129,7 +137,7 @@ impl Checks<'_> {
             Cond::Protocol {
                 negated: false,
                 proto,
-            } => crate::analysis::matchset::proto_number(proto),
+            } => crate::analysis::iptables::matchset::proto_number(proto),
             _ => None,
         });
         Some(Packet {
@@ -167,11 +175,6 @@ impl Checks<'_> {
         let Addresses::Exactly(addr) = forwarded.dst else {
             unreachable!("forwarded packets have one address");
         };
-        let target = match forwarded.dports {
-            Some(p) if addr.is_ipv6() => format!("[{addr}]:{p}"),
-            Some(p) => format!("{addr}:{p}"),
-            None => addr.to_string(),
-        };
         // The dropping rule, if it is one (a policy is not a rule: the summary names it).
         let dropper = by.map(|rule| {
             let position = filter
@@ -180,80 +183,10 @@ impl Checks<'_> {
                 .map_or(0, |i| i + 1);
             RuleRef::new(set, "filter", &rule.chain, position, &rule.args)
         });
-        let how = if by.is_some() {
-            "a rule"
-        } else {
-            "the DROP policy"
-        };
-        let summary = format!(
-            "{} this DNAT forwards to {target} are dropped by {how} of {} {} filter \
-             FORWARD: the port answers on this host but not from other hosts.",
-            if reply {
-                "The replies to connections"
-            } else {
-                "Packets"
-            },
-            set.backend,
-            set.family
-        );
-        let mut evidence = vec![format!(
-            "filter FORWARD of {}/{} walked for the first packet of a new connection",
-            set.backend, set.family
-        )];
-        let named_in = step.cond.conds.iter().any(|c| {
-            matches!(c, Cond::InIface { negated: false, name } if Some(name) == forwarded.in_iface.as_ref())
-        });
-        match &forwarded.in_iface {
-            Some(i) if named_in => evidence.push(format!("arriving on {i} (the DNAT's -i)")),
-            Some(i) => evidence.push(format!(
-                "arriving on {i} (the default route's interface, as clients of other networks do)"
-            )),
-            None => {}
-        }
-        if let Some(o) = &forwarded.out_iface {
-            evidence.push(format!("leaving on {o} (the route to {addr})"));
-        }
+        let summary = dropped_summary(forwarded, addr, set, by.is_some(), reply);
+        let evidence = dropped_evidence(step, forwarded, addr, set);
         let proto = protocol.clone().unwrap_or_else(|| "tcp".into());
-        let tool = format!("{}-{}", set.family.tool_stem(), set.backend.suffix());
-        // Both directions: the connections this DNAT made, by their reply source.
-        let accept = {
-            let port = forwarded
-                .dports
-                .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
-                .unwrap_or_default();
-            format!(
-                "{tool} -I FORWARD -m conntrack --ctstate DNAT --ctproto {proto} --ctreplsrc \
-                 {addr}{port} -j ACCEPT"
-            )
-        };
-        let fix = match owner(&step.rule.chain, &step.rule.args) {
-            // The nftables backend writes no accept: one in its own table could not override
-            // this drop (each table's forward chain decides for itself).
-            Owner::Container(id) if w.set.backend == Backend::Nftables => format!(
-                "natledger's nftables backend writes no forward accept (one in its own table \
-                 cannot override a drop in another): accept the connections its DNAT made \
-                 where they are dropped ({accept}; on a Docker host, in DOCKER-USER), or \
-                 write container {id}'s rules with the iptables backend this host uses \
-                 (--backend {})",
-                set.backend
-            ),
-            // An explicit rule drops them before natledger's accept is reached (the accept's
-            // jump goes after the rules FORWARD had): the operator's choice to revisit.
-            Owner::Container(_) if by.is_some() => format!(
-                "the rule above drops them before natledger's accept is reached; if these \
-                 clients should reach the port, let that rule pass them ({tool} -I FORWARD \
-                 before it)"
-            ),
-            Owner::Container(id) if set.backend == w.set.backend => format!(
-                "restart container {id}: its createRuntime hook writes natledger's accept again"
-            ),
-            Owner::Container(_) => format!(
-                "natledger accepts these packets in {}, where its DNAT is; the kernel also runs \
-                 {} FORWARD: keep the host on one iptables backend, or accept them there too",
-                w.set.backend, set.backend
-            ),
-            _ => accept,
-        };
+        let fix = dropped_fix(w, step, set, forwarded, (addr, &proto), by.is_some());
         // From a dump alone, the target might be an address of that host (then nothing is
         // forwarded): a warning, not an error.
         let (severity, summary) = match self.host {
@@ -276,6 +209,108 @@ impl Checks<'_> {
             evidence,
             fix: Some(fix),
         }
+    }
+}
+
+/// The summary of a forward dropped in `set`'s filter FORWARD (`by_rule`: by a rule, else
+/// by the policy; `reply`: the replies, else the packets).
+fn dropped_summary(
+    forwarded: &Packet,
+    addr: IpAddr,
+    set: &Ruleset,
+    by_rule: bool,
+    reply: bool,
+) -> String {
+    let target = match forwarded.dports {
+        Some(p) if addr.is_ipv6() => format!("[{addr}]:{p}"),
+        Some(p) => format!("{addr}:{p}"),
+        None => addr.to_string(),
+    };
+    let how = if by_rule { "a rule" } else { "the DROP policy" };
+    format!(
+        "{} this DNAT forwards to {target} are dropped by {how} of {} {} filter \
+         FORWARD: the port answers on this host but not from other hosts.",
+        if reply {
+            "The replies to connections"
+        } else {
+            "Packets"
+        },
+        set.backend,
+        set.family
+    )
+}
+
+/// What the walk assumed of the forwarded packet: the chain walked, and its interfaces.
+fn dropped_evidence(step: &Step, forwarded: &Packet, addr: IpAddr, set: &Ruleset) -> Vec<String> {
+    let mut evidence = vec![format!(
+        "filter FORWARD of {}/{} walked for the first packet of a new connection",
+        set.backend, set.family
+    )];
+    let named_in = step.cond.conds.iter().any(|c| {
+        matches!(c, Cond::InIface { negated: false, name } if Some(name) == forwarded.in_iface.as_ref())
+    });
+    match &forwarded.in_iface {
+        Some(i) if named_in => evidence.push(format!("arriving on {i} (the DNAT's -i)")),
+        Some(i) => evidence.push(format!(
+            "arriving on {i} (the default route's interface, as clients of other networks do)"
+        )),
+        None => {}
+    }
+    if let Some(o) = &forwarded.out_iface {
+        evidence.push(format!("leaving on {o} (the route to {addr})"));
+    }
+    evidence
+}
+
+/// The fix for a dropped forward, by whose the DNAT is: an accept of the connections it made
+/// for another owner's; for natledger's, what keeps or restores its own accept.
+fn dropped_fix(
+    w: &Walked,
+    step: &Step,
+    set: &Ruleset,
+    forwarded: &Packet,
+    (addr, proto): (IpAddr, &str),
+    by_rule: bool,
+) -> String {
+    let tool = format!("{}-{}", set.family.tool_stem(), set.backend.suffix());
+    // Both directions: the connections this DNAT made, by their reply source.
+    let accept = {
+        let port = forwarded
+            .dports
+            .map(|p| format!(" --ctreplsrcport {}", p.to_string().replace('-', ":")))
+            .unwrap_or_default();
+        format!(
+            "{tool} -I FORWARD -m conntrack --ctstate DNAT --ctproto {proto} --ctreplsrc \
+             {addr}{port} -j ACCEPT"
+        )
+    };
+    match owner(&step.rule.chain, &step.rule.args) {
+        // The nftables backend writes no accept: one in its own table could not override
+        // this drop (each table's forward chain decides for itself).
+        Owner::Container(id) if w.set.backend == Backend::Nftables => format!(
+            "natledger's nftables backend writes no forward accept (one in its own table \
+             cannot override a drop in another): accept the connections its DNAT made \
+             where they are dropped ({accept}; on a Docker host, in DOCKER-USER), or \
+             write container {id}'s rules with the iptables backend this host uses \
+             (--backend {})",
+            set.backend
+        ),
+        // An explicit rule drops them before natledger's accept is reached (the accept's
+        // jump goes after the rules FORWARD had): the operator's choice to revisit.
+        Owner::Container(_) if by_rule => format!(
+            "the rule above drops them before natledger's accept is reached; if these \
+             clients should reach the port, let that rule pass them ({tool} -I FORWARD \
+             before it)"
+        ),
+        Owner::Container(id) if set.backend == w.set.backend => format!(
+            "restart container {id}: its createRuntime hook writes natledger's accept again"
+        ),
+        Owner::Container(_) => format!(
+            "natledger accepts these packets in {}, where its DNAT is; the kernel also runs \
+             {} FORWARD: keep the host on one iptables backend, or accept them there too",
+            w.set.backend, set.backend
+        ),
+        _ => accept,
     }
 }
 

@@ -1,6 +1,16 @@
 //! Check 3: local listeners whose traffic a rule takes away.
 
-use super::*;
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use super::words::target_text;
+use super::{Checks, Walked, delete_fix, rule_ref};
+use crate::analysis::doctor::evidence::{self, Listener};
+use crate::analysis::doctor::{Finding, Kind, Severity};
+use crate::analysis::iptables::paths::Step;
+use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};
+use crate::model::family::Family;
+use crate::model::rule::IpNet;
 
 impl Checks<'_> {
     /// Check 3: Local listeners whose traffic a rule redirects (nat) or rejects (filter INPUT).
@@ -36,7 +46,6 @@ impl Checks<'_> {
                 let Some(step) = takers.first().copied() else {
                     continue;
                 };
-                let hijacks = hijacking(w.table, step);
                 let key = (
                     l.port,
                     l.protocol,
@@ -45,49 +54,55 @@ impl Checks<'_> {
                     &step.rule.chain,
                     step.position,
                 );
-                if !hijacks || !seen.insert(key) {
+                if !hijacking(w.table, step) || !seen.insert(key) {
                     continue;
                 }
-                // All of it, when a run of hijacking rules ends in one that takes everything
-                // left (kube-proxy's random split over endpoints).
-                let all = takers
-                    .iter()
-                    .take_while(|s| hijacking(w.table, s))
-                    .any(|s| s.cond.covers(&packets));
-                let who = match (&l.command, l.pid) {
-                    (Some(c), Some(p)) => format!("{c} (pid {p})"),
-                    _ => "a process".to_string(),
-                };
-                let (verb, away) = if w.table == "nat" {
-                    ("sends", " elsewhere")
-                } else {
-                    ("rejects", "")
-                };
-                let summary = format!(
-                    "{who} listens on {}, but {} rule {} of {} {verb} {} of that traffic{away} ({}).",
-                    socket_text(l),
-                    w.table,
-                    step.position,
-                    step.rule.chain,
-                    if all { "all" } else { "some" },
-                    target_text(&step.target),
-                );
-                self.findings.push(Finding {
-                    severity: if all {
-                        Severity::Error
-                    } else {
-                        Severity::Warning
-                    },
-                    kind: Kind::HijackedListener,
-                    port: Some(l.port),
-                    protocol: Some(l.protocol.to_string()),
-                    summary,
-                    rules: vec![rule_ref(w, step)],
-                    evidence: vec![format!("listening socket inode {}", l.inode)],
-                    fix: Some(delete_fix(w, step)),
-                });
+                self.findings.push(hijack_finding(w, l, &takers, &packets));
             }
         }
+    }
+}
+
+/// The finding of a listener `l` whose packets the first of `takers` (on walk `w`) sends
+/// elsewhere or rejects: all of them when a run of hijacking rules ends in one that takes
+/// everything left (kube-proxy's random split over endpoints), else some.
+fn hijack_finding(w: &Walked, l: &Listener, takers: &[&Step], packets: &Match) -> Finding {
+    let step = takers[0];
+    let all = takers
+        .iter()
+        .take_while(|s| hijacking(w.table, s))
+        .any(|s| s.cond.covers(packets));
+    let who = match (&l.command, l.pid) {
+        (Some(c), Some(p)) => format!("{c} (pid {p})"),
+        _ => "a process".to_string(),
+    };
+    let (verb, away) = if w.table == "nat" {
+        ("sends", " elsewhere")
+    } else {
+        ("rejects", "")
+    };
+    let summary = format!(
+        "{who} listens on {}, but {} rule {} of {} {verb} {} of that traffic{away} ({}).",
+        socket_text(l),
+        w.table,
+        step.position,
+        step.rule.chain,
+        if all { "all" } else { "some" },
+        target_text(&step.target),
+    );
+    Finding {
+        severity: if all {
+            Severity::Error
+        } else {
+            Severity::Warning
+        },
+        kind: Kind::HijackedListener,
+        port: Some(l.port),
+        protocol: Some(l.protocol.to_string()),
+        summary,
+        rules: vec![rule_ref(w, step)],
+        evidence: vec![format!("listening socket inode {}", l.inode)],
+        fix: Some(delete_fix(w, step)),
     }
 }
 

@@ -13,23 +13,21 @@ mod split_backends;
 mod words;
 mod xtables_lock;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::net::IpAddr;
 
 use super::evidence::{self, Listener, Reservation, Roots, RuntimeContainer};
-use super::paths::{self, Step};
-use super::{DoctorOptions, Finding, Kind, NotFollowed, RuleRef, Ruleset, Severity};
+use super::{DoctorOptions, Finding, NotFollowed, RuleRef, Ruleset};
+use crate::analysis::iptables::paths::{self, Step};
 use crate::backend::{Backend, Detected};
 use crate::kernel::machine;
-use crate::model::anyrule::{Cond, Match, PortSet, Target, parse_rule};
+use crate::model::anyrule::{Cond, Match, Target, parse_rule};
 use crate::model::family::Family;
 use crate::model::layout::{Owner, is_owned_chain, owner};
 use crate::model::oci::ContainerId;
-use crate::model::rule::IpNet;
-use crate::state::ledger::{Manifest, RuleRecord};
+use crate::state::ledger::Manifest;
 use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
-use words::{packets, target_text};
 
 /// The built-in chains each table's packets to a host port go through, in hook order.
 const NAT_HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];

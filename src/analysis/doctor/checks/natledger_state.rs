@@ -1,27 +1,21 @@
 //! Check 5: natledger's own state against the rules.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+
+use super::{Checks, Host, line, port_of};
+use crate::analysis::doctor::{Finding, Kind, RuleRef, Severity};
+use crate::model::anyrule::parse_rule;
 use crate::model::layout::TABLES;
+use crate::model::layout::{Owner, owner};
+use crate::model::oci::ContainerId;
+use crate::state::ledger::{Manifest, RuleRecord};
 
 impl Checks<'_> {
     /// Check 5: natledger's own state: dead manifests, orphaned rules, live containers' missing rules.
     pub(crate) fn natledger_state(&mut self) {
         let Some(host) = self.host else { return };
         if let Some(error) = &host.ledger_error {
-            // Without the manifests every natledger rule would look orphaned, and sweep
-            // refuses the same directory: say why instead.
-            self.findings.push(Finding {
-                severity: Severity::Error,
-                kind: Kind::NatledgerState,
-                port: None,
-                protocol: None,
-                summary: format!(
-                    "natledger's manifests cannot be read, so its rules are not checked: {error}"
-                ),
-                rules: Vec::new(),
-                evidence: vec!["natledger manifests".into()],
-                fix: None,
-            });
+            self.unreadable_ledger(error);
             return;
         }
         // A dead container's rules are still needed while a live container in its network
@@ -36,6 +30,31 @@ impl Checks<'_> {
             .iter()
             .map(|m| m.container_id.as_str())
             .collect();
+        self.dead_manifests(&dead);
+        self.orphaned_rules(host, &known);
+        self.lost_holders(host, &alive, &known);
+        self.missing_rules(host, &alive);
+    }
+
+    /// Without the manifests every natledger rule would look orphaned, and sweep refuses the
+    /// same directory: say why instead.
+    fn unreadable_ledger(&mut self, error: &str) {
+        self.findings.push(Finding {
+            severity: Severity::Error,
+            kind: Kind::NatledgerState,
+            port: None,
+            protocol: None,
+            summary: format!(
+                "natledger's manifests cannot be read, so its rules are not checked: {error}"
+            ),
+            rules: Vec::new(),
+            evidence: vec!["natledger manifests".into()],
+            fix: None,
+        });
+    }
+
+    /// The manifests of containers no longer needed: a sweep removes them and their rules.
+    fn dead_manifests(&mut self, dead: &[&Manifest]) {
         for m in dead {
             let summary = format!(
                 "Container {}{} is dead, but its manifest and {} rule(s) remain.",
@@ -49,6 +68,10 @@ impl Checks<'_> {
                 ..finding
             });
         }
+    }
+
+    /// natledger's rules of a container without a manifest (`known`: every manifest's).
+    fn orphaned_rules(&mut self, host: &Host, known: &HashSet<&str>) {
         for (set, name) in self
             .rulesets
             .iter()
@@ -83,6 +106,11 @@ impl Checks<'_> {
                 });
             }
         }
+    }
+
+    /// Live containers sharing the ports of a holder whose manifest is gone.
+    fn lost_holders(&mut self, host: &Host, alive: &[&Manifest], known: &HashSet<&str>) {
+        let needs = &host.liveness;
         for m in alive.iter().filter(|m| needs.alive(&m.container_id)) {
             for shared in m
                 .shares
@@ -105,63 +133,16 @@ impl Checks<'_> {
                 });
             }
         }
+    }
+
+    /// Needed containers whose recorded rules are not all in their tables.
+    fn missing_rules(&mut self, host: &Host, alive: &[&Manifest]) {
         for m in alive {
-            let present = |r: &RuleRecord| {
-                self.rulesets
-                    .iter()
-                    .chain(&host.own)
-                    .find(|s| s.backend == r.backend && s.family == r.family)
-                    .and_then(|s| s.table(r.table_name()))
-                    .is_some_and(|t| {
-                        t.rules
-                            .iter()
-                            .any(|s| s.chain == r.chain && *s.args == *r.args())
-                    })
-            };
-            let missing: Vec<RuleRef> = m
-                .rules
-                .iter()
-                .filter(|r| !present(r))
-                .map(|r| RuleRef {
-                    backend: r.backend,
-                    family: r.family,
-                    table: r.table_name().to_string(),
-                    chain: r.chain.clone(),
-                    position: 0,
-                    line: line(&r.chain, &r.args()),
-                    hooks: Vec::new(),
-                    nft: None,
-                })
-                .collect();
+            let missing = self.missing_of(host, m);
             if missing.is_empty() {
                 continue;
             }
-            let (whose, restart) = if needs.sharers(&m.container_id).is_empty() {
-                (
-                    format!("Live container {}{}", m.container_id, origin(m)),
-                    rewrite_advice(m),
-                )
-            } else {
-                let sharers: Vec<&str> = needs
-                    .sharers(&m.container_id)
-                    .iter()
-                    .map(ContainerId::as_str)
-                    .collect();
-                (
-                    format!(
-                        "Container {}, whose rules live container(s) {} share,",
-                        m.container_id,
-                        sharers.join(", ")
-                    ),
-                    format!(
-                        "stop every container of its network namespace ({}, {}) and start \
-                         them again: while one lives, a restarted one takes the recorded rules \
-                         over instead of writing them",
-                        m.container_id,
-                        sharers.join(", ")
-                    ),
-                )
-            };
+            let (whose, restart) = whose_and_restart(host, m);
             let summary = format!(
                 "{whose} is missing {} of its {} recorded rule(s): its ports do not forward.",
                 missing.len(),
@@ -174,6 +155,67 @@ impl Checks<'_> {
             });
         }
     }
+
+    /// The recorded rules of `m` not in its tables (the rulesets read and natledger's own).
+    fn missing_of(&self, host: &Host, m: &Manifest) -> Vec<RuleRef> {
+        let present = |r: &RuleRecord| {
+            self.rulesets
+                .iter()
+                .chain(&host.own)
+                .find(|s| s.backend == r.backend && s.family == r.family)
+                .and_then(|s| s.table(r.table_name()))
+                .is_some_and(|t| {
+                    t.rules
+                        .iter()
+                        .any(|s| s.chain == r.chain && *s.args == *r.args())
+                })
+        };
+        m.rules
+            .iter()
+            .filter(|r| !present(r))
+            .map(|r| RuleRef {
+                backend: r.backend,
+                family: r.family,
+                table: r.table_name().to_string(),
+                chain: r.chain.clone(),
+                position: 0,
+                line: line(&r.chain, &r.args()),
+                hooks: Vec::new(),
+                nft: None,
+            })
+            .collect()
+    }
+}
+
+/// Who is missing rules, in words, and how to have them written again: a container alone
+/// restarts; one whose rules live sharers use waits for its whole network namespace.
+fn whose_and_restart(host: &Host, m: &Manifest) -> (String, String) {
+    let needs = &host.liveness;
+    if needs.sharers(&m.container_id).is_empty() {
+        return (
+            format!("Live container {}{}", m.container_id, origin(m)),
+            rewrite_advice(m),
+        );
+    }
+    let sharers: Vec<&str> = needs
+        .sharers(&m.container_id)
+        .iter()
+        .map(ContainerId::as_str)
+        .collect();
+    (
+        format!(
+            "Container {}, whose rules live container(s) {} share,",
+            m.container_id,
+            sharers.join(", ")
+        ),
+        format!(
+            "stop every container of its network namespace ({}, {}) and start \
+             them again: while one lives, a restarted one takes the recorded rules \
+             over instead of writing them",
+            m.container_id,
+            sharers.join(", ")
+        ),
+    )
 }
 
 /// How a live container's or attachment's rules get written again. A hook container's

@@ -8,7 +8,8 @@
 //! comment line, what the owner will do and the lasting fix in its terms: the Service that
 //! claims the port, or the container that publishes it.
 
-use super::*;
+use super::{comment, owner_of, port_of};
+use crate::model::anyrule::Match;
 
 /// An owner that puts its rules back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,8 +12,15 @@
 //! never a shadow error. A dead container's rule in front that no live one shares, or a
 //! foreign one, is a shadow as before.
 
-use super::*;
-use crate::analysis::doctor::paths::Shadow;
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use super::words::{packets, target_text};
+use super::{Checks, Walked, delete_fix, fix_for, port_of, rule_ref};
+use crate::analysis::doctor::{Finding, Kind, RuleRef, Severity};
+use crate::analysis::iptables::paths::Shadow;
+use crate::analysis::iptables::paths::Step;
+use crate::model::anyrule::{Cond, Target};
+use crate::model::layout::{Owner, owner};
 
 /// A rule of one table of one ruleset: (ruleset index, table, chain, position).
 type RuleKey<'k> = (usize, &'k str, &'k str, usize);
@@ -184,44 +191,8 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
     let (w, sa) = (g.w, g.by);
     let first = g.shadowed[0].0;
     let (port, protocol) = port_of(&first.cond);
-    // A rule that matches on another hook never matches only the packets of these hooks.
-    let only = |sb: &Step, hooks: &[&'static str]| -> Option<String> {
-        let everywhere = all_hooks(sb).iter().all(|h| hooks.contains(h));
-        (!everywhere).then(|| {
-            let words: Vec<&str> = hooks.iter().map(|h| hook_packets(w.table, h)).collect();
-            words.join(" or ")
-        })
-    };
-    let named: Vec<String> = g
-        .shadowed
-        .iter()
-        .take(5)
-        .map(|(sb, hooks)| {
-            let rule = format!(
-                "rule {} of {} ({})",
-                sb.position,
-                sb.rule.chain,
-                target_text(&sb.target)
-            );
-            match only(sb, hooks) {
-                Some(packets) if g.shadowed.len() > 1 => format!("{rule} for {packets}"),
-                _ => rule,
-            }
-        })
-        .collect();
     let n = g.shadowed.len();
-    let more = match n {
-        n if n > 5 => format!(" and {} more", n - 5),
-        _ => String::new(),
-    };
-    let later = if n == 1 {
-        match only(first, &g.shadowed[0].1) {
-            Some(packets) => format!("{} never matches {packets}", named[0]),
-            None => format!("{} never matches", named[0]),
-        }
-    } else {
-        format!("{n} later rules never match: {}{more}", named.join(", "))
-    };
+    let later = never_matches(g, &all_hooks);
     let summary = if duplicate {
         format!(
             "{later}: {} {} rule {} of {} ({}).",
@@ -267,6 +238,51 @@ fn finding(g: &Group, duplicate: bool, all_hooks: impl Fn(&Step) -> Vec<&'static
         } else {
             fix_for(w, sa)
         }),
+    }
+}
+
+/// The group's shadowed rules in words (`rule 3 of DOCKER (DNAT to …) never matches`, up to
+/// five named), each narrowed to the packets of its hooks when it is reached from others too.
+fn never_matches(g: &Group, all_hooks: &impl Fn(&Step) -> Vec<&'static str>) -> String {
+    let w = g.w;
+    let first = g.shadowed[0].0;
+    // A rule that matches on another hook never matches only the packets of these hooks.
+    let only = |sb: &Step, hooks: &[&'static str]| -> Option<String> {
+        let everywhere = all_hooks(sb).iter().all(|h| hooks.contains(h));
+        (!everywhere).then(|| {
+            let words: Vec<&str> = hooks.iter().map(|h| hook_packets(w.table, h)).collect();
+            words.join(" or ")
+        })
+    };
+    let named: Vec<String> = g
+        .shadowed
+        .iter()
+        .take(5)
+        .map(|(sb, hooks)| {
+            let rule = format!(
+                "rule {} of {} ({})",
+                sb.position,
+                sb.rule.chain,
+                target_text(&sb.target)
+            );
+            match only(sb, hooks) {
+                Some(packets) if g.shadowed.len() > 1 => format!("{rule} for {packets}"),
+                _ => rule,
+            }
+        })
+        .collect();
+    let n = g.shadowed.len();
+    let more = match n {
+        n if n > 5 => format!(" and {} more", n - 5),
+        _ => String::new(),
+    };
+    if n == 1 {
+        match only(first, &g.shadowed[0].1) {
+            Some(packets) => format!("{} never matches {packets}", named[0]),
+            None => format!("{} never matches", named[0]),
+        }
+    } else {
+        format!("{n} later rules never match: {}{more}", named.join(", "))
     }
 }
 

@@ -13,8 +13,13 @@
 //!
 //! [`backend::detect`]: crate::backend::detect
 
-use super::*;
-use crate::backend::Detected;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use super::{Checks, delete_line, owner_of, shell_word, tool};
+use crate::analysis::doctor::{Finding, Kind, RuleRef, Ruleset, Severity};
+use crate::backend::{Backend, Detected};
+use crate::model::anyrule::{Target, parse_rule};
+use crate::model::layout::is_owned_chain;
 use crate::model::save::{SavedRule, Table};
 
 /// Chains kubelet creates so that containers can tell which backend the host uses.
@@ -217,7 +222,6 @@ impl Checks<'_> {
         owner: &str,
         left: &Leftover,
     ) -> Finding {
-        let unused = set.backend;
         let in_use = active.backend;
         let drops = left.acting.iter().filter(|a| a.2 == Effect::Drops).count();
         let rewrites = left.acting.len() - drops;
@@ -229,85 +233,7 @@ impl Checks<'_> {
             .flat_map(|t| &t.rules)
             .filter(|r| owner_of(&r.chain, &r.args) == owner)
             .count();
-        let what = match (left.rules, left.chains.len()) {
-            (0, n) => format!("{n} empty chain(s)"),
-            (r, _) => format!("{r} rule(s)"),
-        };
-        let mut summary = format!(
-            "{} has {what} in the {} {} table of iptables-{unused}, the backend this host's \
-             `iptables` does not use (it uses iptables-{in_use}), so `iptables` does not show \
-             them.",
-            owner_name(owner),
-            set.family,
-            table.name,
-        );
         let acts = effects(drops, rewrites);
-        if acts.is_empty() {
-            summary.push_str(
-                " None of them can drop or rewrite packets from where they are: they are \
-                 clutter.",
-            );
-        } else {
-            summary.push_str(&format!(
-                " The kernel runs both backends for every packet, so they still act: {acts}."
-            ));
-        }
-        if also > 0 {
-            summary.push_str(&format!(
-                " It has {also} rule(s) in iptables-{in_use} too; if those are the current \
-                 ones, the iptables-{unused} ones are leftovers."
-            ));
-        }
-        let mut evidence = vec![format!(
-            "backend in use: iptables-{in_use}, because {}",
-            active.how
-        )];
-        if !left.chains.is_empty() {
-            let more = left.chains.len().saturating_sub(NAMED);
-            evidence.push(format!(
-                "its chains in iptables-{unused} {}: {}{}",
-                table.name,
-                left.chains[..left.chains.len().min(NAMED)].join(", "),
-                if more > 0 {
-                    format!(" and {more} more")
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        let refs = |rules: &[(usize, &SavedRule)]| -> Vec<RuleRef> {
-            rules
-                .iter()
-                .map(|(n, r)| RuleRef::new(set, &table.name, &r.chain, *n, &r.args))
-                .collect()
-        };
-        let mut rules = refs(&left.in_builtins);
-        let acting: Vec<(usize, &SavedRule)> = left
-            .acting
-            .iter()
-            .filter(|(_, r, _)| !left.in_builtins.iter().any(|(_, b)| std::ptr::eq(*b, *r)))
-            .map(|(n, r, _)| (*n, *r))
-            .collect();
-        rules.extend(refs(&acting));
-        rules.truncate(NAMED * 2);
-        // Jumps and rules in built-in chains first (deleting the jumps stops the rest), then
-        // the chains' rules and the chains themselves.
-        let tool = tool(set);
-        let mut fix: Vec<String> = left
-            .in_builtins
-            .iter()
-            .map(|(_, r)| delete_line(set, &table.name, &r.chain, &r.args))
-            .collect();
-        fix.extend(
-            left.chains
-                .iter()
-                .map(|c| format!("{tool} -t {} -F {}", table.name, shell_word(c))),
-        );
-        fix.extend(
-            left.chains
-                .iter()
-                .map(|c| format!("{tool} -t {} -X {}", table.name, shell_word(c))),
-        );
         Finding {
             severity: if acts.is_empty() {
                 Severity::Info
@@ -317,12 +243,125 @@ impl Checks<'_> {
             kind: Kind::SplitBackends,
             port: None,
             protocol: None,
-            summary,
-            rules,
-            evidence,
-            fix: (!fix.is_empty()).then(|| fix.join("\n")),
+            summary: leftover_summary(set, table, in_use, owner, left, &acts, also),
+            rules: leftover_rules(set, table, left),
+            evidence: leftover_evidence(set, table, active, left),
+            fix: leftover_fix(set, table, left),
         }
     }
+}
+
+/// What an owner left in the unused backend, whether it still acts (`acts`, in words), and
+/// whether it has `also` rules in the backend in use.
+fn leftover_summary(
+    set: &Ruleset,
+    table: &Table,
+    in_use: Backend,
+    owner: &str,
+    left: &Leftover,
+    acts: &str,
+    also: usize,
+) -> String {
+    let unused = set.backend;
+    let what = match (left.rules, left.chains.len()) {
+        (0, n) => format!("{n} empty chain(s)"),
+        (r, _) => format!("{r} rule(s)"),
+    };
+    let mut summary = format!(
+        "{} has {what} in the {} {} table of iptables-{unused}, the backend this host's \
+         `iptables` does not use (it uses iptables-{in_use}), so `iptables` does not show \
+         them.",
+        owner_name(owner),
+        set.family,
+        table.name,
+    );
+    if acts.is_empty() {
+        summary.push_str(
+            " None of them can drop or rewrite packets from where they are: they are \
+             clutter.",
+        );
+    } else {
+        summary.push_str(&format!(
+            " The kernel runs both backends for every packet, so they still act: {acts}."
+        ));
+    }
+    if also > 0 {
+        summary.push_str(&format!(
+            " It has {also} rule(s) in iptables-{in_use} too; if those are the current \
+             ones, the iptables-{unused} ones are leftovers."
+        ));
+    }
+    summary
+}
+
+/// How the backend in use was decided, and the owner's chains in the unused one.
+fn leftover_evidence(
+    set: &Ruleset,
+    table: &Table,
+    active: &Detected,
+    left: &Leftover,
+) -> Vec<String> {
+    let unused = set.backend;
+    let mut evidence = vec![format!(
+        "backend in use: iptables-{}, because {}",
+        active.backend, active.how
+    )];
+    if !left.chains.is_empty() {
+        let more = left.chains.len().saturating_sub(NAMED);
+        evidence.push(format!(
+            "its chains in iptables-{unused} {}: {}{}",
+            table.name,
+            left.chains[..left.chains.len().min(NAMED)].join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        ));
+    }
+    evidence
+}
+
+/// The rules named: those in built-in chains, then the acting ones not among them.
+fn leftover_rules(set: &Ruleset, table: &Table, left: &Leftover) -> Vec<RuleRef> {
+    let refs = |rules: &[(usize, &SavedRule)]| -> Vec<RuleRef> {
+        rules
+            .iter()
+            .map(|(n, r)| RuleRef::new(set, &table.name, &r.chain, *n, &r.args))
+            .collect()
+    };
+    let mut rules = refs(&left.in_builtins);
+    let acting: Vec<(usize, &SavedRule)> = left
+        .acting
+        .iter()
+        .filter(|(_, r, _)| !left.in_builtins.iter().any(|(_, b)| std::ptr::eq(*b, *r)))
+        .map(|(n, r, _)| (*n, *r))
+        .collect();
+    rules.extend(refs(&acting));
+    rules.truncate(NAMED * 2);
+    rules
+}
+
+/// Jumps and rules in built-in chains first (deleting the jumps stops the rest), then the
+/// chains' rules and the chains themselves.
+fn leftover_fix(set: &Ruleset, table: &Table, left: &Leftover) -> Option<String> {
+    let tool = tool(set);
+    let mut fix: Vec<String> = left
+        .in_builtins
+        .iter()
+        .map(|(_, r)| delete_line(set, &table.name, &r.chain, &r.args))
+        .collect();
+    fix.extend(
+        left.chains
+            .iter()
+            .map(|c| format!("{tool} -t {} -F {}", table.name, shell_word(c))),
+    );
+    fix.extend(
+        left.chains
+            .iter()
+            .map(|c| format!("{tool} -t {} -X {}", table.name, shell_word(c))),
+    );
+    (!fix.is_empty()).then(|| fix.join("\n"))
 }
 
 /// The filter chains of the unused backend whose policy drops: every packet through that

@@ -7,7 +7,7 @@ use crate::model::anyrule::{Cond, Match, PortSet, Target};
 use crate::model::family::Family;
 use crate::model::rule::IpNet;
 
-use crate::analysis::doctor::paths;
+use crate::analysis::iptables::paths;
 
 /// The packets a rule matches, in words: "tcp packets from an address in 10.0.0.0/8 to port
 /// 6667 of a local address that arrive on any interface but docker0".

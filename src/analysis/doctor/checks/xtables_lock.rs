@@ -2,7 +2,9 @@
 //! `/run/xtables.lock`, whose changes natledger's table replacement (or theirs, natledger's)
 //! would undo: `crate::kernel::host::xtables`.
 
-use super::*;
+use super::Checks;
+use crate::analysis::doctor::evidence;
+use crate::analysis::doctor::{Finding, Kind, Severity};
 
 impl Checks<'_> {
     /// Check 7: a holder of an `IPPROTO_RAW` socket (libiptc's handle on the legacy tables) of

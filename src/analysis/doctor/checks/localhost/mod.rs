@@ -7,9 +7,18 @@
 //! is a drop), once from a neighbour's own (non-loopback) source and once from a forged
 //! 127.0.0.0/8 source, which route_localnet lets in too and kube-proxy's guard lets pass.
 
-use super::*;
-use crate::analysis::packet::{self, Addresses, Conntrack, Fate, Packet};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use crate::analysis::doctor::checks::{Checks, Host, delete_line, line, shell_rule, tool};
+use crate::analysis::doctor::evidence;
+use crate::analysis::doctor::{Finding, Kind, RuleRef, Ruleset, Severity};
+use crate::analysis::iptables::packet::{self, Addresses, Conntrack, Fate, Packet};
+use crate::analysis::iptables::paths;
+use crate::backend::Backend;
 use crate::kernel::host::RouteLocalnet;
+use crate::model::anyrule::{Match, Target, parse_rule};
+use crate::model::family::Family;
 use crate::model::layout::{INPUT_CHAIN, LOOPBACK_INTERFACE};
 use crate::model::save::{SavedRule, Table};
 

@@ -4,7 +4,9 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::*;
+use super::Packet;
+use crate::analysis::verdict::Tri;
+use crate::model::anyrule::{Match, Target};
 use crate::model::save::{ChainIndex, SavedRule, Table};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).

@@ -8,7 +8,7 @@ use super::*;
 /// them once loaded (nft 1.0.6), read by `model::ruleset::parse_text`.
 fn fixture(name: &str) -> Ruleset {
     let text = std::fs::read_to_string(format!(
-        "{}/src/analysis/native/tests/listed/{name}.nft",
+        "{}/src/analysis/nftables/tests/listed/{name}.nft",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap();

@@ -11,7 +11,7 @@ use std::net::IpAddr;
 use build::*;
 
 use super::*;
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::Element;
 use crate::model::ruleset::*;
 

@@ -5,7 +5,7 @@
 //! does), giving each rule reached the conjunction of the conditions on its path, then finds,
 //! for each rule of interest, the first earlier rule that takes every packet it would match
 //! and ends evaluation (a terminal target), or returns from a chain on its path. The walk is
-//! bounded in time and memory whatever the ruleset (how: `paths_walk.rs`); where a bound
+//! bounded in time and memory whatever the ruleset (how: `walker/mod.rs`); where a bound
 //! stops it, it says where ([`Cut`]) and claims nothing about the rules not followed.
 //!
 //! A [`Walk`] owns its steps and its shadows, and hands out only references into them
@@ -23,7 +23,6 @@ use serde::Serialize;
 use crate::model::anyrule::{Cond, Match, Target, parse_rule};
 use crate::model::save::{SavedRule, Table};
 
-#[path = "paths_walk.rs"]
 mod walker;
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
@@ -492,5 +491,4 @@ fn span(ranges: &[(u16, u16)]) -> u32 {
 }
 
 #[cfg(test)]
-#[path = "paths_tests.rs"]
 mod tests;

@@ -1,5 +1,5 @@
 //! `Walk`'s unit tests (shadows, returns, gotos); `table` and `dnat` are shared with the
-//! bounded walk's (`paths_walk_tests.rs`).
+//! bounded walk's (`walker/tests.rs`).
 
 use super::*;
 use crate::model::save::parse_dump;

@@ -82,7 +82,7 @@ pub fn forwards_of(
                     continue;
                 }
                 let certain = f.all(|x| x.dnat.as_ref().is_some_and(|x| x.place == d.place))
-                    == crate::analysis::packet::Tri::Yes;
+                    == crate::analysis::verdict::Tri::Yes;
                 if let Some(known) = out.iter_mut().find(|k| k.place == d.place) {
                     known.certain |= certain;
                     continue;

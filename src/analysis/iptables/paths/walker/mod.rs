@@ -181,64 +181,91 @@ impl<'t> Walker<'t, '_, '_> {
             if cond.is_empty() {
                 continue;
             }
-            let into = match entry.target {
-                Target::Jump(to) | Target::Goto(to) => {
-                    self.by_chain.get_key_value(to.as_str()).map(|(k, _)| *k)
-                }
-                _ => None,
-            };
-            if matches!(entry.target, Target::Return | Target::Goto(_)) {
-                self.frames[id as usize].leaves.push(self.steps.len());
-            }
-            self.steps.push(Step {
-                rule: entry.rule,
-                position: entry.position,
-                cond,
-                target: entry.target.clone(),
-                frames: here.clone(),
-                region,
-            });
-            let Some(to) = into else { continue };
-            // A loop (iptables refuses them): not followed, as the kernel never would.
-            if stack.contains(&to) {
-                continue;
-            }
-            if stack.len() >= MAX_DEPTH {
-                self.cut(entry, to, CutReason::TooDeep);
-                continue;
-            }
-            let cond = self
-                .steps
-                .last()
-                .map(|s| s.cond.clone())
-                .unwrap_or_default();
-            let Some((cond, merged)) = self.entry_condition(to, cond, &here, region) else {
+            let Some(to) = self.record(entry, cond, id, &here, region) else {
                 continue;
             };
-            if self.seen.get(to).map_or(0, |s| s.walks.len()) >= self.budget.limits.walks_per_chain
-            {
-                self.cut(entry, to, CutReason::TooManyPaths);
-                continue;
-            }
-            let entered = match merged {
-                true => Entered::Merged(cond.clone()),
-                false => Entered::Jump(self.steps.len() - 1),
-            };
-            let seen = self.seen.entry(to).or_default();
-            seen.walks.push(Memo {
-                key: key(&cond),
-                cond: entered,
-                at: here.clone(),
-                region,
-            });
-            if !merged {
-                seen.exact += 1;
-            }
-            stack.push(to);
-            self.chain(to, &cond, frames, stack, region, merged);
-            stack.pop();
+            self.follow(entry, to, &here, (frames, stack), region);
         }
         frames.pop();
+    }
+
+    /// The step of `entry` reached with `cond` in invocation `id` (`here`: its frames),
+    /// recorded; the chain it jumps or goes to, when there is one.
+    fn record(
+        &mut self,
+        entry: &Entry<'t, '_>,
+        cond: Match,
+        id: u32,
+        here: &Rc<[u32]>,
+        region: Option<u32>,
+    ) -> Option<&'t str> {
+        let into = match entry.target {
+            Target::Jump(to) | Target::Goto(to) => {
+                self.by_chain.get_key_value(to.as_str()).map(|(k, _)| *k)
+            }
+            _ => None,
+        };
+        if matches!(entry.target, Target::Return | Target::Goto(_)) {
+            self.frames[id as usize].leaves.push(self.steps.len());
+        }
+        self.steps.push(Step {
+            rule: entry.rule,
+            position: entry.position,
+            cond,
+            target: entry.target.clone(),
+            frames: here.clone(),
+            region,
+        });
+        into
+    }
+
+    /// The jump of the step just recorded (`entry`'s) into chain `to`, followed unless a
+    /// loop, too deep, adding nothing, or past the walks a chain may have.
+    fn follow(
+        &mut self,
+        entry: &Entry<'t, '_>,
+        to: &'t str,
+        here: &Rc<[u32]>,
+        (frames, stack): (&mut Vec<u32>, &mut Vec<&'t str>),
+        region: Option<u32>,
+    ) {
+        // A loop (iptables refuses them): not followed, as the kernel never would.
+        if stack.contains(&to) {
+            return;
+        }
+        if stack.len() >= MAX_DEPTH {
+            self.cut(entry, to, CutReason::TooDeep);
+            return;
+        }
+        let cond = self
+            .steps
+            .last()
+            .map(|s| s.cond.clone())
+            .unwrap_or_default();
+        let Some((cond, merged)) = self.entry_condition(to, cond, here, region) else {
+            return;
+        };
+        if self.seen.get(to).map_or(0, |s| s.walks.len()) >= self.budget.limits.walks_per_chain {
+            self.cut(entry, to, CutReason::TooManyPaths);
+            return;
+        }
+        let entered = match merged {
+            true => Entered::Merged(cond.clone()),
+            false => Entered::Jump(self.steps.len() - 1),
+        };
+        let seen = self.seen.entry(to).or_default();
+        seen.walks.push(Memo {
+            key: key(&cond),
+            cond: entered,
+            at: here.clone(),
+            region,
+        });
+        if !merged {
+            seen.exact += 1;
+        }
+        stack.push(to);
+        self.chain(to, &cond, frames, stack, region, merged);
+        stack.pop();
     }
 
     /// The condition to walk chain `to` with, entered with `cond` from the invocations
@@ -386,5 +413,4 @@ fn common(a: &Match, b: &Match) -> Match {
 }
 
 #[cfg(test)]
-#[path = "paths_walk_tests.rs"]
 mod tests;

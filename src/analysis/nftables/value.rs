@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{Element, Hook, Key, Match, Op, Operand, Value};
 
 /// What one key reads of a packet.
@@ -110,26 +110,6 @@ fn iface(i: &Iface) -> Field {
     }
 }
 
-fn from_bool(b: bool) -> Tri {
-    if b { Tri::Yes } else { Tri::No }
-}
-
-pub(crate) fn or(a: Tri, b: Tri) -> Tri {
-    match (a, b) {
-        (Tri::Yes, _) | (_, Tri::Yes) => Tri::Yes,
-        (Tri::No, Tri::No) => Tri::No,
-        _ => Tri::Maybe,
-    }
-}
-
-pub(crate) fn not(a: Tri) -> Tri {
-    match a {
-        Tri::Yes => Tri::No,
-        Tri::No => Tri::Yes,
-        Tri::Maybe => Tri::Maybe,
-    }
-}
-
 /// An nft word's number, where the key's values are numbers (protocols).
 fn word_number(w: &str) -> Option<u64> {
     Some(match w {
@@ -179,17 +159,19 @@ pub(crate) fn equals(f: &Field, v: &Value) -> Tri {
     match (f, v) {
         (Field::Absent, _) => Tri::No,
         (Field::Unknown, _) | (_, Value::Concat(_)) => Tri::Maybe,
-        (Field::Addr(a), Value::Addr(b)) => from_bool(a == b),
-        (Field::Addr(a), Value::Prefix(n, l)) => in_prefix(*a, *n, *l).map_or(Tri::No, from_bool),
+        (Field::Addr(a), Value::Addr(b)) => Tri::from_bool(a == b),
+        (Field::Addr(a), Value::Prefix(n, l)) => {
+            in_prefix(*a, *n, *l).map_or(Tri::No, Tri::from_bool)
+        }
         (Field::Addr(a), Value::AddrRange(lo, hi)) => match (addr_le(*lo, *a), addr_le(*a, *hi)) {
-            (Some(x), Some(y)) => from_bool(x && y),
+            (Some(x), Some(y)) => Tri::from_bool(x && y),
             _ => Tri::No,
         },
-        (Field::Int(n), Value::Int(m)) => from_bool(n == m),
-        (Field::Int(n), Value::IntRange(lo, hi)) => from_bool(lo <= n && n <= hi),
-        (Field::Int(n), Value::Proto(p)) => from_bool(*n == u64::from(*p)),
+        (Field::Int(n), Value::Int(m)) => Tri::from_bool(n == m),
+        (Field::Int(n), Value::IntRange(lo, hi)) => Tri::from_bool(lo <= n && n <= hi),
+        (Field::Int(n), Value::Proto(p)) => Tri::from_bool(*n == u64::from(*p)),
         (Field::Int(n), Value::Word(w)) => {
-            word_number(w).map_or(Tri::Maybe, |m| from_bool(*n == m))
+            word_number(w).map_or(Tri::Maybe, |m| Tri::from_bool(*n == m))
         }
         (Field::Numgen(m), Value::Int(v)) => {
             if *v < u64::from(*m) {
@@ -207,17 +189,17 @@ pub(crate) fn equals(f: &Field, v: &Value) -> Tri {
                 Tri::No
             }
         }
-        (Field::Sym { word, .. }, Value::Word(w)) => from_bool(w.eq_ignore_ascii_case(word)),
+        (Field::Sym { word, .. }, Value::Word(w)) => Tri::from_bool(w.eq_ignore_ascii_case(word)),
         (Field::Sym { number, bits, .. }, Value::Int(m)) => {
-            from_bool(if *bits { number & m != 0 } else { number == m })
+            Tri::from_bool(if *bits { number & m != 0 } else { number == m })
         }
         (Field::CtStatus { dnat }, Value::Word(w)) => match w.as_str() {
-            "dnat" => from_bool(*dnat),
+            "dnat" => Tri::from_bool(*dnat),
             "seen-reply" | "assured" | "confirmed" | "dying" => Tri::No,
             _ => Tri::Maybe,
         },
-        (Field::CtStatus { dnat }, Value::Int(0x20)) => from_bool(*dnat),
-        (Field::Name(n), Value::Word(w)) => from_bool(match w.strip_suffix('*') {
+        (Field::CtStatus { dnat }, Value::Int(0x20)) => Tri::from_bool(*dnat),
+        (Field::Name(n), Value::Word(w)) => Tri::from_bool(match w.strip_suffix('*') {
             Some(prefix) => n.starts_with(prefix),
             None => n == w,
         }),
@@ -290,7 +272,7 @@ pub(crate) fn test<'t>(
     let eq = || match &m.right {
         Operand::Values(vs) => vs
             .iter()
-            .fold(Tri::No, |acc, v| or(acc, key_equals(&fields, v))),
+            .fold(Tri::No, |acc, v| acc.or(key_equals(&fields, v))),
         Operand::Set(name) => match find(name, &fields) {
             None => Tri::Maybe,
             Some(l) => {
@@ -306,10 +288,10 @@ pub(crate) fn test<'t>(
     };
     match m.op {
         Op::Eq => eq(),
-        Op::Ne => not(eq()),
+        Op::Ne => !eq(),
         op => match (fields.as_slice(), &m.right) {
             ([Field::Int(n)], Operand::Values(vs)) if vs.len() == 1 => match &vs[0] {
-                Value::Int(v) => from_bool(match op {
+                Value::Int(v) => Tri::from_bool(match op {
                     Op::Lt => n < v,
                     Op::Gt => n > v,
                     Op::Le => n <= v,

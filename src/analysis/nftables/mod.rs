@@ -1,8 +1,11 @@
-//! What decides a host port's fate in native nf_tables rulesets of any owner (kube-proxy's
-//! nftables mode, netavark, firewalld, Docker 29, portmap's nftables backend, natledger's own
-//! tables), and the checks doctor runs over them. Pure: a [`Ruleset`] and host facts given
-//! as plain values ([`HostFacts`]) in, findings out; no I/O (doctor gathers, and maps each
-//! [`NativeFinding`] to its own `Finding`; this module never imports `analysis::doctor`).
+//! The nftables half of the analysis: what decides a host port's fate in native nf_tables
+//! rulesets of any owner (kube-proxy's nftables mode, netavark, firewalld, Docker 29,
+//! portmap's nftables backend, natledger's own tables), and the checks doctor runs over
+//! them. Pure: a [`Ruleset`] and host facts given as plain values ([`HostFacts`]) in,
+//! findings out; no I/O, and it never imports `kernel`, `backend` or `state` (doctor
+//! gathers, and maps each [`NativeFinding`] to its own `Finding`; this module never imports
+//! `analysis::doctor`). Its answers are [`crate::analysis::verdict::Tri`], as the
+//! [`crate::analysis::iptables`] half's are.
 //!
 //! - [`fate`]: one concrete packet ([`Probe`]) walked as the kernel walks it: every table's
 //!   base chains of a hook in ascending priority (equal priorities in both orders), nat
@@ -33,7 +36,7 @@ pub use owner::{Owner, is_xtables};
 
 use std::net::IpAddr;
 
-use crate::kernel::host::Listener;
+use crate::model::listener::Listener;
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Ruleset, TableFamily, Value};
 

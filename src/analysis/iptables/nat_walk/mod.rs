@@ -1,14 +1,129 @@
-//! The walk: a nat table followed from PREROUTING and OUTPUT as the kernel would with one
-//! packet, through the jumps of the rules that may match it, to every other owner's DNAT or
-//! REDIRECT, the chains read through [`Chains`].
+//! A nat table followed with one packet as the kernel would, from PREROUTING and OUTPUT
+//! through the jumps of the rules that may match it ([`crate::analysis::iptables::packet`]),
+//! to every other owner's DNAT or REDIRECT ([`walk`]), the chains read through [`Chains`]
+//! (`chains.rs`: a parsed dump, or any reader `analysis::forwards` gives, each chain read
+//! once for several packets by [`Memo`]). natledger's own chains and jumps are passed over.
+//! Pure: the readers of the live tables live in `analysis::forwards`.
 
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use super::{Candidate, Chains, HOOKS, Step};
-use crate::analysis::packet::{Packet, Tri};
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::iptables::packet::{Addresses, Conntrack, Packet};
+use crate::analysis::verdict::Tri;
 use crate::model::anyrule::{Target, parse_rule};
+use crate::model::family::Family;
 use crate::model::layout::{Owner, is_owned_chain, owner};
+use crate::model::portspec::PortMapping;
+use crate::model::rule::IpNet;
+
+mod chains;
+
+pub use chains::{Chains, Kept, Memo, Saved};
+
+/// The built-in nat chains a packet to a host port goes through.
+pub const HOOKS: [&str; 2] = ["PREROUTING", "OUTPUT"];
+
+/// A rule on the way to a forward: its chain, 1-based position, and arguments.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    pub chain: String,
+    pub position: usize,
+    pub args: Vec<String>,
+}
+
+/// A DNAT or REDIRECT of another owner, and the jumps that lead to it (the last step is the
+/// rule itself).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Candidate {
+    pub path: Vec<Step>,
+}
+
+impl Candidate {
+    /// The DNAT or REDIRECT rule.
+    pub fn rule(&self) -> &Step {
+        self.path.last().expect("a candidate has its rule")
+    }
+
+    /// Whether `packet` may be taken by it: every rule on its path may match.
+    pub fn takes(&self, packet: &Packet) -> bool {
+        self.path
+            .iter()
+            .all(|s| packet.test(&parse_rule(&s.args).0) != Tri::No)
+    }
+}
+
+/// The packet that opens a connection to a host port: `mapping`'s protocol and host ports,
+/// to its host address or to any address in `locals` (this host's), conntrack NEW (nat sees
+/// only those). `mapping: None` is a packet to any port of any protocol of this host.
+pub fn probe(mapping: Option<&PortMapping>, family: Family, locals: &[IpNet]) -> Packet {
+    let host = mapping.and_then(PortMapping::host_destination);
+    let dst = match host {
+        Some(addr) => Addresses::Exactly(addr),
+        None => Addresses::AnyOf(
+            locals
+                .iter()
+                .copied()
+                .filter(|n| Family::of(n.addr) == family)
+                .collect(),
+        ),
+    };
+    Packet {
+        protocol: mapping.map(|m| m.protocol.number()),
+        dst: dst.clone(),
+        dports: mapping.map(|m| m.host_ports),
+        dst_local: Some(true),
+        conntrack: Some(Conntrack {
+            states: vec!["NEW"],
+            unsure: Vec::new(),
+            orig_dst: dst,
+            orig_dst_ports: mapping.map(|m| m.host_ports),
+            repl_src: None,
+            repl_src_ports: None,
+            original: true,
+        }),
+        ..Packet::unknown(family)
+    }
+}
+
+/// The candidates of a walk with each of `packets`, a list per packet, each chain read from
+/// `chains` once for all of them ([`Memo`]).
+pub(crate) fn walk_each<C: Chains>(
+    chains: &mut C,
+    packets: &[Packet],
+) -> Result<Vec<Vec<Candidate>>, WalkError<C::Error>> {
+    let mut memo = Memo::new(chains, packets);
+    packets.iter().map(|p| walk(&mut memo, p)).collect()
+}
+
+/// The candidates of a walk to any port that `packet` may meet: those whose every rule may
+/// match it, up to the first that certainly takes it in each hook (nothing after it in that
+/// hook sees the packet). Never fewer than a walk with `packet` finds; possibly more, when a
+/// rule that is not a candidate (an ACCEPT, a RETURN) certainly ends the hook for it.
+pub fn taken(all: &[Candidate], packet: &Packet) -> Vec<Candidate> {
+    let mut ended: Vec<&str> = Vec::new();
+    let mut out = Vec::new();
+    for c in all {
+        let hook = c.path[0].chain.as_str();
+        if ended.contains(&hook) {
+            continue;
+        }
+        let tests: Vec<Tri> = c
+            .path
+            .iter()
+            .map(|s| packet.test(&parse_rule(&s.args).0))
+            .collect();
+        if tests.contains(&Tri::No) {
+            continue;
+        }
+        if tests.iter().all(|t| *t == Tri::Yes) {
+            ended.push(hook);
+        }
+        out.push(c.clone());
+    }
+    out
+}
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
@@ -17,7 +132,7 @@ const MAX_DEPTH: usize = 32;
 /// chains that branch into one another without a loop could multiply the walk without end.
 /// A walk with a packet to any port through kube-proxy's whole default NodePort range (2,768
 /// ports) of 10 endpoints each visits about 244,000 (tested; 1.2 s); one to a single port, 92.
-pub(super) const MAX_VISITS: usize = 1_000_000;
+pub(crate) const MAX_VISITS: usize = 1_000_000;
 /// Every forward of another owner `packet` may meet in one nat table, with its path: the
 /// rules of PREROUTING and OUTPUT that may match it, through their jumps (each chain read
 /// once), to every DNAT or REDIRECT. A rule certain to end nat for the packet (DNAT, REDIRECT,
@@ -33,7 +148,7 @@ pub fn walk<C: Chains>(
 
 /// [`walk`], stopping at more than `max_found` candidates ([`WalkError::TooMany`]), and the
 /// rules it looked at.
-pub(super) fn walk_counted<C: Chains>(
+pub(crate) fn walk_counted<C: Chains>(
     chains: &mut C,
     packet: &Packet,
     max_found: usize,
@@ -193,7 +308,7 @@ impl Walker<'_> {
 }
 
 /// Whether a rule's conditions may match `packet`.
-pub(super) fn may_take(args: &[String], packet: &Packet) -> bool {
+pub(crate) fn may_take(args: &[String], packet: &Packet) -> bool {
     !elsewhere(args, packet) && packet.test(&parse_rule(args).0) != Tri::No
 }
 

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use crate::model::ruleset::{Key, Nat, NatAddr, Operand, Ruleset, SetRef, Stmt, Value};
+use crate::model::ruleset::{Key, Nat, NatAddr, Operand, Ruleset, SetRef, Stmt, Table, Value};
 
 /// The addresses to probe, grouped.
 #[derive(Debug, Default)]
@@ -68,81 +68,106 @@ impl Dests {
     /// The destinations of `rs`'s comparisons, grouped, and a documentation address of each
     /// family standing for the host's own.
     pub(crate) fn of(rs: &Ruleset) -> Dests {
-        let mut sig: BTreeMap<IpAddr, Vec<usize>> = BTreeMap::new();
-        let mut paired: HashMap<IpAddr, BTreeSet<(Option<u8>, u16)>> = HashMap::new();
-        let mut nets: Vec<(usize, Value)> = Vec::new();
-        let mut id = 0;
+        let mut seen = Compared::default();
         for t in &rs.tables {
-            let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
-            for c in &t.chains {
-                for r in &c.rules {
-                    for s in &r.stmts {
-                        let (key, values): (&[Key], Vec<&Value>) = match s {
-                            Stmt::Match(m) => (
-                                &m.key,
-                                match &m.right {
-                                    Operand::Values(vs) => vs.iter().collect(),
-                                    Operand::Set(name) => {
-                                        elements(name).iter().map(|e| &e.key).collect()
-                                    }
-                                },
-                            ),
-                            Stmt::Vmap { key, map }
-                            | Stmt::Nat(Nat {
-                                addr: Some(NatAddr::Map { key, map }),
-                                ..
-                            }) => (
-                                key,
-                                match map {
-                                    SetRef::Inline(es) => es.iter().map(|e| &e.key).collect(),
-                                    SetRef::Named(name) => {
-                                        elements(name).iter().map(|e| &e.key).collect()
-                                    }
-                                },
-                            ),
-                            _ => continue,
-                        };
-                        let Some(at) = key.iter().position(|k| matches!(k, Key::Daddr { .. }))
-                        else {
-                            continue;
-                        };
-                        id += 1;
-                        let dport = key.iter().position(|k| matches!(k, Key::Dport(_)));
-                        let implied = key.iter().find_map(|k| match k {
-                            Key::Dport(p) => *p,
-                            _ => None,
-                        });
-                        let l4 = key.iter().position(|k| *k == Key::L4Proto);
-                        for v in values {
-                            let part = |i: usize| match (key.len(), v) {
-                                (1, v) => Some(v),
-                                (_, Value::Concat(parts)) => parts.get(i),
-                                _ => None,
-                            };
-                            match part(at) {
-                                Some(Value::Addr(a)) if !a.is_loopback() => {
-                                    match dport.and_then(part) {
-                                        Some(Value::Int(n)) if u16::try_from(*n).is_ok() => {
-                                            let proto = implied.or_else(|| {
-                                                l4.and_then(part).and_then(super::proto_of)
-                                            });
-                                            sig.entry(*a).or_default();
-                                            let to = (proto, *n as u16);
-                                            paired.entry(*a).or_default().insert(to);
-                                        }
-                                        _ => sig.entry(*a).or_default().push(id),
-                                    }
-                                }
-                                Some(n @ (Value::Prefix(..) | Value::AddrRange(..))) => {
-                                    nets.push((id, n.clone()))
-                                }
-                                _ => {}
-                            }
-                        }
-                    }
+            for s in t
+                .chains
+                .iter()
+                .flat_map(|c| &c.rules)
+                .flat_map(|r| &r.stmts)
+            {
+                if let Some((key, values)) = compared(t, s) {
+                    seen.comparison(key, &values);
                 }
             }
         }
+        seen.into_dests()
+    }
+}
+
+/// The key and the values a statement compares packets with: a match's right side (listed
+/// or a named set's elements), a verdict map's or nat map's keys.
+fn compared<'t>(t: &'t Table, s: &'t Stmt) -> Option<(&'t [Key], Vec<&'t Value>)> {
+    let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
+    Some(match s {
+        Stmt::Match(m) => (
+            &m.key,
+            match &m.right {
+                Operand::Values(vs) => vs.iter().collect(),
+                Operand::Set(name) => elements(name).iter().map(|e| &e.key).collect(),
+            },
+        ),
+        Stmt::Vmap { key, map }
+        | Stmt::Nat(Nat {
+            addr: Some(NatAddr::Map { key, map }),
+            ..
+        }) => (
+            key,
+            match map {
+                SetRef::Inline(es) => es.iter().map(|e| &e.key).collect(),
+                SetRef::Named(name) => elements(name).iter().map(|e| &e.key).collect(),
+            },
+        ),
+        _ => return None,
+    })
+}
+
+/// The destination comparisons met so far, each numbered: the comparisons each address
+/// meets (`sig`), the ports an address is paired with, the prefixes and ranges compared.
+#[derive(Default)]
+struct Compared {
+    sig: BTreeMap<IpAddr, Vec<usize>>,
+    paired: HashMap<IpAddr, BTreeSet<(Option<u8>, u16)>>,
+    nets: Vec<(usize, Value)>,
+    id: usize,
+}
+
+impl Compared {
+    /// One comparison of `key` with `values`, if the key holds the destination address.
+    fn comparison(&mut self, key: &[Key], values: &[&Value]) {
+        let Some(at) = key.iter().position(|k| matches!(k, Key::Daddr { .. })) else {
+            return;
+        };
+        self.id += 1;
+        let id = self.id;
+        let dport = key.iter().position(|k| matches!(k, Key::Dport(_)));
+        let implied = key.iter().find_map(|k| match k {
+            Key::Dport(p) => *p,
+            _ => None,
+        });
+        let l4 = key.iter().position(|k| *k == Key::L4Proto);
+        for v in values {
+            let part = |i: usize| match (key.len(), v) {
+                (1, v) => Some(*v),
+                (_, Value::Concat(parts)) => parts.get(i),
+                _ => None,
+            };
+            match part(at) {
+                Some(Value::Addr(a)) if !a.is_loopback() => match dport.and_then(part) {
+                    Some(Value::Int(n)) if u16::try_from(*n).is_ok() => {
+                        let proto = implied.or_else(|| l4.and_then(part).and_then(super::proto_of));
+                        self.sig.entry(*a).or_default();
+                        let to = (proto, *n as u16);
+                        self.paired.entry(*a).or_default().insert(to);
+                    }
+                    _ => self.sig.entry(*a).or_default().push(id),
+                },
+                Some(n @ (Value::Prefix(..) | Value::AddrRange(..))) => {
+                    self.nets.push((id, n.clone()))
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// The addresses grouped by the comparisons they meet, and the paired ones by port.
+    fn into_dests(self) -> Dests {
+        let Compared {
+            mut sig,
+            paired,
+            nets,
+            ..
+        } = self;
         // Some address of the host no rule names (`fib daddr type local` takes it: kube-proxy's
         // NodePorts), one per family.
         for a in [

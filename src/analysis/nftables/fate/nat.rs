@@ -1,8 +1,14 @@
 //! The nat statements and map lookups of a walk: where a DNAT or redirect sends the packet
 //! (its address, port, or a map's element), and which elements a lookup may find.
 
-use super::*;
+use std::net::IpAddr;
+
+use super::{Flow, Probe, Redirected, RuleFlow, St, Walk};
+use crate::analysis::nftables::value::{Field, Lookup, Pkt, lookup};
+use crate::analysis::nftables::{ElementRef, Place, is_local};
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{Element, Key};
+use crate::model::ruleset::{ElementData, NatAddr, NatKind, NatPort, SetRef, Table, Value};
 
 impl Walk<'_> {
     pub(super) fn nat(

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use super::super::fate::{End, Path};
 use super::super::{NativeFinding, NativeKind, Place, Severity, is_local, words};
 use super::{Ctx, ports, protocols};
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::portspec::Protocol;
 
 impl Ctx<'_> {

@@ -9,8 +9,8 @@ use std::net::IpAddr;
 use super::super::fate::{End, Outcome};
 use super::super::{NativeFinding, NativeKind, Place, Severity, words};
 use super::Ctx;
-use crate::analysis::packet::Tri;
-use crate::kernel::host::{Listener, PORT_KEEPERS};
+use crate::analysis::verdict::Tri;
+use crate::model::listener::{Listener, PORT_KEEPERS};
 
 impl Ctx<'_> {
     pub(crate) fn listeners(&self) -> Vec<NativeFinding> {

@@ -4,7 +4,7 @@
 use std::net::IpAddr;
 
 use super::*;
-use crate::analysis::matchset::imply::{Val, effective, iface_subset, parts};
+use crate::analysis::iptables::matchset::imply::{Val, effective, iface_subset, parts};
 
 /// Token soup never panics; parsing is deterministic, coverage reflexive, and a
 /// conjunction is covered by each side.

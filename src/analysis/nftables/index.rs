@@ -8,7 +8,7 @@ use std::net::IpAddr;
 
 use super::tables_for;
 use super::value::{Field, Lookup, lookup};
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{Chain, ChainKind, Element, Hook, Ruleset, Table, Value};
 
 const HOOKS: [Hook; 5] = [

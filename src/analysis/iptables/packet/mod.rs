@@ -1,8 +1,9 @@
-//! What one packet meets: any owner's rule conditions ([`crate::analysis::matchset`]) tested against a
-//! packet whose facts are partly known, with three answers (yes, no, maybe), and a chain
-//! evaluated the way the kernel does it, down to a verdict.
+//! What one packet meets: any owner's rule conditions ([`super::matchset`]) tested against a
+//! packet whose facts are partly known, with three answers
+//! ([`crate::analysis::verdict::Tri`]: yes, no, maybe), and a chain evaluated the way the
+//! kernel does it, down to a verdict.
 //!
-//! [`crate::analysis::matchset`] answers "does rule A take every packet rule B would?" about two rules;
+//! [`super::matchset`] answers "does rule A take every packet rule B would?" about two rules;
 //! this module answers "does this packet match?" about one rule. Doctor asks it of the filter
 //! FORWARD path of a DNAT's forwarded packets ([`fate`]), and create-runtime asks it of other
 //! owners' nat rules for the host port it is about to forward.
@@ -13,8 +14,9 @@
 
 use std::net::IpAddr;
 
-use crate::analysis::matchset;
-use crate::model::anyrule::{Cond, Match, PortSet, Target};
+use crate::analysis::iptables::matchset;
+use crate::analysis::verdict::Tri;
+use crate::model::anyrule::{Cond, Match, PortSet};
 use crate::model::family::Family;
 use crate::model::portspec::PortRange;
 use crate::model::rule::IpNet;
@@ -22,37 +24,6 @@ use crate::model::rule::IpNet;
 mod fate;
 
 pub use fate::{Fate, fate};
-
-/// A three-valued answer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Tri {
-    Yes,
-    No,
-    Maybe,
-}
-
-impl Tri {
-    fn from_bool(b: bool) -> Tri {
-        if b { Tri::Yes } else { Tri::No }
-    }
-
-    /// Both must hold.
-    pub fn and(self, other: Tri) -> Tri {
-        match (self, other) {
-            (Tri::No, _) | (_, Tri::No) => Tri::No,
-            (Tri::Yes, Tri::Yes) => Tri::Yes,
-            _ => Tri::Maybe,
-        }
-    }
-
-    fn negate(self, negated: bool) -> Tri {
-        match (self, negated) {
-            (Tri::Yes, true) => Tri::No,
-            (Tri::No, true) => Tri::Yes,
-            (t, _) => t,
-        }
-    }
-}
 
 /// Where a packet is addressed to, as far as it is known.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::net::IpAddr;
 
-use super::super::fate::{End, dnats_met, fate_without};
+use super::super::fate::{End, Fate, Probe, dnats_met, fate_without};
 use super::super::{NativeFinding, NativeKind, Place, Severity, is_local, words};
 use super::{Ctx, every_class, protocols};
 use crate::model::portspec::Protocol;
@@ -17,9 +17,8 @@ impl Ctx<'_> {
     pub(crate) fn shadowed(&self) -> Vec<NativeFinding> {
         let mut met: HashSet<Place> = HashSet::new();
         let mut hidden: Vec<(Place, Place, Protocol, u16)> = Vec::new();
-        for (proto, port) in every_class(self.rs) {
+        for (_, port) in every_class(self.rs) {
             // Every protocol: a claim about every packet must try them all.
-            let _ = proto;
             for protocol in protocols(None) {
                 if !self.start(port) {
                     continue;
@@ -30,50 +29,8 @@ impl Ctx<'_> {
                             .iter()
                             .filter_map(|o| o.dnat.clone().map(|d| d.place)),
                     );
-                    let Some(first) = f.outcomes.first() else {
-                        continue;
-                    };
-                    // What certainly takes this packet: on every way, port-specific or the
-                    // DNAT itself; the most specific first.
-                    let mut takers: Vec<Place> = Vec::new();
-                    if let Some(d) = &first.dnat {
-                        takers.push(d.place.clone());
-                    }
-                    takers.extend(first.via.iter().rev().cloned());
-                    if let End::Dropped {
-                        place,
-                        policy: false,
-                        ..
-                    } = &first.end
-                    {
-                        takers.push(place.clone());
-                    }
-                    let on_every_way = |t: &Place| {
-                        f.outcomes.iter().all(|o| {
-                            o.dnat.as_ref().is_some_and(|d| d.place == *t)
-                                || o.via.contains(t)
-                                || matches!(&o.end, End::Dropped { place, .. } if place == t)
-                        })
-                    };
-                    let dnat_place = first.dnat.as_ref().map(|d| &d.place);
-                    for t in takers {
-                        if !on_every_way(&t)
-                            || (Some(&t) != dnat_place && !self.names_port(&t, port))
-                        {
-                            continue;
-                        }
-                        let without = fate_without(&self.ix, &probe, Some(&t));
-                        let revealed: Vec<Place> = without
-                            .outcomes
-                            .iter()
-                            .filter_map(|o| o.dnat.as_ref().map(|d| d.place.clone()))
-                            .filter(|s| !f.may_dnat_at(s) && *s != t)
-                            .collect();
-                        if revealed.is_empty() {
-                            continue;
-                        }
+                    if let Some((t, revealed)) = self.revealed(&probe, &f, port) {
                         hidden.extend(revealed.into_iter().map(|s| (s, t.clone(), protocol, port)));
-                        break;
                     }
                 }
                 self.finish(port);
@@ -86,14 +43,7 @@ impl Ctx<'_> {
         // Met by a packet the host forwards (to an address not its own): not shadowed.
         // Looked at only when there is a claim to withdraw: it costs as much again.
         if hidden.iter().any(|(s, ..)| !met.contains(s)) {
-            let foreign = self.foreign();
-            for (_, port) in every_class(self.rs) {
-                for protocol in protocols(None) {
-                    for probe in self.probes(protocol, port, &foreign) {
-                        met.extend(dnats_met(&self.ix, &probe));
-                    }
-                }
-            }
+            self.met_forwarded(&mut met);
             if self.spent() {
                 return Vec::new();
             }
@@ -105,6 +55,62 @@ impl Ctx<'_> {
             .filter(|(s, ..)| said.insert(s.clone()))
             .map(|(s, t, protocol, port)| self.shadow_finding(s, t, protocol, port))
             .collect()
+    }
+
+    /// The first of what certainly takes `probe` (on every way `f`, port-specific or the
+    /// DNAT itself; the most specific first) whose removal reveals DNATs no way of `f` meets,
+    /// with those DNATs.
+    fn revealed(&self, probe: &Probe, f: &Fate, port: u16) -> Option<(Place, Vec<Place>)> {
+        let first = f.outcomes.first()?;
+        let mut takers: Vec<Place> = Vec::new();
+        if let Some(d) = &first.dnat {
+            takers.push(d.place.clone());
+        }
+        takers.extend(first.via.iter().rev().cloned());
+        if let End::Dropped {
+            place,
+            policy: false,
+            ..
+        } = &first.end
+        {
+            takers.push(place.clone());
+        }
+        let on_every_way = |t: &Place| {
+            f.outcomes.iter().all(|o| {
+                o.dnat.as_ref().is_some_and(|d| d.place == *t)
+                    || o.via.contains(t)
+                    || matches!(&o.end, End::Dropped { place, .. } if place == t)
+            })
+        };
+        let dnat_place = first.dnat.as_ref().map(|d| &d.place);
+        for t in takers {
+            if !on_every_way(&t) || (Some(&t) != dnat_place && !self.names_port(&t, port)) {
+                continue;
+            }
+            let without = fate_without(&self.ix, probe, Some(&t));
+            let revealed: Vec<Place> = without
+                .outcomes
+                .iter()
+                .filter_map(|o| o.dnat.as_ref().map(|d| d.place.clone()))
+                .filter(|s| !f.may_dnat_at(s) && *s != t)
+                .collect();
+            if !revealed.is_empty() {
+                return Some((t, revealed));
+            }
+        }
+        None
+    }
+
+    /// The DNATs packets the host forwards (to addresses not its own) meet, added to `met`.
+    fn met_forwarded(&self, met: &mut HashSet<Place>) {
+        let foreign = self.foreign();
+        for (_, port) in every_class(self.rs) {
+            for protocol in protocols(None) {
+                for probe in self.probes(protocol, port, &foreign) {
+                    met.extend(dnats_met(&self.ix, &probe));
+                }
+            }
+        }
     }
 
     /// Destinations that are not this host's, which a DNAT may take forwarded packets to: a

@@ -23,12 +23,11 @@ use std::sync::Arc;
 mod nat;
 
 use super::index::Indexed;
-use super::value::{Field, Iface, Lookup, Pkt, lookup, test};
+use super::value::{Field, Iface, Pkt, test};
 use super::{ElementRef, Place, is_local};
-use crate::analysis::packet::Tri;
+use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{
-    Chain, ChainKind, ElementData, Hook, NatAddr, NatKind, NatPort, Policy, Ruleset, SetRef, Stmt,
-    Table, Value, Verdict,
+    Chain, ChainKind, ElementData, Hook, Policy, Ruleset, Stmt, Table, Verdict,
 };
 
 /// The kernel's jump stack (`NFT_JUMP_STACK_SIZE`); deeper is not followed.
@@ -117,13 +116,7 @@ impl Fate {
     /// `Yes` when every way satisfies `f`, `No` when none does.
     pub fn all(&self, f: impl Fn(&Outcome) -> bool) -> Tri {
         let n = self.outcomes.iter().filter(|o| f(o)).count();
-        if n == self.outcomes.len() {
-            Tri::Yes
-        } else if n == 0 {
-            Tri::No
-        } else {
-            Tri::Maybe
-        }
+        Tri::of_ways(n, self.outcomes.len())
     }
 
     /// Whether some way through meets `place`'s DNAT.
