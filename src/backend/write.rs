@@ -1,8 +1,9 @@
-//! The write strategy the iptables backends share, and the read-and-diff fallback every
-//! backend uses: one family's rules, one transaction per table, filter before nat; first
-//! assuming the shared chains and rules exist (in-process where the driver can,
-//! [`Driver::insert_in_process`], else one `*-restore` checking them with `-C`), then
-//! reading each table not yet written and writing what is missing ([`missing`]).
+//! The write strategy the iptables drivers share ([`install`], what their
+//! [`Driver::install`] is), and the read-and-diff every backend uses: one family's rules, one
+//! transaction per table, filter before nat; first assuming the shared chains and rules exist
+//! (in-process where the driver can, [`Primitives::insert_in_process`], else one `*-restore`
+//! checking them with `-C`), then reading each table not yet written and writing what is
+//! missing ([`missing`]). Removal's side is [`super::remove`].
 
 use crate::kernel::iptc::Place;
 use crate::model::capabilities::Capabilities;
@@ -13,6 +14,7 @@ use crate::model::save::{Batch, Op};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
+use super::driver::{Primitives, Reading};
 use super::{BackendError, Driver, Netfilter};
 
 /// Why [`install`] failed, and whether one of the family's tables may have been written.
@@ -35,13 +37,13 @@ pub struct InstallError {
 /// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
 /// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
 /// returned, so that the manifest records exactly what was written.
-pub fn install(
-    driver: &(impl Driver + ?Sized),
+pub(super) fn install(
+    driver: &(impl Primitives + ?Sized),
     nf: &Netfilter,
     family: Family,
     rules: &[&RuleRecord],
 ) -> Result<Vec<Table>, InstallError> {
-    let (backend, caps) = (driver.backend(), driver.capabilities());
+    let caps = driver.capabilities();
     let mut partial = false;
     let mut pending: Vec<(Table, Vec<Placement>)> = Vec::new();
     for table in Table::ALL {
@@ -72,7 +74,7 @@ pub fn install(
         })
         .collect();
     let first_block = fast[0].render().lines().count();
-    match nf.apply_all(backend, family, &fast) {
+    match driver.apply_batches(nf, family, &fast) {
         Ok(()) => return Ok(skipped),
         // The first table's transaction failed: nothing was committed.
         Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
@@ -143,22 +145,21 @@ pub fn missing_shared(
 
 /// Read `table` and write what is missing of `placed`, its chains and shared rules included;
 /// whether anything was written (a table showing every rule already was committed before).
-pub fn write_table(
-    driver: &(impl Driver + ?Sized),
+fn write_table(
+    driver: &(impl Primitives + ?Sized),
     nf: &Netfilter,
     family: Family,
     table: Table,
     placed: &[Placement],
 ) -> Result<bool, BackendError> {
-    let backend = driver.backend();
-    let dump = nf
-        .read(backend, family, table.as_str())?
+    let dump = driver
+        .read(nf, family, table.as_str(), Reading::Ours)?
         .unwrap_or_default();
     let full = missing(driver, family, table, &dump, placed);
     if full.is_empty() {
         return Ok(false);
     }
-    nf.apply(backend, family, &full)?;
+    driver.apply_batches(nf, family, std::slice::from_ref(&full))?;
     Ok(true)
 }
 

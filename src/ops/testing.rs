@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, DRIVERS, Netfilter};
 use crate::kernel::exec::{Invocation, Outcome, Runner};
 pub(crate) use crate::kernel::machine::fake::{FakeHost, netns};
 use crate::model::oci::HookInput;
@@ -24,16 +24,16 @@ pub(crate) fn fake_host() -> FakeHost {
         .with_namespace(NETNS_PATH, netns(1))
 }
 
-/// [`Context::new`] on a fake host.
+/// The real drivers (new rules with `backend`'s) running their tools through `runner`, on
+/// a fake host.
 pub(crate) fn context<'r>(
     ledger: Ledger,
     backend: Backend,
     runner: &'r dyn Runner,
     host: &'r FakeHost,
 ) -> Context<'r> {
-    let mut ctx = Context::new(ledger, backend, runner);
-    ctx.host = host;
-    ctx
+    let nf = Netfilter::new(runner);
+    Context::with_drivers(ledger, backend.driver(), &DRIVERS, nf, host)
 }
 
 /// A scripted runner: answers each call with the next outcome and records the call.

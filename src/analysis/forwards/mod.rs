@@ -73,7 +73,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::packet::{Addresses, Conntrack, Packet, Tri};
-use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
+use crate::backend::{Backend, BackendError, Netfilter, Reading, legacy_table_exists};
 use crate::kernel::iptc;
 use crate::kernel::nftables::{self, NftError};
 use crate::model::anyrule::parse_rule;
@@ -382,7 +382,7 @@ fn candidates(
             .map_err(|e| crate::chain::text(&e))
             .and_then(|r| r),
         // Without the native readers (or for another iptables backend): its `*-save`.
-        _ => match nf.read_whole(backend, family, NAT) {
+        _ => match backend.driver().read(nf, family, NAT, Reading::Whole) {
             Ok(Some(table)) => {
                 let mut source = Saved::new(&table);
                 let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;

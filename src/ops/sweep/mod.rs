@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Reading};
 use crate::chain::Chain;
 use crate::fault;
 use crate::model::family::Family;
@@ -112,7 +112,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
         true => Table::ALL.to_vec(),
         false => Table::ALL.into_iter().rev().collect(),
     };
-    for backend in Backend::ALL {
+    for backend in ctx.backends() {
         for family in Family::ALL {
             // nat first: a DNAT is never left in force without its accept, so when the nat
             // table fails its filter table is left as it is too (its records stay).
@@ -369,31 +369,38 @@ fn sweep_table(
 ) -> TableReport {
     let mut report = TableReport::new(backend, family, name.as_str());
     for attempt in 0..2 {
-        let table = match ctx.netfilter.read(backend, family, name.as_str()) {
-            Ok(Some(table)) => table,
-            // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
-            // live containers' rules.
-            Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
-                crate::model::save::Table {
-                    name: name.as_str().to_string(),
-                    ..Default::default()
-                }
-            }
-            Ok(None) => return report.with_state(TableState::Absent),
-            // Legacy is only read when its table exists: rules may be there, unreadable.
-            Err(e @ BackendError::ToolNotFound { .. })
-                if backend.driver().capabilities().tables_seen_without_tools =>
+        let table =
+            match ctx
+                .driver_for(backend)
+                .read(&ctx.netfilter, family, name.as_str(), Reading::Ours)
             {
-                return report.failed(format!("the {name} table exists, but {e}"));
-            }
-            Err(BackendError::ToolNotFound { .. }) => {
-                return report.with_state(TableState::NotInstalled);
-            }
-            Err(e) => return report.failed(crate::chain::text(&e)),
-        };
+                Ok(Some(table)) => table,
+                // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
+                // live containers' rules.
+                Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
+                    crate::model::save::Table {
+                        name: name.as_str().to_string(),
+                        ..Default::default()
+                    }
+                }
+                Ok(None) => return report.with_state(TableState::Absent),
+                // Legacy is only read when its table exists: rules may be there, unreadable.
+                Err(e @ BackendError::ToolNotFound { .. })
+                    if ctx
+                        .driver_for(backend)
+                        .capabilities()
+                        .tables_seen_without_tools =>
+                {
+                    return report.failed(format!("the {name} table exists, but {e}"));
+                }
+                Err(BackendError::ToolNotFound { .. }) => {
+                    return report.with_state(TableState::NotInstalled);
+                }
+                Err(e) => return report.failed(crate::chain::text(&e)),
+            };
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
-        let caps = backend.driver().capabilities();
+        let caps = ctx.driver_for(backend).capabilities();
         let none = Ranked::default();
         let live = repair.unwrap_or(&none);
         let fix = repair::repair(backend, caps, family, name, &table, &plan.rules, live);
@@ -405,7 +412,7 @@ fn sweep_table(
         } else {
             let mut batch = plan.batch.clone();
             batch.ops.extend(fix.ops.iter().cloned());
-            ctx.netfilter.apply(backend, family, &batch)
+            native::apply_batch(ctx, backend, family, &batch)
         };
         match applied {
             Ok(()) => {
