@@ -48,6 +48,8 @@ pub static DRIVERS: [&dyn Driver; 3] = [&IptablesLegacy, &IptablesNft, &OwnNftab
 mod detect;
 mod driver;
 mod error;
+#[cfg(test)]
+pub(crate) mod fake;
 mod iptables;
 mod iptables_legacy;
 mod iptables_nft;
@@ -55,6 +57,8 @@ mod netfilter;
 mod nft_native;
 mod own_nftables;
 mod remove;
+#[cfg(test)]
+pub(crate) mod testing;
 pub mod write;
 pub use detect::{BackendChoice, Detected, detect, detect_explained};
 pub use driver::{Driver, Reading};

@@ -360,3 +360,129 @@ fn falling_back(driver: &(impl Primitives + ?Sized), e: &NativeError, family: Fa
         driver.backend()
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::testing::{Script, fail, ok};
+    use crate::backend::{Backend, Driver, IptablesNft};
+    use crate::model::layout::mapping_rules;
+
+    /// `remove_table` of iptables-nft's IPv4 nat table, through `script`.
+    fn remove_nft_nat(
+        script: &Script,
+        id: &ContainerId,
+        recorded: &[&RuleRecord],
+        exact_first: bool,
+    ) -> Gone {
+        let nf = Netfilter::new(script);
+        let (family, table) = (Family::Ipv4, Table::Nat);
+        remove_table(&IptablesNft, &nf, family, table, id, recorded, exact_first).unwrap()
+    }
+
+    /// A nat table whose removal fails keeps its backend and family's accept: the filter
+    /// table is not even read (a scripted runner with no answer left would panic), and its
+    /// records stay for the next try.
+    #[test]
+    fn a_failed_nat_removal_keeps_the_accept() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let mapping = crate::model::portspec::parse_mappings("8080:80").unwrap();
+        let container: std::net::IpAddr = "10.77.0.2".parse().unwrap();
+        let records: Vec<RuleRecord> =
+            mapping_rules(IptablesNft.capabilities(), &id, &mapping[0], container)
+                .into_iter()
+                .map(|p| RuleRecord::new(Backend::Nft, Family::Ipv4, p.table, p.chain, p.rule))
+                .collect();
+        let recorded: Vec<&RuleRecord> = records.iter().collect();
+        assert!(recorded.iter().any(|r| r.is_in(Table::Filter)));
+
+        // The exact delete of the nat rules fails, and so does the read of the nat table.
+        let removing = Script::new(vec![fail(), fail()]);
+        let nf = Netfilter::new(&removing);
+        let tables = [Table::Nat, Table::Filter];
+        let found = IptablesNft.remove(&nf, Family::Ipv4, &id, &tables, &recorded);
+        assert_eq!(found.failures.len(), 1);
+        assert!(found.complete.is_empty(), "{:?}", found.complete);
+        assert_eq!(found.deleted, 0);
+        let programs: Vec<String> = removing
+            .calls
+            .borrow()
+            .iter()
+            .map(|c| {
+                let stdin = String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default());
+                format!("{} {stdin}", c.args.join(" "))
+            })
+            .collect();
+        assert_eq!(programs.len(), 2, "{programs:?}");
+        assert!(
+            programs.iter().all(|a| !a.contains("filter")),
+            "{programs:?}"
+        );
+    }
+
+    /// Without records, what the read shows tagged goes: a chain where many of the
+    /// container's rules go, and only natledger's stay, is rewritten (`-F`, the rest appended
+    /// again, in order); one holding someone else's rule loses them rule by rule.
+    #[test]
+    fn a_chain_mostly_going_is_rewritten_unless_a_foreign_rule_stays() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let dnat = |who: &str, port: usize| {
+            format!(
+                "-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport {port} -m comment --comment \
+                 natledger:{who} -j DNAT --to-destination 10.77.0.2:80\n"
+            )
+        };
+        let ours: String = (0..REWRITE_AT).map(|p| dnat("c1", 9000 + p)).collect();
+        let foreign = "-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 5 -j RETURN\n";
+        for (stays, rewritten) in [(dnat("c2", 8000), true), (foreign.to_string(), false)] {
+            let dump = format!(
+                "*nat\n:PREROUTING ACCEPT [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n{}{ours}{}COMMIT\n",
+                dnat("c1", 7000),
+                stays
+            );
+            let script = Script::new(vec![ok(&dump), ok("")]);
+            let gone = remove_nft_nat(&script, &id, &[], false);
+            assert_eq!((gone.deleted, gone.complete), (REWRITE_AT + 1, true));
+            let calls = script.calls.borrow();
+            let stdin = String::from_utf8_lossy(calls[1].stdin.as_deref().unwrap_or_default());
+            let deletes = stdin.lines().filter(|l| l.starts_with("-D ")).count();
+            if rewritten {
+                assert_eq!(deletes, 0, "{stdin}");
+                assert!(stdin.contains("-F NATLEDGER-HOSTPORTS\n"), "{stdin}");
+                assert!(stdin.contains(stays.trim_end()), "{stdin}");
+            } else {
+                assert_eq!(deletes, REWRITE_AT + 1, "{stdin}");
+                assert!(!stdin.contains("-F ") && !stdin.contains("-A "), "{stdin}");
+            }
+        }
+    }
+
+    /// The read-and-match removal counts identical records once per copy: two records of the
+    /// same rule are complete only when both copies were found, and every copy found goes.
+    #[test]
+    fn identical_records_are_matched_once_per_copy() {
+        let id: ContainerId = "c1".parse().unwrap();
+        let args = "-d 10.78.0.1/32 -p tcp -m tcp --dport 8080 -m comment --comment \
+                    natledger:c1 -j DNAT --to-destination 10.77.0.2:80";
+        let record = RuleRecord::parse(
+            Backend::Nft,
+            Family::Ipv4,
+            "nat",
+            "NATLEDGER-HOSTPORTS",
+            args.split_whitespace().map(String::from).collect(),
+        );
+        let recorded = [&record, &record];
+        for (copies, complete) in [(1, false), (2, true)] {
+            let line = format!("-A NATLEDGER-HOSTPORTS {args}\n");
+            let dump = format!(
+                "*nat\n:PREROUTING ACCEPT [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n{}COMMIT\n",
+                line.repeat(copies)
+            );
+            // The exact delete fails (a copy is missing), the read answers, the delete of
+            // what was found succeeds.
+            let script = Script::new(vec![fail(), ok(&dump), ok("")]);
+            let gone = remove_nft_nat(&script, &id, &recorded, true);
+            assert_eq!((gone.deleted, gone.complete), (copies, complete));
+        }
+    }
+}
