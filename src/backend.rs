@@ -2,7 +2,7 @@
 //! file each: [`IptablesLegacy`], [`IptablesNft`], [`OwnNftables`]) registered in
 //! [`DRIVERS`] and [`Backend::driver`]; it reads, installs, removes and applies a sweep's plan,
 //! and the operations hold drivers as values, never asking which backend one is. The shared
-//! strategies are [`write`] (install) and `remove` (removal, plans), built from each
+//! strategies are `write` (install) and `remove` (removal, plans), built from each
 //! driver's private primitives (`driver::Primitives`: its transaction and its process-less
 //! paths); the iptables drivers share their tools (`iptables::Tools`: one `*-save -t nat`
 //! to read, one `*-restore --noflush` transaction to write). Which backend the host uses is

@@ -58,7 +58,7 @@ impl Driver for IptablesLegacy {
     }
 
     /// Per table in-process where the shared chains exist ([`iptc::insert`]), else one
-    /// restore, then read-and-diff ([`write::install`]).
+    /// restore, then read-and-diff (`write::install`).
     fn install(
         &self,
         nf: &Netfilter,

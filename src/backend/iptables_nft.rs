@@ -54,7 +54,7 @@ impl Driver for IptablesNft {
         TOOLS.read_all(nf, family)
     }
 
-    /// One restore, then read-and-diff ([`write::install`]).
+    /// One restore, then read-and-diff (`write::install`).
     fn install(
         &self,
         nf: &Netfilter,
@@ -65,7 +65,7 @@ impl Driver for IptablesNft {
     }
 
     /// Over netlink first when the chains hold exactly the recorded number of tagged rules
-    /// ([`remove::remove`]).
+    /// (`remove::remove`).
     fn remove(
         &self,
         nf: &Netfilter,

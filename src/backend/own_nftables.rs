@@ -60,7 +60,7 @@ impl Driver for OwnNftables {
             })
     }
 
-    /// The shared strategy ([`remove::remove`]) without fast paths: each batch one
+    /// The shared strategy (`remove::remove`) without fast paths: each batch one
     /// nf_tables transaction.
     fn remove(
         &self,

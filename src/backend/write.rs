@@ -1,9 +1,9 @@
-//! The write strategy the iptables drivers share ([`install`], what their
+//! The write strategy the iptables drivers share (`install`, what their
 //! [`Driver::install`] is), and the read-and-diff every backend uses: one family's rules, one
 //! transaction per table, filter before nat; first assuming the shared chains and rules exist
-//! (in-process where the driver can, [`Primitives::insert_in_process`], else one `*-restore`
+//! (in-process where the driver can, `Primitives::insert_in_process`, else one `*-restore`
 //! checking them with `-C`), then reading each table not yet written and writing what is
-//! missing ([`missing`]). Removal's side is [`super::remove`].
+//! missing ([`missing`]). Removal's side is `super::remove`.
 
 use crate::kernel::iptc::Place;
 use crate::model::capabilities::Capabilities;
@@ -17,7 +17,7 @@ use crate::state::ledger::RuleRecord;
 use super::driver::{Primitives, Reading};
 use super::{BackendError, Driver, Netfilter};
 
-/// Why [`install`] failed, and whether one of the family's tables may have been written.
+/// Why `install` failed, and whether one of the family's tables may have been written.
 #[derive(Debug)]
 pub struct InstallError {
     pub error: BackendError,

@@ -1,5 +1,7 @@
 //! The operations: what each command does, in terms of the ledger, the rule model and the
-//! backends. Every operation that changes rules or manifests holds the ledger lock.
+//! drivers the [`Context`] holds as values ([`crate::backend::Driver`]: one call per family
+//! to install, remove or apply a sweep's plan), never which backend one is. Every operation
+//! that changes rules or manifests holds the ledger lock.
 
 mod create;
 mod detach;

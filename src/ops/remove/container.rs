@@ -23,7 +23,7 @@ pub struct Removal {
     pub remaining: Vec<RuleRecord>,
     pub failures: Vec<BackendError>,
     /// The UDP and SCTP flows of the DNAT rules deleted, whose conntrack entries the caller
-    /// forgets once every rule change of the operation is done ([`flows::forget`]).
+    /// forgets once every rule change of the operation is done (`flows::forget`).
     pub flows: Vec<Flows>,
 }
 
