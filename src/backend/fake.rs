@@ -64,6 +64,18 @@ impl FakeDriver {
         self.calls.lock().unwrap().clone()
     }
 
+    /// The calls made so far, forgotten.
+    pub fn take_calls(&self) -> Vec<Call> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+
+    /// The rules, in any family and table, whose line holds `text`.
+    pub fn holding(&self, text: &str) -> usize {
+        let tables = self.tables.lock().unwrap();
+        let rules = tables.iter().flat_map(|(_, t)| &t.rules);
+        rules.filter(|r| r.args.iter().any(|a| a == text)).count()
+    }
+
     /// The rules of `table` in `family`, as `-A CHAIN args` lines.
     pub fn lines(&self, family: Family, table: &str) -> Vec<String> {
         let tables = self.tables.lock().unwrap();
