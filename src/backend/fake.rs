@@ -64,6 +64,21 @@ impl FakeDriver {
         self.calls.lock().unwrap().clone()
     }
 
+    /// Replace the tables of `family` with those of a saved dump (as another program left
+    /// them).
+    pub fn load(&self, family: Family, dump: &str) {
+        let mut tables = self.tables.lock().unwrap();
+        tables.retain(|(f, _)| *f != family);
+        let parsed = save::parse_dump(dump).expect("a test's dump parses");
+        tables.extend(parsed.into_iter().map(|t| (family, t)));
+    }
+
+    /// The chains of `table` in `family`.
+    pub fn chains(&self, family: Family, table: &str) -> Vec<String> {
+        let found = self.table(family, table).unwrap_or_default();
+        found.chains.into_iter().map(|(c, _)| c).collect()
+    }
+
     /// The calls made so far, forgotten.
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut *self.calls.lock().unwrap())
