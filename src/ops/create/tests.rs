@@ -1,5 +1,5 @@
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, Driver};
 use crate::kernel::exec::Invocation;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
@@ -132,17 +132,13 @@ fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
 fn no_annotation_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(vec![]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let mut plain = input(dir.path());
     plain.annotations.clear();
     assert_eq!(create_runtime(&ctx, &plain).unwrap(), Created::Skipped);
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     assert!(!dir.path().join("containers").exists());
 }
 
@@ -177,8 +173,9 @@ fn containers_of_one_network_namespace_share_the_rules() {
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
 
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(ledger(), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let sandbox = pod_member(dir.path(), "sandbox", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &sandbox).unwrap(),
@@ -186,14 +183,14 @@ fn containers_of_one_network_namespace_share_the_rules() {
     );
 
     // The app container asks for the same mapping: it shares, and runs nothing.
-    let script = Script::new(Vec::new());
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let app = pod_member(dir.path(), "app", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &app).unwrap(),
         Created::Installed { rules: 0 }
     );
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     let app_manifest = ctx.ledger.load(&id("app")).unwrap().unwrap();
     assert!(app_manifest.mappings.is_empty() && app_manifest.rules.is_empty());
     assert_eq!(
@@ -225,15 +222,20 @@ fn containers_of_one_network_namespace_share_the_rules() {
     assert!(!ctx.ledger.has_manifest(&id("other")) && !ctx.ledger.has_manifest(&id("app2")));
 
     // A sidecar with a port of its own: that one is its own rule, the shared one is shared.
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let sidecar = pod_member(dir.path(), "sidecar", "sandbox", "8080:80,9090:90");
     assert_eq!(
         create_runtime(&ctx, &sidecar).unwrap(),
         Created::Installed { rules: 4 }
     );
-    let batch = stdin_of(&script.calls.borrow()[0]);
-    assert!(batch.contains("--dport 9090") && !batch.contains("--dport 8080"));
+    let own: Vec<String> = (fake
+        .lines(crate::model::family::Family::Ipv4, "nat")
+        .into_iter())
+    .filter(|l| l.contains("natledger:sidecar"))
+    .collect();
+    let port = |p: &str| own.iter().any(|l| l.contains(&format!("--dport {p} ")));
+    assert!(port("9090") && !port("8080"), "{own:?}");
     let m = ctx.ledger.load(&id("sidecar")).unwrap().unwrap();
     assert_eq!(m.mappings, parse_mappings("9090:90").unwrap());
     assert_eq!(m.shares[0].mappings, parse_mappings("8080:80").unwrap());
@@ -241,8 +243,8 @@ fn containers_of_one_network_namespace_share_the_rules() {
     assert_eq!(holder.shared_by, [id("app"), id("sidecar")]);
 
     // The holder's poststop keeps its rules while a sharer lives, and runs nothing.
-    let script = Script::new(Vec::new());
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let stopped = |id: &str| crate::model::oci::State {
         id: id.into(),
         status: "stopped".into(),
@@ -266,7 +268,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
         crate::ops::Removed::Done { rules: 0 }
     );
     assert!(!ctx.ledger.has_manifest(&id("app")));
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
 }
 
 /// Container `id`'s recorded process is made another one (as after it exited).
@@ -298,8 +300,9 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(&ctx, &pod_member(dir.path(), "app", "p", "8080:80")).unwrap();
     let before = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
@@ -309,14 +312,11 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     ));
     mark_dead(dir.path(), "sandbox");
 
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let again = create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80"));
     assert_eq!(again.unwrap(), Created::Installed { rules: 4 });
-    assert!(
-        script.calls.borrow().is_empty(),
-        "nothing deleted or written"
-    );
+    assert!(fake.calls().is_empty(), "nothing deleted or written");
     let after = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
     assert_eq!(after.rules, before.rules);
     assert_eq!(after.shared_by, [id("app")]);
@@ -337,8 +337,9 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(
         &ctx,
@@ -347,30 +348,35 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     .unwrap();
     create_runtime(&ctx, &pod_member(dir.path(), "t", "p", "9090:90")).unwrap();
     let poststop = |id: &str| {
-        let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        fake.take_calls();
+        let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), id)).unwrap();
         mark_dead(dir.path(), id);
-        let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
-        (removed, deleted)
+        let removes = fake.take_calls().into_iter();
+        (
+            removed,
+            removes.filter(|c| matches!(c, Call::Remove(..))).count(),
+        )
     };
-    let (removed, deleted) = poststop("sandbox");
-    assert!(matches!(removed, crate::ops::Removed::Kept { .. }) && deleted.is_empty());
-    let (removed, deleted) = poststop("sidecar");
+    let (removed, removes) = poststop("sandbox");
+    assert!(matches!(removed, crate::ops::Removed::Kept { .. }) && removes == 0);
+    assert_eq!(fake.holding("natledger:sandbox"), 4);
+    let (removed, removes) = poststop("sidecar");
     assert!(matches!(removed, crate::ops::Removed::Kept { .. }));
     assert!(!ctx.ledger.has_manifest(&id("sandbox")));
-    let only = |deleted: &[String], tag: &str| {
-        !deleted.is_empty() && deleted.iter().all(|d| d.contains(tag) && d.contains("-D "))
-    };
-    assert!(only(&deleted, "natledger:sandbox"), "{deleted:#?}");
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    assert!(removes > 0 && fake.holding("natledger:sandbox") == 0);
+    assert_eq!(
+        fake.holding("natledger:sidecar"),
+        4,
+        "only the sandbox's went"
+    );
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     crate::ops::poststop(&ctx, &stopped(dir.path(), "t")).unwrap();
     for gone in ["t", "sidecar", "sandbox"] {
         assert!(!ctx.ledger.has_manifest(&id(gone)), "{gone}'s manifest");
     }
-    let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
-    assert!(only(&deleted, "natledger:sidecar"), "{deleted:#?}");
+    assert_eq!(fake.holding("natledger:sidecar"), 0);
 }
 
 /// A createRuntime state without a usable pid is refused before anything runs or is written:
@@ -379,13 +385,9 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
 fn a_create_without_a_usable_pid_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(Vec::new());
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     for (pid, says) in [
         (None, "has no pid"),
         (Some(0), "pid 0 in the createRuntime state"),
@@ -396,7 +398,7 @@ fn a_create_without_a_usable_pid_is_refused() {
         let err = create_runtime(&ctx, &pidless).unwrap_err().to_string();
         assert!(err.contains("container c1") && err.contains(says), "{err}");
     }
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     assert!(!dir.path().join("containers").exists());
 }
 
@@ -407,22 +409,23 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
     let me = PID;
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     for named in [None, Some(0), Some(me + 1)] {
         let mut state = stopped(dir.path(), "c1");
         state.pid = named;
         let removed = crate::ops::poststop(&ctx, &state).unwrap();
         assert_eq!(removed, crate::ops::Removed::Stale { pid: me }, "{named:?}");
     }
-    assert!(script.calls.borrow().is_empty(), "nothing deleted");
+    assert!(fake.calls().is_empty(), "nothing deleted");
     assert!(ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), "c1")).unwrap();
     assert_eq!(removed, crate::ops::Removed::Done { rules: 4 });
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
@@ -519,8 +522,9 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
             },
         ),
     ] {
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(&state), backend, &script, &host);
+        let fake = FakeDriver::new(backend);
+        let drivers: [&dyn Driver; 1] = [&fake];
+        let ctx = fake_context(Ledger::new(&state), &fake, &drivers, &host);
         match create_runtime(&ctx, &with_ports(spec.join(","))) {
             Err(Error::TooLarge { id, bound }) => {
                 assert_eq!(id.to_string(), "c1");
@@ -528,13 +532,14 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
             }
             other => panic!("{backend}: {other:?}"),
         }
-        assert!(script.calls.borrow().is_empty());
+        assert!(fake.calls().is_empty());
         assert!(!state.exists(), "{backend}: nothing made");
     }
 
     // The same shifted run on iptables: one range mapping, its seven rules (two families).
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(&state), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(&state), &fake, &drivers, &host);
     let spec: Vec<String> = (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect();
     let created = create_runtime(&ctx, &with_ports(spec.join(","))).unwrap();
     assert_eq!(created, Created::Installed { rules: 7 });
