@@ -37,6 +37,8 @@ pub struct FakeDriver {
     calls: Mutex<Vec<Call>>,
     /// The (family, table) whose every read and change fails.
     failing: Mutex<Vec<(Family, String)>>,
+    /// Run after each install (a test's way to change the world in between).
+    after_install: Mutex<Option<Box<dyn FnMut() + Send>>>,
 }
 
 impl FakeDriver {
@@ -48,7 +50,13 @@ impl FakeDriver {
             tables: Mutex::new(Vec::new()),
             calls: Mutex::new(Vec::new()),
             failing: Mutex::new(Vec::new()),
+            after_install: Mutex::new(None),
         }
+    }
+
+    /// Run `f` after each install from now on.
+    pub fn after_install(&self, f: impl FnMut() + Send + 'static) {
+        *self.after_install.lock().unwrap() = Some(Box::new(f));
     }
 
     /// Make every read and change of `table` in `family` fail from now on.
@@ -238,6 +246,9 @@ impl Driver for FakeDriver {
                 Err(_) if table == Table::Filter => skipped.push(table),
                 Err(error) => return Err(InstallError { error, partial }),
             }
+        }
+        if let Some(f) = self.after_install.lock().unwrap().as_mut() {
+            f();
         }
         Ok(skipped)
     }

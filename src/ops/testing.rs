@@ -1,9 +1,9 @@
-//! Test helpers for the operations: the real drivers on a scripted process runner
-//! (`backend::testing`'s), a fake host where the test's container runs, and a hook input.
+//! Test helpers for the operations: fake drivers ([`FakeDriver`]) on a runner that refuses
+//! to run anything, a fake host where the test's container runs, and a hook input. No
+//! process, no kernel, no tool looked for.
 
 pub(crate) use crate::backend::fake::{Call, FakeDriver};
-pub(crate) use crate::backend::testing::{Script, fail, ok};
-use crate::backend::{Backend, DRIVERS, Driver, Netfilter};
+use crate::backend::{Driver, Netfilter};
 use crate::kernel::exec::Runner;
 pub(crate) use crate::kernel::machine::fake::{FakeHost, netns};
 use crate::model::oci::HookInput;
@@ -45,18 +45,6 @@ pub(crate) fn fake_context<'r>(
 ) -> Context<'r> {
     let nf = Netfilter::new(&NoProcess);
     Context::with_drivers(ledger, driver, drivers, nf, host)
-}
-
-/// The real drivers (new rules with `backend`'s) running their tools through `runner`, on
-/// a fake host.
-pub(crate) fn context<'r>(
-    ledger: Ledger,
-    backend: Backend,
-    runner: &'r dyn Runner,
-    host: &'r FakeHost,
-) -> Context<'r> {
-    let nf = Netfilter::new(runner);
-    Context::with_drivers(ledger, backend.driver(), &DRIVERS, nf, host)
 }
 
 /// Container c1, whose process is [`PID`] (a createRuntime state always has a pid).

@@ -1,14 +1,9 @@
 use super::*;
 use crate::backend::{Backend, Driver};
-use crate::kernel::exec::Invocation;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
 use crate::state::ledger::Ledger;
-
-fn stdin_of(inv: &Invocation) -> String {
-    String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
-}
 
 /// One install per family, the manifest written around it (the restore batch it makes on
 /// iptables-nft: `backend::write`'s tests).
@@ -374,43 +369,25 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
 /// deleted and its manifest removed.
 #[test]
 fn a_manifest_update_that_fails_rolls_the_rules_back() {
-    struct BlockUpdate<'a> {
-        script: Script,
-        tmp: &'a std::path::Path,
-    }
-    impl crate::kernel::exec::Runner for BlockUpdate<'_> {
-        fn run(&self, inv: &Invocation) -> std::io::Result<crate::kernel::exec::Outcome> {
-            // Once the install ran, nothing can take the temp file's place.
-            if self.script.calls.borrow().is_empty() {
-                std::fs::create_dir(self.tmp).unwrap();
-            }
-            self.script.run(inv)
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let tmp = dir.path().join("containers/.c1.tmp");
-    let runner = BlockUpdate {
-        script: Script::new(vec![ok(""), ok(""), ok("")]),
-        tmp: &tmp,
-    };
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &runner,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    // Once the install ran, nothing can take the temp file's place.
+    let blocked = tmp.clone();
+    fake.after_install(move || std::fs::create_dir(&blocked).unwrap());
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
     assert!(err.to_string().contains(".c1.tmp"), "{err}");
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-    let calls = runner.script.calls.borrow();
-    assert!(calls.len() >= 2, "{calls:?}");
-    assert!(stdin_of(&calls[0]).contains("-I NATLEDGER-HOSTPORTS 1"));
-    let undone: String = calls[1..].iter().map(stdin_of).collect();
+    let calls = fake.calls();
+    assert!(matches!(calls[0], Call::Install(..)), "{calls:?}");
     assert!(
-        undone.contains("-D NATLEDGER-HOSTPORTS") && undone.contains("-D NATLEDGER-FORWARD"),
-        "{undone}"
+        calls[1..].iter().any(|c| matches!(c, Call::Remove(..))),
+        "{calls:?}"
     );
+    assert_eq!(fake.holding("natledger:c1"), 0, "the rules are undone");
 }
 
 #[test]
