@@ -20,7 +20,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use natledger::backend::{Backend, Netfilter};
+use natledger::backend::{Backend, Netfilter, Plan};
 use natledger::kernel::exec::SystemRunner;
 use natledger::model::family::Family;
 use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
@@ -165,9 +165,12 @@ fn install(backend: Backend, records: &[RuleRecord], first: bool) {
     }
     if backend == Backend::Nftables {
         let runner = SystemRunner::default();
-        Netfilter::new(&runner)
-            .apply_all(backend, Family::Ipv4, &batches)
-            .unwrap();
+        let nf = Netfilter::new(&runner);
+        for batch in &batches {
+            (backend.driver())
+                .apply_plan(&nf, Family::Ipv4, &Plan::batch(batch))
+                .unwrap();
+        }
     } else {
         let text: String = batches.iter().map(Batch::render).collect();
         let restore = format!("/usr/sbin/iptables-{backend}-restore");

@@ -290,7 +290,8 @@ fn hook(
     }
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
-    let mut ctx = Context::for_hooks(ledger, settings.backend.resolve(), &runner, settings.native);
+    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
     ctx.refuse_conflicts = settings.refuse_conflicts();
     ops::run_hook(&ctx, Some(stage), state)?;
     Ok(ExitCode::SUCCESS)
@@ -304,9 +305,9 @@ fn sweep(
 ) -> anyhow::Result<ExitCode> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
-    let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
     // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-    ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
+    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let ctx = Context::new(ledger, settings.backend.resolve(), nf);
     let report = ops::sweep(&ctx, opts)?;
     if let Some(held) = &report.held_back {
         log::warn!("{held}");

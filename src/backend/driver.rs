@@ -1,10 +1,15 @@
-//! The interface every backend implements ([`Driver`]): what it writes beyond the mapping
-//! rules ([`Capabilities`], data), how it reads a table and applies batches, how it installs
-//! one family's rules, and the process-less paths it has for deleting. The operations ask a driver ([`Backend::driver`]) and never
-//! which backend it is; what the backends share (the restore-then-read-and-diff strategy)
-//! is in [`super::write`].
+//! The interface every backend implements ([`Driver`]), netavark's shape: what it writes
+//! beyond the mapping rules ([`Capabilities`], data), how it reads a table, and the three
+//! changes the operations ask of it, each one call per family: [`Driver::install`] (a
+//! container's new rules), [`Driver::remove`] (a container's rules), [`Driver::apply_plan`] (a
+//! sweep's plan of one table). The operations hold drivers as values (`ops::Context`) and
+//! never ask which backend one is. How a driver does each change is its own: the
+//! process-less fast paths and the `*-restore` fallbacks are [`Primitives`], private to
+//! `backend`, from which the shared strategies are built ([`super::write`] for install,
+//! [`super::remove`] for removal and plans).
 
 use crate::kernel::iptc::Stamp;
+use crate::kernel::nftables::NftError;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
@@ -12,8 +17,19 @@ use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::write::{self, InstallError, Placement};
-use super::{Backend, BackendError, Native, NativeError, Netfilter, Tagged, Tools};
+use super::remove::{Deleted, Plan};
+use super::write::{InstallError, Placement};
+use super::{Backend, BackendError, Native, NativeError, Netfilter, Tagged};
+
+/// What of a table [`Driver::read`] returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// As natledger reads it: the built-in chains, its own chains and any rule naming one of
+    /// them (or more).
+    Ours,
+    /// Every rule (for reading other owners' rules).
+    Whole,
+}
 
 /// One backend.
 pub trait Driver: Sync {
@@ -23,71 +39,75 @@ pub trait Driver: Sync {
     /// What it writes beyond the mapping rules, and what it can forward.
     fn capabilities(&self) -> Capabilities;
 
-    /// Its `*-save`/`*-restore` tools, if it has any ([`super::tool`]). None by default.
-    /// A backend with tools reads and applies through them ([`Driver::read`] and the rest
-    /// default to its [`Tools`]); one without overrides those four.
-    fn tools(&self) -> Option<&'static Tools> {
-        None
-    }
-
-    /// The tools the default reading and applying go through.
-    fn tool_driven(&self) -> Result<&'static Tools, BackendError> {
-        self.tools().ok_or_else(|| BackendError::NoTool {
-            verb: "save or restore".to_string(),
-        })
-    }
-
-    /// The current `table` (nat, filter) as natledger reads it: the built-in chains, its own
-    /// chains and any rule naming one of them (or more); `None` when it does not exist.
+    /// The current `table` (nat, filter), as much of it as `scope` says; `None` when it does
+    /// not exist.
     fn read(
         &self,
         nf: &Netfilter,
         family: Family,
         table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        self.tool_driven()?.read(nf, family, table)
-    }
-
-    /// Every rule of `table` (for reading other owners' rules), or `None` when it does not
-    /// exist.
-    fn read_whole(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        self.tool_driven()?.read_whole(nf, family, table)
-    }
+        scope: Reading,
+    ) -> Result<Option<save::Table>, BackendError>;
 
     /// Every table of one family, creating none.
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
-        self.tool_driven()?.read_all(nf, family)
-    }
-
-    /// Apply batches of different tables, in order; what a failure leaves committed is the
-    /// driver's (one transaction per table for the iptables tools, all or nothing for
-    /// natledger's own tables).
-    fn apply_all(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        self.tool_driven()?.apply_all(nf, family, batches)
-    }
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError>;
 
     /// Write one family's rules (`rules`, this backend's records) with the chains and shared
     /// rules they need; the tables that could not be written and were skipped (the filter
-    /// accept, a warning). By default [`write::install`]: per table, in-process where
-    /// [`Driver::insert_in_process`] can, else one restore, then read-and-diff.
+    /// accept, a warning).
     fn install(
         &self,
         nf: &Netfilter,
         family: Family,
         rules: &[&RuleRecord],
-    ) -> Result<Vec<Table>, InstallError> {
-        write::install(self, nf, family, rules)
+    ) -> Result<Vec<Table>, InstallError>;
+
+    /// Delete container `id`'s rules of one family from `tables` (nat first): exactly
+    /// `recorded` (this backend's records of the family) where they all are, else what a read
+    /// of each table shows recorded or tagged for `id`. A failing nat table keeps the
+    /// family's filter rules (the accept of a DNAT that may still be in force).
+    fn remove(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        id: &ContainerId,
+        tables: &[Table],
+        recorded: &[&RuleRecord],
+    ) -> Deleted;
+
+    /// Apply a sweep's plan of one table (or drop a table `sweep --all` emptied).
+    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError>;
+
+    /// A cheap summary of `table` that changes when natledger's chains or the jumps into
+    /// them may have (watch compares it, for a backend that tells no one of its changes);
+    /// `known`, when its size and entry count are still the table's, is returned unread.
+    /// `None` (by default, or for an absent or unreadable table): changes are told, or
+    /// nothing to compare.
+    fn stamp(
+        &self,
+        _nf: &Netfilter,
+        _family: Family,
+        _table: Table,
+        _known: Option<Stamp>,
+    ) -> Option<Stamp> {
+        None
     }
+}
+
+/// What the shared strategies ([`super::write::install`], [`super::remove::remove`],
+/// [`super::remove::apply_plan`]) are built from: one transaction through the driver's usual
+/// way (`*-restore`, or a netlink batch), and the process-less fast paths a driver may have
+/// (each declines by default). Private to `backend`.
+pub(super) trait Primitives: Driver {
+    /// Apply batches of different tables, in order; what a failure leaves committed is the
+    /// driver's (one transaction per table for the iptables tools, all or nothing for
+    /// natledger's own tables). Forgets the kept legacy nat table of `family`.
+    fn apply_batches(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError>;
 
     /// Insert one table's rules without a process, assuming the shared chains and rules
     /// exist; whether that was done (nothing was written otherwise). None by default.
@@ -145,21 +165,6 @@ pub trait Driver: Sync {
         false
     }
 
-    /// A cheap summary of `table` that changes when natledger's chains or the jumps into
-    /// them may have (watch compares it, for a backend that tells no one of its changes);
-    /// `known`, when its size and entry count are still the table's, is returned unread.
-    /// `None` (by default, or for an absent or unreadable table): changes are told, or
-    /// nothing to compare.
-    fn stamp(
-        &self,
-        _nf: &Netfilter,
-        _family: Family,
-        _table: Table,
-        _known: Option<Stamp>,
-    ) -> Option<Stamp> {
-        None
-    }
-
     /// After `sweep --all` removed natledger's chains from `table`: drop the table when
     /// nothing but empty built-in chains is left of it. Nothing by default.
     fn drop_emptied_table(
@@ -167,7 +172,7 @@ pub trait Driver: Sync {
         _nf: &Netfilter,
         _family: Family,
         _table: &str,
-    ) -> Result<(), crate::kernel::nftables::NftError> {
+    ) -> Result<(), NftError> {
         Ok(())
     }
 }

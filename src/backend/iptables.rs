@@ -1,6 +1,6 @@
-//! What the two iptables drivers share, over their tool names ([`Tools`]): one
-//! `*-save -t TABLE` to read, one `*-restore --noflush` process to write. Their drivers
-//! differ only in the words of their [`Tools`].
+//! What the two iptables drivers share, over their tool names ([`Tools`], private to
+//! `backend`): one `*-save -t TABLE` to read, one `*-restore --noflush` process to write.
+//! Their drivers differ in the words of their [`Tools`] and in their process-less paths.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +10,7 @@ use crate::model::family::Family;
 use crate::model::layout;
 use crate::model::save::{self, Batch, Table};
 
+use super::driver::Reading;
 use super::{BackendError, Netfilter, TOOL_DIRS, legacy_table_exists};
 
 /// An iptables backend's tools, and what sets them apart.
@@ -51,32 +52,27 @@ impl Tools {
             .ok_or(BackendError::ToolNotFound { tool: name })
     }
 
-    /// The current `table` as natledger reads it: the built-in chains (its jumps, and where
-    /// they go), its own chains, and any rule naming one of them; `None` when it is absent.
+    /// The current `table`, as much as `scope` says ([`Reading::Ours`]: the built-in chains
+    /// (its jumps, and where they go), its own chains, and any rule naming one of them);
+    /// `None` when it is absent.
     pub fn read(
         &self,
         nf: &Netfilter,
         family: Family,
         table: &str,
+        scope: Reading,
     ) -> Result<Option<Table>, BackendError> {
-        let relevant = |line: &str| {
+        let ours = |line: &str| {
             let chain = line.split_whitespace().nth(1).unwrap_or("");
             matches!(
                 chain,
                 "PREROUTING" | "INPUT" | "FORWARD" | "OUTPUT" | "POSTROUTING"
             ) || line.contains(layout::CHAIN_PREFIX)
         };
-        self.read_table(nf, family, table, relevant)
-    }
-
-    /// Every rule of `table`, or `None` when it is absent.
-    pub fn read_whole(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<Table>, BackendError> {
-        self.read_table(nf, family, table, |_| true)
+        match scope {
+            Reading::Ours => self.read_table(nf, family, table, ours),
+            Reading::Whole => self.read_table(nf, family, table, |_| true),
+        }
     }
 
     fn read_table(
@@ -140,6 +136,7 @@ impl Tools {
     ) -> Result<(), BackendError> {
         let mut args = vec!["--noflush".to_string()];
         args.extend(self.restore_args.iter().map(|a| a.to_string()));
+        nf.forget_legacy_nat(family);
         let input: String = batches.iter().map(Batch::render).collect();
         let inv = Invocation {
             program: self.path(family, "restore")?,

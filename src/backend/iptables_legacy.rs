@@ -7,20 +7,24 @@ use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{comment_and_target, is_owned_chain, shared_rules};
+use crate::model::oci::ContainerId;
 use crate::model::rule::Rule;
+use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::write::Placement;
-
-use super::{Backend, Driver, Native, NativeError, Netfilter, Tools, legacy_table_exists};
+use super::driver::{Primitives, Reading};
+use super::iptables::Tools;
+use super::remove::{self, Deleted, Plan};
+use super::write::{self, InstallError, Placement};
+use super::{Backend, BackendError, Driver, Native, NativeError, Netfilter, legacy_table_exists};
 
 /// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
 /// well inside podman's 10 s hook timeout.
 const XTABLES_WAIT_SECS: &str = "5";
 
 /// `ip[6]tables-legacy-save` and `-restore`.
-static TOOLS: Tools = Tools {
+pub(super) static TOOLS: Tools = Tools {
     word: "legacy",
     restore_args: &["--wait", XTABLES_WAIT_SECS],
     tables_in_procfs: true,
@@ -39,8 +43,70 @@ impl Driver for IptablesLegacy {
         TOOLS.capabilities()
     }
 
-    fn tools(&self) -> Option<&'static Tools> {
-        Some(&TOOLS)
+    fn read(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        table: &str,
+        scope: Reading,
+    ) -> Result<Option<save::Table>, BackendError> {
+        TOOLS.read(nf, family, table, scope)
+    }
+
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+        TOOLS.read_all(nf, family)
+    }
+
+    /// Per table in-process where the shared chains exist ([`iptc::insert`]), else one
+    /// restore, then read-and-diff (`write::install`).
+    fn install(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        rules: &[&RuleRecord],
+    ) -> Result<Vec<Table>, InstallError> {
+        write::install(self, nf, family, rules)
+    }
+
+    fn remove(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        id: &ContainerId,
+        tables: &[Table],
+        recorded: &[&RuleRecord],
+    ) -> Deleted {
+        remove::remove(self, nf, family, id, tables, recorded)
+    }
+
+    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {
+        remove::apply_plan(self, nf, family, plan)
+    }
+
+    /// Its `IPT_SO_GET_INFO` size and entry count and a digest of natledger's chains and the
+    /// jumps into them ([`iptc::stamp`]); an absent table (procfs) is not created by asking.
+    fn stamp(
+        &self,
+        _nf: &Netfilter,
+        family: Family,
+        table: Table,
+        known: Option<iptc::Stamp>,
+    ) -> Option<iptc::Stamp> {
+        match legacy_table_exists(family, table.as_str()) {
+            Ok(true) => iptc::stamp(family, table.as_str(), known).ok(),
+            _ => None,
+        }
+    }
+}
+
+impl Primitives for IptablesLegacy {
+    fn apply_batches(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        TOOLS.apply_all(nf, family, batches)
     }
 
     fn insert_in_process(
@@ -80,23 +146,8 @@ impl Driver for IptablesLegacy {
         Some(found)
     }
 
-    /// Its `IPT_SO_GET_INFO` size and entry count and a digest of natledger's chains and the
-    /// jumps into them ([`iptc::stamp`]); an absent table (procfs) is not created by asking.
-    fn stamp(
-        &self,
-        _nf: &Netfilter,
-        family: Family,
-        table: Table,
-        known: Option<iptc::Stamp>,
-    ) -> Option<iptc::Stamp> {
-        match legacy_table_exists(family, table.as_str()) {
-            Ok(true) => iptc::stamp(family, table.as_str(), known).ok(),
-            _ => None,
-        }
-    }
-
     /// Exactly the recorded rules of one table, through its socket options
-    /// ([`crate::kernel::iptc::delete`]); declined unless every one is found.
+    /// ([`iptc::delete`]); declined unless every one is found.
     fn delete_recorded_in_table(
         &self,
         nf: &Netfilter,
@@ -113,36 +164,25 @@ impl Driver for IptablesLegacy {
         else {
             return Ok(Native::Declined);
         };
-        Ok(nf.delete_legacy(family, table.as_str(), &rules)?)
+        Ok(self.delete_in_process(nf, family, table.as_str(), &rules)?)
     }
 }
 
-impl Netfilter<'_> {
-    /// Delete exactly these rules from an iptables-legacy table without a process
-    /// ([`iptc::delete`]); declined unless every one is found.
-    pub fn delete_legacy(
+impl IptablesLegacy {
+    /// Delete exactly these rules from a table without a process ([`iptc::delete`]):
+    /// declined unless every one is found; [`Native::Off`] (nothing looked at, no table
+    /// created) when the native paths are off or the table does not exist.
+    pub fn delete_in_process(
         &self,
+        nf: &Netfilter,
         family: Family,
         table: &'static str,
         rules: &[(&str, &Rule)],
     ) -> Result<Native, IptcError> {
-        self.forget_legacy_nat(family);
-        in_process(self, family, table, "deleted", || {
+        nf.forget_legacy_nat(family);
+        in_process(nf, family, table, "deleted", || {
             iptc::delete(family, table, rules)
         })
-    }
-
-    /// The iptables-legacy nat table of `family` as this process last swapped it in, if
-    /// nothing was written since (taken: a reader uses it once).
-    pub fn take_legacy_nat(&self, family: Family) -> Option<iptc::blob::Blob> {
-        let mut kept = self.legacy_nat.borrow_mut();
-        let at = kept.iter().position(|(f, _)| *f == family)?;
-        Some(kept.swap_remove(at).1)
-    }
-
-    /// Forget the nat table kept for `family`: something else is written.
-    pub(super) fn forget_legacy_nat(&self, family: Family) {
-        self.legacy_nat.borrow_mut().retain(|(f, _)| *f != family);
     }
 }
 
@@ -162,7 +202,7 @@ fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) ->
         Ok(outcome)
     });
     if let (Some(blob), Table::Nat) = (written, table) {
-        nf.legacy_nat.borrow_mut().push((family, blob));
+        nf.keep_legacy_nat(family, blob);
     }
     match done {
         Ok(Native::Done(_)) => true,

@@ -5,10 +5,13 @@ use crate::kernel::nftables::own::{CAPABILITIES, OwnRead};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout;
+use crate::model::oci::ContainerId;
 use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
+use super::driver::{Primitives, Reading};
+use super::remove::{self, Deleted, Plan};
 use super::write::{self, InstallError};
 use super::{Backend, BackendError, Driver, Netfilter};
 
@@ -24,24 +27,16 @@ impl Driver for OwnNftables {
         CAPABILITIES
     }
 
+    /// Either scope: the table holds natledger's rules only.
     fn read(
         &self,
         nf: &Netfilter,
         family: Family,
         table: &str,
+        _scope: Reading,
     ) -> Result<Option<save::Table>, BackendError> {
         let own = nf.with_nft(|s| s.own_table(family))?;
         Ok(own.map(|t| t.logical(table)))
-    }
-
-    /// The same as [`Driver::read`]: the table holds natledger's rules only.
-    fn read_whole(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-    ) -> Result<Option<save::Table>, BackendError> {
-        self.read(nf, family, table)
     }
 
     fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
@@ -49,16 +44,6 @@ impl Driver for OwnNftables {
         Ok(own
             .map(|t| layout::TABLES.iter().map(|name| t.logical(name)).collect())
             .unwrap_or_default())
-    }
-
-    /// The batches as one nf_tables transaction on natledger's own table: all or nothing.
-    fn apply_all(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        apply_to(nf, family, None, batches)
     }
 
     fn install(
@@ -73,6 +58,36 @@ impl Driver for OwnNftables {
                 error,
                 partial: false,
             })
+    }
+
+    /// The shared strategy (`remove::remove`) without fast paths: each batch one
+    /// nf_tables transaction.
+    fn remove(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        id: &ContainerId,
+        tables: &[Table],
+        recorded: &[&RuleRecord],
+    ) -> Deleted {
+        remove::remove(self, nf, family, id, tables, recorded)
+    }
+
+    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {
+        remove::apply_plan(self, nf, family, plan)
+    }
+}
+
+impl Primitives for OwnNftables {
+    /// The batches as one nf_tables transaction on natledger's own table: all or nothing.
+    fn apply_batches(
+        &self,
+        nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        nf.forget_legacy_nat(family);
+        apply_to(nf, family, None, batches)
     }
 }
 

@@ -1,8 +1,9 @@
-//! The write strategy the iptables backends share, and the read-and-diff fallback every
-//! backend uses: one family's rules, one transaction per table, filter before nat; first
-//! assuming the shared chains and rules exist (in-process where the driver can,
-//! [`Driver::insert_in_process`], else one `*-restore` checking them with `-C`), then
-//! reading each table not yet written and writing what is missing ([`missing`]).
+//! The write strategy the iptables drivers share (`install`, what their
+//! [`Driver::install`] is), and the read-and-diff every backend uses: one family's rules, one
+//! transaction per table, filter before nat; first assuming the shared chains and rules exist
+//! (in-process where the driver can, `Primitives::insert_in_process`, else one `*-restore`
+//! checking them with `-C`), then reading each table not yet written and writing what is
+//! missing ([`missing`]). Removal's side is `super::remove`.
 
 use crate::kernel::iptc::Place;
 use crate::model::capabilities::Capabilities;
@@ -13,9 +14,10 @@ use crate::model::save::{Batch, Op};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
+use super::driver::{Primitives, Reading};
 use super::{BackendError, Driver, Netfilter};
 
-/// Why [`install`] failed, and whether one of the family's tables may have been written.
+/// Why `install` failed, and whether one of the family's tables may have been written.
 #[derive(Debug)]
 pub struct InstallError {
     pub error: BackendError,
@@ -35,13 +37,13 @@ pub struct InstallError {
 /// node whatever happens to it: a filter table natledger cannot write (an nft `ip filter`
 /// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
 /// returned, so that the manifest records exactly what was written.
-pub fn install(
-    driver: &(impl Driver + ?Sized),
+pub(super) fn install(
+    driver: &(impl Primitives + ?Sized),
     nf: &Netfilter,
     family: Family,
     rules: &[&RuleRecord],
 ) -> Result<Vec<Table>, InstallError> {
-    let (backend, caps) = (driver.backend(), driver.capabilities());
+    let caps = driver.capabilities();
     let mut partial = false;
     let mut pending: Vec<(Table, Vec<Placement>)> = Vec::new();
     for table in Table::ALL {
@@ -72,7 +74,7 @@ pub fn install(
         })
         .collect();
     let first_block = fast[0].render().lines().count();
-    match nf.apply_all(backend, family, &fast) {
+    match driver.apply_batches(nf, family, &fast) {
         Ok(()) => return Ok(skipped),
         // The first table's transaction failed: nothing was committed.
         Err(BackendError::Failed { line: Some(n), .. }) if n <= first_block => {}
@@ -143,22 +145,21 @@ pub fn missing_shared(
 
 /// Read `table` and write what is missing of `placed`, its chains and shared rules included;
 /// whether anything was written (a table showing every rule already was committed before).
-pub fn write_table(
-    driver: &(impl Driver + ?Sized),
+fn write_table(
+    driver: &(impl Primitives + ?Sized),
     nf: &Netfilter,
     family: Family,
     table: Table,
     placed: &[Placement],
 ) -> Result<bool, BackendError> {
-    let backend = driver.backend();
-    let dump = nf
-        .read(backend, family, table.as_str())?
+    let dump = driver
+        .read(nf, family, table.as_str(), Reading::Ours)?
         .unwrap_or_default();
     let full = missing(driver, family, table, &dump, placed);
     if full.is_empty() {
         return Ok(false);
     }
-    nf.apply(backend, family, &full)?;
+    driver.apply_batches(nf, family, std::slice::from_ref(&full))?;
     Ok(true)
 }
 
@@ -196,5 +197,106 @@ pub fn push_rules(batch: &mut Batch, placed: &[Placement]) {
             Place::First => Op::InsertFirst(chain, args),
             Place::Last => Op::Append(chain, args),
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::testing::{Script, fail, ok};
+    use crate::backend::{Backend, IptablesNft};
+    use crate::kernel::exec::Invocation;
+    use crate::model::layout::mapping_rules;
+
+    fn stdin_of(inv: &Invocation) -> String {
+        String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
+    }
+
+    /// Container c1's IPv4 records of 8080:80 towards 10.77.0.2, as create plans them.
+    fn records() -> Vec<RuleRecord> {
+        let id = "c1".parse().unwrap();
+        let mapping = crate::model::portspec::parse_mappings("8080:80").unwrap();
+        let container: std::net::IpAddr = "10.77.0.2".parse().unwrap();
+        mapping_rules(IptablesNft.capabilities(), &id, &mapping[0], container)
+            .into_iter()
+            .map(|p| RuleRecord::new(Backend::Nft, Family::Ipv4, p.table, p.chain, p.rule))
+            .collect()
+    }
+
+    fn install_nft(script: &Script) -> Result<Vec<Table>, InstallError> {
+        let records = records();
+        let rules: Vec<&RuleRecord> = records.iter().collect();
+        IptablesNft.install(&Netfilter::new(script), Family::Ipv4, &rules)
+    }
+
+    #[test]
+    fn with_the_shared_chains_present_install_is_one_restore() {
+        let script = Script::new(vec![ok("")]);
+        assert_eq!(install_nft(&script).unwrap(), Vec::<Table>::new());
+        let calls = script.calls.borrow();
+        assert_eq!(calls.len(), 1);
+        assert!(calls[0].program.ends_with("iptables-nft-restore"));
+        let batch = stdin_of(&calls[0]);
+        // Filter first: the accept is in force before the DNAT.
+        let (filter, nat) = batch.split_once("*nat").unwrap();
+        assert!(filter.starts_with("*filter\n"));
+        assert!(filter.contains("-C FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
+        assert!(filter.contains("-A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6"));
+        assert!(nat.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
+        assert!(nat.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
+    }
+
+    #[test]
+    fn without_them_install_reads_and_creates_only_what_is_missing() {
+        let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
+                    :NATLEDGER-MASQ - [0:0]\n\
+                    -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
+        // Docker's FORWARD: natledger's jump goes after DOCKER-USER, the isolation jump and
+        // the rest.
+        let filter = "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n\
+                      :DOCKER-ISOLATION-STAGE-1 - [0:0]\n:DOCKER - [0:0]\n\
+                      -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
+                      -A FORWARD -o docker0 -j DOCKER\nCOMMIT\n";
+        let script = Script::new(vec![fail(), ok(filter), ok(""), ok(dump), ok("")]);
+        install_nft(&script).unwrap();
+        let calls = script.calls.borrow();
+        assert_eq!(calls.len(), 5);
+        assert_eq!(calls[1].args, ["-t", "filter"]);
+        let batch = stdin_of(&calls[2]);
+        assert!(batch.contains(":NATLEDGER-FORWARD - [0:0]"));
+        assert!(batch.contains("-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
+        assert_eq!(calls[3].args, ["-t", "nat"]);
+        let batch = stdin_of(&calls[4]);
+        assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));
+        assert!(
+            !batch.contains(":NATLEDGER-MASQ"),
+            "an existing chain is never redeclared"
+        );
+        assert!(batch.contains("-I PREROUTING 1"));
+        assert!(batch.contains("-I OUTPUT 1"));
+        assert!(
+            !batch.contains("-I POSTROUTING"),
+            "an existing jump is not duplicated"
+        );
+    }
+
+    /// The fast transaction fails, then reading the tables fails (the filter table only
+    /// costs its accept, the nat table the install): nothing was applied.
+    #[test]
+    fn a_failed_install_names_the_failed_read() {
+        let script = Script::new(vec![fail(), fail(), fail()]);
+        let err = install_nft(&script).unwrap_err();
+        let text = crate::chain::text(&err.error);
+        assert!(text.contains("iptables-nft-save -t nat failed"), "{text}");
+        assert!(!err.partial);
+        assert_eq!(script.calls.borrow().len(), 3);
+    }
+
+    #[test]
+    fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
+        let nat = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n\
+                   :POSTROUTING ACCEPT [0:0]\nCOMMIT\n";
+        let script = Script::new(vec![fail(), fail(), ok(nat), ok("")]);
+        assert_eq!(install_nft(&script).unwrap(), [Table::Filter]);
     }
 }

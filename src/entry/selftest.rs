@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::backend::{Backend, Detected};
+use crate::backend::{Backend, Detected, Netfilter, Plan, Reading};
 use crate::kernel::exec::SystemRunner;
 use crate::kernel::named_netns::{NamedNetns, NamedNetnsError};
 use crate::kernel::netns::in_namespace;
@@ -117,7 +117,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         std::process::id()
     ));
     let runner = SystemRunner::default();
-    let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
+    let ctx = Context::new(Ledger::new(&state_dir), backend, Netfilter::new(&runner));
     let name = |what: &str| format!("{backend}: {what}");
 
     // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
@@ -132,8 +132,8 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         .iter()
         .filter(|_| forward_drop)
         .try_for_each(|f| {
-            ctx.netfilter
-                .apply(backend, *f, &drop_policy)
+            (ctx.driver)
+                .apply_plan(&ctx.netfilter, *f, &Plan::batch(&drop_policy))
                 .map_err(|e| crate::chain::text(&e))
         });
     // The first container creates the shared chains and jumps, which stay by design.
@@ -186,7 +186,7 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
         .ops
         .push(Op::Policy("FORWARD".into(), "ACCEPT".into()));
     for f in Family::ALL.iter().filter(|_| forward_drop) {
-        let _ = ctx.netfilter.apply(backend, *f, &accept_policy);
+        let _ = (ctx.driver).apply_plan(&ctx.netfilter, *f, &Plan::batch(&accept_policy));
     }
     let swept = ops::sweep(
         &ctx,
@@ -242,9 +242,8 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
 /// natledger's jump to its chain, which holds the guard.
 fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
     let family = Family::Ipv4;
-    let table = ctx
-        .netfilter
-        .read(backend, family, FILTER)
+    let table = (backend.driver())
+        .read(&ctx.netfilter, family, FILTER, Reading::Ours)
         .map_err(|e| crate::chain::text(&e))?
         .ok_or("no ipv4 filter table")?;
     let shared = shared_rules(backend, FILTER, family);
@@ -275,8 +274,8 @@ fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
     for family in Family::ALL {
         for table in TABLES {
             tables.push(
-                ctx.netfilter
-                    .read(backend, family, table)
+                (backend.driver())
+                    .read(&ctx.netfilter, family, table, Reading::Ours)
                     .map_err(|e| crate::chain::text(&e))?,
             );
         }

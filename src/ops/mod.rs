@@ -1,5 +1,7 @@
 //! The operations: what each command does, in terms of the ledger, the rule model and the
-//! backends. Every operation that changes rules or manifests holds the ledger lock.
+//! drivers the [`Context`] holds as values ([`crate::backend::Driver`]: one call per family
+//! to install, remove or apply a sweep's plan), never which backend one is. Every operation
+//! that changes rules or manifests holds the ledger lock.
 
 mod create;
 mod detach;
@@ -20,8 +22,7 @@ pub use verify::missing_rules;
 
 use std::net::IpAddr;
 
-use crate::backend::{Backend, BackendError, Netfilter};
-use crate::kernel::exec::Runner;
+use crate::backend::{Backend, BackendError, DRIVERS, Driver, Netfilter};
 use crate::kernel::machine::{Host, Machine};
 use crate::kernel::netns::NetnsError;
 use crate::kernel::safefile::{self, Cap, Links};
@@ -32,12 +33,15 @@ use crate::model::portspec::{PortMapping, SpecError};
 use crate::state::ledger::{Ledger, LedgerError};
 use crate::state::sharing::Membership;
 
-/// What every operation needs: where the ledger is, which backend new rules go to, how
-/// to run processes, and what it reads of the host.
+/// What every operation needs: where the ledger is, the driver new rules go to and every
+/// driver removal and sweep look in, the kernel handle they run on, and what it reads of the
+/// host.
 pub struct Context<'r> {
     pub ledger: Ledger,
-    /// The backend create-runtime writes to. Removal looks in both.
-    pub backend: Backend,
+    /// The driver create-runtime writes with.
+    pub driver: &'r dyn Driver,
+    /// Every driver, in the order removal and sweep look in them.
+    pub drivers: &'r [&'r dyn Driver],
     pub netfilter: Netfilter<'r>,
     /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what
     /// [`Context::new`] sets), or a unit test's fake.
@@ -48,29 +52,59 @@ pub struct Context<'r> {
 }
 
 impl<'r> Context<'r> {
-    pub fn new(ledger: Ledger, backend: Backend, runner: &'r dyn Runner) -> Self {
+    /// The production context: this machine ([`Machine`]), the real drivers
+    /// ([`crate::backend::DRIVERS`]), new rules written with `backend`'s, on `netfilter`
+    /// ([`Netfilter::on_kernel`] for the hooks, the CNI plugin, sweep and watch: the native
+    /// paths, conntrack, create's check of other owners' forwards; [`Netfilter::new`]: only
+    /// the tools).
+    pub fn new(ledger: Ledger, backend: Backend, netfilter: Netfilter<'r>) -> Self {
         Context {
             ledger,
-            backend,
-            netfilter: Netfilter::new(runner),
+            driver: backend.driver(),
+            drivers: &DRIVERS,
+            netfilter,
             host: &Machine,
             refuse_conflicts: false,
         }
     }
 
-    /// The context of a container's hooks and of the CNI plugin's commands: the native paths
-    /// (nf_tables netlink, iptables-legacy socket options) when `native` (not
-    /// `--no-netlink`; else every change goes through `*-restore`), conntrack flows
-    /// forgotten, and create's check of other owners' forwards.
-    pub fn for_hooks(
+    /// A context of the given drivers and host (a unit test's fakes).
+    #[cfg(test)]
+    pub(crate) fn with_drivers(
         ledger: Ledger,
-        backend: Backend,
-        runner: &'r dyn Runner,
-        native: bool,
+        driver: &'r dyn Driver,
+        drivers: &'r [&'r dyn Driver],
+        netfilter: Netfilter<'r>,
+        host: &'r dyn Host,
     ) -> Self {
-        let mut ctx = Context::new(ledger, backend, runner);
-        ctx.netfilter = Netfilter::on_kernel(runner, native);
-        ctx
+        Context {
+            ledger,
+            driver,
+            drivers,
+            netfilter,
+            host,
+            refuse_conflicts: false,
+        }
+    }
+
+    /// The backend new rules go to.
+    pub fn backend(&self) -> Backend {
+        self.driver.backend()
+    }
+
+    /// The backends of [`Context::drivers`], in their order.
+    pub fn backends(&self) -> impl Iterator<Item = Backend> + '_ {
+        self.drivers.iter().map(|d| d.backend())
+    }
+
+    /// The driver of records of `backend`: the context's ([`Context::drivers`]), else the
+    /// registered one.
+    pub fn driver_for(&self, backend: Backend) -> &'r dyn Driver {
+        let drivers = self.drivers;
+        match drivers.iter().find(|d| d.backend() == backend) {
+            Some(driver) => *driver,
+            None => backend.driver(),
+        }
     }
 }
 

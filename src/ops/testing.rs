@@ -1,10 +1,10 @@
-//! Test helpers for the operations: a scripted process runner, a fake host where the test's
-//! container runs, and a hook input.
+//! Test helpers for the operations: fake drivers ([`FakeDriver`]) on a runner that refuses
+//! to run anything, a fake host where the test's container runs, and a hook input. No
+//! process, no kernel, no tool looked for.
 
-use std::cell::RefCell;
-
-use crate::backend::Backend;
-use crate::kernel::exec::{Invocation, Outcome, Runner};
+pub(crate) use crate::backend::fake::{Call, FakeDriver};
+use crate::backend::{Driver, Netfilter};
+use crate::kernel::exec::Runner;
 pub(crate) use crate::kernel::machine::fake::{FakeHost, netns};
 use crate::model::oci::HookInput;
 use crate::ops::Context;
@@ -24,58 +24,27 @@ pub(crate) fn fake_host() -> FakeHost {
         .with_namespace(NETNS_PATH, netns(1))
 }
 
-/// [`Context::new`] on a fake host.
-pub(crate) fn context<'r>(
+/// A runner that refuses to run anything: a unit test on fake drivers runs no process.
+pub(crate) struct NoProcess;
+
+impl Runner for NoProcess {
+    fn run(
+        &self,
+        inv: &crate::kernel::exec::Invocation,
+    ) -> std::io::Result<crate::kernel::exec::Outcome> {
+        panic!("a unit test of ops on fake drivers ran {inv}")
+    }
+}
+
+/// Fake drivers (new rules with `driver`), on a fake host: no process, no kernel.
+pub(crate) fn fake_context<'r>(
     ledger: Ledger,
-    backend: Backend,
-    runner: &'r dyn Runner,
+    driver: &'r FakeDriver,
+    drivers: &'r [&'r dyn Driver],
     host: &'r FakeHost,
 ) -> Context<'r> {
-    let mut ctx = Context::new(ledger, backend, runner);
-    ctx.host = host;
-    ctx
-}
-
-/// A scripted runner: answers each call with the next outcome and records the call.
-pub(crate) struct Script {
-    pub(crate) answers: RefCell<Vec<Outcome>>,
-    pub(crate) calls: RefCell<Vec<Invocation>>,
-}
-
-impl Script {
-    pub(crate) fn new(answers: Vec<Outcome>) -> Self {
-        Script {
-            answers: RefCell::new(answers.into_iter().rev().collect()),
-            calls: RefCell::new(Vec::new()),
-        }
-    }
-}
-
-impl Runner for Script {
-    fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
-        self.calls.borrow_mut().push(inv.clone());
-        Ok(self
-            .answers
-            .borrow_mut()
-            .pop()
-            .expect("no more scripted answers"))
-    }
-}
-
-pub(crate) fn ok(stdout: &str) -> Outcome {
-    Outcome {
-        code: Some(0),
-        stdout: stdout.into(),
-        stderr: Vec::new(),
-    }
-}
-
-pub(crate) fn fail() -> Outcome {
-    Outcome {
-        code: Some(1),
-        stdout: Vec::new(),
-        stderr: b"iptables-restore: line 2 failed".to_vec(),
-    }
+    let nf = Netfilter::new(&NoProcess);
+    Context::with_drivers(ledger, driver, drivers, nf, host)
 }
 
 /// Container c1, whose process is [`PID`] (a createRuntime state always has a pid).

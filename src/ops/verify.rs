@@ -4,6 +4,7 @@
 
 use std::collections::HashSet;
 
+use crate::backend::Reading;
 use crate::model::layout::TABLES;
 use crate::state::ledger::RuleRecord;
 
@@ -29,7 +30,7 @@ pub fn missing_rules(ctx: &Context, rules: &[RuleRecord]) -> Result<Vec<RuleReco
         }
     }
     for (backend, family, table) in places {
-        let dump = ctx.netfilter.read(backend, family, table)?;
+        let dump = (ctx.driver_for(backend)).read(&ctx.netfilter, family, table, Reading::Ours)?;
         // Looked up, not searched: a container may have thousands of records.
         let present: HashSet<(&str, &[String])> = dump
             .iter()

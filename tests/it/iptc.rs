@@ -12,7 +12,7 @@ use crate::common::{
     BIN, Backend as TestBackend, Family as TestFamily, Node, Topology, assert_ok, in_netns,
     load_rules, run_in,
 };
-use natledger::backend::{Backend, Native, Netfilter};
+use natledger::backend::{Backend, Driver, IptablesLegacy, Native, Netfilter, Plan};
 use natledger::kernel::exec::SystemRunner;
 use natledger::kernel::iptc::entry::{Encoded, Layout, encode};
 use natledger::kernel::iptc::{self, Outcome, Place};
@@ -286,8 +286,8 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
             });
         }
         in_netns(&ns, || {
-            Netfilter::new(&runner)
-                .apply(Backend::Legacy, family, &batch)
+            IptablesLegacy
+                .apply_plan(&Netfilter::new(&runner), family, &Plan::batch(&batch))
                 .unwrap()
         });
         // iptables-legacy-restore resets the built-in chains' policy counters on every change
@@ -338,8 +338,8 @@ fn an_absent_table_is_never_created() {
     let rule = &container_rules("c1", Family::Ipv4, NAT)[0];
     let native = in_netns(&ns, || {
         let nf = Netfilter::on_kernel(&runner, true);
-        let outcome = nf
-            .delete_legacy(Family::Ipv4, "nat", &[(rule.0, &rule.1)])
+        let outcome = IptablesLegacy
+            .delete_in_process(&nf, Family::Ipv4, "nat", &[(rule.0, &rule.1)])
             .unwrap();
         let names = std::fs::read_to_string(Family::Ipv4.legacy_tables_file()).unwrap_or_default();
         (outcome, names)
@@ -431,8 +431,8 @@ fn a_large_removal_equals_iptables_legacy_restore() {
                 .push(Op::Delete(chain.to_string(), rule.to_args()));
         }
         in_netns(&ns, || {
-            Netfilter::new(&runner)
-                .apply(Backend::Legacy, family, &batch)
+            IptablesLegacy
+                .apply_plan(&Netfilter::new(&runner), family, &Plan::batch(&batch))
                 .unwrap()
         });
         let by_restore = save_c(&ns, family, table).replace(":FORWARD DROP [0:0]", POLICY);

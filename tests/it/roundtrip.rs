@@ -6,7 +6,7 @@
 //! none.
 
 use crate::common::{Topology, in_netns};
-use natledger::backend::{Backend, Netfilter};
+use natledger::backend::{Backend, Netfilter, Plan, Reading};
 use natledger::kernel::exec::SystemRunner;
 use natledger::model::family::{Family, IfAddr};
 use natledger::model::layout::{TABLES, mapping_rules, owned_chains, shared_rules};
@@ -75,8 +75,11 @@ fn rendered_rules_read_back_equal() {
                 let read = in_netns(topo.node(), || {
                     let runner = SystemRunner::default();
                     let nf = Netfilter::new(&runner);
-                    nf.apply(backend, family, &batch).unwrap();
-                    nf.read(backend, family, table).unwrap()
+                    let driver = backend.driver();
+                    driver
+                        .apply_plan(&nf, family, &Plan::batch(&batch))
+                        .unwrap();
+                    driver.read(&nf, family, table, Reading::Ours).unwrap()
                 });
                 // natledger's nftables backend has nothing for IPv6 filter (no forward
                 // accept, the localhost guard is IPv4's): nothing is written there, and it

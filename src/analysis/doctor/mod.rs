@@ -387,7 +387,7 @@ fn read_live(opts: &DoctorOptions) -> Result<Vec<Ruleset>, DoctorError> {
             if in_procfs && !any_legacy_table(family)? {
                 continue;
             }
-            let tables = match opts.netfilter.read_all(backend, family) {
+            let tables = match backend.driver().read_all(&opts.netfilter, family) {
                 Ok(tables) => tables,
                 Err(BackendError::ToolNotFound { .. }) if !in_procfs => continue,
                 Err(e) => return Err(e.into()),

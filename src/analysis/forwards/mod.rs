@@ -74,7 +74,7 @@ use crate::analysis::iptables::nat_walk::{
     Candidate, Saved, WalkError, probe, taken, walk_counted, walk_each,
 };
 use crate::analysis::iptables::packet::Packet;
-use crate::backend::{Backend, BackendError, Netfilter, legacy_table_exists};
+use crate::backend::{Backend, BackendError, Netfilter, Reading, legacy_table_exists};
 use crate::kernel::iptc;
 use crate::model::family::Family;
 use crate::model::layout::NAT;
@@ -262,7 +262,7 @@ fn candidates(
             .map_err(|e| crate::chain::text(&e))
             .and_then(|r| r),
         // Without the native readers (or for another iptables backend): its `*-save`.
-        _ => match nf.read_whole(backend, family, NAT) {
+        _ => match backend.driver().read(nf, family, NAT, Reading::Whole) {
             Ok(Some(table)) => {
                 let mut source = Saved::new(&table);
                 let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;

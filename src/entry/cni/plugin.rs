@@ -7,7 +7,7 @@
 use crate::model::family::IfAddr;
 
 use super::{Attachment, CniError, Code, Plugin, Request};
-use crate::backend::{Backend, tool};
+use crate::backend::{Backend, Netfilter, tool};
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
@@ -87,8 +87,8 @@ impl Natledger {
     /// The context of the hooks' operations, for `settings`.
     fn context<'r>(settings: &Settings, runner: &'r SystemRunner) -> Context<'r> {
         let ledger = Ledger::new(settings.state_dir.clone());
-        let mut ctx =
-            Context::for_hooks(ledger, settings.backend.resolve(), runner, settings.native);
+        let nf = Netfilter::on_kernel(runner, settings.native);
+        let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
         ctx.refuse_conflicts = settings.refuse_conflicts();
         ctx
     }
@@ -220,7 +220,7 @@ fn check_unrecorded(
         input.id
     );
     let found = match missing_error(&input.id, &missing, planned.len(), &note) {
-        None => (ctx.backend, planned.len()),
+        None => (ctx.backend(), planned.len()),
         Some(e) => held_elsewhere(ctx, &input).ok_or(e)?,
     };
     log::warn!(
@@ -235,17 +235,19 @@ fn check_unrecorded(
 /// The first backend other than the configured one holding every rule `input` would have
 /// there, and how many; a backend that cannot be planned for or read holds none.
 fn held_elsewhere(ctx: &mut Context, input: &ops::Creating) -> Option<(Backend, usize)> {
-    let configured = ctx.backend;
-    let found = Backend::ALL
-        .into_iter()
-        .filter(|b| *b != configured)
-        .find_map(|backend| {
-            ctx.backend = backend;
+    let configured = ctx.driver;
+    let found = ctx
+        .drivers
+        .iter()
+        .filter(|d| d.backend() != configured.backend())
+        .find_map(|driver| {
+            let backend = driver.backend();
+            ctx.driver = *driver;
             let planned = ops::planned(ctx, input).ok().filter(|p| !p.is_empty())?;
             let missing = ops::missing_rules(ctx, &planned).ok()?;
             missing.is_empty().then_some((backend, planned.len()))
         });
-    ctx.backend = configured;
+    ctx.driver = configured;
     found
 }
 
@@ -343,7 +345,7 @@ impl Plugin for Natledger {
         let settings = self.settings(request, Bad::Refused)?;
         let runner = SystemRunner::default();
         let ledger = Ledger::new(settings.state_dir.clone());
-        let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
+        let mut ctx = Context::new(ledger, settings.backend.resolve(), Netfilter::new(&runner));
         let manifest = ctx
             .ledger
             .load(&id)

@@ -221,8 +221,8 @@ fn sweep(
 ) -> Result<SweepReport, ops::Error> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
-    let mut ctx = Context::new(ledger, settings.backend.resolve(), &runner);
-    ctx.netfilter = Netfilter::on_kernel(&runner, settings.native);
+    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let ctx = Context::new(ledger, settings.backend.resolve(), nf);
     let opts = SweepOptions {
         repair: true,
         try_lock: true,

@@ -71,7 +71,7 @@ pub(super) fn finish(
     forwards::carry(&ctx.netfilter, cache, after.generation);
     ctx.netfilter.release_native();
     let manifest = result?;
-    held::log_stacked(&manifest.container_id, ctx.backend, &after.stacked);
+    held::log_stacked(&manifest.container_id, ctx.backend(), &after.stacked);
     allow_loopback_sources(ctx, &manifest);
     for shared in &manifest.shares {
         let mappings: Vec<String> = shared.mappings.iter().map(ToString::to_string).collect();

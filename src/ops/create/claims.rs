@@ -71,7 +71,7 @@ pub(super) fn judge_claims(
             foreign.push(f);
         }
     }
-    held::judge_foreign(input, ctx.backend, &foreign, &mut claims)?;
+    held::judge_foreign(input, ctx.backend(), &foreign, &mut claims)?;
     Ok(claims)
 }
 

@@ -32,7 +32,7 @@ pub(super) fn install(
         if rules.is_empty() {
             continue;
         }
-        match ctx.backend.driver().install(&ctx.netfilter, family, &rules) {
+        match ctx.driver.install(&ctx.netfilter, family, &rules) {
             Ok(not_written) => skipped.extend(not_written.into_iter().map(|t| (family, t))),
             Err(failed) => {
                 // Roll back the families installed before, and this one when one of its

@@ -17,7 +17,6 @@ use super::Context;
 /// it is a warning. On the nftables backend every IPv4 create writes or checks the guard in
 /// the same transaction as its rules.
 pub(super) fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
-    let backend = ctx.backend;
     let wanted = manifest
         .mappings
         .iter()
@@ -29,7 +28,7 @@ pub(super) fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
         .collect();
     // None: the rules are shared with a holder, whose create did this.
     let guarded = own.iter().any(|r| r.is_in(Table::Filter))
-        || (backend.driver().capabilities().one_transaction && !own.is_empty());
+        || (ctx.driver.capabilities().one_transaction && !own.is_empty());
     if wanted && !own.is_empty() && !guarded {
         log::warn!(
             "127.0.0.1 will not reach this container: the ipv4 filter \

@@ -38,9 +38,9 @@ pub(super) fn plan(
         for family in families {
             let container = address_of(family).expect("filtered above");
             placed.extend(
-                mapping_rules(ctx.backend, &input.id, mapping, container)
+                mapping_rules(ctx.driver.capabilities(), &input.id, mapping, container)
                     .into_iter()
-                    .map(|p| RuleRecord::new(ctx.backend, family, p.table, p.chain, p.rule)),
+                    .map(|p| RuleRecord::new(ctx.backend(), family, p.table, p.chain, p.rule)),
             );
         }
     }

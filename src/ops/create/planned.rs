@@ -6,12 +6,12 @@ use crate::state::ledger::RuleRecord;
 
 use super::{Context, Creating, Error, limits, plan};
 
-/// The records [`super::create`] would write for `input` in `ctx.backend` when it shares no
+/// The records [`super::create`] would write for `input` in `ctx.backend()` when it shares no
 /// mapping with another container of its namespace: its mappings merged as create merges
 /// them ([`limits::merged`]), then the same [`plan`]. Pure but for `input.addresses`.
 pub fn planned(ctx: &Context, input: &Creating) -> Result<Vec<RuleRecord>, Error> {
-    let merged = limits::merged(ctx.backend, &input.id, &input.mappings)?;
-    let mappings = coalesce(&merged, limits::writes_shifted_ranges(ctx.backend));
+    let merged = limits::merged(ctx.backend(), &input.id, &input.mappings)?;
+    let mappings = coalesce(&merged, limits::writes_shifted_ranges(ctx.backend()));
     if mappings.is_empty() {
         return Ok(Vec::new());
     }
@@ -22,7 +22,7 @@ pub fn planned(ctx: &Context, input: &Creating) -> Result<Vec<RuleRecord>, Error
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Backend;
+    use crate::backend::{Backend, Driver};
     use crate::model::portspec::parse_mappings;
     use crate::ops::testing::*;
     use crate::state::ledger::{CniAttachment, Ledger};
@@ -54,9 +54,8 @@ mod tests {
         }
     }
 
-    /// What CHECK plans is exactly what ADD recorded, record for record (iptables-nft: a
-    /// scripted runner reaches only tools), in the backend's own records elsewhere, nothing
-    /// run: consecutive mappings merged as the backend merges them, both families, TCP and
+    /// What CHECK plans is exactly what ADD recorded, record for record (on iptables-nft's
+    /// fake driver), in the backend's own records elsewhere, the driver not asked: consecutive mappings merged as the backend merges them, both families, TCP and
     /// UDP.
     #[test]
     fn planned_records_are_what_create_records() {
@@ -69,12 +68,12 @@ mod tests {
         for backend in Backend::ALL {
             let dir = tempfile::tempdir().unwrap();
             let host = fake_host();
-            // One restore per family, on iptables-nft (a scripted runner reaches only tools).
-            let script = Script::new(vec![ok(""), ok("")]);
-            let ctx = context(Ledger::new(dir.path()), backend, &script, &host);
+            let fake = FakeDriver::new(backend);
+            let drivers: [&dyn Driver; 1] = [&fake];
+            let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
             let input = attachment(&ctx, "8080:80,8081:81,5353:53/udp", &addresses);
             let planned = planned(&ctx, &input).unwrap();
-            assert!(script.calls.borrow().is_empty(), "{backend:?}: nothing run");
+            assert!(fake.take_calls().is_empty(), "{backend:?}: nothing asked");
             if backend == Backend::Nft {
                 super::super::create(&ctx, &input).unwrap();
                 let manifest = ctx.ledger.load(&input.id).unwrap().unwrap();
@@ -98,8 +97,9 @@ mod tests {
     fn nothing_asked_plans_nothing_and_a_family_without_address_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+        let fake = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&fake];
+        let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let no_address =
             || -> Result<Vec<crate::model::family::IfAddr>, Error> { panic!("not asked") };
         let mut input = attachment(&ctx, "8080:80", &no_address);
@@ -115,5 +115,6 @@ mod tests {
             planned(&ctx, &input),
             Err(Error::FamilyMismatch { .. })
         ));
+        assert!(fake.take_calls().is_empty(), "the driver not asked");
     }
 }

@@ -1,40 +1,27 @@
 use super::*;
-use crate::backend::Backend;
-use crate::kernel::exec::Invocation;
+use crate::backend::{Backend, Driver};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
 use crate::state::ledger::Ledger;
 use crate::state::ledger::Shared;
 
-fn stdin_of(inv: &Invocation) -> String {
-    String::from_utf8(inv.stdin.clone().unwrap()).unwrap()
-}
-
+/// One install per family, the manifest written around it (the restore batch it makes on
+/// iptables-nft: `backend::write`'s tests).
 #[test]
-fn with_the_shared_chains_present_create_is_one_restore() {
+fn create_installs_through_the_driver_once_per_family() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let created = create_runtime(&ctx, &input(dir.path())).unwrap();
     assert_eq!(created, Created::Installed { rules: 4 });
-    let calls = script.calls.borrow();
-    assert_eq!(calls.len(), 1);
-    assert!(calls[0].program.ends_with("iptables-nft-restore"));
-    let batch = stdin_of(&calls[0]);
-    // Filter first: the accept is in force before the DNAT.
-    let (filter, nat) = batch.split_once("*nat").unwrap();
-    assert!(filter.starts_with("*filter\n"));
-    assert!(filter.contains("-C FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
-    assert!(filter.contains("-A NATLEDGER-FORWARD -m conntrack --ctstate DNAT --ctproto 6"));
-    assert!(nat.contains("-C PREROUTING -m addrtype --dst-type LOCAL"));
-    assert!(nat.contains("-I NATLEDGER-HOSTPORTS 1 -p tcp"));
+    let calls = fake.calls();
+    assert_eq!(
+        calls,
+        [Call::Install(crate::model::family::Family::Ipv4, 4)]
+    );
     let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(manifest.phase, Phase::Installed);
     assert_eq!(manifest.rules.len(), 4);
@@ -42,83 +29,29 @@ fn with_the_shared_chains_present_create_is_one_restore() {
 }
 
 #[test]
-fn without_them_create_reads_and_creates_only_what_is_missing() {
-    let dir = tempfile::tempdir().unwrap();
-    let host = fake_host();
-    let dump = "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n\
-                :NATLEDGER-MASQ - [0:0]\n\
-                -A POSTROUTING -m comment --comment natledger -j NATLEDGER-MASQ\nCOMMIT\n";
-    // Docker's FORWARD: natledger's jump goes after DOCKER-USER, the isolation jump and the
-    // rest.
-    let filter = "*filter\n:FORWARD DROP [0:0]\n:DOCKER-USER - [0:0]\n\
-                  :DOCKER-ISOLATION-STAGE-1 - [0:0]\n:DOCKER - [0:0]\n\
-                  -A FORWARD -j DOCKER-USER\n-A FORWARD -j DOCKER-ISOLATION-STAGE-1\n\
-                  -A FORWARD -o docker0 -j DOCKER\nCOMMIT\n";
-    let script = Script::new(vec![fail(), ok(filter), ok(""), ok(dump), ok("")]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
-    create_runtime(&ctx, &input(dir.path())).unwrap();
-    let calls = script.calls.borrow();
-    assert_eq!(calls.len(), 5);
-    assert_eq!(calls[1].args, ["-t", "filter"]);
-    let batch = stdin_of(&calls[2]);
-    assert!(batch.contains(":NATLEDGER-FORWARD - [0:0]"));
-    assert!(batch.contains("-A FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"));
-    assert_eq!(calls[3].args, ["-t", "nat"]);
-    let batch = stdin_of(&calls[4]);
-    assert!(batch.contains(":NATLEDGER-HOSTPORTS - [0:0]"));
-    assert!(
-        !batch.contains(":NATLEDGER-MASQ"),
-        "an existing chain is never redeclared"
-    );
-    assert!(batch.contains("-I PREROUTING 1"));
-    assert!(batch.contains("-I OUTPUT 1"));
-    assert!(
-        !batch.contains("-I POSTROUTING"),
-        "an existing jump is not duplicated"
-    );
-}
-
-#[test]
 fn a_failed_install_leaves_no_manifest() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    // The fast transaction fails, then reading the tables fails (the filter table only
-    // costs its accept, the nat table the start): nothing was applied, so the rollback
-    // starts no process and only drops the manifest.
-    let script = Script::new(vec![fail(), fail(), fail()]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    // The nat table cannot be written: nothing was applied, so the rollback only drops the
+    // manifest.
+    let fake = FakeDriver::new(Backend::Nft);
+    fake.fail(crate::model::family::Family::Ipv4, "nat");
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
-    assert!(
-        err.to_string().contains("iptables-nft-save -t nat failed"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("failing on demand"), "{err}");
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-    assert_eq!(script.calls.borrow().len(), 3);
+    assert!(fake.holding("natledger:c1") == 0, "nothing left written");
 }
 
 #[test]
 fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let nat =
-        "*nat\n:PREROUTING ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n";
-    let script = Script::new(vec![fail(), fail(), ok(nat), ok("")]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    fake.fail(crate::model::family::Family::Ipv4, "filter");
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let created = create_runtime(&ctx, &input(dir.path())).unwrap();
     assert_eq!(created, Created::Installed { rules: 3 });
     let manifest = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
@@ -133,17 +66,13 @@ fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
 fn no_annotation_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(vec![]);
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let mut plain = input(dir.path());
     plain.annotations.clear();
     assert_eq!(create_runtime(&ctx, &plain).unwrap(), Created::Skipped);
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     assert!(!dir.path().join("containers").exists());
 }
 
@@ -178,8 +107,9 @@ fn containers_of_one_network_namespace_share_the_rules() {
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
 
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(ledger(), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let sandbox = pod_member(dir.path(), "sandbox", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &sandbox).unwrap(),
@@ -187,14 +117,14 @@ fn containers_of_one_network_namespace_share_the_rules() {
     );
 
     // The app container asks for the same mapping: it shares, and runs nothing.
-    let script = Script::new(Vec::new());
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let app = pod_member(dir.path(), "app", "sandbox", "8080:80");
     assert_eq!(
         create_runtime(&ctx, &app).unwrap(),
         Created::Installed { rules: 0 }
     );
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     let app_manifest = ctx.ledger.load(&id("app")).unwrap().unwrap();
     assert!(app_manifest.mappings.is_empty() && app_manifest.rules.is_empty());
     assert_eq!(
@@ -226,15 +156,20 @@ fn containers_of_one_network_namespace_share_the_rules() {
     assert!(!ctx.ledger.has_manifest(&id("other")) && !ctx.ledger.has_manifest(&id("app2")));
 
     // A sidecar with a port of its own: that one is its own rule, the shared one is shared.
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let sidecar = pod_member(dir.path(), "sidecar", "sandbox", "8080:80,9090:90");
     assert_eq!(
         create_runtime(&ctx, &sidecar).unwrap(),
         Created::Installed { rules: 4 }
     );
-    let batch = stdin_of(&script.calls.borrow()[0]);
-    assert!(batch.contains("--dport 9090") && !batch.contains("--dport 8080"));
+    let own: Vec<String> = (fake
+        .lines(crate::model::family::Family::Ipv4, "nat")
+        .into_iter())
+    .filter(|l| l.contains("natledger:sidecar"))
+    .collect();
+    let port = |p: &str| own.iter().any(|l| l.contains(&format!("--dport {p} ")));
+    assert!(port("9090") && !port("8080"), "{own:?}");
     let m = ctx.ledger.load(&id("sidecar")).unwrap().unwrap();
     assert_eq!(m.mappings, parse_mappings("9090:90").unwrap());
     assert_eq!(m.shares[0].mappings, parse_mappings("8080:80").unwrap());
@@ -242,8 +177,8 @@ fn containers_of_one_network_namespace_share_the_rules() {
     assert_eq!(holder.shared_by, [id("app"), id("sidecar")]);
 
     // The holder's poststop keeps its rules while a sharer lives, and runs nothing.
-    let script = Script::new(Vec::new());
-    let ctx = context(ledger(), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(ledger(), &fake, &drivers, &host);
     let stopped = |id: &str| crate::model::oci::State {
         id: id.into(),
         status: "stopped".into(),
@@ -267,7 +202,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
         crate::ops::Removed::Done { rules: 0 }
     );
     assert!(!ctx.ledger.has_manifest(&id("app")));
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
 }
 
 /// Container `id`'s recorded process is made another one (as after it exited).
@@ -299,8 +234,9 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(&ctx, &pod_member(dir.path(), "app", "p", "8080:80")).unwrap();
     let before = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
@@ -310,14 +246,11 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     ));
     mark_dead(dir.path(), "sandbox");
 
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let again = create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80"));
     assert_eq!(again.unwrap(), Created::Installed { rules: 4 });
-    assert!(
-        script.calls.borrow().is_empty(),
-        "nothing deleted or written"
-    );
+    assert!(fake.calls().is_empty(), "nothing deleted or written");
     let after = ctx.ledger.load(&id("sandbox")).unwrap().unwrap();
     assert_eq!(after.rules, before.rules);
     assert_eq!(after.shared_by, [id("app")]);
@@ -338,8 +271,9 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &pod_member(dir.path(), "sandbox", "p", "8080:80")).unwrap();
     create_runtime(
         &ctx,
@@ -348,30 +282,35 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
     .unwrap();
     create_runtime(&ctx, &pod_member(dir.path(), "t", "p", "9090:90")).unwrap();
     let poststop = |id: &str| {
-        let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        fake.take_calls();
+        let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), id)).unwrap();
         mark_dead(dir.path(), id);
-        let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
-        (removed, deleted)
+        let removes = fake.take_calls().into_iter();
+        (
+            removed,
+            removes.filter(|c| matches!(c, Call::Remove(..))).count(),
+        )
     };
-    let (removed, deleted) = poststop("sandbox");
-    assert!(matches!(removed, crate::ops::Removed::Kept { .. }) && deleted.is_empty());
-    let (removed, deleted) = poststop("sidecar");
+    let (removed, removes) = poststop("sandbox");
+    assert!(matches!(removed, crate::ops::Removed::Kept { .. }) && removes == 0);
+    assert_eq!(fake.holding("natledger:sandbox"), 4);
+    let (removed, removes) = poststop("sidecar");
     assert!(matches!(removed, crate::ops::Removed::Kept { .. }));
     assert!(!ctx.ledger.has_manifest(&id("sandbox")));
-    let only = |deleted: &[String], tag: &str| {
-        !deleted.is_empty() && deleted.iter().all(|d| d.contains(tag) && d.contains("-D "))
-    };
-    assert!(only(&deleted, "natledger:sandbox"), "{deleted:#?}");
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    assert!(removes > 0 && fake.holding("natledger:sandbox") == 0);
+    assert_eq!(
+        fake.holding("natledger:sidecar"),
+        4,
+        "only the sandbox's went"
+    );
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     crate::ops::poststop(&ctx, &stopped(dir.path(), "t")).unwrap();
     for gone in ["t", "sidecar", "sandbox"] {
         assert!(!ctx.ledger.has_manifest(&id(gone)), "{gone}'s manifest");
     }
-    let deleted: Vec<String> = script.calls.borrow().iter().map(stdin_of).collect();
-    assert!(only(&deleted, "natledger:sidecar"), "{deleted:#?}");
+    assert_eq!(fake.holding("natledger:sidecar"), 0);
 }
 
 /// A createRuntime state without a usable pid is refused before anything runs or is written:
@@ -380,13 +319,9 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
 fn a_create_without_a_usable_pid_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(Vec::new());
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &script,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     for (pid, says) in [
         (None, "has no pid"),
         (Some(0), "pid 0 in the createRuntime state"),
@@ -397,7 +332,7 @@ fn a_create_without_a_usable_pid_is_refused() {
         let err = create_runtime(&ctx, &pidless).unwrap_err().to_string();
         assert!(err.contains("container c1") && err.contains(says), "{err}");
     }
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     assert!(!dir.path().join("containers").exists());
 }
 
@@ -408,22 +343,23 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let nft = crate::backend::Backend::Nft;
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    let fake = FakeDriver::new(nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
     let me = PID;
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     for named in [None, Some(0), Some(me + 1)] {
         let mut state = stopped(dir.path(), "c1");
         state.pid = named;
         let removed = crate::ops::poststop(&ctx, &state).unwrap();
         assert_eq!(removed, crate::ops::Removed::Stale { pid: me }, "{named:?}");
     }
-    assert!(script.calls.borrow().is_empty(), "nothing deleted");
+    assert!(fake.calls().is_empty(), "nothing deleted");
     assert!(ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let removed = crate::ops::poststop(&ctx, &stopped(dir.path(), "c1")).unwrap();
     assert_eq!(removed, crate::ops::Removed::Done { rules: 4 });
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
@@ -434,43 +370,25 @@ fn a_poststop_while_the_recorded_process_runs_is_stale() {
 /// deleted and its manifest removed.
 #[test]
 fn a_manifest_update_that_fails_rolls_the_rules_back() {
-    struct BlockUpdate<'a> {
-        script: Script,
-        tmp: &'a std::path::Path,
-    }
-    impl crate::kernel::exec::Runner for BlockUpdate<'_> {
-        fn run(&self, inv: &Invocation) -> std::io::Result<crate::kernel::exec::Outcome> {
-            // Once the install ran, nothing can take the temp file's place.
-            if self.script.calls.borrow().is_empty() {
-                std::fs::create_dir(self.tmp).unwrap();
-            }
-            self.script.run(inv)
-        }
-    }
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let tmp = dir.path().join("containers/.c1.tmp");
-    let runner = BlockUpdate {
-        script: Script::new(vec![ok(""), ok(""), ok("")]),
-        tmp: &tmp,
-    };
-    let ctx = context(
-        Ledger::new(dir.path()),
-        crate::backend::Backend::Nft,
-        &runner,
-        &host,
-    );
+    let fake = FakeDriver::new(Backend::Nft);
+    // Once the install ran, nothing can take the temp file's place.
+    let blocked = tmp.clone();
+    fake.after_install(move || std::fs::create_dir(&blocked).unwrap());
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
     assert!(err.to_string().contains(".c1.tmp"), "{err}");
     assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
-    let calls = runner.script.calls.borrow();
-    assert!(calls.len() >= 2, "{calls:?}");
-    assert!(stdin_of(&calls[0]).contains("-I NATLEDGER-HOSTPORTS 1"));
-    let undone: String = calls[1..].iter().map(stdin_of).collect();
+    let calls = fake.calls();
+    assert!(matches!(calls[0], Call::Install(..)), "{calls:?}");
     assert!(
-        undone.contains("-D NATLEDGER-HOSTPORTS") && undone.contains("-D NATLEDGER-FORWARD"),
-        "{undone}"
+        calls[1..].iter().any(|c| matches!(c, Call::Remove(..))),
+        "{calls:?}"
     );
+    assert_eq!(fake.holding("natledger:c1"), 0, "the rules are undone");
 }
 
 #[test]
@@ -520,8 +438,9 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
             },
         ),
     ] {
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(&state), backend, &script, &host);
+        let fake = FakeDriver::new(backend);
+        let drivers: [&dyn Driver; 1] = [&fake];
+        let ctx = fake_context(Ledger::new(&state), &fake, &drivers, &host);
         match create_runtime(&ctx, &with_ports(spec.join(","))) {
             Err(Error::TooLarge { id, bound }) => {
                 assert_eq!(id.to_string(), "c1");
@@ -529,13 +448,14 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
             }
             other => panic!("{backend}: {other:?}"),
         }
-        assert!(script.calls.borrow().is_empty());
+        assert!(fake.calls().is_empty());
         assert!(!state.exists(), "{backend}: nothing made");
     }
 
     // The same shifted run on iptables: one range mapping, its seven rules (two families).
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(&state), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(&state), &fake, &drivers, &host);
     let spec: Vec<String> = (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect();
     let created = create_runtime(&ctx, &with_ports(spec.join(","))).unwrap();
     assert_eq!(created, Created::Installed { rules: 7 });

@@ -17,7 +17,7 @@
 //!   front of the joiner's still refuses a hook container.
 
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, Driver};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
@@ -75,61 +75,66 @@ fn add_ports(
     )
 }
 
-fn batches(script: &Script) -> Vec<String> {
-    script
-        .calls
-        .borrow()
+/// The driver's calls since the last look, of one kind.
+fn asked(fake: &FakeDriver, kind: fn(&Call) -> bool) -> usize {
+    fake.take_calls().iter().filter(|c| kind(c)).count()
+}
+
+fn install(call: &Call) -> bool {
+    matches!(call, Call::Install(..))
+}
+
+fn remove(call: &Call) -> bool {
+    matches!(call, Call::Remove(..))
+}
+
+/// The first rule of the DNAT chain in the IPv4 nat table.
+fn first_dnat(fake: &FakeDriver) -> String {
+    let nat = fake.lines(crate::model::family::Family::Ipv4, "nat");
+    let first = nat
         .iter()
-        .map(|c| String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default()).into())
-        .collect()
+        .find(|l| l.starts_with("-A NATLEDGER-HOSTPORTS "));
+    first.cloned().unwrap_or_default()
 }
 
 #[test]
 fn a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
     let older = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
 
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let created = add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
     assert_eq!(created, Created::Installed { rules: 4 });
-    let written = batches(&script);
-    assert_eq!(
-        written.len(),
-        1,
-        "one restore, nothing of the older removed"
-    );
+    let calls = fake.calls();
+    assert_eq!(asked(&fake, install), 1, "one install: {calls:?}");
+    assert!(!calls.iter().any(remove), "nothing of the older removed");
+    let first = first_dnat(&fake);
     assert!(
-        written[0].contains("-I NATLEDGER-HOSTPORTS 1 -p tcp -m tcp --dport 8080")
-            && written[0].contains("natledger:b+eth0")
-            && !written[0].contains("natledger:a+eth0")
-            && !written[0].contains("-D "),
-        "{}",
-        written[0]
+        first.starts_with("-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080")
+            && first.contains("natledger:b+eth0"),
+        "{first}"
     );
+    assert_eq!(fake.holding("natledger:a+eth0"), 4);
     assert_eq!(ctx.ledger.load(&id("a+eth0")).unwrap().unwrap(), older);
     let newer = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
     assert_eq!(newer.stacked_on, [id("a+eth0")]);
 
     // The newer's DEL deletes its own rules only; the older's manifest stays as it was.
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     assert!(matches!(
         remove_recorded(&ctx, &id("b+eth0")).unwrap(),
         Removed::Done { .. }
     ));
-    let deleted = batches(&script);
-    assert!(
-        !deleted.is_empty()
-            && deleted
-                .iter()
-                .all(|d| d.contains("natledger:b+eth0") && !d.contains("natledger:a+eth0")),
-        "{deleted:#?}"
-    );
+    assert!(asked(&fake, remove) > 0);
+    assert_eq!(fake.holding("natledger:b+eth0"), 0);
+    assert_eq!(fake.holding("natledger:a+eth0"), 4);
     assert_eq!(ctx.ledger.load(&id("a+eth0")).unwrap().unwrap(), older);
     assert!(ctx.ledger.load(&id("b+eth0")).unwrap().is_none());
 }
@@ -138,12 +143,13 @@ fn a_second_attachment_stacks_in_front_and_the_older_keeps_its_rules() {
 fn with_refuse_the_second_attachment_is_refused_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
 
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Refuse).unwrap_err();
     assert!(matches!(err, Error::PortClaimed { .. }), "{err:?}");
     assert_eq!(
@@ -151,7 +157,7 @@ fn with_refuse_the_second_attachment_is_refused_and_writes_nothing() {
         "host port 8080:80/tcp is held by live container a+eth0 \
          (cni net=net ifname=eth0 container=a) in another network namespace"
     );
-    assert!(script.calls.borrow().is_empty(), "nothing run");
+    assert!(fake.calls().is_empty(), "nothing run");
     assert!(ctx.ledger.load(&id("b+eth0")).unwrap().is_none());
 }
 
@@ -159,13 +165,14 @@ fn with_refuse_the_second_attachment_is_refused_and_writes_nothing() {
 fn a_hook_container_is_refused_over_a_live_attachment() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", "/run/netns/b", "10.77.0.2", Held::Stack).unwrap();
 
     // The hook container c1 (PID, namespace 1) asks for 8080:80.
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path()))
         .unwrap_err()
         .to_string();
@@ -174,16 +181,16 @@ fn a_hook_container_is_refused_over_a_live_attachment() {
             && err.ends_with("in another network namespace"),
         "{err}"
     );
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     assert!(ctx.ledger.load(&id("c1")).unwrap().is_none());
 
     // The other way round, a CNI ADD over a live hook container stacks.
     let dir = tempfile::tempdir().unwrap();
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
     add(&ctx, "a", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
-    assert_eq!(script.calls.borrow().len(), 2);
+    assert_eq!(fake.calls().len(), 2);
     assert_eq!(ctx.ledger.list().unwrap().len(), 2);
 }
 
@@ -191,8 +198,9 @@ fn a_hook_container_is_refused_over_a_live_attachment() {
 fn a_dead_holder_is_still_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", "/run/netns/b", "10.77.0.2", Held::Stack).unwrap();
     // Its namespace goes (`ip netns del`).
     host.set_namespace(
@@ -201,18 +209,14 @@ fn a_dead_holder_is_still_replaced() {
     );
 
     // Two restores delete the dead holder's rules, one writes the new ones.
-    let script = Script::new(vec![ok(""), ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
-    let written = batches(&script);
-    assert_eq!(written.len(), 3, "{written:#?}");
-    assert!(
-        written[..2]
-            .iter()
-            .all(|d| d.contains("-D ") && d.contains("natledger:a+eth0")),
-        "{written:#?}"
-    );
-    assert!(written[2].contains("natledger:b+eth0"));
+    let calls = fake.calls();
+    let removed_first = calls.iter().position(remove) < calls.iter().position(install);
+    assert!(calls.iter().any(remove) && removed_first, "{calls:?}");
+    assert_eq!(fake.holding("natledger:a+eth0"), 0);
+    assert_eq!(fake.holding("natledger:b+eth0"), 4);
     assert!(ctx.ledger.load(&id("a+eth0")).unwrap().is_none());
 }
 
@@ -220,17 +224,18 @@ fn a_dead_holder_is_still_replaced() {
 fn a_member_of_the_holders_namespace_still_shares() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
     // The hook container c1 runs in namespace 1, the attachment's.
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     assert_eq!(
         create_runtime(&ctx, &input(dir.path())).unwrap(),
         Created::Installed { rules: 0 }
     );
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
     let c1 = ctx.ledger.load(&id("c1")).unwrap().unwrap();
     assert_eq!(c1.shares[0].holder, id("a+eth0"));
     assert_eq!(
@@ -243,8 +248,9 @@ fn a_member_of_the_holders_namespace_still_shares() {
 fn an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok(""); 5]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
     add(&ctx, "b", "/run/netns/b", "10.77.0.3", Held::Stack).unwrap();
     // a again (the runtime retries it): its earlier rules go (one restore per table), its
@@ -260,8 +266,9 @@ fn an_older_added_again_goes_in_front_and_the_newer_no_longer_names_it() {
 fn a_holder_in_another_backend_is_named_so() {
     let dir = tempfile::tempdir().unwrap();
     let host = two_namespaces();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "a", NETNS_PATH, "10.77.0.2", Held::Stack).unwrap();
     let holder = ctx.ledger.load(&id("a+eth0")).unwrap().unwrap();
     let mapping = &holder.mappings[0];
@@ -286,8 +293,9 @@ fn a_holder_in_another_backend_is_named_so() {
 /// ([`NETNS_PATH`], where the hook container [`PID`] runs too) stacked on a, both on 8080.
 fn b_stacked_on_a(dir: &std::path::Path) -> FakeHost {
     let host = fake_host().with_namespace("/run/netns/a", netns(3));
-    let script = Script::new(vec![ok(""); 2]);
-    let ctx = context(Ledger::new(dir), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir), &fake, &drivers, &host);
     add(&ctx, "a", "/run/netns/a", "10.77.0.2", Held::Stack).unwrap();
     add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
     let b = ctx.ledger.load(&id("b+eth0")).unwrap().unwrap();
@@ -300,13 +308,14 @@ fn a_hook_container_joins_a_namespace_whose_holder_is_stacked_on_another() {
     let dir = tempfile::tempdir().unwrap();
     let host = b_stacked_on_a(dir.path());
     // c1 (PID, namespace 1, b's) asks 8080:80: it shares b's rules, a is no claim on it.
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     assert_eq!(
         create_runtime(&ctx, &input(dir.path())).unwrap(),
         Created::Installed { rules: 0 }
     );
-    assert!(script.calls.borrow().is_empty(), "nothing written");
+    assert!(fake.calls().is_empty(), "nothing written");
     let c1 = ctx.ledger.load(&id("c1")).unwrap().unwrap();
     assert_eq!(c1.shares[0].holder, id("b+eth0"));
     assert!(c1.stacked_on.is_empty());
@@ -314,8 +323,8 @@ fn a_hook_container_joins_a_namespace_whose_holder_is_stacked_on_another() {
     // With a port of its own that a holds too (8081), the hook still refuses.
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host().with_namespace("/run/netns/a", netns(3));
-    let script = Script::new(vec![ok(""); 2]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let a = ("a", "/run/netns/a", "10.77.0.2");
     add_ports(&ctx, a, "8080-8081:80-81", Held::Stack).unwrap();
     add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
@@ -331,8 +340,8 @@ fn a_hook_container_joins_a_namespace_whose_holder_is_stacked_on_another() {
     // A holder in front of b's (c, stacked on b) still refuses the hook container.
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host().with_namespace("/run/netns/c", netns(3));
-    let script = Script::new(vec![ok(""); 2]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
     add(&ctx, "c", "/run/netns/c", "10.77.0.4", Held::Stack).unwrap();
     let err = create_runtime(&ctx, &input(dir.path()))
@@ -346,14 +355,15 @@ fn a_cni_joiner_of_a_stacked_holder_shares_and_stacks_on_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let host = b_stacked_on_a(dir.path());
     // j, another attachment in namespace 1 (b's), asks 8080:80: it shares b's rules.
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let j = ("j", NETNS_PATH, "10.77.0.3");
     assert_eq!(
         add_ports(&ctx, j, "8080:80", Held::Stack).unwrap(),
         Created::Installed { rules: 0 }
     );
-    assert!(script.calls.borrow().is_empty(), "nothing written");
+    assert!(fake.calls().is_empty(), "nothing written");
     let joiner = ctx.ledger.load(&id("j+eth0")).unwrap().unwrap();
     assert_eq!(joiner.shares[0].holder, id("b+eth0"));
     assert!(joiner.stacked_on.is_empty(), "{:?}", joiner.stacked_on);
@@ -364,13 +374,13 @@ fn a_cni_joiner_of_a_stacked_holder_shares_and_stacks_on_nothing() {
     // A port of its own that a holds too (8081) still stacks on a, for that port.
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host().with_namespace("/run/netns/a", netns(3));
-    let script = Script::new(vec![ok(""); 2]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let a = ("a", "/run/netns/a", "10.77.0.2");
     add_ports(&ctx, a, "8080-8081:80-81", Held::Stack).unwrap();
     add(&ctx, "b", NETNS_PATH, "10.77.0.3", Held::Stack).unwrap();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), NFT, &script, &host);
+    fake.take_calls();
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let l = ("l", NETNS_PATH, "10.77.0.3");
     add_ports(&ctx, l, "8080-8081:80-81", Held::Stack).unwrap();
     let joiner = ctx.ledger.load(&id("l+eth0")).unwrap().unwrap();

@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, Driver};
 use crate::kernel::machine::fake::{BOOT_ID, PID_NAMESPACE};
 use crate::model::oci::PORT_CONFLICT_ANNOTATION;
 use crate::model::portspec::Protocol;
@@ -38,8 +38,9 @@ fn listener(command: &str, pid: i32) -> Listener {
 fn the_manifest_records_the_process_and_namespace_the_host_shows() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
     let m = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(
@@ -63,8 +64,9 @@ fn the_namespace_is_recorded_with_its_cookie() {
     use crate::kernel::machine::fake::netns_cookie;
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::default().with_process(PID, START, netns_cookie(1, 77));
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
     let m = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(m.netns, Some(netns_cookie(1, 77)));
@@ -74,11 +76,12 @@ fn the_namespace_is_recorded_with_its_cookie() {
 fn a_container_whose_process_is_gone_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::default();
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
     assert!(matches!(err, Error::NotRunning { pid: PID, .. }), "{err}");
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
 }
 
 #[test]
@@ -89,11 +92,12 @@ fn addresses_come_from_the_containers_namespace() {
     let mut plain = input(dir.path());
     plain.annotations.remove(IP_ANNOTATION);
 
-    let script = Script::new(Vec::new());
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &plain).unwrap_err();
     assert!(matches!(err, Error::NoAddress { pid: PID, .. }), "{err}");
-    assert!(script.calls.borrow().is_empty());
+    assert!(fake.calls().is_empty());
 
     let with_prefixes = vec![
         IfAddr {
@@ -106,8 +110,9 @@ fn addresses_come_from_the_containers_namespace() {
         },
     ];
     host.addresses.borrow_mut().insert(PID, with_prefixes);
-    let script = Script::new(vec![ok(""), ok("")]);
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &plain).unwrap();
     let m = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     assert_eq!(m.addresses, found);
@@ -130,19 +135,21 @@ fn a_listener_on_a_mapped_port_is_warned_about_or_refused() {
     for (command, pid) in [("python3", 77), ("docker-proxy", 78)] {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host().with_listener(listener(command, pid));
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+        let fake = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&fake];
+        let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let err = create_runtime(&ctx, &conflicts(dir.path(), "refuse")).unwrap_err();
         let who = format!("{command} (pid {pid})");
         assert!(
             matches!(&err, Error::PortInUse { who: w, .. } if *w == who),
             "{err}"
         );
-        assert!(script.calls.borrow().is_empty());
+        assert!(fake.calls().is_empty());
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
 
-        let script = Script::new(vec![ok("")]);
-        let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+        let fake = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&fake];
+        let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let created = create_runtime(&ctx, &conflicts(dir.path(), "warn")).unwrap();
         assert_eq!(created, Created::Installed { rules: 4 });
     }
@@ -152,7 +159,8 @@ fn a_listener_on_a_mapped_port_is_warned_about_or_refused() {
         port: 8081,
         ..listener("python3", 77)
     });
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let fake = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &conflicts(dir.path(), "refuse")).unwrap();
 }

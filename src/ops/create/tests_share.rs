@@ -8,7 +8,7 @@
 
 use super::tests::pod_member;
 use super::*;
-use crate::backend::Backend;
+use crate::backend::{Backend, Driver};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_mappings;
 use crate::ops::testing::*;
@@ -28,20 +28,26 @@ const NFT: Backend = Backend::Nft;
 /// The pod's sandbox holding `spec` (one restore), in a fresh state directory.
 fn sandbox(dir: &std::path::Path, spec: &str) {
     let host = fake_host();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir), &fake, &drivers, &host);
     create_runtime(&ctx, &pod_member(dir, "sandbox", "sandbox", spec)).unwrap();
 }
 
-/// A member asking for `spec`, with `restores` restores scripted; what it did and wrote.
-fn member(dir: &std::path::Path, spec: &str, restores: usize) -> (Result<Created, String>, usize) {
+/// A member asking for `spec`; what it did, and how many installs it asked of the driver
+/// (one restore each on iptables-nft).
+fn member(dir: &std::path::Path, spec: &str) -> (Result<Created, String>, usize) {
     let host = fake_host();
-    let script = Script::new(vec![ok(""); restores]);
-    let ctx = context(Ledger::new(dir), NFT, &script, &host);
+    let fake = FakeDriver::new(NFT);
+    let drivers: [&dyn Driver; 1] = [&fake];
+    let ctx = fake_context(Ledger::new(dir), &fake, &drivers, &host);
     let created =
         create_runtime(&ctx, &pod_member(dir, "app", "sandbox", spec)).map_err(|e| e.to_string());
-    let calls = script.calls.borrow().len();
-    (created, calls)
+    let installs = fake.calls().into_iter();
+    (
+        created,
+        installs.filter(|c| matches!(c, Call::Install(..))).count(),
+    )
 }
 
 fn load(dir: &std::path::Path, name: &str) -> Manifest {
@@ -56,7 +62,7 @@ fn one_port_of_a_holders_merged_run_is_shared() {
         load(dir.path(), "sandbox").mappings,
         list("8080-8081:8080-8081")
     );
-    let (created, calls) = member(dir.path(), "8081:8081", 0);
+    let (created, calls) = member(dir.path(), "8081:8081");
     assert_eq!(created, Ok(Created::Installed { rules: 0 }));
     assert_eq!(calls, 0, "sharing writes no rule");
     let app = load(dir.path(), "app");
@@ -75,7 +81,7 @@ fn one_port_of_a_holders_merged_run_is_shared() {
 fn a_run_over_a_held_port_shares_it_and_holds_the_rest() {
     let dir = tempfile::tempdir().unwrap();
     sandbox(dir.path(), "8081:8081");
-    let (created, calls) = member(dir.path(), "8080:8080,8081:8081,8082:8082", 1);
+    let (created, calls) = member(dir.path(), "8080:8080,8081:8081,8082:8082");
     // Two mappings of its own, 4 rules each on iptables-nft.
     assert_eq!(created, Ok(Created::Installed { rules: 8 }));
     assert_eq!(calls, 1);
@@ -115,7 +121,7 @@ fn a_member_of_a_pod_recorded_before_ranges_shares_its_singles() {
         m.mappings = list(spec);
         locked.store(&m).unwrap();
     }
-    let (created, calls) = member(dir.path(), spec, 0);
+    let (created, calls) = member(dir.path(), spec);
     assert_eq!(created, Ok(Created::Installed { rules: 0 }));
     assert_eq!(calls, 0);
     let app = load(dir.path(), "app");
@@ -127,7 +133,7 @@ fn a_member_of_a_pod_recorded_before_ranges_shares_its_singles() {
 fn a_piece_of_a_run_forwarded_otherwise_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     sandbox(dir.path(), "8081:81");
-    let (created, calls) = member(dir.path(), "8080:8080,8081:8081", 0);
+    let (created, calls) = member(dir.path(), "8080:8080,8081:8081");
     let err = created.unwrap_err();
     assert!(
         err.starts_with("host port 8081:8081/tcp differs from 8081:81/tcp"),

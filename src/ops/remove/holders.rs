@@ -107,7 +107,7 @@ fn shares_alive(ctx: &Context, sharer: &Manifest, holder: &ContainerId) -> bool 
 
 #[cfg(test)]
 mod tests {
-    use crate::backend::Backend;
+    use crate::backend::{Backend, Driver};
     use crate::model::portspec::parse_mappings;
     use crate::ops::testing::*;
     use crate::ops::{Context, Created, Creating, Removed, create, create_runtime};
@@ -171,28 +171,18 @@ mod tests {
         }
     }
 
-    fn stdin_of(calls: &Script) -> Vec<String> {
-        calls
-            .calls
-            .borrow()
-            .iter()
-            .map(|c| String::from_utf8_lossy(c.stdin.as_deref().unwrap_or_default()).into())
-            .collect()
-    }
-
     /// A hook container in an attachment's namespace shares its port; the attachment's DEL
     /// keeps the rules while it lives (and records the DEL); its poststop then removes them.
     #[test]
     fn an_attachments_del_keeps_its_rules_for_a_hook_container_of_its_namespace() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = Backend::Nft;
-        let script = Script::new(vec![ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        let nft = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&nft];
+        let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
 
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
         let shared = create_runtime(&ctx, &hook_container(dir.path())).unwrap();
         assert_eq!(shared, Created::Installed { rules: 0 });
         let app = ctx.ledger.load(&id("app")).unwrap().unwrap();
@@ -206,7 +196,7 @@ mod tests {
                 sharers: vec![id("app")]
             }
         );
-        assert!(script.calls.borrow().is_empty(), "nothing deleted");
+        assert!(nft.take_calls().is_empty(), "nothing deleted");
         let attachment = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
         assert!(attachment.cni.as_ref().unwrap().deleted && !attachment.alive(ctx.host));
         // A second DEL keeps them too.
@@ -217,10 +207,7 @@ mod tests {
         // ADD again (the runtime retries the attachment): in the namespace whose live member
         // shares the rules, it takes them over where they are, and lives again.
         assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
-        assert!(
-            script.calls.borrow().is_empty(),
-            "nothing deleted or written"
-        );
+        assert!(nft.take_calls().is_empty(), "nothing deleted or written");
         let again = ctx.ledger.load(&id("cid+eth0")).unwrap().unwrap();
         assert!(!again.cni.as_ref().unwrap().deleted && again.alive(ctx.host));
         assert_eq!(again.rules, attachment.rules);
@@ -229,17 +216,16 @@ mod tests {
             Removed::Kept { .. }
         ));
 
-        let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
+        assert_eq!(nft.holding("natledger:cid+eth0"), 4);
         poststop(&ctx, &stopped(dir.path(), "app")).unwrap();
-        let deleted = stdin_of(&script);
-        assert!(
-            !deleted.is_empty()
-                && deleted
-                    .iter()
-                    .all(|d| d.contains("natledger:cid+eth0") && d.contains("-D ")),
-            "{deleted:#?}"
+        assert_eq!(
+            nft.holding("natledger:cid+eth0"),
+            0,
+            "the attachment's rules went"
         );
+        let removes = nft.take_calls().into_iter();
+        assert_eq!(removes.filter(|c| matches!(c, Call::Remove(..))).count(), 1);
         assert!(ctx.ledger.list().unwrap().is_empty(), "no manifest left");
     }
 
@@ -249,27 +235,29 @@ mod tests {
     fn a_hook_containers_stop_keeps_a_live_attachments_rules() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = Backend::Nft;
-        let script = Script::new(vec![ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        let nft = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&nft];
+        let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         add_attachment(&ctx);
         create_runtime(&ctx, &hook_container(dir.path())).unwrap();
 
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
         assert_eq!(
             poststop(&ctx, &stopped(dir.path(), "app")).unwrap(),
             Removed::Done { rules: 0 }
         );
-        assert!(script.calls.borrow().is_empty(), "nothing deleted");
+        assert!(nft.take_calls().is_empty(), "nothing deleted");
 
-        let script = Script::new(vec![ok(""), ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
         assert!(matches!(
             remove_recorded(&ctx, &id("cid+eth0")).unwrap(),
             Removed::Done { .. }
         ));
-        assert!(stdin_of(&script).iter().all(|d| d.contains("-D ")));
+        assert_eq!(
+            nft.holding("natledger:cid+eth0"),
+            0,
+            "the attachment's rules went"
+        );
         assert!(ctx.ledger.list().unwrap().is_empty(), "no manifest left");
     }
 
@@ -280,15 +268,14 @@ mod tests {
     fn a_del_without_the_attachments_manifest_keeps_the_rules_a_live_container_shares() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = Backend::Nft;
-        let script = Script::new(vec![ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        let nft = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&nft];
+        let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         add_attachment(&ctx);
         create_runtime(&ctx, &hook_container(dir.path())).unwrap();
         std::fs::remove_file(ctx.ledger.manifest_path(&id("cid+eth0"))).unwrap();
 
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
         assert_eq!(
             detach(&ctx, &id("cid+eth0")).unwrap(),
             Removed::Kept {
@@ -296,7 +283,7 @@ mod tests {
                 sharers: vec![id("app")]
             }
         );
-        assert!(script.calls.borrow().is_empty(), "nothing read or deleted");
+        assert!(nft.take_calls().is_empty(), "nothing read or deleted");
         assert!(!ctx.ledger.has_manifest(&id("cid+eth0")), "none written");
         assert!(ctx.ledger.has_manifest(&id("app")));
     }
@@ -307,9 +294,9 @@ mod tests {
     fn a_del_naming_a_hook_containers_manifest_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = Backend::Nft;
-        let script = Script::new(vec![ok("")]);
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        let nft = FakeDriver::new(Backend::Nft);
+        let drivers: [&dyn Driver; 1] = [&nft];
+        let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         let mut hook = hook_container(dir.path());
         hook.id = id("w+eth0");
         assert_eq!(
@@ -318,15 +305,14 @@ mod tests {
         );
         let before = ctx.ledger.load(&id("w+eth0")).unwrap().unwrap();
 
-        let script = Script::new(Vec::new());
-        let ctx = context(Ledger::new(dir.path()), nft, &script, &host);
+        nft.take_calls();
         for removed in [
             detach(&ctx, &id("w+eth0")),
             remove_recorded(&ctx, &id("w+eth0")),
         ] {
             assert_eq!(removed.unwrap(), Removed::NotAnAttachment);
         }
-        assert!(script.calls.borrow().is_empty(), "nothing read or deleted");
+        assert!(nft.take_calls().is_empty(), "nothing read or deleted");
         assert_eq!(ctx.ledger.load(&id("w+eth0")).unwrap().unwrap(), before);
     }
 }

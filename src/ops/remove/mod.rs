@@ -1,15 +1,13 @@
 //! Removal: poststop's flow, and what it shares with create-runtime (dead holders of a
 //! port), sweep and a CNI DEL.
 //!
-//! - [`container`]: delete one container's recorded (or tagged) rules, per backend, family
-//!   and table ([`remove_container`]).
-//! - [`native`]: the process-less paths that route tries first (netlink on nft, libiptc on
-//!   legacy).
+//! - [`container`]: delete one container's recorded (or tagged) rules: which records, which
+//!   drivers and families; one [`crate::backend::Driver::remove`] call each
+//!   ([`remove_container`]).
 //! - [`holders`]: sharing's side of a stop: holders kept only for the stopped container go.
 
 mod container;
 mod holders;
-mod native;
 
 pub use container::{Removal, remove_container};
 

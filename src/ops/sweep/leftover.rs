@@ -3,13 +3,15 @@
 //! holds nothing but empty, accepting built-in chains ([`crate::kernel::nftables::leftover`]: never a
 //! table with anything another owner may have).
 
+use crate::backend::Plan;
+
 use super::report::{SweepReport, TableState};
 
 use super::Context;
 
 /// After a complete `sweep --all`: each table natledger's chains were removed from, deleted
 /// when only empty accepting built-in chains are left in it, where its driver does that
-/// ([`crate::backend::Driver::drop_emptied_table`]: iptables-nft).
+/// ([`Plan::DropIfEmptied`]: iptables-nft).
 pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
     if report.tables.iter().any(|t| t.state == TableState::Failed) {
         return;
@@ -21,9 +23,10 @@ pub(super) fn drop_emptied_tables(ctx: &Context, report: &mut SweepReport) {
         .map(|t| (t.backend, t.family, t.table))
         .collect();
     for (backend, family, table) in emptied {
-        match backend
-            .driver()
-            .drop_emptied_table(&ctx.netfilter, family, table)
+        let plan = Plan::DropIfEmptied { table };
+        match ctx
+            .driver_for(backend)
+            .apply_plan(&ctx.netfilter, family, &plan)
         {
             Ok(()) => {}
             Err(e) => {

@@ -38,7 +38,6 @@ pub use wait::{QUIET, wait_for_exits};
 
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::backend::Backend;
 use crate::fault;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
@@ -139,7 +138,7 @@ fn sweep_tables(
         true => Table::ALL.to_vec(),
         false => Table::ALL.into_iter().rev().collect(),
     };
-    for backend in Backend::ALL {
+    for backend in ctx.backends() {
         for family in Family::ALL {
             // nat first: a DNAT is never left in force without its accept, so when the nat
             // table fails its filter table is left as it is too (its records stay).

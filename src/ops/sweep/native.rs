@@ -1,21 +1,18 @@
-//! Applying a sweep plan on iptables-nft without a process: its container rules deleted by
-//! handle over netlink in one transaction ([`Netfilter::delete_all_tagged_nft`]), linear in
-//! the table where `iptables-nft-restore`'s `-D` compares each rule with the chain's rules
-//! (5,000 manifests, a third dead: a minute). Anything else (chains, jumps: `sweep --all`,
-//! other versions' chains, a duplicated jump) and every refusal go through the restore.
-//!
-//! [`Netfilter::delete_all_tagged_nft`]: crate::backend::Netfilter::delete_all_tagged_nft
+//! Applying a sweep plan: one call to the driver ([`crate::backend::Driver::apply_plan`])
+//! with the plan's batch and, when it removes only containers' rules, their counts per chain
+//! and tag, which a driver may delete without a process (iptables-nft, by handle over
+//! netlink, linear in the table). Anything else (chains, jumps: `sweep --all`, other
+//! versions' chains, a duplicated jump, a repair) is the batch alone.
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, BackendError, Tagged};
+use crate::backend::{Backend, BackendError, Plan, Tagged};
 use crate::model::family::Family;
+use crate::model::save::Batch;
 
 use super::{Context, TablePlan};
 
-/// Apply `plan` to `table` of one backend and family: without a process where the driver can
-/// ([`crate::backend::Driver::delete_tagged`]: iptables-nft) when it is only container rules
-/// and the chains hold exactly the tagged rules it read, else with one `*-restore`.
+/// Apply `plan` to `table` of one backend and family.
 pub(super) fn apply(
     ctx: &Context,
     backend: Backend,
@@ -23,8 +20,9 @@ pub(super) fn apply(
     table: &'static str,
     plan: &TablePlan,
 ) -> Result<(), BackendError> {
-    if let Some(counts) = tagged_only(plan) {
-        let expected: Vec<Tagged> = counts
+    let counts = tagged_only(plan);
+    let expected: Option<Vec<Tagged>> = counts.as_ref().map(|counts| {
+        counts
             .iter()
             .map(|((chain, tag), count)| Tagged {
                 table,
@@ -32,15 +30,25 @@ pub(super) fn apply(
                 tag,
                 count: *count,
             })
-            .collect();
-        if backend
-            .driver()
-            .delete_tagged(&ctx.netfilter, family, &expected)
-        {
-            return Ok(());
-        }
-    }
-    ctx.netfilter.apply(backend, family, &plan.batch)
+            .collect()
+    });
+    let plan = Plan::Batch {
+        batch: &plan.batch,
+        tagged: expected.as_deref(),
+    };
+    ctx.driver_for(backend)
+        .apply_plan(&ctx.netfilter, family, &plan)
+}
+
+/// Apply `batch` (a plan with a repair) to one backend and family as it is.
+pub(super) fn apply_batch(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    batch: &Batch,
+) -> Result<(), BackendError> {
+    ctx.driver_for(backend)
+        .apply_plan(&ctx.netfilter, family, &Plan::batch(batch))
 }
 
 /// When `plan` removes only containers' rules (no chain, no jump, no shared rule), how many

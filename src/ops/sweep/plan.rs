@@ -86,10 +86,8 @@ pub struct TablePlan {
     pub unrecorded_kept: usize,
 }
 
-/// A chain with at least this many rules to delete, and no more to keep, is rewritten
-/// (`-F` and the kept rules appended again) instead of deleted rule by rule: iptables-nft
-/// spends ~80 µs on each `-D` but ~45 µs on each `-A`, and a flush is one operation.
-pub const REWRITE_AT: usize = 64;
+/// When a chain is rewritten instead of deleted from rule by rule: the drivers' fact.
+pub use crate::backend::REWRITE_AT;
 
 /// Plan the removals in `name` (nat or filter) of one family, as `table` shows it: each rule
 /// classified (`classify`), the chains that go judged (`removable_chains`), then the

@@ -225,55 +225,19 @@ fn only_the_containers_own_typed_rules_are_written() {
     assert!(other.ops.is_empty());
 }
 
-/// A runner answering by program: each `*-save` with `dumps[program]`, each restore ok;
-/// every call recorded.
-struct ByProgram {
-    dumps: Vec<(&'static str, String)>,
-    calls: std::cell::RefCell<Vec<crate::kernel::exec::Invocation>>,
-}
-
-impl crate::kernel::exec::Runner for ByProgram {
-    fn run(
-        &self,
-        inv: &crate::kernel::exec::Invocation,
-    ) -> std::io::Result<crate::kernel::exec::Outcome> {
-        self.calls.borrow_mut().push(inv.clone());
-        let name = inv
-            .program
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .to_string();
-        let table = inv.args.iter().skip_while(|a| *a != "-t").nth(1);
-        let dump = self
-            .dumps
-            .iter()
-            .find(|(p, _)| name == *p)
-            .filter(|_| name.ends_with("-save"))
-            .map(|(_, d)| d.clone())
-            .unwrap_or_default();
-        // Only the table asked for.
-        let dump = match table {
-            Some(t) => dump
-                .split_inclusive("COMMIT\n")
-                .filter(|block| block.starts_with(&format!("*{t}\n")))
-                .collect(),
-            None => dump,
-        };
-        Ok(crate::ops::testing::ok(&dump))
-    }
-}
-
 /// Through the operation: a live container's rules wiped by a restore without natledger's
-/// (a foreign rule kept), a dead container's DNAT left: one restore per table, filter before
-/// nat, puts back exactly the live container's rules and chains and removes the dead one's.
+/// (a foreign rule kept), a dead container's DNAT left: one transaction per table, filter
+/// before nat, puts back exactly the live container's rules and chains and removes the dead
+/// one's.
 #[test]
 fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
-    use crate::ops::testing::{Script, context, fake_host, input, ok};
+    use crate::backend::Driver;
+    use crate::ops::testing::{Call, FakeDriver, fake_context, fake_host, input};
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let script = Script::new(vec![ok("")]);
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &script, &host);
+    let nft = FakeDriver::new(Backend::Nft);
+    let drivers: [&dyn Driver; 1] = [&nft];
+    let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
     crate::ops::create_runtime(&ctx, &input(dir.path())).unwrap();
     let live = ctx.ledger.load(&"c1".parse().unwrap()).unwrap().unwrap();
     let mut dead = manifest("dead", &[9000]);
@@ -287,36 +251,26 @@ fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
          :POSTROUTING ACCEPT [0:0]\n:NATLEDGER-HOSTPORTS - [0:0]\n{foreign}\n{}\nCOMMIT\n",
         dnat("dead", 9000)
     );
-    let runner = ByProgram {
-        dumps: vec![("iptables-nft-save", dump)],
-        calls: Default::default(),
-    };
-    let ctx = context(Ledger::new(dir.path()), Backend::Nft, &runner, &host);
+    nft.load(Family::Ipv4, &dump);
+    nft.take_calls();
     let opts = crate::ops::SweepOptions {
         repair: true,
         ..Default::default()
     };
     let report = crate::ops::sweep(&ctx, &opts).unwrap();
-    let restores: Vec<String> = runner
-        .calls
-        .borrow()
-        .iter()
-        .filter(|c| c.program.ends_with("iptables-nft-restore"))
-        .map(|c| String::from_utf8(c.stdin.clone().unwrap()).unwrap())
+    let applied: Vec<Call> = (nft.take_calls().into_iter())
+        .filter(|c| matches!(c, Call::ApplyPlan(..)))
         .collect();
-    assert_eq!(restores.len(), 2, "{restores:?}");
-    assert!(restores[0].starts_with("*filter\n"), "{}", restores[0]);
-    assert!(restores[0].contains(":NATLEDGER-FORWARD - [0:0]"));
-    let nat = &restores[1];
-    assert!(nat.starts_with("*nat\n"), "{nat}");
+    let plan = |table: &str| Call::ApplyPlan(Family::Ipv4, table.to_string());
+    assert_eq!(applied, [plan("filter"), plan("nat")]);
+    let filter = nft.chains(Family::Ipv4, "filter");
     assert!(
-        nat.contains(&format!("-D {}", &dnat("dead", 9000)[3..])),
-        "{nat}"
+        filter.iter().any(|c| c == "NATLEDGER-FORWARD"),
+        "{filter:?}"
     );
-    assert!(
-        !nat.contains(foreign) && !nat.contains(":NATLEDGER-HOSTPORTS"),
-        "{nat}"
-    );
+    let nat = nft.lines(Family::Ipv4, "nat");
+    assert!(!nat.contains(&dnat("dead", 9000)), "{nat:#?}");
+    assert!(nat.iter().any(|l| l == foreign), "{nat:#?}");
     // Every record of the live container, and nothing of the dead one, is put back.
     let restored: Vec<&Restored> = report
         .tables
@@ -333,8 +287,9 @@ fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
             .all(|r| r.container.as_ref().map(ContainerId::as_str) != Some("dead"))
     );
     for record in &live.rules {
-        let line = format!("{} {}", record.chain, record.args().join(" "));
-        assert!(restores.iter().any(|r| r.contains(&line)), "{line}");
+        let line = format!("-A {} {}", record.chain, record.args().join(" "));
+        let table = nft.lines(record.family, record.table_name());
+        assert!(table.contains(&line), "{line}");
     }
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert!(!ctx.ledger.has_manifest(&"dead".parse().unwrap()));

@@ -3,7 +3,7 @@
 //! transaction); a transaction that fails because the table changed since the read is planned
 //! again from a new read, once.
 
-use crate::backend::{Backend, BackendError};
+use crate::backend::{Backend, BackendError, Reading};
 use crate::chain::Chain;
 use crate::model::family::Family;
 use crate::model::table::Table;
@@ -33,7 +33,7 @@ pub(super) fn sweep_table(
         };
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
-        let caps = backend.driver().capabilities();
+        let caps = ctx.driver_for(backend).capabilities();
         let none = Ranked::default();
         let live = repair.unwrap_or(&none);
         let fix = repair::repair(backend, caps, family, name, &table, &plan.rules, live);
@@ -45,7 +45,7 @@ pub(super) fn sweep_table(
         } else {
             let mut batch = plan.batch.clone();
             batch.ops.extend(fix.ops.iter().cloned());
-            ctx.netfilter.apply(backend, family, &batch)
+            native::apply_batch(ctx, backend, family, &batch)
         };
         match applied {
             Ok(()) => {
@@ -87,7 +87,7 @@ fn read(
     name: Table,
     repair: Option<&Ranked>,
 ) -> Result<crate::model::save::Table, Unread> {
-    match ctx.netfilter.read(backend, family, name.as_str()) {
+    match (ctx.driver_for(backend)).read(&ctx.netfilter, family, name.as_str(), Reading::Ours) {
         Ok(Some(table)) => Ok(table),
         // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
         // live containers' rules.
@@ -100,7 +100,10 @@ fn read(
         Ok(None) => Err(Unread::State(TableState::Absent)),
         // Legacy is only read when its table exists: rules may be there, unreadable.
         Err(e @ BackendError::ToolNotFound { .. })
-            if backend.driver().capabilities().tables_seen_without_tools =>
+            if ctx
+                .driver_for(backend)
+                .capabilities()
+                .tables_seen_without_tools =>
         {
             Err(Unread::Failed(format!("the {name} table exists, but {e}")))
         }

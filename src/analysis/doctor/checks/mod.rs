@@ -161,7 +161,10 @@ fn own_tables(opts: &DoctorOptions) -> Vec<Ruleset> {
     Family::ALL
         .into_iter()
         .filter_map(|family| {
-            let tables = opts.netfilter.read_all(Backend::Nftables, family).ok()?;
+            let tables = Backend::Nftables
+                .driver()
+                .read_all(&opts.netfilter, family)
+                .ok()?;
             (!tables.is_empty()).then(|| Ruleset {
                 backend: Backend::Nftables,
                 family,
