@@ -13,25 +13,19 @@
 
 use std::io;
 
-use super::super::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NFT_MSG_NEWRULE, NFTA_RULE_HANDLE,
-    NFTA_RULE_USERDATA, NftError, Session, batch_marker, genmsg, rule_message, subsys,
-};
+use super::super::wire::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELCHAIN};
+use super::super::wire::{NFT_MSG_DELRULE, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
+use super::super::wire::{NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_HANDLE};
+use super::super::wire::{NFTA_RULE_POSITION, NFTA_RULE_USERDATA, NFTA_TABLE_NAME};
+use super::super::{NftError, Session, batch_marker, genmsg, rule_message, subsys};
 use super::picture::{Message, Place, plan};
-use super::{
-    NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnRead, TABLE, expr,
-    put_base_chain,
-};
+use super::{OwnRead, TABLE, expr, put_base_chain};
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
 use crate::model::family::Family;
 use crate::model::save::Batch;
 
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
-const NFTA_RULE_POSITION: u16 = 6;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
 /// How many times a batch is planned again after someone else committed in between.
 const ATTEMPTS: usize = 5;
 

@@ -34,8 +34,8 @@
 
 use std::net::IpAddr;
 
-use super::super::NFTA_RULE_EXPRESSIONS;
-use super::super::read::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK, TRANSPORT};
+use super::super::wire::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK, TRANSPORT};
+use super::super::wire::{NFT_GOTO, NFT_JUMP, NFTA_RULE_EXPRESSIONS};
 use crate::kernel::netlink;
 use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
@@ -57,8 +57,6 @@ const RTN_LOCAL: u32 = 2;
 const IPS_DST_NAT: u32 = 0x20;
 const NF_ACCEPT: i32 = 1;
 const NF_DROP: i32 = 0;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
 const NAT_DNAT: u32 = 1;
 const NAT_MAP_IPS: u32 = 0x1;
 const NAT_PROTO_SPECIFIED: u32 = 0x2;

@@ -1,7 +1,12 @@
 //! One rule's nf_tables expressions, as iptables-nft 1.8.9 writes them, back into the
 //! tokens iptables-nft-save prints (the encodings: the module comment of `read`).
 
-use super::*;
+use super::wire::{EQ, GT, GTE, LT, LTE, META_IIFNAME, META_L4PROTO, META_MARK, META_OIFNAME};
+use super::wire::{NEQ, NETWORK, NFTA_DATA_VERDICT, NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
+use super::wire::{TRANSPORT, be32, u32_attr, value_attr};
+use crate::kernel::netlink;
+use crate::kernel::xt::{self, Header, IFNAMSIZ, TcpUdp};
+use crate::model::family::Family;
 
 /// What a register holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,16 +39,6 @@ pub(super) struct Decoder {
     /// `ctx->tcpudp`): where it goes among `matches`, its name and fields.
     ports: Option<(usize, &'static str, TcpUdp)>,
     target: Vec<String>,
-}
-
-/// The first attribute of `kind` as a big-endian u32.
-fn u32_attr(data: &[u8], kind: u16) -> Option<u32> {
-    netlink::attr(data, kind).and_then(be32)
-}
-
-/// The value of an `NFTA_DATA_VALUE` nested in attribute `kind`.
-fn value_attr(data: &[u8], kind: u16) -> Option<&[u8]> {
-    netlink::attr(netlink::attr(data, kind)?, NFTA_DATA_VALUE)
 }
 
 impl Decoder {

@@ -15,29 +15,17 @@ mod compare;
 use std::collections::HashMap;
 
 use super::SetInfo;
-use super::types::{self, IFNAME};
+use super::types;
 use crate::kernel::netlink;
-use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
-use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{self, META_IIF, META_IIFNAME, META_L4PROTO, META_MARK};
+use crate::kernel::nftables::wire::{META_NFPROTO, META_OIF, META_OIFNAME, NETWORK, TRANSPORT};
+use crate::kernel::nftables::wire::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, u32_attr, value_attr};
 use crate::model::ruleset::{
-    Key, Match, Nat, NatAddr, NatKind, NatPort, Op, Operand, SetRef, Stmt, TableFamily, Value,
-    Verdict,
+    Key, Match, Nat, NatAddr, NatKind, NatPort, Op, Operand, SetRef, Stmt, TableFamily, Verdict,
 };
 
 /// 32-bit registers (`NFT_REG32_00` .. `_15`, the four 16-byte ones overlaid).
 const UNITS: usize = 16;
-/// Payload bases.
-const NETWORK: u32 = 1;
-const TRANSPORT: u32 = 2;
-/// `meta` keys.
-const META_MARK: u32 = 3;
-const META_IIF: u32 = 4;
-const META_OIF: u32 = 5;
-const META_IIFNAME: u32 = 6;
-const META_OIFNAME: u32 = 7;
-const META_NFPROTO: u32 = 15;
-const META_L4PROTO: u32 = 16;
 /// `ct` keys.
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
@@ -97,14 +85,7 @@ pub(super) fn decode(
         nf: None,
         implied: Vec::new(),
     };
-    for (kind, expr) in netlink::attrs(expressions) {
-        if kind != NFTA_LIST_ELEM {
-            continue;
-        }
-        let name = netlink::attr(expr, NFTA_EXPR_NAME)
-            .and_then(netlink::str_of)
-            .unwrap_or("?");
-        let data = netlink::attr(expr, NFTA_EXPR_DATA).unwrap_or_default();
+    for (name, data) in wire::expressions(expressions) {
         if d.expr(name, data).is_none() {
             d.regs = Default::default();
             d.stmts.push(Stmt::Other(name.to_string()));
@@ -133,16 +114,6 @@ struct Decoder<'a> {
     implied: Vec<usize>,
 }
 
-fn u32_attr(data: &[u8], kind: u16) -> Option<u32> {
-    Some(u32::from_be_bytes(
-        netlink::attr(data, kind)?.get(..4)?.try_into().ok()?,
-    ))
-}
-
-fn value_attr(data: &[u8], kind: u16) -> Option<&[u8]> {
-    netlink::attr(netlink::attr(data, kind)?, NFTA_DATA_VALUE)
-}
-
 /// The first 32-bit register of register number `reg` (1-4: the 16-byte ones; 8-23).
 fn unit(reg: u32) -> Option<usize> {
     match reg {
@@ -158,17 +129,8 @@ fn units(len: usize) -> usize {
 
 /// A verdict (`NFTA_DATA_VERDICT`'s content); `None` for one the model has no word for.
 pub(super) fn verdict(data: &[u8]) -> Option<Verdict> {
-    let code = i32::from_be_bytes(
-        netlink::attr(data, NFTA_VERDICT_CODE)?
-            .get(..4)?
-            .try_into()
-            .ok()?,
-    );
-    let chain = || {
-        netlink::attr(data, NFTA_VERDICT_CHAIN)
-            .and_then(netlink::str_of)
-            .map(str::to_string)
-    };
+    let (code, chain) = wire::verdict(data)?;
+    let chain = || chain.map(str::to_string);
     Some(match code {
         1 => Verdict::Accept,
         0 => Verdict::Drop,

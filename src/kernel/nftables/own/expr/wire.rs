@@ -4,9 +4,9 @@
 //! an attribute natledger never writes makes the expression `Other`).
 
 use crate::kernel::netlink;
-use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
-use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, exact_attrs};
+use crate::kernel::nftables::wire::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
 
 /// One expression, as far as natledger's shapes and the debug text need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,16 +185,6 @@ pub(super) fn put(buf: &mut Vec<u8>, expr: &Expr) {
     }
     netlink::end_nest(buf, data);
     netlink::end_nest(buf, elem);
-}
-
-/// The attributes of `buf`, or `None` unless they fill it exactly.
-fn exact_attrs(buf: &[u8]) -> Option<Vec<(u16, &[u8])>> {
-    let attrs: Vec<_> = netlink::attrs(buf).collect();
-    let used: usize = attrs
-        .iter()
-        .map(|(_, d)| (d.len() + 4).next_multiple_of(4))
-        .sum();
-    (used.next_multiple_of(4) == buf.len().next_multiple_of(4)).then_some(attrs)
 }
 
 /// The contents of NFTA_RULE_EXPRESSIONS as expressions; `None` when malformed.
