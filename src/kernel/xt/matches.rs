@@ -1,7 +1,8 @@
 //! The match info structs: tcp, udp, sctp, multiport, addrtype, comment, conntrack and
 //! state, mark, statistic, icmp.
 
-use super::*;
+use super::{Data, addr_len, addr_text, bang, prefix_len};
+use crate::model::family::Family;
 
 fn push_ports(out: &mut Vec<String>, opt: &str, lo: u16, hi: u16, invert: bool) {
     bang(out, invert);

@@ -1,7 +1,8 @@
 //! The target info structs: every nf_nat range layout (DNAT, SNAT, MASQUERADE, REDIRECT),
 //! MARK, REJECT, LOG.
 
-use super::*;
+use super::{Data, addr_len, addr_text};
+use crate::model::family::Family;
 
 /// `NF_NAT_RANGE_*` flags.
 const MAP_IPS: u32 = 1;
