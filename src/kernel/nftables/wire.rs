@@ -151,3 +151,58 @@ pub(super) fn exact_attrs(buf: &[u8]) -> Option<Vec<(u16, &[u8])>> {
         .sum();
     (used.next_multiple_of(4) == buf.len().next_multiple_of(4)).then_some(attrs)
 }
+
+/// An attribute list read strictly: the attributes fill it exactly, and each is read at its
+/// exact size (natledger's own decoder, which must see every byte it would write).
+pub(super) struct Exact<'a> {
+    attrs: Vec<(u16, &'a [u8])>,
+}
+
+impl<'a> Exact<'a> {
+    /// `None` unless the attributes fill `buf` exactly.
+    pub(super) fn new(buf: &'a [u8]) -> Option<Exact<'a>> {
+        Some(Exact {
+            attrs: exact_attrs(buf)?,
+        })
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.attrs.is_empty()
+    }
+
+    /// Whether every attribute is one of `allowed`.
+    pub(super) fn known(&self, allowed: &[u16]) -> bool {
+        self.attrs.iter().all(|(k, _)| allowed.contains(k))
+    }
+
+    /// The first attribute of `kind`.
+    pub(super) fn get(&self, kind: u16) -> Option<&'a [u8]> {
+        self.attrs.iter().find(|(k, _)| *k == kind).map(|(_, d)| *d)
+    }
+
+    /// Attribute `kind`, exactly four bytes, big-endian.
+    pub(super) fn u32(&self, kind: u16) -> Option<u32> {
+        Some(u32::from_be_bytes(self.get(kind)?.try_into().ok()?))
+    }
+
+    /// Attribute `kind`, exactly eight bytes, big-endian.
+    pub(super) fn u64(&self, kind: u16) -> Option<u64> {
+        Some(u64::from_be_bytes(self.get(kind)?.try_into().ok()?))
+    }
+
+    /// Absent: `Some(None)`; present but not a u32: `None`.
+    pub(super) fn optional(&self, kind: u16) -> Option<Option<u32>> {
+        match self.get(kind) {
+            None => Some(None),
+            Some(_) => self.u32(kind).map(Some),
+        }
+    }
+
+    /// Attribute `kind` holding exactly one `NFTA_DATA_VALUE`: that value.
+    pub(super) fn value(&self, kind: u16) -> Option<&'a [u8]> {
+        match exact_attrs(self.get(kind)?)?.as_slice() {
+            [(NFTA_DATA_VALUE, v)] => Some(v),
+            _ => None,
+        }
+    }
+}
