@@ -24,6 +24,12 @@
 //! has to produce or parse that encoding. Handles are unique and never reused within a table,
 //! so a handle read from a dump names that rule or nothing; a batch naming a rule that has
 //! gone meanwhile fails whole and changes nothing.
+//!
+//! # One wire vocabulary
+//! `wire` defines every nf_tables message type and attribute number once, with the raw
+//! decoding of expressions (name and data, registers, data values, verdicts) that the three
+//! readers share: [`read`] (iptables-nft-save tokens), [`ruleset`] (`model::ruleset`) and
+//! [`own`] (natledger's own tables, encoded and strictly decoded).
 
 use std::io;
 

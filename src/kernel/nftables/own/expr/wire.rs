@@ -1,7 +1,9 @@
 //! The expressions natledger's shapes are made of, as nft serialises them (attribute order
 //! included, from `nft --debug=mnl`) and as they are read back, from natledger's own
 //! messages or the kernel's dumps (attributes in any order, each expression's set checked:
-//! an attribute natledger never writes makes the expression `Other`).
+//! an attribute natledger never writes makes the expression `Other`). The attribute numbers
+//! and the strict reading of an attribute list (`Exact`) are the shared
+//! `crate::kernel::nftables::wire`'s.
 
 use crate::kernel::netlink;
 use crate::kernel::nftables::wire::{Exact, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, exact_attrs};
