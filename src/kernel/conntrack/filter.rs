@@ -45,7 +45,7 @@ pub(super) fn entry_count() -> io::Result<Option<u64>> {
     Ok(std::fs::read_to_string(COUNT_FILE)?.trim().parse().ok())
 }
 
-/// How [`forget`] chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
+/// How [`forget`](super::forget) chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
     Adaptive,

@@ -1,9 +1,9 @@
 //! Restore batches as one nf_tables transaction on natledger's table.
 //!
-//! natledger's operations speak in restore batches (`crate::model::save::Batch`: declare a chain,
-//! check, insert, append, delete a rule by its arguments, flush, delete a chain). For the
-//! `nftables` backend, [`apply`] reads the table once, plays the operations against that
-//! picture in the order `iptables-restore` would (declarations first, then the rest), and
+//! natledger's operations speak in restore batches (`crate::model::save::Batch`: declare a
+//! chain, check, insert, append, delete a rule by its arguments, flush, delete a chain). For
+//! the `nftables` backend, [`Session::apply_own`](crate::kernel::nftables::Session::apply_own)
+//! reads the table once, plays the operations against that picture in the order `iptables-restore` would (declarations first, then the rest), and
 //! sends the messages they come to in one batch: a rule is deleted by the handle the read
 //! gave it, a check that fails or a rule to delete that is not there fails the whole batch
 //! before anything is sent, and the kernel commits everything or nothing. The table and its
@@ -152,7 +152,7 @@ fn put_new_rule(
     Ok(start)
 }
 
-/// What one [`apply`] did.
+/// What one [`Session::apply_own`](crate::kernel::nftables::Session::apply_own) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Messages committed (0: nothing to do, nothing sent).

@@ -23,7 +23,7 @@
 //! [`Stmt::Other`](crate::model::ruleset::Stmt::Other) or
 //! [`Key::Other`](crate::model::ruleset::Key::Other): never narrower than the kernel.
 //! Anonymous sets (`__set0`, `__map1`) are folded into the rules that use them, as `nft`
-//! prints them; named sets are the table's [`Set`](crate::model::ruleset::Set)s. Not named
+//! prints them; named sets are the table's [`Set`]s. Not named
 //! as nft names them: `iif`/`oif` (an interface index, `Value::Int`), host-order integers in
 //! interval sets (a mark range).
 
