@@ -1,7 +1,12 @@
 //! The kernel's dump filter: which dumps [`super::forget`] sends (see "The kernel's dump
 //! filter" and "Cost" in the module comment).
 
-use super::*;
+use std::io;
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+use super::{COUNT_FILE, Flows};
+use crate::model::family::Family;
 
 /// `CTA_FILTER_F_*`: the fields of a dump request's `CTA_TUPLE_ORIG` that an entry's original
 /// tuple must have to be dumped. Kernel-internal (`net/netfilter/nf_internals.h`): the uapi
@@ -40,7 +45,7 @@ pub(super) fn entry_count() -> io::Result<Option<u64>> {
     Ok(std::fs::read_to_string(COUNT_FILE)?.trim().parse().ok())
 }
 
-/// How [`forget`] chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
+/// How [`forget`](super::forget) chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Choice {
     Adaptive,

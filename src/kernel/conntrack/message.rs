@@ -1,7 +1,12 @@
 //! ctnetlink messages: the dump request, the deletion, and the entries a dump answers (see
 //! "Messages" in the module comment).
 
-use super::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::Entry;
+use super::filter::{Dump, FILTER_F_UNDEFINED};
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+use crate::model::family::Family;
 
 pub(super) const NFNL_SUBSYS_CTNETLINK: u16 = 1;
 pub(super) const IPCTNL_MSG_CT_NEW: u16 = 0;

@@ -101,10 +101,9 @@
 //! socket's receive buffer.
 
 use std::io;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::OnceLock;
+use std::net::IpAddr;
 
-use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
+use crate::kernel::netlink::Socket;
 use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
 

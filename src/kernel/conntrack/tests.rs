@@ -1,4 +1,5 @@
 use super::*;
+use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
 
 const TCP: u8 = 6;
 const UDP: u8 = 17;

@@ -1,6 +1,9 @@
 //! Addresses CNI's host-local IPAM has handed out.
 
-use super::*;
+use std::net::IpAddr;
+
+use super::{Roots, entries};
+
 use crate::kernel::safefile::{self, Cap, Links};
 
 /// One address reserved by CNI's host-local IPAM plugin.

@@ -1,6 +1,11 @@
 //! Listening sockets and the processes that own them.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::Path;
+
+use super::{Roots, entries, sockdiag};
+use crate::model::portspec::Protocol;
 
 pub use crate::model::listener::{Listener, PORT_KEEPERS};
 

@@ -26,11 +26,8 @@ pub use runtime::*;
 pub use sysctl::*;
 pub use xtables::*;
 
-use std::collections::{HashMap, HashSet};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-
-use crate::model::portspec::Protocol;
 
 /// The entries of `dir`; none if it cannot be read.
 fn entries(dir: &Path) -> impl Iterator<Item = std::fs::DirEntry> {

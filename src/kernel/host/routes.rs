@@ -1,6 +1,8 @@
 //! The host's routes and its own addresses.
 
-use super::*;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use super::Roots;
 
 const RTF_UP: u32 = 0x0001;
 const RTF_GATEWAY: u32 = 0x0002;

@@ -1,6 +1,9 @@
 //! Containers the runc-style runtimes know, and whether they still run.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{Roots, entries};
+
 use crate::kernel::safefile::{self, Cap, Links};
 
 /// A container found in a runc-style state directory.

@@ -1,7 +1,7 @@
 //! Where `route_localnet` is on: the interfaces on which the kernel routes packets addressed
 //! to 127.0.0.0/8 that come from outside (CVE-2020-8558).
 
-use super::*;
+use super::{Roots, entries};
 
 /// `net.ipv4.conf.*.route_localnet` as the kernel applies it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

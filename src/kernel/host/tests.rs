@@ -1,6 +1,8 @@
 use super::listeners::parse_socket_addr;
 use super::*;
+use crate::model::portspec::Protocol;
 use std::fs;
+use std::net::Ipv4Addr;
 use std::os::unix::fs::symlink;
 
 const ID_A: &str = "fb7cdb0a4f8da673da0a9818ec9a1576f953a8e8decf87a081827c11e4aa7138";

@@ -251,127 +251,189 @@ impl Blob {
     /// pass moves the bytes, one pass over the kept entries moves their jumps (each looked
     /// up by binary search). Nothing is searched per inserted or removed entry.
     pub fn edit(mut self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Edited> {
-        let n = self.offsets.len();
-        let index = |at: usize| self.offsets.binary_search(&at).ok();
         if (!inserts.is_empty() && !removes.is_empty())
-            || inserts.iter().any(|(_, e)| {
-                e.len() < self.layout.entry_size
-                    || self.layout.next_offset(e) != e.len()
-                    || self.layout.target_offset(e) + XT_HEADER > e.len()
-                    || jump_verdict_at(self.layout, e).is_some()
-            })
+            || inserts.iter().any(|(_, e)| !self.insertable(e))
         {
             return None;
         }
+        let moves = self.moves(inserts, removes)?;
+        let old_len = self.bytes().len();
+        if !moves.order.is_empty() {
+            self.insert_in_place(inserts, &moves.order, old_len);
+        } else if moves.removed.contains(&true) {
+            self.close_gaps(&moves.removed, old_len)?;
+        }
+        self.move_jumps(&moves)?;
+        let info = self.moved_info(&moves)?;
+        Some(Edited {
+            info,
+            buf: self.buf,
+            start: self.start,
+            from_old: moves.from_old,
+        })
+    }
+
+    /// Whether `e` may be inserted: a well-formed entry, not a jump (it would be taken for
+    /// an old one when offsets move).
+    fn insertable(&self, e: &[u8]) -> bool {
+        e.len() >= self.layout.entry_size
+            && self.layout.next_offset(e) == e.len()
+            && self.layout.target_offset(e) + XT_HEADER <= e.len()
+            && jump_verdict_at(self.layout, e).is_none()
+    }
+
+    /// The index of the entry at offset `at`.
+    fn index(&self, at: usize) -> Option<usize> {
+        self.offsets.binary_search(&at).ok()
+    }
+
+    /// Where old entry `i` ends.
+    fn end_of(&self, i: usize, old_len: usize) -> usize {
+        self.offsets.get(i + 1).copied().unwrap_or(old_len)
+    }
+
+    /// One walk over the old entries: where each lands once `inserts` or `removes` apply.
+    fn moves(&self, inserts: &[(usize, Vec<u8>)], removes: &[usize]) -> Option<Moves> {
+        let n = self.offsets.len();
         // The inserts as (old entry index, given order), sorted: grouped by point, each
         // group in the order given.
         let mut order = inserts
             .iter()
             .enumerate()
-            .map(|(k, (at, _))| Some((index(*at)?, k)))
+            .map(|(k, (at, _))| Some((self.index(*at)?, k)))
             .collect::<Option<Vec<(usize, usize)>>>()?;
         order.sort_unstable();
         let mut removed = vec![false; n];
         for &at in removes {
-            removed[index(at)?] = true;
+            removed[self.index(at)?] = true;
         }
-        let start = self.start;
         let old_len = self.bytes().len();
-        let end_of = |i: usize| self.offsets.get(i + 1).copied().unwrap_or(old_len);
-
-        // Per old entry: where its position begins (before entries inserted there) and where
-        // the entry itself lands (`NONE` if removed), in the new table.
-        const NONE: u32 = u32::MAX;
-        let mut position = Vec::with_capacity(n);
-        let mut landed = Vec::with_capacity(n);
-        let mut from_old = Vec::with_capacity(n + inserts.len());
+        let mut m = Moves {
+            position: Vec::with_capacity(n),
+            landed: Vec::with_capacity(n),
+            from_old: Vec::with_capacity(n + inserts.len()),
+            order,
+            removed,
+        };
         let mut shift: isize = 0;
         let mut k = 0;
         for (i, &at) in self.offsets.iter().enumerate() {
-            position.push(u32::try_from(at as isize + shift).ok()?);
-            while let Some(&(_, given)) = order.get(k).filter(|(point, _)| *point == i) {
+            m.position.push(u32::try_from(at as isize + shift).ok()?);
+            while let Some(&(_, given)) = m.order.get(k).filter(|(point, _)| *point == i) {
                 shift += inserts[given].1.len() as isize;
-                from_old.push(None);
+                m.from_old.push(None);
                 k += 1;
             }
-            if removed[i] {
-                landed.push(NONE);
-                shift -= (end_of(i) - at) as isize;
+            if m.removed[i] {
+                m.landed.push(NONE);
+                shift -= (self.end_of(i, old_len) - at) as isize;
             } else {
-                landed.push(u32::try_from(at as isize + shift).ok()?);
-                from_old.push(Some(i as u32));
+                m.landed.push(u32::try_from(at as isize + shift).ok()?);
+                m.from_old.push(Some(i as u32));
             }
         }
+        Some(m)
+    }
 
-        if !order.is_empty() {
-            // Grow, then, from the last insertion point backwards, move the stretch up to
-            // the next point and write the point's entries before it.
-            let total: usize = inserts.iter().map(|(_, e)| e.len()).sum();
-            self.buf.resize(self.buf.len() + total, 0);
-            let mut after = total; // bytes inserted at this point and before
-            let mut end = old_len;
-            let mut hi = order.len();
-            while hi > 0 {
-                let point = order[hi - 1].0;
-                let lo = order[..hi].partition_point(|(p, _)| *p < point);
-                let at = self.offsets[point];
-                self.buf
-                    .copy_within(start + at..start + end, start + at + after);
-                let here: usize = order[lo..hi].iter().map(|(_, g)| inserts[*g].1.len()).sum();
-                let mut w = start + at + after - here;
-                for &(_, given) in &order[lo..hi] {
-                    let e = &inserts[given].1;
-                    self.buf[w..w + e.len()].copy_from_slice(e);
-                    w += e.len();
-                }
-                after -= here;
-                end = at;
-                hi = lo;
+    /// Grow, then, from the last insertion point backwards, move the stretch up to the next
+    /// point and write the point's entries before it.
+    fn insert_in_place(
+        &mut self,
+        inserts: &[(usize, Vec<u8>)],
+        order: &[(usize, usize)],
+        old_len: usize,
+    ) {
+        let start = self.start;
+        let total: usize = inserts.iter().map(|(_, e)| e.len()).sum();
+        self.buf.resize(self.buf.len() + total, 0);
+        let mut after = total; // bytes inserted at this point and before
+        let mut end = old_len;
+        let mut hi = order.len();
+        while hi > 0 {
+            let point = order[hi - 1].0;
+            let lo = order[..hi].partition_point(|(p, _)| *p < point);
+            let at = self.offsets[point];
+            self.buf
+                .copy_within(start + at..start + end, start + at + after);
+            let here: usize = order[lo..hi].iter().map(|(_, g)| inserts[*g].1.len()).sum();
+            let mut w = start + at + after - here;
+            for &(_, given) in &order[lo..hi] {
+                let e = &inserts[given].1;
+                self.buf[w..w + e.len()].copy_from_slice(e);
+                w += e.len();
             }
-        } else if removed.contains(&true) {
-            // Close each gap, front to back: every kept entry after the first removed one
-            // moves once.
-            let first = removed.iter().position(|r| *r)?;
-            let mut write = start + self.offsets[first];
-            let kept = (first..n).filter(|&i| !removed[i]);
-            for i in kept {
-                let (at, end) = (self.offsets[i], end_of(i));
-                self.buf.copy_within(start + at..start + end, write);
-                write += end - at;
-            }
-            self.buf.truncate(write);
+            after -= here;
+            end = at;
+            hi = lo;
         }
+    }
 
-        // Every kept entry's jump now names an old offset: move it.
-        let moved = |old: u32| -> Option<u32> { Some(position[index(old as usize)?]) };
-        for &at in landed.iter().filter(|at| **at != NONE) {
-            let at = start + at as usize;
+    /// Close each gap, front to back: every kept entry after the first removed one moves
+    /// once.
+    fn close_gaps(&mut self, removed: &[bool], old_len: usize) -> Option<()> {
+        let start = self.start;
+        let first = removed.iter().position(|r| *r)?;
+        let mut write = start + self.offsets[first];
+        let kept = (first..removed.len()).filter(|&i| !removed[i]);
+        for i in kept {
+            let (at, end) = (self.offsets[i], self.end_of(i, old_len));
+            self.buf.copy_within(start + at..start + end, write);
+            write += end - at;
+        }
+        self.buf.truncate(write);
+        Some(())
+    }
+
+    /// Where the entry at old offset `old` begins now (before entries inserted there).
+    fn moved(&self, moves: &Moves, old: u32) -> Option<u32> {
+        Some(moves.position[self.index(old as usize)?])
+    }
+
+    /// Every kept entry's jump names an old offset: move it.
+    fn move_jumps(&mut self, moves: &Moves) -> Option<()> {
+        for &at in moves.landed.iter().filter(|at| **at != NONE) {
+            let at = self.start + at as usize;
             let e_len = self.layout.next_offset(&self.buf[at..]);
             if let Some(v) = jump_verdict_at(self.layout, &self.buf[at..at + e_len]) {
                 let old = i32_at(&self.buf, at + v) as u32;
-                let new = moved(old)? as i32;
+                let new = self.moved(moves, old)? as i32;
                 self.buf[at + v..at + v + 4].copy_from_slice(&new.to_ne_bytes());
             }
         }
+        Some(())
+    }
+
+    /// The table's info after the edit: hooks, underflows, count and size.
+    fn moved_info(&self, moves: &Moves) -> Option<Info> {
         let mut info = self.info;
         for h in 0..5 {
             if info.valid_hooks & (1 << h) == 0 {
                 continue;
             }
-            info.hook_entry[h] = moved(self.info.hook_entry[h])?;
+            info.hook_entry[h] = self.moved(moves, self.info.hook_entry[h])?;
             // The policy entry itself, never what was inserted before it.
-            let i = index(self.info.underflow[h] as usize)?;
-            info.underflow[h] = Some(landed[i]).filter(|l| *l != NONE)?;
+            let i = self.index(self.info.underflow[h] as usize)?;
+            info.underflow[h] = Some(moves.landed[i]).filter(|l| *l != NONE)?;
         }
-        info.num_entries = from_old.len() as u32;
-        info.size = (self.buf.len() - start) as u32;
-        Some(Edited {
-            info,
-            buf: self.buf,
-            start,
-            from_old,
-        })
+        info.num_entries = moves.from_old.len() as u32;
+        info.size = (self.buf.len() - self.start) as u32;
+        Some(info)
     }
+}
+
+/// `Moves::landed` of a removed entry.
+const NONE: u32 = u32::MAX;
+
+/// Per old entry: where its position begins (before entries inserted there) and where the
+/// entry itself lands (`NONE` if removed), in the new table; and for each new entry, the old
+/// one it is (`None`: inserted).
+struct Moves {
+    position: Vec<u32>,
+    landed: Vec<u32>,
+    from_old: Vec<Option<u32>>,
+    /// The inserts as (old entry index, given order), sorted.
+    order: Vec<(usize, usize)>,
+    removed: Vec<bool>,
 }
 
 /// Where, inside entry `e`, a standard target holds a jump offset.

@@ -15,10 +15,8 @@
 
 use std::io;
 
-use super::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NftError, NftRule, Session,
-    batch_marker, rule_message,
-};
+use super::wire::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NFTA_RULE_HANDLE};
+use super::{NftError, NftRule, Session, batch_marker, rule_message};
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
 use crate::model::family::Family;
 
@@ -130,7 +128,7 @@ fn batch(
         let header = (NFT_MSG_DELRULE, NLM_F_REQUEST | ack, seq);
         let start = rule_message(&mut m, header, family, table, chain);
         if let Some(handle) = handle {
-            netlink::put_attr(&mut m, super::NFTA_RULE_HANDLE, &handle.to_be_bytes());
+            netlink::put_attr(&mut m, NFTA_RULE_HANDLE, &handle.to_be_bytes());
         }
         netlink::finish(&mut m, start);
     }
@@ -171,15 +169,15 @@ mod tests {
         // The generation rides on BATCH_BEGIN.
         let genid = netlink::attr(
             &messages[0].payload[4..],
-            crate::kernel::nftables::NFNL_BATCH_GENID,
+            crate::kernel::nftables::wire::NFNL_BATCH_GENID,
         )
         .unwrap();
         assert_eq!(genid, 77u32.to_be_bytes());
         // The flush names no handle; the other deletion names handle 5.
         let body = |i: usize| &messages[i].payload[4..];
-        assert!(netlink::attr(body(1), super::super::NFTA_RULE_HANDLE).is_none());
+        assert!(netlink::attr(body(1), NFTA_RULE_HANDLE).is_none());
         assert_eq!(
-            netlink::attr(body(2), super::super::NFTA_RULE_HANDLE).unwrap(),
+            netlink::attr(body(2), NFTA_RULE_HANDLE).unwrap(),
             5u64.to_be_bytes()
         );
     }

@@ -14,14 +14,11 @@
 
 use std::io;
 
-use super::own::{NFT_MSG_DELTABLE, NFT_MSG_GETTABLE};
-use super::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NftError, Session};
-use super::{batch_marker, genmsg, subsys};
+use super::wire::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELTABLE, NFT_MSG_GETTABLE};
+use super::wire::{NFTA_TABLE_NAME, NFTA_TABLE_USE};
+use super::{NftError, Session, batch_marker, genmsg, subsys};
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
 use crate::model::family::Family;
-
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_TABLE_USE: u16 = 3;
 
 /// iptables' built-in chains of the tables natledger writes.
 pub fn builtin_chains(table: &str) -> &'static [&'static str] {

@@ -24,6 +24,12 @@
 //! has to produce or parse that encoding. Handles are unique and never reused within a table,
 //! so a handle read from a dump names that rule or nothing; a batch naming a rule that has
 //! gone meanwhile fails whole and changes nothing.
+//!
+//! # One wire vocabulary
+//! `wire` defines every nf_tables message type and attribute number once, with the raw
+//! decoding of expressions (name and data, registers, data values, verdicts) that the three
+//! readers share: [`read`] (iptables-nft-save tokens), [`ruleset`] (`model::ruleset`) and
+//! [`own`] (natledger's own tables, encoded and strictly decoded).
 
 use std::io;
 
@@ -33,29 +39,17 @@ pub mod monitor;
 pub mod own;
 pub mod read;
 pub mod ruleset;
+mod wire;
 
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST, Socket};
 use crate::model::family::Family;
+use wire::{
+    NFNL_BATCH_GENID, NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFNL_SUBSYS_NFTABLES,
+    NFT_MSG_DELRULE, NFT_MSG_GETGEN, NFT_MSG_GETRULE, NFT_MSG_NEWGEN, NFT_MSG_NEWRULE, NFTA_GEN_ID,
+    NFTA_MATCH_INFO, NFTA_MATCH_NAME, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
+    NFTA_RULE_TABLE, NFTA_RULE_USERDATA,
+};
 
-const NFNL_SUBSYS_NFTABLES: u16 = 10;
-const NFNL_MSG_BATCH_BEGIN: u16 = 0x10;
-const NFNL_MSG_BATCH_END: u16 = 0x11;
-const NFT_MSG_NEWRULE: u16 = 6;
-const NFT_MSG_GETRULE: u16 = 7;
-const NFT_MSG_DELRULE: u16 = 8;
-const NFT_MSG_NEWGEN: u16 = 15;
-const NFT_MSG_GETGEN: u16 = 16;
-const NFTA_GEN_ID: u16 = 1;
-const NFTA_RULE_TABLE: u16 = 1;
-const NFTA_RULE_CHAIN: u16 = 2;
-const NFTA_RULE_HANDLE: u16 = 3;
-const NFTA_RULE_EXPRESSIONS: u16 = 4;
-const NFTA_RULE_USERDATA: u16 = 7;
-const NFTA_LIST_ELEM: u16 = 1;
-const NFTA_EXPR_NAME: u16 = 1;
-const NFTA_EXPR_DATA: u16 = 2;
-const NFTA_MATCH_NAME: u16 = 1;
-const NFTA_MATCH_INFO: u16 = 3;
 /// The comment record in a rule's user data (libnftnl's `NFTNL_UDATA_RULE_COMMENT`).
 const UDATA_COMMENT: u8 = 0;
 
@@ -273,9 +267,6 @@ fn dump_request(seq: u32, family: Family, table: &str, chain: &str) -> Vec<u8> {
     m
 }
 
-/// `NFNL_BATCH_GENID`: a batch valid only at this nf_tables generation.
-pub(crate) const NFNL_BATCH_GENID: u16 = 1;
-
 /// A batch's BATCH_BEGIN or BATCH_END (`kind`). A BEGIN given a generation is valid only at
 /// it (`NFNL_BATCH_GENID`): the kernel refuses the whole batch when anyone committed since.
 pub(crate) fn batch_marker(m: &mut Vec<u8>, kind: u16, seq: u32, generation: Option<u32>) {
@@ -324,19 +315,15 @@ fn parse_rule(payload: &[u8]) -> Option<(String, String, NftRule)> {
 
 /// The text of an xtables `comment` match among the expressions.
 fn comment_match(expressions: &[u8]) -> Option<String> {
-    netlink::attrs(expressions)
-        .filter(|(kind, _)| *kind == NFTA_LIST_ELEM)
-        .find_map(|(_, expr)| {
-            let name = netlink::attr(expr, NFTA_EXPR_NAME).and_then(netlink::str_of)?;
-            let data = netlink::attr(expr, NFTA_EXPR_DATA)?;
-            let matched = netlink::attr(data, NFTA_MATCH_NAME).and_then(netlink::str_of)?;
-            if name != "match" || matched != "comment" {
-                return None;
-            }
-            netlink::attr(data, NFTA_MATCH_INFO)
-                .and_then(netlink::str_of)
-                .map(str::to_string)
-        })
+    wire::expressions(expressions).find_map(|(name, data)| {
+        let matched = netlink::attr(data, NFTA_MATCH_NAME).and_then(netlink::str_of)?;
+        if name != "match" || matched != "comment" {
+            return None;
+        }
+        netlink::attr(data, NFTA_MATCH_INFO)
+            .and_then(netlink::str_of)
+            .map(str::to_string)
+    })
 }
 
 /// The comment record of a rule's user data: type, length, NUL-terminated text.
@@ -354,6 +341,7 @@ fn comment_udata(udata: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::wire::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
     use super::*;
 
     /// A NEWRULE payload as the kernel sends it for an iptables-nft rule with a comment.

@@ -12,12 +12,14 @@ use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, socket,
 };
 
-use super::{NFT_MSG_NEWGEN, NFTA_GEN_ID, subsys};
+use super::subsys;
+use super::wire::{NFNLGRP_NFTABLES, NFT_MSG_NEWGEN, NFTA_GEN_ID};
+use super::wire::{NFT_MSG_DELCHAIN, NFT_MSG_DELRULE, NFT_MSG_DELTABLE, NFT_MSG_DESTROYCHAIN};
+use super::wire::{NFT_MSG_DESTROYRULE, NFT_MSG_DESTROYTABLE, NFT_MSG_NEWCHAIN};
+use super::wire::{NFT_MSG_NEWRULE, NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME, NFTA_RULE_CHAIN};
 use crate::kernel::netlink;
 use crate::model::layout::CHAIN_PREFIX;
 
-/// `NFNLGRP_NFTABLES` (linux/netfilter/nfnetlink.h).
-const NFNLGRP_NFTABLES: libc::c_int = 7;
 /// The receive buffer asked for: room for a burst of commits before the kernel drops
 /// messages (then [`Events::overflowed`] says so).
 const RCVBUF: libc::c_int = 1 << 20;
@@ -37,14 +39,11 @@ const BUILT_IN: [&str; 5] = ["PREROUTING", "OUTPUT", "POSTROUTING", "INPUT", "FO
 /// Message types that add or remove a table (`NFT_MSG_NEWTABLE`, `DELTABLE`,
 /// `DESTROYTABLE` of Linux 6.3), a chain (`NEWCHAIN`, `DELCHAIN`, `DESTROYCHAIN`) or a rule
 /// (`NEWRULE`, `DELRULE`, `DESTROYRULE`), all with the table's name as attribute 1.
-const TABLE_KINDS: [u16; 3] = [0, 2, 26];
-const CHAIN_KINDS: [u16; 3] = [3, 5, 27];
-const RULE_KINDS: [u16; 3] = [6, 8, 28];
+const TABLE_KINDS: [u16; 3] = [NFT_MSG_NEWTABLE, NFT_MSG_DELTABLE, NFT_MSG_DESTROYTABLE];
+const CHAIN_KINDS: [u16; 3] = [NFT_MSG_NEWCHAIN, NFT_MSG_DELCHAIN, NFT_MSG_DESTROYCHAIN];
+const RULE_KINDS: [u16; 3] = [NFT_MSG_NEWRULE, NFT_MSG_DELRULE, NFT_MSG_DESTROYRULE];
 /// A table's deletion: `DELTABLE`, `DESTROYTABLE`.
-const TABLE_GONE: [u16; 2] = [2, 26];
-/// `NFTA_RULE_CHAIN`, `NFTA_CHAIN_NAME`.
-const RULE_CHAIN: u16 = 2;
-const CHAIN_NAME: u16 = 3;
+const TABLE_GONE: [u16; 2] = [NFT_MSG_DELTABLE, NFT_MSG_DESTROYTABLE];
 /// `AF_UNSPEC`, `AF_INET`, `AF_INET6`: the families of natledger's tables (and of a message
 /// for all of them).
 const FAMILIES: [u8; 3] = [0, 2, 10];
@@ -141,9 +140,9 @@ fn touches_ours(kind: u16, payload: &[u8]) -> bool {
         Some(OWN_TABLE) => true,
         Some(table) if SHARED_TABLES.contains(&table) => {
             if is(&RULE_KINDS) {
-                named(RULE_CHAIN).is_none_or(|c| ours(c) || BUILT_IN.contains(&c))
+                named(NFTA_RULE_CHAIN).is_none_or(|c| ours(c) || BUILT_IN.contains(&c))
             } else if is(&CHAIN_KINDS) {
-                named(CHAIN_NAME).is_none_or(ours)
+                named(NFTA_CHAIN_NAME).is_none_or(ours)
             } else {
                 is(&TABLE_GONE)
             }
@@ -194,8 +193,8 @@ mod tests {
     fn only_changes_to_natledgers_chains_tables_and_jumps_count() {
         let (newtable, deltable, newchain, delchain, newrule, delrule, gen_, set) =
             (0, 2, 3, 5, 6, 8, 15, 9);
-        let rule = |c| Some((RULE_CHAIN, c));
-        let chain = |c| Some((CHAIN_NAME, c));
+        let rule = |c| Some((NFTA_RULE_CHAIN, c));
+        let chain = |c| Some((NFTA_CHAIN_NAME, c));
         let ours = [
             (newrule, 2, Some("nat"), rule("NATLEDGER-HOSTPORTS")),
             (delrule, 2, Some("nat"), rule("PREROUTING")),

@@ -1,7 +1,8 @@
 //! The target info structs: every nf_nat range layout (DNAT, SNAT, MASQUERADE, REDIRECT),
 //! MARK, REJECT, LOG.
 
-use super::*;
+use super::{Data, addr_len, addr_text};
+use crate::model::family::Family;
 
 /// `NF_NAT_RANGE_*` flags.
 const MAP_IPS: u32 = 1;
@@ -144,58 +145,66 @@ pub(super) fn decode_target(
             out.push("--set-xmark".into());
             out.push(format!("{:#x}/{:#x}", d.u32(0)?, d.u32(4)?));
         }
-        ("REJECT", 0) => {
-            const V4: [&str; 9] = [
-                "icmp-net-unreachable",
-                "icmp-host-unreachable",
-                "icmp-proto-unreachable",
-                "icmp-port-unreachable",
-                "",
-                "icmp-net-prohibited",
-                "icmp-host-prohibited",
-                "tcp-reset",
-                "icmp-admin-prohibited",
-            ];
-            const V6: [&str; 9] = [
-                "icmp6-no-route",
-                "icmp6-adm-prohibited",
-                "icmp6-not-neighbor",
-                "icmp6-addr-unreachable",
-                "icmp6-port-unreachable",
-                "",
-                "tcp-reset",
-                "icmp6-policy-fail",
-                "icmp6-reject-route",
-            ];
-            let names = if v4 { V4 } else { V6 };
-            let with = names.get(d.u32(0)? as usize).filter(|n| !n.is_empty())?;
-            out.extend(["--reject-with".to_string(), with.to_string()]);
-        }
-        ("LOG", 0) => {
-            let (level, flags) = (d.u8(0)?, d.u8(1)?);
-            let prefix = d.text(2, 30)?;
-            if flags & !0x3f != 0 {
-                return None;
-            }
-            if !prefix.is_empty() {
-                out.extend(["--log-prefix".to_string(), prefix]);
-            }
-            if level != 4 {
-                out.extend(["--log-level".to_string(), level.to_string()]);
-            }
-            for (bit, opt) in [
-                (1, "--log-tcp-sequence"),
-                (2, "--log-tcp-options"),
-                (4, "--log-ip-options"),
-                (8, "--log-uid"),
-                (0x20, "--log-macdecode"),
-            ] {
-                if flags & bit != 0 {
-                    out.push(opt.into());
-                }
-            }
-        }
+        ("REJECT", 0) => reject(out, v4, d)?,
+        ("LOG", 0) => log(out, d)?,
         _ => return None,
+    }
+    Some(())
+}
+
+/// `--reject-with` of `ipt_reject_info`/`ip6t_reject_info`.
+fn reject(out: &mut Vec<String>, v4: bool, d: &Data) -> Option<()> {
+    const V4: [&str; 9] = [
+        "icmp-net-unreachable",
+        "icmp-host-unreachable",
+        "icmp-proto-unreachable",
+        "icmp-port-unreachable",
+        "",
+        "icmp-net-prohibited",
+        "icmp-host-prohibited",
+        "tcp-reset",
+        "icmp-admin-prohibited",
+    ];
+    const V6: [&str; 9] = [
+        "icmp6-no-route",
+        "icmp6-adm-prohibited",
+        "icmp6-not-neighbor",
+        "icmp6-addr-unreachable",
+        "icmp6-port-unreachable",
+        "",
+        "tcp-reset",
+        "icmp6-policy-fail",
+        "icmp6-reject-route",
+    ];
+    let names = if v4 { V4 } else { V6 };
+    let with = names.get(d.u32(0)? as usize).filter(|n| !n.is_empty())?;
+    out.extend(["--reject-with".to_string(), with.to_string()]);
+    Some(())
+}
+
+/// `xt_log_info`: prefix, level and flags.
+fn log(out: &mut Vec<String>, d: &Data) -> Option<()> {
+    let (level, flags) = (d.u8(0)?, d.u8(1)?);
+    let prefix = d.text(2, 30)?;
+    if flags & !0x3f != 0 {
+        return None;
+    }
+    if !prefix.is_empty() {
+        out.extend(["--log-prefix".to_string(), prefix]);
+    }
+    if level != 4 {
+        out.extend(["--log-level".to_string(), level.to_string()]);
+    }
+    for (bit, opt) in [
+        (1, "--log-tcp-sequence"),
+        (2, "--log-tcp-options"),
+        (4, "--log-ip-options"),
+        (8, "--log-uid"),
+        (0x20, "--log-macdecode"),
+    ] {
+        if flags & bit != 0 {
+            out.push(opt.into());
+        }
     }
     Some(())
 }

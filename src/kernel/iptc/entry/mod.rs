@@ -177,6 +177,22 @@ pub enum Encoded {
 pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     let layout = Layout::of(family);
     let mut e = vec![0u8; layout.entry_size];
+    encode_header(&mut e, rule, family, layout)?;
+    encode_matches(&mut e, rule, family)?;
+    let target_offset = e.len() as u16;
+    let jump = encode_target(&mut e, rule, family)?;
+    let next_offset = e.len() as u16;
+    let at = layout.target_offset_at;
+    e[at..at + 2].copy_from_slice(&target_offset.to_ne_bytes());
+    e[at + 2..at + 4].copy_from_slice(&next_offset.to_ne_bytes());
+    Some(match jump {
+        Some(to) => Encoded::Jump { entry: e, to },
+        None => Encoded::Entry(e),
+    })
+}
+
+/// The entry's fixed part: addresses, the inbound interface, the protocol.
+fn encode_header(e: &mut [u8], rule: &Rule, family: Family, layout: Layout) -> Option<()> {
     let put_net = |e: &mut [u8], net: IpNet, at: usize, mask_at: usize| -> Option<()> {
         let (addr, mask) = addr_and_mask(net, family)?;
         e[at..at + addr.len()].copy_from_slice(&addr);
@@ -185,10 +201,10 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
     };
     let n = layout.addr_len;
     if let Some(s) = rule.source {
-        put_net(&mut e, s, 0, 2 * n)?;
+        put_net(e, s, 0, 2 * n)?;
     }
     if let Some(d) = rule.destination {
-        put_net(&mut e, d, n, 3 * n)?;
+        put_net(e, d, n, 3 * n)?;
     }
     if let Some(name) = &rule.not_in_interface {
         // As iptables parses a name without `+`: the name, and a mask over it and its NUL.
@@ -209,6 +225,11 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
         e[layout.proto_at..layout.proto_at + 2].copy_from_slice(&number.to_ne_bytes());
         e[layout.flags_at] = layout.proto_flag;
     }
+    Some(())
+}
+
+/// The matches, in the order iptables writes them.
+fn encode_matches(e: &mut Vec<u8>, rule: &Rule, family: Family) -> Option<()> {
     if let (Some(p), Some(ports)) = (rule.protocol, rule.dports) {
         let mut data = Vec::with_capacity(12);
         for v in [0, u16::MAX, ports.start, ports.end] {
@@ -219,20 +240,20 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
             Protocol::Tcp => &[0u8, 0, 0, 0][..],
             _ => &[0u8][..],
         });
-        push_xt(&mut e, p.as_str(), 0, &data);
+        push_xt(e, p.as_str(), 0, &data);
     }
     if rule.dst_local {
         let mut data = Vec::with_capacity(8);
         data.extend(0u16.to_ne_bytes());
         data.extend(ADDRTYPE_LOCAL.to_ne_bytes());
         data.extend(0u32.to_ne_bytes());
-        push_xt(&mut e, "addrtype", 1, &data);
+        push_xt(e, "addrtype", 1, &data);
     }
     if let Some(ct) = &rule.dnatted {
-        push_xt(&mut e, "conntrack", 3, &conntrack_info(ct, family)?);
+        push_xt(e, "conntrack", 3, &conntrack_info(ct, family)?);
     }
     if rule.not_dnatted {
-        push_xt(&mut e, "conntrack", 3, &not_dnatted_info());
+        push_xt(e, "conntrack", 3, &not_dnatted_info());
     }
     // Only the nftables backend's second guard rule: never written here.
     if rule.untracked {
@@ -244,37 +265,37 @@ pub fn encode(rule: &Rule, family: Family) -> Option<Encoded> {
         }
         let mut data = vec![0u8; COMMENT_LEN];
         data[..c.len()].copy_from_slice(c.as_bytes());
-        push_xt(&mut e, "comment", 0, &data);
+        push_xt(e, "comment", 0, &data);
     }
-    let target_offset = e.len() as u16;
-    let mut jump = None;
+    Some(())
+}
+
+/// The target; `Some(chain)` for a jump whose offset the table fills in.
+fn encode_target(e: &mut Vec<u8>, rule: &Rule, family: Family) -> Option<Option<String>> {
     match &rule.target {
         Target::Jump(chain) => {
-            push_xt(&mut e, STANDARD, 0, &0i32.to_ne_bytes());
-            jump = Some(chain.clone());
+            push_xt(e, STANDARD, 0, &0i32.to_ne_bytes());
+            return Some(Some(chain.clone()));
         }
-        Target::Accept => push_xt(&mut e, STANDARD, 0, &VERDICT_ACCEPT.to_ne_bytes()),
-        Target::Drop => push_xt(&mut e, STANDARD, 0, &VERDICT_DROP.to_ne_bytes()),
-        Target::Dnat(to) => push_xt(&mut e, "DNAT", 2, &nat_range2(to, family)?),
-        Target::Masquerade => match family {
-            // nf_nat_ipv4_multi_range_compat: rangesize 1, one empty range.
-            Family::Ipv4 => push_xt(&mut e, "MASQUERADE", 0, &{
-                let mut d = vec![0u8; 20];
-                d[..4].copy_from_slice(&1u32.to_ne_bytes());
-                d
-            }),
-            // nf_nat_range: all zero.
-            Family::Ipv6 => push_xt(&mut e, "MASQUERADE", 0, &[0u8; 40]),
-        },
+        Target::Accept => push_xt(e, STANDARD, 0, &VERDICT_ACCEPT.to_ne_bytes()),
+        Target::Drop => push_xt(e, STANDARD, 0, &VERDICT_DROP.to_ne_bytes()),
+        Target::Dnat(to) => push_xt(e, "DNAT", 2, &nat_range2(to, family)?),
+        Target::Masquerade => push_xt(e, "MASQUERADE", 0, &masquerade_info(family)),
     }
-    let next_offset = e.len() as u16;
-    let at = layout.target_offset_at;
-    e[at..at + 2].copy_from_slice(&target_offset.to_ne_bytes());
-    e[at + 2..at + 4].copy_from_slice(&next_offset.to_ne_bytes());
-    Some(match jump {
-        Some(to) => Encoded::Jump { entry: e, to },
-        None => Encoded::Entry(e),
-    })
+    Some(None)
+}
+
+/// A MASQUERADE target without options: for IPv4 `nf_nat_ipv4_multi_range_compat` with
+/// rangesize 1 and one empty range, for IPv6 an all-zero `nf_nat_range`.
+fn masquerade_info(family: Family) -> Vec<u8> {
+    match family {
+        Family::Ipv4 => {
+            let mut d = vec![0u8; 20];
+            d[..4].copy_from_slice(&1u32.to_ne_bytes());
+            d
+        }
+        Family::Ipv6 => vec![0u8; 40],
+    }
 }
 
 /// `struct nf_nat_range2` for `--to-destination`.
@@ -371,6 +392,36 @@ pub enum Decoded {
 /// Decode an entry into a natledger-shaped rule, or `None` if it is anything else.
 pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
     let layout = Layout::of(family);
+    let mut rule = decode_header(e, layout)?;
+    let target_at = layout.target_offset(e);
+    let mut at = layout.entry_size;
+    while at < target_at {
+        let (m, size) = xt_at(e, at)?;
+        decode_match(&mut rule, &m, family)?;
+        at += size;
+    }
+    let (t, size) = xt_at(e, target_at)?;
+    if target_at + size != layout.next_offset(e) {
+        return None;
+    }
+    match (t.name, t.revision) {
+        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_ACCEPT => rule.target = Target::Accept,
+        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_DROP => rule.target = Target::Drop,
+        (STANDARD, 0) => {
+            let verdict = i32_at(t.data, 0);
+            let offset = u32::try_from(verdict).ok()?;
+            return Some(Decoded::Jump { rule, offset });
+        }
+        ("DNAT", 2) => rule.target = Target::Dnat(dnat_of(t.data, family)?),
+        ("MASQUERADE", 0) if is_plain_masquerade(t.data, family)? => {}
+        _ => return None,
+    }
+    Some(Decoded::Rule(rule))
+}
+
+/// The entry's fixed part (addresses, interface, protocol) as a rule with no match or
+/// target yet.
+fn decode_header(e: &[u8], layout: Layout) -> Option<Rule> {
     let n = layout.addr_len;
     let not_in_interface = not_in_interface(e, layout)?;
     let proto = u16_at(e, layout.proto_at);
@@ -378,7 +429,7 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
     if e[layout.flags_at] != flags {
         return None;
     }
-    let mut rule = Rule {
+    Some(Rule {
         source: net_of(&e[0..n], &e[2 * n..3 * n])?,
         destination: net_of(&e[n..2 * n], &e[3 * n..4 * n])?,
         protocol: match proto {
@@ -395,107 +446,81 @@ pub fn decode(e: &[u8], family: Family) -> Option<Decoded> {
         dnatted: None,
         comment: None,
         target: Target::Masquerade,
-    };
-    let target_at = layout.target_offset(e);
-    let mut at = layout.entry_size;
-    while at < target_at {
-        let (m, size) = xt_at(e, at)?;
-        match (m.name, m.revision) {
-            ("tcp" | "udp", 0) if Some(m.name) == rule.protocol.map(|p| p.as_str()) => {
-                let d = m.data;
-                let ok_tail = match m.name {
-                    "tcp" => d.get(8..12)? == [0, 0, 0, 0],
-                    _ => d.get(8)? == &0,
-                };
-                if rule.dports.is_some()
-                    || u16_at(d, 0) != 0
-                    || u16_at(d, 2) != u16::MAX
-                    || !ok_tail
-                {
-                    return None;
-                }
-                rule.dports = Some(PortRange {
-                    start: u16_at(d, 4),
-                    end: u16_at(d, 6),
-                });
-            }
-            ("addrtype", 1)
-                if !rule.dst_local
-                    && u16_at(m.data, 0) == 0
-                    && u16_at(m.data, 2) == ADDRTYPE_LOCAL
-                    && i32_at(m.data, 4) == 0 =>
-            {
-                rule.dst_local = true;
-            }
-            ("conntrack", 3) if rule.dnatted.is_none() && !rule.not_dnatted => {
-                let fresh = not_dnatted_info();
-                if m.data.get(..fresh.len()) == Some(fresh.as_slice()) {
-                    rule.not_dnatted = true;
-                } else {
-                    rule.dnatted = Some(conntrack_of(m.data, family)?);
-                }
-            }
-            ("comment", 0) if rule.comment.is_none() => {
-                let raw = m.data.get(..COMMENT_LEN)?;
-                let end = raw.iter().position(|b| *b == 0)?;
-                rule.comment = Some(std::str::from_utf8(&raw[..end]).ok()?.to_string());
-            }
-            _ => return None,
-        }
-        at += size;
-    }
-    let (t, size) = xt_at(e, target_at)?;
-    if target_at + size != layout.next_offset(e) {
-        return None;
-    }
-    match (t.name, t.revision) {
-        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_ACCEPT => rule.target = Target::Accept,
-        (STANDARD, 0) if i32_at(t.data, 0) == VERDICT_DROP => rule.target = Target::Drop,
-        (STANDARD, 0) => {
-            let verdict = i32_at(t.data, 0);
-            let offset = u32::try_from(verdict).ok()?;
-            return Some(Decoded::Jump { rule, offset });
-        }
-        ("DNAT", 2) => {
-            let d = t.data;
-            let flags = u32::from_ne_bytes(d.get(0..4)?.try_into().ok()?);
-            let base_flag = flags & NF_NAT_RANGE_PROTO_OFFSET != 0;
-            if flags & !NF_NAT_RANGE_PROTO_OFFSET
-                != NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED
-                || d.get(4..20)? != d.get(20..36)?
-            {
+    })
+}
+
+/// One match of the entry into `rule`; `None` for a match natledger does not write (or a
+/// second one of a kind).
+fn decode_match(rule: &mut Rule, m: &Xt, family: Family) -> Option<()> {
+    match (m.name, m.revision) {
+        ("tcp" | "udp", 0) if Some(m.name) == rule.protocol.map(|p| p.as_str()) => {
+            let d = m.data;
+            let ok_tail = match m.name {
+                "tcp" => d.get(8..12)? == [0, 0, 0, 0],
+                _ => d.get(8)? == &0,
+            };
+            if rule.dports.is_some() || u16_at(d, 0) != 0 || u16_at(d, 2) != u16::MAX || !ok_tail {
                 return None;
             }
-            let addr: IpAddr = match family {
-                Family::Ipv4 => <[u8; 4]>::try_from(&d[4..8]).ok()?.into(),
-                Family::Ipv6 => <[u8; 16]>::try_from(&d[4..20]).ok()?.into(),
-            };
-            let be = |at: usize| u16::from_be_bytes([d[at], d[at + 1]]);
-            rule.target = Target::Dnat(DnatTo {
-                addr,
-                ports: PortRange {
-                    start: be(36),
-                    end: be(38),
-                },
-                base: base_flag.then(|| be(40)),
+            rule.dports = Some(PortRange {
+                start: u16_at(d, 4),
+                end: u16_at(d, 6),
             });
         }
-        ("MASQUERADE", 0) => {
-            let expected = match family {
-                Family::Ipv4 => {
-                    let mut d = vec![0u8; 20];
-                    d[..4].copy_from_slice(&1u32.to_ne_bytes());
-                    d
-                }
-                Family::Ipv6 => vec![0u8; 40],
-            };
-            if t.data.get(..expected.len())? != expected.as_slice() {
-                return None;
+        ("addrtype", 1)
+            if !rule.dst_local
+                && u16_at(m.data, 0) == 0
+                && u16_at(m.data, 2) == ADDRTYPE_LOCAL
+                && i32_at(m.data, 4) == 0 =>
+        {
+            rule.dst_local = true;
+        }
+        ("conntrack", 3) if rule.dnatted.is_none() && !rule.not_dnatted => {
+            let fresh = not_dnatted_info();
+            if m.data.get(..fresh.len()) == Some(fresh.as_slice()) {
+                rule.not_dnatted = true;
+            } else {
+                rule.dnatted = Some(conntrack_of(m.data, family)?);
             }
+        }
+        ("comment", 0) if rule.comment.is_none() => {
+            let raw = m.data.get(..COMMENT_LEN)?;
+            let end = raw.iter().position(|b| *b == 0)?;
+            rule.comment = Some(std::str::from_utf8(&raw[..end]).ok()?.to_string());
         }
         _ => return None,
     }
-    Some(Decoded::Rule(rule))
+    Some(())
+}
+
+/// A DNAT revision 2 target (`nf_nat_range2`) to one address and a port range.
+fn dnat_of(d: &[u8], family: Family) -> Option<DnatTo> {
+    let flags = u32::from_ne_bytes(d.get(0..4)?.try_into().ok()?);
+    let base_flag = flags & NF_NAT_RANGE_PROTO_OFFSET != 0;
+    if flags & !NF_NAT_RANGE_PROTO_OFFSET != NF_NAT_RANGE_MAP_IPS | NF_NAT_RANGE_PROTO_SPECIFIED
+        || d.get(4..20)? != d.get(20..36)?
+    {
+        return None;
+    }
+    let addr: IpAddr = match family {
+        Family::Ipv4 => <[u8; 4]>::try_from(&d[4..8]).ok()?.into(),
+        Family::Ipv6 => <[u8; 16]>::try_from(&d[4..20]).ok()?.into(),
+    };
+    let be = |at: usize| u16::from_be_bytes([d[at], d[at + 1]]);
+    Some(DnatTo {
+        addr,
+        ports: PortRange {
+            start: be(36),
+            end: be(38),
+        },
+        base: base_flag.then(|| be(40)),
+    })
+}
+
+/// Whether a MASQUERADE target has no options (`None` when its data is too short).
+fn is_plain_masquerade(data: &[u8], family: Family) -> Option<bool> {
+    let expected = masquerade_info(family);
+    Some(data.get(..expected.len())? == expected.as_slice())
 }
 
 #[cfg(test)]

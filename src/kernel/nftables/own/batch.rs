@@ -1,9 +1,9 @@
 //! Restore batches as one nf_tables transaction on natledger's table.
 //!
-//! natledger's operations speak in restore batches (`crate::model::save::Batch`: declare a chain,
-//! check, insert, append, delete a rule by its arguments, flush, delete a chain). For the
-//! `nftables` backend, [`apply`] reads the table once, plays the operations against that
-//! picture in the order `iptables-restore` would (declarations first, then the rest), and
+//! natledger's operations speak in restore batches (`crate::model::save::Batch`: declare a
+//! chain, check, insert, append, delete a rule by its arguments, flush, delete a chain). For
+//! the `nftables` backend, [`Session::apply_own`](crate::kernel::nftables::Session::apply_own)
+//! reads the table once, plays the operations against that picture in the order `iptables-restore` would (declarations first, then the rest), and
 //! sends the messages they come to in one batch: a rule is deleted by the handle the read
 //! gave it, a check that fails or a rule to delete that is not there fails the whole batch
 //! before anything is sent, and the kernel commits everything or nothing. The table and its
@@ -13,25 +13,20 @@
 
 use std::io;
 
-use super::super::{
-    NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELRULE, NFT_MSG_NEWRULE, NFTA_RULE_HANDLE,
-    NFTA_RULE_USERDATA, NftError, Session, batch_marker, genmsg, rule_message, subsys,
-};
+use super::super::wire::{NFNL_MSG_BATCH_BEGIN, NFNL_MSG_BATCH_END, NFT_MSG_DELCHAIN};
+use super::super::wire::{NFT_MSG_DELRULE, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE};
+use super::super::wire::{NFT_MSG_NEWTABLE, NFTA_CHAIN_NAME, NFTA_CHAIN_TABLE, NFTA_RULE_HANDLE};
+use super::super::wire::{NFTA_RULE_POSITION, NFTA_RULE_USERDATA, NFTA_TABLE_NAME};
+use super::super::{NftError, Session, batch_marker, genmsg, rule_message, subsys};
 use super::picture::{Message, Place, plan};
-use super::{
-    NFT_MSG_DELCHAIN, NFT_MSG_DELTABLE, NFT_MSG_NEWCHAIN, NFT_MSG_NEWTABLE, OwnRead, TABLE, expr,
-    put_base_chain,
-};
+use super::{OwnRead, TABLE, expr, put_base_chain};
 use crate::kernel::netlink::{self, NLM_F_ACK, NLM_F_REQUEST};
 use crate::model::family::Family;
+use crate::model::rule::Rule;
 use crate::model::save::Batch;
 
 const NLM_F_CREATE: u16 = 0x400;
 const NLM_F_APPEND: u16 = 0x800;
-const NFTA_RULE_POSITION: u16 = 6;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
 /// How many times a batch is planned again after someone else committed in between.
 const ATTEMPTS: usize = 5;
 
@@ -68,76 +63,96 @@ fn encode(
         } else {
             0
         };
-        let flags = NLM_F_REQUEST | ack;
-        let header = |m: &mut Vec<u8>, kind: u16, flags: u16| {
-            let start = netlink::begin(m, subsys(kind), flags, seq);
-            genmsg(m, family.af(), 0);
-            start
-        };
-        let start = match message {
-            Message::NewTable => {
-                let start = header(&mut m, NFT_MSG_NEWTABLE, flags | NLM_F_CREATE);
-                netlink::put_str(&mut m, NFTA_TABLE_NAME, TABLE);
-                start
-            }
-            Message::DelTable => {
-                let start = header(&mut m, NFT_MSG_DELTABLE, flags);
-                netlink::put_str(&mut m, NFTA_TABLE_NAME, TABLE);
-                start
-            }
-            Message::NewChain { name, base, policy } => {
-                let start = header(&mut m, NFT_MSG_NEWCHAIN, flags | NLM_F_CREATE);
-                netlink::put_str(&mut m, NFTA_CHAIN_TABLE, TABLE);
-                netlink::put_str(&mut m, NFTA_CHAIN_NAME, name);
-                if let Some(base) = base {
-                    put_base_chain(&mut m, base, *policy);
-                }
-                start
-            }
-            Message::DelChain { name } => {
-                let start = header(&mut m, NFT_MSG_DELCHAIN, flags);
-                netlink::put_str(&mut m, NFTA_CHAIN_TABLE, TABLE);
-                netlink::put_str(&mut m, NFTA_CHAIN_NAME, name);
-                start
-            }
-            Message::NewRule { chain, rule, place } => {
-                let flags = match place {
-                    Place::Bottom => flags | NLM_F_CREATE | NLM_F_APPEND,
-                    Place::Top | Place::Before(_) => flags | NLM_F_CREATE,
-                };
-                let start =
-                    rule_message(&mut m, (NFT_MSG_NEWRULE, flags, seq), family, TABLE, chain);
-                if let Place::Before(handle) = place {
-                    netlink::put_attr(&mut m, NFTA_RULE_POSITION, &handle.to_be_bytes());
-                }
-                expr::encode(&mut m, family, rule).map_err(|source| NftError::Encode {
-                    family,
-                    chain: chain.clone(),
-                    rule: rule.to_args().join(" "),
-                    source,
-                })?;
-                if let Some(comment) = &rule.comment {
-                    netlink::put_attr(&mut m, NFTA_RULE_USERDATA, &expr::comment_udata(comment));
-                }
-                start
-            }
-            Message::DelRule { chain, handle } => {
-                let start =
-                    rule_message(&mut m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain);
-                netlink::put_attr(&mut m, NFTA_RULE_HANDLE, &handle.to_be_bytes());
-                start
-            }
-            Message::Flush { chain } => {
-                rule_message(&mut m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain)
-            }
-        };
+        let start = put_message(&mut m, family, (seq, NLM_F_REQUEST | ack), message)?;
         netlink::finish(&mut m, start);
     }
     marker(&mut m, NFNL_MSG_BATCH_END, seq + 1);
     Ok(m)
 }
 
-/// What one [`apply`] did.
+/// One message of the batch (sequence number `seq`, netlink `flags`), unfinished: returns
+/// where it starts, for `netlink::finish`.
+fn put_message(
+    m: &mut Vec<u8>,
+    family: Family,
+    (seq, flags): (u32, u16),
+    message: &Message,
+) -> Result<usize, NftError> {
+    let header = |m: &mut Vec<u8>, kind: u16, flags: u16| {
+        let start = netlink::begin(m, subsys(kind), flags, seq);
+        genmsg(m, family.af(), 0);
+        start
+    };
+    Ok(match message {
+        Message::NewTable => {
+            let start = header(m, NFT_MSG_NEWTABLE, flags | NLM_F_CREATE);
+            netlink::put_str(m, NFTA_TABLE_NAME, TABLE);
+            start
+        }
+        Message::DelTable => {
+            let start = header(m, NFT_MSG_DELTABLE, flags);
+            netlink::put_str(m, NFTA_TABLE_NAME, TABLE);
+            start
+        }
+        Message::NewChain { name, base, policy } => {
+            let start = header(m, NFT_MSG_NEWCHAIN, flags | NLM_F_CREATE);
+            netlink::put_str(m, NFTA_CHAIN_TABLE, TABLE);
+            netlink::put_str(m, NFTA_CHAIN_NAME, name);
+            if let Some(base) = base {
+                put_base_chain(m, base, *policy);
+            }
+            start
+        }
+        Message::DelChain { name } => {
+            let start = header(m, NFT_MSG_DELCHAIN, flags);
+            netlink::put_str(m, NFTA_CHAIN_TABLE, TABLE);
+            netlink::put_str(m, NFTA_CHAIN_NAME, name);
+            start
+        }
+        Message::NewRule { chain, rule, place } => {
+            put_new_rule(m, family, (seq, flags), chain, rule, place)?
+        }
+        Message::DelRule { chain, handle } => {
+            let start = rule_message(m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain);
+            netlink::put_attr(m, NFTA_RULE_HANDLE, &handle.to_be_bytes());
+            start
+        }
+        Message::Flush { chain } => {
+            rule_message(m, (NFT_MSG_DELRULE, flags, seq), family, TABLE, chain)
+        }
+    })
+}
+
+/// A NEWRULE: appended, first, or before a handle; its expressions and comment.
+fn put_new_rule(
+    m: &mut Vec<u8>,
+    family: Family,
+    (seq, flags): (u32, u16),
+    chain: &str,
+    rule: &Rule,
+    place: &Place,
+) -> Result<usize, NftError> {
+    let flags = match place {
+        Place::Bottom => flags | NLM_F_CREATE | NLM_F_APPEND,
+        Place::Top | Place::Before(_) => flags | NLM_F_CREATE,
+    };
+    let start = rule_message(m, (NFT_MSG_NEWRULE, flags, seq), family, TABLE, chain);
+    if let Place::Before(handle) = place {
+        netlink::put_attr(m, NFTA_RULE_POSITION, &handle.to_be_bytes());
+    }
+    expr::encode(m, family, rule).map_err(|source| NftError::Encode {
+        family,
+        chain: chain.to_string(),
+        rule: rule.to_args().join(" "),
+        source,
+    })?;
+    if let Some(comment) = &rule.comment {
+        netlink::put_attr(m, NFTA_RULE_USERDATA, &expr::comment_udata(comment));
+    }
+    Ok(start)
+}
+
+/// What one [`Session::apply_own`](crate::kernel::nftables::Session::apply_own) did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Applied {
     /// Messages committed (0: nothing to do, nothing sent).

@@ -24,6 +24,54 @@ pub fn debug_text(family: Family, expressions: &[u8]) -> String {
     exprs.iter().map(|e| format!("[ {} ]\n", line(e))).collect()
 }
 
+/// `meta` keys by number, as libnftnl names them.
+const META_KEYS: [&str; 17] = [
+    "len",
+    "protocol",
+    "priority",
+    "mark",
+    "iif",
+    "oif",
+    "iifname",
+    "oifname",
+    "iiftype",
+    "oiftype",
+    "skuid",
+    "skgid",
+    "nftrace",
+    "rtclassid",
+    "secmark",
+    "nfproto",
+    "l4proto",
+];
+
+/// `ct` keys by number, as libnftnl names them.
+const CT_KEYS: [&str; 23] = [
+    "state",
+    "direction",
+    "status",
+    "mark",
+    "secmark",
+    "expiration",
+    "helper",
+    "l3protocol",
+    "src",
+    "dst",
+    "protocol",
+    "proto_src",
+    "proto_dst",
+    "label",
+    "packets",
+    "bytes",
+    "avgpkt",
+    "zone",
+    "event",
+    "src_ip",
+    "dst_ip",
+    "src_ip6",
+    "dst_ip6",
+];
+
 fn line(expr: &Expr) -> String {
     match expr {
         Expr::Payload {
@@ -62,73 +110,21 @@ fn line(expr: &Expr) -> String {
         }
         Expr::Bitwise { .. } => "bitwise ?".to_string(),
         Expr::Meta { key, dreg } => {
-            let names = [
-                "len",
-                "protocol",
-                "priority",
-                "mark",
-                "iif",
-                "oif",
-                "iifname",
-                "oifname",
-                "iiftype",
-                "oiftype",
-                "skuid",
-                "skgid",
-                "nftrace",
-                "rtclassid",
-                "secmark",
-                "nfproto",
-                "l4proto",
-            ];
-            format!("meta load {} => reg {dreg}", name(&names, *key))
+            format!("meta load {} => reg {dreg}", name(&META_KEYS, *key))
         }
         Expr::Ct { key, dreg, dir } => {
-            let names = [
-                "state",
-                "direction",
-                "status",
-                "mark",
-                "secmark",
-                "expiration",
-                "helper",
-                "l3protocol",
-                "src",
-                "dst",
-                "protocol",
-                "proto_src",
-                "proto_dst",
-                "label",
-                "packets",
-                "bytes",
-                "avgpkt",
-                "zone",
-                "event",
-                "src_ip",
-                "dst_ip",
-                "src_ip6",
-                "dst_ip6",
-            ];
             let dir = match dir {
                 None => "",
                 Some(0) => " , dir original",
                 Some(_) => " , dir reply",
             };
-            format!("ct load {} => reg {dreg}{dir}", name(&names, *key))
+            format!("ct load {} => reg {dreg}{dir}", name(&CT_KEYS, *key))
         }
         Expr::Fib {
             flags,
             result,
             dreg,
-        } => {
-            let names = ["saddr", "daddr", "mark", "iif", "oif", "present"];
-            let flags: Vec<&str> = (0..names.len())
-                .filter(|bit| flags & (1 << bit) != 0)
-                .map(|bit| names[bit])
-                .collect();
-            let result = name(&["unspec", "oif", "oifname", "type"], *result);
-            format!("fib {} {result} => reg {dreg}", flags.join(" . "))
-        }
+        } => fib_line(*flags, *result, *dreg),
         Expr::Immediate {
             dreg,
             data: Data::Value(v),
@@ -139,55 +135,74 @@ fn line(expr: &Expr) -> String {
             dreg,
             data: Data::Verdict { code, chain },
         } => {
-            let verdict = match (code, chain) {
-                (0, _) => "drop".to_string(),
-                (1, _) => "accept".to_string(),
-                (-1, _) => "continue".to_string(),
-                (-2, _) => "break".to_string(),
-                (-3, Some(c)) => format!("jump -> {c}"),
-                (-4, Some(c)) => format!("goto -> {c}"),
-                (-5, _) => "return".to_string(),
-                (code, _) => format!("verdict {code}"),
-            };
-            format!("immediate reg {dreg} {verdict}")
+            format!("immediate reg {dreg} {}", verdict(*code, chain.as_deref()))
         }
-        Expr::Nat {
-            kind,
-            family,
-            addr_min,
-            addr_max,
-            proto_min,
-            proto_max,
-            flags,
-        } => {
-            let kind = name(&["snat", "dnat"], *kind);
-            let family = match family {
-                1 => "inet",
-                2 => "ip",
-                10 => "ip6",
-                _ => "unknown",
-            };
-            let mut text = format!("nat {kind} {family}");
-            let regs = [
-                ("addr_min", addr_min),
-                ("addr_max", addr_max),
-                ("proto_min", proto_min),
-                ("proto_max", proto_max),
-            ];
-            for (label, reg) in regs {
-                if let Some(reg) = reg {
-                    text.push_str(&format!(" {label} reg {reg}"));
-                }
-            }
-            if let Some(flags) = flags {
-                text.push_str(&format!(" flags 0x{flags:x}"));
-            }
-            text
-        }
+        Expr::Nat { .. } => nat_line(expr),
         Expr::Masq => "masq".to_string(),
         Expr::Counter { packets, bytes } => format!("counter pkts {packets} bytes {bytes}"),
         Expr::Other(name) => format!("{name} ?"),
     }
+}
+
+fn fib_line(flags: u32, result: u32, dreg: u32) -> String {
+    let names = ["saddr", "daddr", "mark", "iif", "oif", "present"];
+    let flags: Vec<&str> = (0..names.len())
+        .filter(|bit| flags & (1 << bit) != 0)
+        .map(|bit| names[bit])
+        .collect();
+    let result = name(&["unspec", "oif", "oifname", "type"], result);
+    format!("fib {} {result} => reg {dreg}", flags.join(" . "))
+}
+
+fn verdict(code: i32, chain: Option<&str>) -> String {
+    match (code, chain) {
+        (0, _) => "drop".to_string(),
+        (1, _) => "accept".to_string(),
+        (-1, _) => "continue".to_string(),
+        (-2, _) => "break".to_string(),
+        (-3, Some(c)) => format!("jump -> {c}"),
+        (-4, Some(c)) => format!("goto -> {c}"),
+        (-5, _) => "return".to_string(),
+        (code, _) => format!("verdict {code}"),
+    }
+}
+
+fn nat_line(expr: &Expr) -> String {
+    let Expr::Nat {
+        kind,
+        family,
+        addr_min,
+        addr_max,
+        proto_min,
+        proto_max,
+        flags,
+    } = expr
+    else {
+        return String::new();
+    };
+    let kind = name(&["snat", "dnat"], *kind);
+    let family = match family {
+        1 => "inet",
+        2 => "ip",
+        10 => "ip6",
+        _ => "unknown",
+    };
+    let mut text = format!("nat {kind} {family}");
+    let regs = [
+        ("addr_min", addr_min),
+        ("addr_max", addr_max),
+        ("proto_min", proto_min),
+        ("proto_max", proto_max),
+    ];
+    for (label, reg) in regs {
+        if let Some(reg) = reg {
+            text.push_str(&format!(" {label} reg {reg}"));
+        }
+    }
+    if let Some(flags) = flags {
+        text.push_str(&format!(" flags 0x{flags:x}"));
+    }
+    text
 }
 
 fn name(names: &[&'static str], n: u32) -> String {

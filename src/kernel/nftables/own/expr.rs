@@ -34,8 +34,8 @@
 
 use std::net::IpAddr;
 
-use super::super::NFTA_RULE_EXPRESSIONS;
-use super::super::read::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK, TRANSPORT};
+use super::super::wire::{EQ, GTE, LTE, META_IIFNAME, META_L4PROTO, NEQ, NETWORK, TRANSPORT};
+use super::super::wire::{NFT_GOTO, NFT_JUMP, NFTA_RULE_EXPRESSIONS};
 use crate::kernel::netlink;
 use crate::model::family::Family;
 use crate::model::portspec::{PortRange, Protocol};
@@ -57,8 +57,6 @@ const RTN_LOCAL: u32 = 2;
 const IPS_DST_NAT: u32 = 0x20;
 const NF_ACCEPT: i32 = 1;
 const NF_DROP: i32 = 0;
-const NFT_JUMP: i32 = -3;
-const NFT_GOTO: i32 = -4;
 const NAT_DNAT: u32 = 1;
 const NAT_MAP_IPS: u32 = 0x1;
 const NAT_PROTO_SPECIFIED: u32 = 0x2;
@@ -435,61 +433,15 @@ fn normal(expr: Expr) -> Expr {
 /// again.
 fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
     let mut rule = Rule::unconditional(Target::Accept);
-    let (saddr, daddr) = family.header_addresses();
     let mut target = None;
     let (mut nat_addr, mut nat_port) = (None, None);
     let mut ct = ct::Parts::default();
     let mut it = exprs.iter().peekable();
     while let Some(expr) = it.next() {
+        if read_match(family, &mut rule, &mut ct, expr, &mut it)? {
+            continue;
+        }
         match expr {
-            Expr::Payload {
-                base, offset, len, ..
-            } if *base == NETWORK => {
-                let mask = match it.peek() {
-                    Some(Expr::Bitwise { mask, .. }) => {
-                        it.next();
-                        Some(mask.clone())
-                    }
-                    _ => None,
-                };
-                let value = next_cmp(&mut it)?;
-                let net = network(family, *len as usize, mask, value)?;
-                match *offset {
-                    o if o == saddr => rule.source = Some(net),
-                    o if o == daddr => rule.destination = Some(net),
-                    _ => return None,
-                }
-            }
-            Expr::Meta { key, .. } if *key == META_IIFNAME => {
-                let name = next_cmp(&mut it)?;
-                let end = name.iter().position(|b| *b == 0)?;
-                rule.not_in_interface = Some(String::from_utf8(name[..end].to_vec()).ok()?);
-            }
-            Expr::Meta { key, .. } if *key == META_L4PROTO => {
-                rule.protocol = Some(Protocol::from_number(*next_cmp(&mut it)?.first()?)?);
-            }
-            Expr::Payload { base, .. } if *base == TRANSPORT => {
-                rule.dports = Some(next_ports(&mut it)?);
-            }
-            Expr::Fib { .. } => {
-                next_cmp(&mut it)?;
-                rule.dst_local = true;
-            }
-            Expr::Ct { key, dir: None, .. } if *key != ct::PROTOCOL => {
-                it.next();
-                let op = match it.peek() {
-                    Some(Expr::Cmp { op, .. }) => *op,
-                    _ => return None,
-                };
-                next_cmp(&mut it)?;
-                match (*key, op) {
-                    (CT_STATUS, EQ) => rule.not_dnatted = true,
-                    (CT_STATUS, _) => ct.state = true,
-                    (CT_STATE, _) => rule.untracked = true,
-                    _ => return None,
-                }
-            }
-            Expr::Ct { key, dir, .. } => ct.read(family, *key, *dir, &mut it)?,
             Expr::Immediate {
                 data: Data::Verdict { code, chain },
                 ..
@@ -526,8 +478,79 @@ fn candidate(family: Family, exprs: &[Expr]) -> Option<Rule> {
     Some(rule)
 }
 
+/// The expressions still to read.
+type Rest<'a> = std::iter::Peekable<std::slice::Iter<'a, Expr>>;
+
+/// A match starting at `expr` (a load and the compares after it) into `rule`: `Some(false)`
+/// when `expr` starts no match, `None` when the match is not one natledger writes.
+fn read_match(
+    family: Family,
+    rule: &mut Rule,
+    ct: &mut ct::Parts,
+    expr: &Expr,
+    it: &mut Rest,
+) -> Option<bool> {
+    let (saddr, daddr) = family.header_addresses();
+    match expr {
+        Expr::Payload {
+            base, offset, len, ..
+        } if *base == NETWORK => {
+            let mask = match it.peek() {
+                Some(Expr::Bitwise { mask, .. }) => {
+                    it.next();
+                    Some(mask.clone())
+                }
+                _ => None,
+            };
+            let value = next_cmp(it)?;
+            let net = network(family, *len as usize, mask, value)?;
+            match *offset {
+                o if o == saddr => rule.source = Some(net),
+                o if o == daddr => rule.destination = Some(net),
+                _ => return None,
+            }
+        }
+        Expr::Meta { key, .. } if *key == META_IIFNAME => {
+            let name = next_cmp(it)?;
+            let end = name.iter().position(|b| *b == 0)?;
+            rule.not_in_interface = Some(String::from_utf8(name[..end].to_vec()).ok()?);
+        }
+        Expr::Meta { key, .. } if *key == META_L4PROTO => {
+            rule.protocol = Some(Protocol::from_number(*next_cmp(it)?.first()?)?);
+        }
+        Expr::Payload { base, .. } if *base == TRANSPORT => {
+            rule.dports = Some(next_ports(it)?);
+        }
+        Expr::Fib { .. } => {
+            next_cmp(it)?;
+            rule.dst_local = true;
+        }
+        Expr::Ct { key, dir: None, .. } if *key != ct::PROTOCOL => ct_flag(rule, ct, *key, it)?,
+        Expr::Ct { key, dir, .. } => ct.read(family, *key, *dir, it)?,
+        _ => return Some(false),
+    }
+    Some(true)
+}
+
+/// `ct status`/`ct state` bits and the compare after them: the guard's conditions.
+fn ct_flag(rule: &mut Rule, ct: &mut ct::Parts, key: u32, it: &mut Rest) -> Option<()> {
+    it.next();
+    let op = match it.peek() {
+        Some(Expr::Cmp { op, .. }) => *op,
+        _ => return None,
+    };
+    next_cmp(it)?;
+    match (key, op) {
+        (CT_STATUS, EQ) => rule.not_dnatted = true,
+        (CT_STATUS, _) => ct.state = true,
+        (CT_STATE, _) => rule.untracked = true,
+        _ => return None,
+    }
+    Some(())
+}
+
 /// A port (`cmp eq`) or a range (`cmp gte`, `cmp lte`) compared next.
-fn next_ports(it: &mut std::iter::Peekable<std::slice::Iter<'_, Expr>>) -> Option<PortRange> {
+fn next_ports(it: &mut Rest) -> Option<PortRange> {
     let start = be16(&next_cmp(it)?)?;
     let end = match it.peek() {
         Some(Expr::Cmp { data, .. }) => {
@@ -540,7 +563,7 @@ fn next_ports(it: &mut std::iter::Peekable<std::slice::Iter<'_, Expr>>) -> Optio
 }
 
 /// The value of the `cmp` that comes next.
-fn next_cmp(it: &mut std::iter::Peekable<std::slice::Iter<'_, Expr>>) -> Option<Vec<u8>> {
+fn next_cmp(it: &mut Rest) -> Option<Vec<u8>> {
     match it.next() {
         Some(Expr::Cmp { data, .. }) => Some(data.clone()),
         _ => None,

@@ -4,8 +4,8 @@
 
 use super::super::debug::debug_text;
 use super::*;
-use crate::kernel::nftables::NFTA_EXPR_DATA;
-use crate::kernel::nftables::read::NFTA_DATA_VALUE;
+use crate::kernel::nftables::wire::NFTA_DATA_VALUE;
+use crate::kernel::nftables::wire::NFTA_EXPR_DATA;
 use crate::model::layout::{self, FILTER, NAT};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_entry;

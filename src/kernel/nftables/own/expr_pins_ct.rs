@@ -4,7 +4,7 @@
 
 use super::pins::{V4, V6, encoded, pin, rule};
 use super::*;
-use crate::kernel::nftables::NFTA_EXPR_DATA;
+use crate::kernel::nftables::wire::NFTA_EXPR_DATA;
 use crate::model::layout;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_entry;

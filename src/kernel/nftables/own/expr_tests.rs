@@ -3,7 +3,7 @@
 use super::super::debug::debug_text;
 use super::pins::{V4, V6, encoded, rule};
 use super::*;
-use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
 use crate::model::layout;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::parse_entry;

@@ -53,10 +53,12 @@ pub mod debug;
 pub mod expr;
 mod picture;
 
-use super::{
-    NFT_MSG_GETRULE, NFT_MSG_NEWRULE, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE,
-    NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NftError, Session, comment_udata, genmsg, subsys,
-};
+use super::wire::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETTABLE};
+use super::wire::{NFT_MSG_NEWRULE, NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME};
+use super::wire::{NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE, NFTA_CHAIN_TYPE, NFTA_HOOK_HOOKNUM};
+use super::wire::{NFTA_HOOK_PRIORITY, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE};
+use super::wire::{NFTA_RULE_TABLE, NFTA_RULE_USERDATA, NFTA_TABLE_NAME, NFTA_TABLE_USE};
+use super::{NftError, Session, comment_udata, genmsg, subsys};
 use crate::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -79,22 +81,6 @@ pub const CAPABILITIES: Capabilities = Capabilities {
 
 /// The name of natledger's table in each family.
 pub const TABLE: &str = "natledger";
-
-pub(super) const NFT_MSG_NEWTABLE: u16 = 0;
-pub(super) const NFT_MSG_GETTABLE: u16 = 1;
-pub(super) const NFT_MSG_DELTABLE: u16 = 2;
-pub(super) const NFT_MSG_NEWCHAIN: u16 = 3;
-pub(super) const NFT_MSG_GETCHAIN: u16 = 4;
-pub(super) const NFT_MSG_DELCHAIN: u16 = 5;
-const NFTA_TABLE_NAME: u16 = 1;
-const NFTA_TABLE_USE: u16 = 3;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_CHAIN_TYPE: u16 = 7;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-const NFTA_HOOK_PRIORITY: u16 = 2;
 
 /// A base chain of natledger's table: the iptables built-in chain it stands for.
 #[derive(Debug, PartialEq, Eq)]

@@ -218,13 +218,6 @@ impl Picture {
     }
 
     fn play(&mut self, op: &Op) -> Result<(), NftError> {
-        let parse = |chain: &str, args: &[String]| {
-            Rule::parse_args(args).map_err(|e| NftError::Refused {
-                family: self.family,
-                chain: chain.to_string(),
-                reason: format!("not a rule natledger writes ({e}): {}", args.join(" ")),
-            })
-        };
         match op {
             Op::DeclareChain(name) => {
                 if self.chain(name).is_some() {
@@ -234,25 +227,7 @@ impl Picture {
                     self.make_chain(name, NF_ACCEPT);
                 }
             }
-            Op::Policy(name, policy) => {
-                let policy = match policy.as_str() {
-                    "ACCEPT" => NF_ACCEPT,
-                    "DROP" => NF_DROP,
-                    other => return Err(self.refused(name, format!("no policy {other}"))),
-                };
-                if base_chain(name).is_none() {
-                    return Err(self.refused(name, "a policy needs a base chain".into()));
-                }
-                if self.chain(name).is_none() {
-                    self.make_chain(name, policy);
-                } else {
-                    self.messages.push(Message::NewChain {
-                        name: name.clone(),
-                        base: base_chain(name),
-                        policy,
-                    });
-                }
-            }
+            Op::Policy(name, policy) => self.policy(name, policy)?,
             Op::Check(chain, args) => {
                 let found = self
                     .chain(chain)
@@ -261,60 +236,104 @@ impl Picture {
                     return Err(self.refused(chain, format!("no rule {}", args.join(" "))));
                 }
             }
-            Op::InsertFirst(chain, args) => self.insert(chain, 1, parse(chain, args)?, args)?,
-            Op::InsertAt(chain, at, args) => self.insert(chain, *at, parse(chain, args)?, args)?,
-            Op::Append(chain, args) => {
-                let rule = parse(chain, args)?;
-                let target = self.chain_or_base(chain)?;
-                target.rules.push(Pictured {
-                    args: args.clone(),
-                    handle: None,
-                    gone: false,
-                });
-                target.live += 1;
-                target.written = true;
-                self.messages.push(Message::NewRule {
-                    chain: chain.clone(),
-                    rule,
-                    place: Place::Bottom,
-                });
+            Op::InsertFirst(chain, args) => {
+                self.insert(chain, 1, self.parse(chain, args)?, args)?
             }
-            Op::Delete(chain, args) => {
-                let family = self.family;
-                let target = self.chain(chain).ok_or_else(|| NftError::Refused {
-                    family,
-                    chain: chain.clone(),
-                    reason: "no such chain".into(),
-                })?;
-                let handle = target.delete(args).ok_or_else(|| NftError::Refused {
-                    family,
-                    chain: chain.clone(),
-                    reason: format!("no rule {}", args.join(" ")),
-                })?;
-                self.messages.push(Message::DelRule {
-                    chain: chain.clone(),
-                    handle,
-                });
+            Op::InsertAt(chain, at, args) => {
+                self.insert(chain, *at, self.parse(chain, args)?, args)?
             }
+            Op::Append(chain, args) => self.append(chain, args)?,
+            Op::Delete(chain, args) => self.delete_rule(chain, args)?,
             Op::Flush(chain) => self.flush(chain)?,
-            Op::DeleteChain(name) => {
-                let nonempty = self.chain(name).map(|c| c.live > 0);
-                match nonempty {
-                    None => return Err(self.refused(name, "no such chain".into())),
-                    Some(true) => return Err(self.refused(name, "the chain is not empty".into())),
-                    Some(false) => {}
-                }
-                let referenced = self.chains.iter().any(|c| {
-                    c.live()
-                        .any(|r| crate::model::layout::comment_and_target(&r.args).1 == Some(name))
-                });
-                if referenced {
-                    return Err(self.refused(name, "a rule jumps to the chain".into()));
-                }
-                self.chains.retain(|c| c.name != *name);
-                self.messages.push(Message::DelChain { name: name.clone() });
-            }
+            Op::DeleteChain(name) => self.delete_chain(name)?,
         }
+        Ok(())
+    }
+
+    /// The rule `args` stand for; refused when natledger would not write it.
+    fn parse(&self, chain: &str, args: &[String]) -> Result<Rule, NftError> {
+        Rule::parse_args(args).map_err(|e| NftError::Refused {
+            family: self.family,
+            chain: chain.to_string(),
+            reason: format!("not a rule natledger writes ({e}): {}", args.join(" ")),
+        })
+    }
+
+    fn policy(&mut self, name: &str, policy: &str) -> Result<(), NftError> {
+        let policy = match policy {
+            "ACCEPT" => NF_ACCEPT,
+            "DROP" => NF_DROP,
+            other => return Err(self.refused(name, format!("no policy {other}"))),
+        };
+        if base_chain(name).is_none() {
+            return Err(self.refused(name, "a policy needs a base chain".into()));
+        }
+        if self.chain(name).is_none() {
+            self.make_chain(name, policy);
+        } else {
+            self.messages.push(Message::NewChain {
+                name: name.to_string(),
+                base: base_chain(name),
+                policy,
+            });
+        }
+        Ok(())
+    }
+
+    fn append(&mut self, chain: &str, args: &[String]) -> Result<(), NftError> {
+        let rule = self.parse(chain, args)?;
+        let target = self.chain_or_base(chain)?;
+        target.rules.push(Pictured {
+            args: args.to_vec(),
+            handle: None,
+            gone: false,
+        });
+        target.live += 1;
+        target.written = true;
+        self.messages.push(Message::NewRule {
+            chain: chain.to_string(),
+            rule,
+            place: Place::Bottom,
+        });
+        Ok(())
+    }
+
+    fn delete_rule(&mut self, chain: &str, args: &[String]) -> Result<(), NftError> {
+        let family = self.family;
+        let target = self.chain(chain).ok_or_else(|| NftError::Refused {
+            family,
+            chain: chain.to_string(),
+            reason: "no such chain".into(),
+        })?;
+        let handle = target.delete(args).ok_or_else(|| NftError::Refused {
+            family,
+            chain: chain.to_string(),
+            reason: format!("no rule {}", args.join(" ")),
+        })?;
+        self.messages.push(Message::DelRule {
+            chain: chain.to_string(),
+            handle,
+        });
+        Ok(())
+    }
+
+    /// A chain is deleted only when empty and no rule jumps to it.
+    fn delete_chain(&mut self, name: &String) -> Result<(), NftError> {
+        let nonempty = self.chain(name).map(|c| c.live > 0);
+        match nonempty {
+            None => return Err(self.refused(name, "no such chain".into())),
+            Some(true) => return Err(self.refused(name, "the chain is not empty".into())),
+            Some(false) => {}
+        }
+        let referenced = self.chains.iter().any(|c| {
+            c.live()
+                .any(|r| crate::model::layout::comment_and_target(&r.args).1 == Some(name))
+        });
+        if referenced {
+            return Err(self.refused(name, "a rule jumps to the chain".into()));
+        }
+        self.chains.retain(|c| c.name != *name);
+        self.messages.push(Message::DelChain { name: name.clone() });
         Ok(())
     }
 

@@ -1,7 +1,12 @@
 //! One rule's nf_tables expressions, as iptables-nft 1.8.9 writes them, back into the
 //! tokens iptables-nft-save prints (the encodings: the module comment of `read`).
 
-use super::*;
+use super::wire::{self, NEQ, NETWORK, NFTA_DATA_VERDICT};
+use super::wire::{EQ, GT, GTE, LT, LTE, META_IIFNAME, META_L4PROTO, META_MARK, META_OIFNAME};
+use super::wire::{TRANSPORT, u32_attr, value_attr};
+use crate::kernel::netlink;
+use crate::kernel::xt::{self, Header, IFNAMSIZ, TcpUdp};
+use crate::model::family::Family;
 
 /// What a register holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,14 +41,30 @@ pub(super) struct Decoder {
     target: Vec<String>,
 }
 
-/// The first attribute of `kind` as a big-endian u32.
-fn u32_attr(data: &[u8], kind: u16) -> Option<u32> {
-    netlink::attr(data, kind).and_then(be32)
+/// A compat `match` or `target` expression: the xtables name, revision and info struct.
+fn xt_expr(data: &[u8]) -> Option<(&str, u8, &[u8])> {
+    let name = netlink::attr(data, 1).and_then(netlink::str_of)?;
+    let revision = u8::try_from(u32_attr(data, 2)?).ok()?;
+    let info = netlink::attr(data, 3).unwrap_or_default();
+    Some((name, revision, info))
 }
 
-/// The value of an `NFTA_DATA_VALUE` nested in attribute `kind`.
-fn value_attr(data: &[u8], kind: u16) -> Option<&[u8]> {
-    netlink::attr(netlink::attr(data, kind)?, NFTA_DATA_VALUE)
+/// A native statement iptables-nft reads back as a target: its name only (target options
+/// never decide what matches).
+fn native_target(name: &str, data: &[u8]) -> Option<&'static str> {
+    Some(match name {
+        "log" => "NFLOG",
+        "nat" => match u32_attr(data, 1)? {
+            0 => "SNAT",
+            1 => "DNAT",
+            _ => return None,
+        },
+        "masq" => "MASQUERADE",
+        "redir" => "REDIRECT",
+        "reject" => "REJECT",
+        "queue" => "NFQUEUE",
+        _ => return None,
+    })
 }
 
 impl Decoder {
@@ -82,119 +103,117 @@ impl Decoder {
     /// One expression; `None` when it is not understood (the caller renders it opaque).
     pub(super) fn expr(&mut self, name: &str, data: &[u8]) -> Option<()> {
         match name {
-            "counter" => {}
-            "meta" => {
-                // A `meta set` is a statement natledger does not model.
-                if netlink::attr(data, 3).is_some() {
-                    return None;
-                }
-                let dreg = u32_attr(data, 1)?;
-                self.set_reg(dreg, Source::Meta(u32_attr(data, 2)?), None);
-            }
-            "payload" => {
-                // `payload set` (NFTA_PAYLOAD_SREG) writes the packet.
-                if netlink::attr(data, 5).is_some() {
-                    return None;
-                }
-                let source = Source::Payload {
-                    base: u32_attr(data, 2)?,
-                    offset: u32_attr(data, 3)?,
-                    len: u32_attr(data, 4)?,
-                };
-                self.set_reg(u32_attr(data, 1)?, source, None);
-            }
-            "bitwise" => {
-                let (sreg, dreg) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
-                let op = u32_attr(data, 6).unwrap_or(0);
-                let mask = value_attr(data, 4);
-                let xor = value_attr(data, 5);
-                let loaded = self.reg(sreg).cloned();
-                let plain = op == 0
-                    && xor.is_some_and(|x| x.iter().all(|b| *b == 0))
-                    && loaded.as_ref().is_some_and(|r| r.mask.is_none());
-                match (loaded, mask) {
-                    (Some(r), Some(mask)) if plain => {
-                        self.set_reg(dreg, r.source, Some(mask.to_vec()))
-                    }
-                    _ => self.set_reg(dreg, Source::Other, None),
-                }
-            }
+            "counter" => Some(()),
+            "meta" => self.meta(data),
+            "payload" => self.payload(data),
+            "bitwise" => self.bitwise(data),
             "cmp" => {
                 let (sreg, op) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
                 let value = value_attr(data, 3)?;
                 let reg = self.reg(sreg)?.clone();
-                self.cmp(&reg, op, value)?;
+                self.cmp(&reg, op, value)
             }
-            "range" => {
-                let (sreg, op) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
-                let (from, to) = (value_attr(data, 3)?, value_attr(data, 4)?);
-                let reg = self.reg(sreg)?.clone();
-                let (Source::Payload { base, offset, len }, None) = (reg.source, reg.mask) else {
-                    return None;
-                };
-                if base != TRANSPORT || len != 2 || from.len() != 2 || to.len() != 2 || op > NEQ {
-                    return None;
-                }
-                let (lo, hi) = (be16(from)?, be16(to)?);
-                let (ports, inv_bit) = self.port_field(offset)?;
-                let m = self.ports()?;
-                let field = if ports == 0 { &mut m.spts } else { &mut m.dpts };
-                *field = [lo, hi];
-                if op == NEQ {
-                    m.invflags |= inv_bit;
-                }
-            }
-            "immediate" => {
-                let dreg = u32_attr(data, 1)?;
-                let Some(verdict) =
-                    netlink::attr(data, 2).and_then(|d| netlink::attr(d, NFTA_DATA_VERDICT))
-                else {
-                    self.set_reg(dreg, Source::Other, None);
-                    return Some(());
-                };
-                let code = be32(netlink::attr(verdict, NFTA_VERDICT_CODE)?)? as i32;
-                let chain = netlink::attr(verdict, NFTA_VERDICT_CHAIN).and_then(netlink::str_of);
-                self.target = match (code, chain) {
-                    (1, _) => vec!["-j".into(), "ACCEPT".into()],
-                    (0, _) => vec!["-j".into(), "DROP".into()],
-                    (-5, _) => vec!["-j".into(), "RETURN".into()],
-                    (-3, Some(c)) => vec!["-j".into(), c.into()],
-                    (-4, Some(c)) => vec!["-g".into(), c.into()],
-                    // continue, break: what iptables-nft-save prints (nothing).
-                    (-1 | -2, _) => Vec::new(),
-                    _ => return None,
-                };
-            }
+            "range" => self.range(data),
+            "immediate" => self.immediate(data),
             "match" => {
-                let name = netlink::attr(data, 1).and_then(netlink::str_of)?;
-                let revision = u8::try_from(u32_attr(data, 2)?).ok()?;
-                let info = netlink::attr(data, 3).unwrap_or_default();
+                let (name, revision, info) = xt_expr(data)?;
                 xt::push_match(&mut self.matches, self.family, name, revision, info);
+                Some(())
             }
             "target" => {
-                let name = netlink::attr(data, 1).and_then(netlink::str_of)?;
-                let revision = u8::try_from(u32_attr(data, 2)?).ok()?;
-                let info = netlink::attr(data, 3).unwrap_or_default();
+                let (name, revision, info) = xt_expr(data)?;
                 self.target.clear();
                 xt::push_target(&mut self.target, self.family, name, revision, info);
+                Some(())
             }
-            // Native statements iptables-nft reads back as targets: their name only (target
-            // options never decide what matches).
-            "log" => self.target = vec!["-j".into(), "NFLOG".into()],
-            "nat" => {
-                let kind = match u32_attr(data, 1)? {
-                    0 => "SNAT",
-                    1 => "DNAT",
-                    _ => return None,
-                };
-                self.target = vec!["-j".into(), kind.into()];
+            _ => {
+                self.target = vec!["-j".into(), native_target(name, data)?.into()];
+                Some(())
             }
-            "masq" => self.target = vec!["-j".into(), "MASQUERADE".into()],
-            "redir" => self.target = vec!["-j".into(), "REDIRECT".into()],
-            "reject" => self.target = vec!["-j".into(), "REJECT".into()],
-            "queue" => self.target = vec!["-j".into(), "NFQUEUE".into()],
-            _ => return None,
         }
+    }
+
+    fn meta(&mut self, data: &[u8]) -> Option<()> {
+        // A `meta set` is a statement natledger does not model.
+        if netlink::attr(data, 3).is_some() {
+            return None;
+        }
+        let dreg = u32_attr(data, 1)?;
+        self.set_reg(dreg, Source::Meta(u32_attr(data, 2)?), None);
+        Some(())
+    }
+
+    fn payload(&mut self, data: &[u8]) -> Option<()> {
+        // `payload set` (NFTA_PAYLOAD_SREG) writes the packet.
+        if netlink::attr(data, 5).is_some() {
+            return None;
+        }
+        let source = Source::Payload {
+            base: u32_attr(data, 2)?,
+            offset: u32_attr(data, 3)?,
+            len: u32_attr(data, 4)?,
+        };
+        self.set_reg(u32_attr(data, 1)?, source, None);
+        Some(())
+    }
+
+    fn bitwise(&mut self, data: &[u8]) -> Option<()> {
+        let (sreg, dreg) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
+        let op = u32_attr(data, 6).unwrap_or(0);
+        let mask = value_attr(data, 4);
+        let xor = value_attr(data, 5);
+        let loaded = self.reg(sreg).cloned();
+        let plain = op == 0
+            && xor.is_some_and(|x| x.iter().all(|b| *b == 0))
+            && loaded.as_ref().is_some_and(|r| r.mask.is_none());
+        match (loaded, mask) {
+            (Some(r), Some(mask)) if plain => self.set_reg(dreg, r.source, Some(mask.to_vec())),
+            _ => self.set_reg(dreg, Source::Other, None),
+        }
+        Some(())
+    }
+
+    /// A `range` of a port: the tcp/udp match's port range.
+    fn range(&mut self, data: &[u8]) -> Option<()> {
+        let (sreg, op) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
+        let (from, to) = (value_attr(data, 3)?, value_attr(data, 4)?);
+        let reg = self.reg(sreg)?.clone();
+        let (Source::Payload { base, offset, len }, None) = (reg.source, reg.mask) else {
+            return None;
+        };
+        if base != TRANSPORT || len != 2 || from.len() != 2 || to.len() != 2 || op > NEQ {
+            return None;
+        }
+        let (lo, hi) = (be16(from)?, be16(to)?);
+        let (ports, inv_bit) = self.port_field(offset)?;
+        let m = self.ports()?;
+        let field = if ports == 0 { &mut m.spts } else { &mut m.dpts };
+        *field = [lo, hi];
+        if op == NEQ {
+            m.invflags |= inv_bit;
+        }
+        Some(())
+    }
+
+    /// An `immediate`: a verdict is the rule's target; data fills a register.
+    fn immediate(&mut self, data: &[u8]) -> Option<()> {
+        let dreg = u32_attr(data, 1)?;
+        let Some(verdict) =
+            netlink::attr(data, 2).and_then(|d| netlink::attr(d, NFTA_DATA_VERDICT))
+        else {
+            self.set_reg(dreg, Source::Other, None);
+            return Some(());
+        };
+        self.target = match wire::verdict(verdict)? {
+            (1, _) => vec!["-j".into(), "ACCEPT".into()],
+            (0, _) => vec!["-j".into(), "DROP".into()],
+            (-5, _) => vec!["-j".into(), "RETURN".into()],
+            (-3, Some(c)) => vec!["-j".into(), c.into()],
+            (-4, Some(c)) => vec!["-g".into(), c.into()],
+            // continue, break: what iptables-nft-save prints (nothing).
+            (-1 | -2, _) => Vec::new(),
+            _ => return None,
+        };
         Some(())
     }
 

@@ -38,41 +38,13 @@ use std::io;
 
 use expr::Decoder;
 
-use super::{NFT_MSG_NEWRULE, NFTA_RULE_USERDATA, dump_request, genmsg, subsys};
-use super::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM, NftError, Session, comment_udata};
-use super::{NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE, NFTA_RULE_TABLE};
+use super::wire::{self, NFT_MSG_GETCHAIN, NFT_MSG_NEWCHAIN, NFT_MSG_NEWRULE, be32};
+use super::wire::{NFTA_CHAIN_HOOK, NFTA_CHAIN_NAME, NFTA_CHAIN_POLICY, NFTA_CHAIN_TABLE};
+use super::wire::{NFTA_HOOK_HOOKNUM, NFTA_RULE_CHAIN, NFTA_RULE_EXPRESSIONS, NFTA_RULE_HANDLE};
+use super::wire::{NFTA_RULE_TABLE, NFTA_RULE_USERDATA};
+use super::{NftError, Session, comment_udata, dump_request, genmsg, subsys};
 use crate::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
-use crate::kernel::xt::{self, Header, IFNAMSIZ, TcpUdp};
 use crate::model::family::Family;
-
-const NFT_MSG_NEWCHAIN: u16 = 3;
-const NFT_MSG_GETCHAIN: u16 = 4;
-const NFTA_CHAIN_TABLE: u16 = 1;
-const NFTA_CHAIN_NAME: u16 = 3;
-const NFTA_CHAIN_HOOK: u16 = 4;
-const NFTA_CHAIN_POLICY: u16 = 5;
-const NFTA_HOOK_HOOKNUM: u16 = 1;
-
-pub(in crate::kernel::nftables) const NFTA_DATA_VALUE: u16 = 1;
-pub(in crate::kernel::nftables) const NFTA_DATA_VERDICT: u16 = 2;
-pub(in crate::kernel::nftables) const NFTA_VERDICT_CODE: u16 = 1;
-pub(in crate::kernel::nftables) const NFTA_VERDICT_CHAIN: u16 = 2;
-
-/// `meta` keys.
-const META_MARK: u32 = 3;
-pub(in crate::kernel::nftables) const META_IIFNAME: u32 = 6;
-const META_OIFNAME: u32 = 7;
-pub(in crate::kernel::nftables) const META_L4PROTO: u32 = 16;
-/// Payload bases.
-pub(in crate::kernel::nftables) const NETWORK: u32 = 1;
-pub(in crate::kernel::nftables) const TRANSPORT: u32 = 2;
-/// `cmp` operators (`range` uses the first two).
-pub(in crate::kernel::nftables) const EQ: u32 = 0;
-pub(in crate::kernel::nftables) const NEQ: u32 = 1;
-pub(in crate::kernel::nftables) const LT: u32 = 2;
-pub(in crate::kernel::nftables) const LTE: u32 = 3;
-pub(in crate::kernel::nftables) const GT: u32 = 4;
-pub(in crate::kernel::nftables) const GTE: u32 = 5;
 
 /// The built-in chains by hook number, the order iptables-nft-save lists base chains in.
 const HOOKS: [&str; 5] = ["PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"];
@@ -211,10 +183,6 @@ impl Session<'_> {
     }
 }
 
-fn be32(d: &[u8]) -> Option<u32> {
-    Some(u32::from_be_bytes(d.get(..4)?.try_into().ok()?))
-}
-
 /// A NEWRULE message (after `nlmsghdr`): appends its tokens to `out` and returns its table,
 /// chain and handle.
 pub fn decode_rule<'p>(
@@ -228,14 +196,7 @@ pub fn decode_rule<'p>(
     let handle = u64::from_be_bytes(netlink::attr(body, NFTA_RULE_HANDLE)?.try_into().ok()?);
     let mut d = Decoder::new(family);
     if let Some(exprs) = netlink::attr(body, NFTA_RULE_EXPRESSIONS) {
-        for (kind, expr) in netlink::attrs(exprs) {
-            if kind != NFTA_LIST_ELEM {
-                continue;
-            }
-            let name = netlink::attr(expr, NFTA_EXPR_NAME)
-                .and_then(netlink::str_of)
-                .unwrap_or("?");
-            let data = netlink::attr(expr, NFTA_EXPR_DATA).unwrap_or_default();
+        for (name, data) in wire::expressions(exprs) {
             if d.expr(name, data).is_none() {
                 d.opaque(name);
             }
@@ -248,6 +209,11 @@ pub fn decode_rule<'p>(
 
 #[cfg(test)]
 pub(super) mod tests {
+    pub(super) use super::super::wire::{
+        EQ, GT, LTE, META_IIFNAME, META_L4PROTO, META_MARK, META_OIFNAME, NEQ, NETWORK,
+        NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM,
+        NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE, TRANSPORT,
+    };
     use super::*;
 
     pub(super) fn nested(kind: u16, inner: &[u8]) -> Vec<u8> {

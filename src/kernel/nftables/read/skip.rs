@@ -11,23 +11,14 @@
 //! in between) and nothing else wrote any register meanwhile; any other expression forgets
 //! what was loaded. Every other rule is decoded.
 
-use super::*;
-use crate::model::family::IpNet;
-
-/// `NFTA_PAYLOAD_*`, `NFTA_BITWISE_*`, `NFTA_CMP_*`.
-const PAYLOAD_DREG: u16 = 1;
-const PAYLOAD_BASE: u16 = 2;
-const PAYLOAD_OFFSET: u16 = 3;
-const PAYLOAD_LEN: u16 = 4;
-const PAYLOAD_SREG: u16 = 5;
-const BITWISE_SREG: u16 = 1;
-const BITWISE_DREG: u16 = 2;
-const BITWISE_MASK: u16 = 4;
-const BITWISE_XOR: u16 = 5;
-const BITWISE_OP: u16 = 6;
-const CMP_SREG: u16 = 1;
-const CMP_OP: u16 = 2;
-const CMP_DATA: u16 = 3;
+use crate::kernel::netlink;
+use crate::kernel::nftables::wire::{self, EQ, NETWORK, NFTA_RULE_EXPRESSIONS, u32_attr};
+use crate::kernel::nftables::wire::{NFTA_BITWISE_DREG, NFTA_BITWISE_MASK, NFTA_BITWISE_OP};
+use crate::kernel::nftables::wire::{NFTA_BITWISE_SREG, NFTA_BITWISE_XOR, NFTA_CMP_DATA};
+use crate::kernel::nftables::wire::{NFTA_CMP_OP, NFTA_CMP_SREG, NFTA_PAYLOAD_BASE};
+use crate::kernel::nftables::wire::{NFTA_PAYLOAD_DREG, NFTA_PAYLOAD_LEN, NFTA_PAYLOAD_OFFSET};
+use crate::kernel::nftables::wire::{NFTA_PAYLOAD_SREG, value_attr};
+use crate::model::family::{Family, IpNet};
 
 /// The destination bytes a register holds: `len` of them, under `mask` when a `bitwise`
 /// applied one.
@@ -37,17 +28,18 @@ struct Loaded {
     mask: Option<Vec<u8>>,
 }
 
-/// The value of an `NFTA_DATA_VALUE` nested in attribute `kind`.
-fn data_value(data: &[u8], kind: u16) -> Option<&[u8]> {
-    netlink::attr(netlink::attr(data, kind)?, NFTA_DATA_VALUE)
+/// Where the destination address of `family` is in the network header, and its length.
+struct Daddr {
+    at: u32,
+    len: usize,
 }
 
 /// Whether the rule in `payload` (a NEWRULE message after `nlmsghdr`) provably matches no
 /// packet to an address in `dsts`: one of its destination compares names none of them.
 pub fn elsewhere(family: Family, payload: &[u8], dsts: &[IpNet]) -> bool {
-    let (daddr_at, addr_len) = match family {
-        Family::Ipv4 => (16, 4),
-        Family::Ipv6 => (24, 16),
+    let daddr = match family {
+        Family::Ipv4 => Daddr { at: 16, len: 4 },
+        Family::Ipv6 => Daddr { at: 24, len: 16 },
     };
     let Some(exprs) = payload
         .get(4..)
@@ -55,77 +47,88 @@ pub fn elsewhere(family: Family, payload: &[u8], dsts: &[IpNet]) -> bool {
     else {
         return false;
     };
-    let u32_of = |data: &[u8], kind| netlink::attr(data, kind).and_then(be32);
     let mut loaded: Option<Loaded> = None;
-    for (kind, expr) in netlink::attrs(exprs) {
-        if kind != NFTA_LIST_ELEM {
-            continue;
-        }
-        let name = netlink::attr(expr, NFTA_EXPR_NAME).and_then(netlink::str_of);
-        let data = netlink::attr(expr, NFTA_EXPR_DATA).unwrap_or_default();
+    for (name, data) in wire::expressions(exprs) {
         let before = loaded.take();
-        match name {
-            Some("payload") if netlink::attr(data, PAYLOAD_SREG).is_none() => {
-                let dst = u32_of(data, PAYLOAD_BASE) == Some(NETWORK)
-                    && u32_of(data, PAYLOAD_OFFSET) == Some(daddr_at);
-                let len = u32_of(data, PAYLOAD_LEN).map_or(0, |l| l as usize);
-                if let (true, Some(reg)) = (
-                    dst && (1..=addr_len).contains(&len),
-                    u32_of(data, PAYLOAD_DREG),
-                ) {
-                    loaded = Some(Loaded {
-                        reg,
-                        len,
-                        mask: None,
-                    });
-                }
+        loaded = match name {
+            "payload" if netlink::attr(data, NFTA_PAYLOAD_SREG).is_none() => {
+                destination_load(data, &daddr)
             }
-            Some("bitwise") => {
-                let (Some(b), Some(mask), Some(xor)) = (
-                    before,
-                    data_value(data, BITWISE_MASK),
-                    data_value(data, BITWISE_XOR),
-                ) else {
-                    continue;
-                };
-                let plain = u32_of(data, BITWISE_OP).unwrap_or(0) == 0
-                    && b.mask.is_none()
-                    && u32_of(data, BITWISE_SREG) == Some(b.reg)
-                    && mask.len() == b.len
-                    && xor.iter().all(|x| *x == 0);
-                if let (true, Some(reg)) = (plain, u32_of(data, BITWISE_DREG)) {
-                    loaded = Some(Loaded {
-                        reg,
-                        len: b.len,
-                        mask: Some(mask.to_vec()),
-                    });
-                }
-            }
-            Some("cmp") => {
-                let Some(b) = before else { continue };
-                let (Some(sreg), Some(op), Some(v)) = (
-                    u32_of(data, CMP_SREG),
-                    u32_of(data, CMP_OP),
-                    data_value(data, CMP_DATA),
-                ) else {
-                    continue;
-                };
-                if sreg == b.reg && op == EQ && v.len() == b.len {
-                    let mask = b.mask.clone().unwrap_or_else(|| vec![0xff; b.len]);
-                    if !crate::kernel::xt::may_hold_any(v, &mask, dsts) {
-                        return true;
-                    }
-                }
+            "bitwise" => before.and_then(|b| masked(data, b)),
+            "cmp" => match before.map(|b| compare(data, b, dsts)) {
+                Some(Compared::Excludes) => return true,
                 // A compare writes no register: what was loaded is still there.
-                loaded = Some(b);
-            }
+                Some(Compared::Kept(b)) => Some(b),
+                Some(Compared::Unreadable) | None => None,
+            },
             // Writes no register.
-            Some("counter") => loaded = before,
+            "counter" => before,
             // Anything else may have written any register.
-            _ => {}
-        }
+            _ => None,
+        };
     }
     false
+}
+
+/// A `payload` load of the destination address (or a prefix of it) into a register.
+fn destination_load(data: &[u8], daddr: &Daddr) -> Option<Loaded> {
+    let dst = u32_attr(data, NFTA_PAYLOAD_BASE) == Some(NETWORK)
+        && u32_attr(data, NFTA_PAYLOAD_OFFSET) == Some(daddr.at);
+    let len = u32_attr(data, NFTA_PAYLOAD_LEN).map_or(0, |l| l as usize);
+    if !(dst && (1..=daddr.len).contains(&len)) {
+        return None;
+    }
+    Some(Loaded {
+        reg: u32_attr(data, NFTA_PAYLOAD_DREG)?,
+        len,
+        mask: None,
+    })
+}
+
+/// A plain `bitwise` (a mask, a zero xor) of the loaded destination.
+fn masked(data: &[u8], b: Loaded) -> Option<Loaded> {
+    let mask = value_attr(data, NFTA_BITWISE_MASK)?;
+    let xor = value_attr(data, NFTA_BITWISE_XOR)?;
+    let plain = u32_attr(data, NFTA_BITWISE_OP).unwrap_or(0) == 0
+        && b.mask.is_none()
+        && u32_attr(data, NFTA_BITWISE_SREG) == Some(b.reg)
+        && mask.len() == b.len
+        && xor.iter().all(|x| *x == 0);
+    if !plain {
+        return None;
+    }
+    Some(Loaded {
+        reg: u32_attr(data, NFTA_BITWISE_DREG)?,
+        len: b.len,
+        mask: Some(mask.to_vec()),
+    })
+}
+
+/// What a `cmp` after a destination load comes to.
+enum Compared {
+    /// It holds for none of the addresses: the rule matches no packet to them.
+    Excludes,
+    /// It may hold; the register still has the destination.
+    Kept(Loaded),
+    /// Its attributes are not all there: what was loaded is forgotten.
+    Unreadable,
+}
+
+fn compare(data: &[u8], b: Loaded, dsts: &[IpNet]) -> Compared {
+    let (Some(sreg), Some(op), Some(v)) = (
+        u32_attr(data, NFTA_CMP_SREG),
+        u32_attr(data, NFTA_CMP_OP),
+        value_attr(data, NFTA_CMP_DATA),
+    ) else {
+        return Compared::Unreadable;
+    };
+    if sreg == b.reg && op == EQ && v.len() == b.len {
+        let mask = b.mask.clone().unwrap_or_else(|| vec![0xff; b.len]);
+        if !crate::kernel::xt::may_hold_any(v, &mask, dsts) {
+            return Compared::Excludes;
+        }
+    }
+    Compared::Kept(b)
 }
 
 #[cfg(test)]

@@ -8,18 +8,13 @@ use super::SetInfo;
 use super::expr;
 use super::types;
 use crate::kernel::netlink;
-use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::{NFTA_LIST_ELEM, Session, comment_match, genmsg, subsys};
+use crate::kernel::nftables::wire::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{be32, be64};
+use crate::kernel::nftables::{Session, comment_match, genmsg, subsys};
 use crate::model::ruleset::{
     Base, Chain, ChainKind, Element, ElementData, Hook, Policy, Rule, Set, SetData, TableFamily,
     Value,
 };
-
-pub(super) const GETTABLE: u16 = 1;
-pub(super) const GETCHAIN: u16 = 4;
-pub(super) const GETRULE: u16 = 7;
-pub(super) const GETSET: u16 = 10;
-pub(super) const GETSETELEM: u16 = 13;
 
 /// `nfgenmsg.nfgen_family` of each table family.
 pub(super) fn af(family: TableFamily) -> u8 {
@@ -76,14 +71,6 @@ impl Session<'_> {
 
 fn malformed(what: &str) -> io::Error {
     io::Error::other(format!("malformed {what} message"))
-}
-
-fn be32(data: &[u8]) -> Option<u32> {
-    Some(u32::from_be_bytes(data.get(..4)?.try_into().ok()?))
-}
-
-fn be64(data: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(data.get(..8)?.try_into().ok()?))
 }
 
 fn string(body: &[u8], kind: u16) -> Option<String> {

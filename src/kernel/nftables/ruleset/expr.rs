@@ -15,29 +15,17 @@ mod compare;
 use std::collections::HashMap;
 
 use super::SetInfo;
-use super::types::{self, IFNAME};
+use super::types;
 use crate::kernel::netlink;
-use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
-use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{self, META_IIF, META_IIFNAME, META_L4PROTO, META_MARK};
+use crate::kernel::nftables::wire::{META_NFPROTO, META_OIF, META_OIFNAME, NETWORK, TRANSPORT};
+use crate::kernel::nftables::wire::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT, u32_attr, value_attr};
 use crate::model::ruleset::{
-    Key, Match, Nat, NatAddr, NatKind, NatPort, Op, Operand, SetRef, Stmt, TableFamily, Value,
-    Verdict,
+    Key, Match, Nat, NatAddr, NatKind, NatPort, Op, Operand, SetRef, Stmt, TableFamily, Verdict,
 };
 
 /// 32-bit registers (`NFT_REG32_00` .. `_15`, the four 16-byte ones overlaid).
 const UNITS: usize = 16;
-/// Payload bases.
-const NETWORK: u32 = 1;
-const TRANSPORT: u32 = 2;
-/// `meta` keys.
-const META_MARK: u32 = 3;
-const META_IIF: u32 = 4;
-const META_OIF: u32 = 5;
-const META_IIFNAME: u32 = 6;
-const META_OIFNAME: u32 = 7;
-const META_NFPROTO: u32 = 15;
-const META_L4PROTO: u32 = 16;
 /// `ct` keys.
 const CT_STATE: u32 = 0;
 const CT_STATUS: u32 = 2;
@@ -97,14 +85,7 @@ pub(super) fn decode(
         nf: None,
         implied: Vec::new(),
     };
-    for (kind, expr) in netlink::attrs(expressions) {
-        if kind != NFTA_LIST_ELEM {
-            continue;
-        }
-        let name = netlink::attr(expr, NFTA_EXPR_NAME)
-            .and_then(netlink::str_of)
-            .unwrap_or("?");
-        let data = netlink::attr(expr, NFTA_EXPR_DATA).unwrap_or_default();
+    for (name, data) in wire::expressions(expressions) {
         if d.expr(name, data).is_none() {
             d.regs = Default::default();
             d.stmts.push(Stmt::Other(name.to_string()));
@@ -133,16 +114,6 @@ struct Decoder<'a> {
     implied: Vec<usize>,
 }
 
-fn u32_attr(data: &[u8], kind: u16) -> Option<u32> {
-    Some(u32::from_be_bytes(
-        netlink::attr(data, kind)?.get(..4)?.try_into().ok()?,
-    ))
-}
-
-fn value_attr(data: &[u8], kind: u16) -> Option<&[u8]> {
-    netlink::attr(netlink::attr(data, kind)?, NFTA_DATA_VALUE)
-}
-
 /// The first 32-bit register of register number `reg` (1-4: the 16-byte ones; 8-23).
 fn unit(reg: u32) -> Option<usize> {
     match reg {
@@ -158,17 +129,8 @@ fn units(len: usize) -> usize {
 
 /// A verdict (`NFTA_DATA_VERDICT`'s content); `None` for one the model has no word for.
 pub(super) fn verdict(data: &[u8]) -> Option<Verdict> {
-    let code = i32::from_be_bytes(
-        netlink::attr(data, NFTA_VERDICT_CODE)?
-            .get(..4)?
-            .try_into()
-            .ok()?,
-    );
-    let chain = || {
-        netlink::attr(data, NFTA_VERDICT_CHAIN)
-            .and_then(netlink::str_of)
-            .map(str::to_string)
-    };
+    let (code, chain) = wire::verdict(data)?;
+    let chain = || chain.map(str::to_string);
     Some(match code {
         1 => Verdict::Accept,
         0 => Verdict::Drop,
@@ -238,47 +200,9 @@ impl Decoder<'_> {
     /// One expression; `None` when not understood.
     fn expr(&mut self, name: &str, data: &[u8]) -> Option<()> {
         match name {
-            "payload" => {
-                if netlink::attr(data, 5).is_some() {
-                    // `payload set`: the packet is rewritten.
-                    return None;
-                }
-                let (base, offset, len) =
-                    (u32_attr(data, 2)?, u32_attr(data, 3)?, u32_attr(data, 4)?);
-                let key = self.payload_key(base, offset, len);
-                self.load(data, key, len as usize)?;
-            }
-            "meta" => {
-                let key = u32_attr(data, 2)?;
-                if netlink::attr(data, 3).is_some() {
-                    self.push(Stmt::Effect(format!("meta {} set", meta_word(key))));
-                    return Some(());
-                }
-                let (key, len) = match key {
-                    META_L4PROTO => (Key::L4Proto, 1),
-                    META_NFPROTO => (Key::NfProto, 1),
-                    META_IIFNAME => (Key::Iifname, 16),
-                    META_OIFNAME => (Key::Oifname, 16),
-                    META_IIF => (Key::Iif, 4),
-                    META_OIF => (Key::Oif, 4),
-                    META_MARK => (Key::Mark, 4),
-                    other => (Key::Other(format!("meta {}", meta_word(other))), 16),
-                };
-                self.load(data, key, len)?;
-            }
-            "ct" => {
-                let key = u32_attr(data, 2)?;
-                if netlink::attr(data, 4).is_some() {
-                    self.push(Stmt::Effect(format!("ct key {key} set")));
-                    return Some(());
-                }
-                let (key, len) = match key {
-                    CT_STATE => (Key::CtState, 4),
-                    CT_STATUS => (Key::CtStatus, 4),
-                    other => (Key::Other(format!("ct key {other}")), 16),
-                };
-                self.load(data, key, len)?;
-            }
+            "payload" => self.payload(data),
+            "meta" => self.meta(data),
+            "ct" => self.ct(data),
             "fib" => {
                 let (result, flags) = (u32_attr(data, 2)?, u32_attr(data, 3)?);
                 let key = if (result, flags) == (FIB_RESULT_ADDRTYPE, FIB_F_DADDR) {
@@ -286,7 +210,7 @@ impl Decoder<'_> {
                 } else {
                     Key::Other(format!("fib flags {flags:#x} result {result}"))
                 };
-                self.load(data, key, 16)?;
+                self.load(data, key, 16)
             }
             "numgen" => {
                 let modulus = u32_attr(data, 2)?;
@@ -294,82 +218,27 @@ impl Decoder<'_> {
                     0 => Key::Numgen { modulus },
                     offset => Key::Other(format!("numgen mod {modulus} offset {offset}")),
                 };
-                self.load(data, key, 4)?;
+                self.load(data, key, 4)
             }
-            "immediate" => {
-                let dreg = u32_attr(data, 1)?;
-                let value = netlink::attr(data, 2)?;
-                if let Some(v) = netlink::attr(value, NFTA_DATA_VERDICT) {
-                    self.push(match verdict(v) {
-                        Some(v) => Stmt::Verdict(v),
-                        None => Stmt::Other("a verdict".into()),
-                    });
-                } else {
-                    let bytes = netlink::attr(value, NFTA_DATA_VALUE)?;
-                    self.store(dreg, bytes.len(), Content::Data(bytes.to_vec()))?;
-                }
-            }
-            "bitwise" => self.bitwise(data)?,
+            "immediate" => self.immediate(data),
+            "bitwise" => self.bitwise(data),
             "cmp" => {
                 let (sreg, code) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
                 let stmt = self.cmp(sreg, op(code)?, value_attr(data, 3)?);
                 self.matched(stmt);
+                Some(())
             }
-            "range" => {
-                let (sreg, code) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
-                let (from, to) = (value_attr(data, 3)?, value_attr(data, 4)?);
-                let stmt = match (self.read(sreg), op(code)?) {
-                    (Some(Content::Field { key, .. }), op @ (Op::Eq | Op::Ne)) => {
-                        let ty = types::of_key(key);
-                        Stmt::Match(Match {
-                            key: vec![key.clone()],
-                            op,
-                            right: Operand::Values(vec![types::interval(ty, from, to)]),
-                        })
-                    }
-                    _ => Stmt::Other("range".into()),
-                };
-                self.push(stmt);
-            }
-            "lookup" => self.lookup(data)?,
-            "nat" => {
-                let kind = match u32_attr(data, 1)? {
-                    0 => NatKind::Snat,
-                    1 => NatKind::Dnat,
-                    _ => return None,
-                };
-                let v4 = match u32_attr(data, 2)? {
-                    NFPROTO_IPV4 => true,
-                    NFPROTO_IPV6 => false,
-                    _ => return None,
-                };
-                let ty = if v4 { types::IPADDR } else { types::IP6ADDR };
-                let addr = match u32_attr(data, 3) {
-                    None => None,
-                    Some(min) => Some(self.nat_addr(ty, min, u32_attr(data, 4))?),
-                };
-                let port = self.nat_port(u32_attr(data, 5), u32_attr(data, 6))?;
-                let v4 = matches!(self.family, TableFamily::Inet).then_some(v4);
-                self.push(Stmt::Nat(Nat {
-                    kind,
-                    v4,
-                    addr,
-                    port,
-                }));
-            }
-            "masq" | "redir" => {
-                let (kind, min, max) = match name {
-                    "masq" => (NatKind::Masquerade, 2, 3),
-                    _ => (NatKind::Redirect, 1, 2),
-                };
-                let port = self.nat_port(u32_attr(data, min), u32_attr(data, max))?;
-                self.push(Stmt::Nat(Nat {
-                    kind,
-                    v4: None,
-                    addr: None,
-                    port,
-                }));
-            }
+            "range" => self.range(data),
+            "lookup" => self.lookup(data),
+            "nat" => self.nat(data),
+            "masq" | "redir" => self.masq_or_redir(name, data),
+            _ => self.statement(name, data),
+        }
+    }
+
+    /// The expressions that are statements of their own, read by name.
+    fn statement(&mut self, name: &str, data: &[u8]) -> Option<()> {
+        match name {
             "reject" => self.push(Stmt::Reject),
             "counter" | "log" | "notrack" | "last" | "dup" => {
                 self.push(Stmt::Effect(name.to_string()))
@@ -389,6 +258,125 @@ impl Decoder<'_> {
             }
             _ => return None,
         }
+        Some(())
+    }
+
+    fn payload(&mut self, data: &[u8]) -> Option<()> {
+        if netlink::attr(data, 5).is_some() {
+            // `payload set`: the packet is rewritten.
+            return None;
+        }
+        let (base, offset, len) = (u32_attr(data, 2)?, u32_attr(data, 3)?, u32_attr(data, 4)?);
+        let key = self.payload_key(base, offset, len);
+        self.load(data, key, len as usize)
+    }
+
+    fn meta(&mut self, data: &[u8]) -> Option<()> {
+        let key = u32_attr(data, 2)?;
+        if netlink::attr(data, 3).is_some() {
+            self.push(Stmt::Effect(format!("meta {} set", meta_word(key))));
+            return Some(());
+        }
+        let (key, len) = match key {
+            META_L4PROTO => (Key::L4Proto, 1),
+            META_NFPROTO => (Key::NfProto, 1),
+            META_IIFNAME => (Key::Iifname, 16),
+            META_OIFNAME => (Key::Oifname, 16),
+            META_IIF => (Key::Iif, 4),
+            META_OIF => (Key::Oif, 4),
+            META_MARK => (Key::Mark, 4),
+            other => (Key::Other(format!("meta {}", meta_word(other))), 16),
+        };
+        self.load(data, key, len)
+    }
+
+    fn ct(&mut self, data: &[u8]) -> Option<()> {
+        let key = u32_attr(data, 2)?;
+        if netlink::attr(data, 4).is_some() {
+            self.push(Stmt::Effect(format!("ct key {key} set")));
+            return Some(());
+        }
+        let (key, len) = match key {
+            CT_STATE => (Key::CtState, 4),
+            CT_STATUS => (Key::CtStatus, 4),
+            other => (Key::Other(format!("ct key {other}")), 16),
+        };
+        self.load(data, key, len)
+    }
+
+    /// An `immediate`: a verdict statement, or data into a register.
+    fn immediate(&mut self, data: &[u8]) -> Option<()> {
+        let dreg = u32_attr(data, 1)?;
+        let value = netlink::attr(data, 2)?;
+        if let Some(v) = netlink::attr(value, NFTA_DATA_VERDICT) {
+            self.push(match verdict(v) {
+                Some(v) => Stmt::Verdict(v),
+                None => Stmt::Other("a verdict".into()),
+            });
+        } else {
+            let bytes = netlink::attr(value, NFTA_DATA_VALUE)?;
+            self.store(dreg, bytes.len(), Content::Data(bytes.to_vec()))?;
+        }
+        Some(())
+    }
+
+    fn range(&mut self, data: &[u8]) -> Option<()> {
+        let (sreg, code) = (u32_attr(data, 1)?, u32_attr(data, 2)?);
+        let (from, to) = (value_attr(data, 3)?, value_attr(data, 4)?);
+        let stmt = match (self.read(sreg), op(code)?) {
+            (Some(Content::Field { key, .. }), op @ (Op::Eq | Op::Ne)) => {
+                let ty = types::of_key(key);
+                Stmt::Match(Match {
+                    key: vec![key.clone()],
+                    op,
+                    right: Operand::Values(vec![types::interval(ty, from, to)]),
+                })
+            }
+            _ => Stmt::Other("range".into()),
+        };
+        self.push(stmt);
+        Some(())
+    }
+
+    fn nat(&mut self, data: &[u8]) -> Option<()> {
+        let kind = match u32_attr(data, 1)? {
+            0 => NatKind::Snat,
+            1 => NatKind::Dnat,
+            _ => return None,
+        };
+        let v4 = match u32_attr(data, 2)? {
+            NFPROTO_IPV4 => true,
+            NFPROTO_IPV6 => false,
+            _ => return None,
+        };
+        let ty = if v4 { types::IPADDR } else { types::IP6ADDR };
+        let addr = match u32_attr(data, 3) {
+            None => None,
+            Some(min) => Some(self.nat_addr(ty, min, u32_attr(data, 4))?),
+        };
+        let port = self.nat_port(u32_attr(data, 5), u32_attr(data, 6))?;
+        let v4 = matches!(self.family, TableFamily::Inet).then_some(v4);
+        self.push(Stmt::Nat(Nat {
+            kind,
+            v4,
+            addr,
+            port,
+        }));
+        Some(())
+    }
+
+    fn masq_or_redir(&mut self, name: &str, data: &[u8]) -> Option<()> {
+        let (kind, min, max) = match name {
+            "masq" => (NatKind::Masquerade, 2, 3),
+            _ => (NatKind::Redirect, 1, 2),
+        };
+        let port = self.nat_port(u32_attr(data, min), u32_attr(data, max))?;
+        self.push(Stmt::Nat(Nat {
+            kind,
+            v4: None,
+            addr: None,
+            port,
+        }));
         Some(())
     }
 

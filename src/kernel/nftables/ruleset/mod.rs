@@ -23,7 +23,7 @@
 //! [`Stmt::Other`](crate::model::ruleset::Stmt::Other) or
 //! [`Key::Other`](crate::model::ruleset::Key::Other): never narrower than the kernel.
 //! Anonymous sets (`__set0`, `__map1`) are folded into the rules that use them, as `nft`
-//! prints them; named sets are the table's [`Set`](crate::model::ruleset::Set)s. Not named
+//! prints them; named sets are the table's [`Set`]s. Not named
 //! as nft names them: `iif`/`oif` (an interface index, `Value::Int`), host-order integers in
 //! interval sets (a mark range).
 
@@ -38,6 +38,8 @@ use std::io;
 
 use dump::RawElement;
 
+use super::wire::NFT_MSG_GETTABLE;
+use super::wire::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM};
 use super::{NftError, Session};
 use crate::kernel::netlink;
 use crate::model::ruleset::{Ruleset, Set, Table, TableFamily};
@@ -111,7 +113,7 @@ fn read_once(
     let mut b = Builder::default();
     session
         .dump_each(
-            dump::GETTABLE,
+            NFT_MSG_GETTABLE,
             0,
             |_| {},
             |af, body| b.table(af, body, keep),
@@ -120,7 +122,7 @@ fn read_once(
     let mut sets = Vec::new();
     session
         .dump_each(
-            dump::GETSET,
+            NFT_MSG_GETSET,
             0,
             |_| {},
             |af, body| {
@@ -154,7 +156,7 @@ fn read_once(
         );
         let mut raw = Vec::new();
         let answer = session.dump_each(
-            dump::GETSETELEM,
+            NFT_MSG_GETSETELEM,
             dump::af(family),
             |m| {
                 netlink::put_str(m, 1, &table);
@@ -171,7 +173,7 @@ fn read_once(
         b.set(family, &table, info, raw);
     }
     session
-        .dump_each(dump::GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
+        .dump_each(NFT_MSG_GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
         .map_err(failed("the chains"))?;
     // Rules table by table (the dump's NFTA_RULE_TABLE filter), so a table left out costs
     // nothing; a kernel that ignored the filter would only send rules the builder drops.
@@ -183,7 +185,7 @@ fn read_once(
         .collect();
     for (family, table) in kept {
         let answer = session.dump_each(
-            dump::GETRULE,
+            NFT_MSG_GETRULE,
             dump::af(family),
             |m| netlink::put_str(m, 1, &table),
             |af, body| b.rule(af, body),

@@ -1,12 +1,14 @@
 //! The expressions natledger's shapes are made of, as nft serialises them (attribute order
 //! included, from `nft --debug=mnl`) and as they are read back, from natledger's own
 //! messages or the kernel's dumps (attributes in any order, each expression's set checked:
-//! an attribute natledger never writes makes the expression `Other`).
+//! an attribute natledger never writes makes the expression `Other`). The attribute numbers
+//! and the strict reading of an attribute list (`Exact`) are the shared
+//! `crate::kernel::nftables::wire`'s.
 
 use crate::kernel::netlink;
-use crate::kernel::nftables::read::{NFTA_DATA_VALUE, NFTA_DATA_VERDICT};
-use crate::kernel::nftables::read::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
-use crate::kernel::nftables::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{Exact, NFTA_DATA_VALUE, NFTA_DATA_VERDICT, exact_attrs};
+use crate::kernel::nftables::wire::{NFTA_EXPR_DATA, NFTA_EXPR_NAME, NFTA_LIST_ELEM};
+use crate::kernel::nftables::wire::{NFTA_VERDICT_CHAIN, NFTA_VERDICT_CODE};
 
 /// One expression, as far as natledger's shapes and the debug text need.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,34 +77,50 @@ pub(in crate::kernel::nftables) enum Data {
     Verdict { code: i32, chain: Option<String> },
 }
 
+impl Expr {
+    /// The expression's name (`NFTA_EXPR_NAME`).
+    fn name(&self) -> &str {
+        match self {
+            Expr::Payload { .. } => "payload",
+            Expr::Cmp { .. } => "cmp",
+            Expr::Bitwise { .. } => "bitwise",
+            Expr::Meta { .. } => "meta",
+            Expr::Ct { .. } => "ct",
+            Expr::Fib { .. } => "fib",
+            Expr::Immediate { .. } => "immediate",
+            Expr::Nat { .. } => "nat",
+            Expr::Masq => "masq",
+            Expr::Counter { .. } => "counter",
+            Expr::Other(name) => name,
+        }
+    }
+}
+
 /// Serialise one expression as nft does (attribute order included).
 pub(super) fn put(buf: &mut Vec<u8>, expr: &Expr) {
     let elem = netlink::begin_nest(buf, NFTA_LIST_ELEM);
-    let name = match expr {
-        Expr::Payload { .. } => "payload",
-        Expr::Cmp { .. } => "cmp",
-        Expr::Bitwise { .. } => "bitwise",
-        Expr::Meta { .. } => "meta",
-        Expr::Ct { .. } => "ct",
-        Expr::Fib { .. } => "fib",
-        Expr::Immediate { .. } => "immediate",
-        Expr::Nat { .. } => "nat",
-        Expr::Masq => "masq",
-        Expr::Counter { .. } => "counter",
-        Expr::Other(name) => name,
-    };
-    netlink::put_str(buf, NFTA_EXPR_NAME, name);
+    netlink::put_str(buf, NFTA_EXPR_NAME, expr.name());
     let data = netlink::begin_nest(buf, NFTA_EXPR_DATA);
-    let u32s = |buf: &mut Vec<u8>, attrs: &[(u16, u32)]| {
-        for (kind, v) in attrs {
-            netlink::put_attr(buf, *kind, &v.to_be_bytes());
-        }
-    };
-    let value = |buf: &mut Vec<u8>, kind: u16, v: &[u8]| {
-        let nest = netlink::begin_nest(buf, kind);
-        netlink::put_attr(buf, NFTA_DATA_VALUE, v);
-        netlink::end_nest(buf, nest);
-    };
+    put_data(buf, expr);
+    netlink::end_nest(buf, data);
+    netlink::end_nest(buf, elem);
+}
+
+fn u32s(buf: &mut Vec<u8>, attrs: &[(u16, u32)]) {
+    for (kind, v) in attrs {
+        netlink::put_attr(buf, *kind, &v.to_be_bytes());
+    }
+}
+
+/// Attribute `kind` holding one `NFTA_DATA_VALUE`.
+fn value(buf: &mut Vec<u8>, kind: u16, v: &[u8]) {
+    let nest = netlink::begin_nest(buf, kind);
+    netlink::put_attr(buf, NFTA_DATA_VALUE, v);
+    netlink::end_nest(buf, nest);
+}
+
+/// The attributes of an expression's `NFTA_EXPR_DATA`, in nft's order.
+fn put_data(buf: &mut Vec<u8>, expr: &Expr) {
     match expr {
         Expr::Payload {
             base,
@@ -143,58 +161,58 @@ pub(super) fn put(buf: &mut Vec<u8>, expr: &Expr) {
         } => u32s(buf, &[(3, *flags), (2, *result), (1, *dreg)]),
         Expr::Immediate { dreg, data } => {
             u32s(buf, &[(1, *dreg)]);
-            match data {
-                Data::Value(v) => value(buf, 2, v),
-                Data::Verdict { code, chain } => {
-                    let outer = netlink::begin_nest(buf, 2);
-                    let inner = netlink::begin_nest(buf, NFTA_DATA_VERDICT);
-                    netlink::put_attr(buf, NFTA_VERDICT_CODE, &code.to_be_bytes());
-                    if let Some(chain) = chain {
-                        netlink::put_str(buf, NFTA_VERDICT_CHAIN, chain);
-                    }
-                    netlink::end_nest(buf, inner);
-                    netlink::end_nest(buf, outer);
-                }
-            }
+            put_immediate(buf, data);
         }
-        Expr::Nat {
-            kind,
-            family,
-            addr_min,
-            addr_max,
-            proto_min,
-            proto_max,
-            flags,
-        } => {
-            u32s(buf, &[(1, *kind), (2, *family)]);
-            let optional = [(3, addr_min), (4, addr_max), (5, proto_min), (6, proto_max)];
-            for (kind, reg) in optional {
-                if let Some(reg) = reg {
-                    u32s(buf, &[(kind, *reg)]);
-                }
-            }
-            if let Some(flags) = flags {
-                u32s(buf, &[(7, *flags)]);
-            }
-        }
+        Expr::Nat { .. } => put_nat(buf, expr),
         Expr::Counter { packets, bytes } => {
             netlink::put_attr(buf, 1, &bytes.to_be_bytes());
             netlink::put_attr(buf, 2, &packets.to_be_bytes());
         }
         Expr::Masq | Expr::Other(_) => {}
     }
-    netlink::end_nest(buf, data);
-    netlink::end_nest(buf, elem);
 }
 
-/// The attributes of `buf`, or `None` unless they fill it exactly.
-fn exact_attrs(buf: &[u8]) -> Option<Vec<(u16, &[u8])>> {
-    let attrs: Vec<_> = netlink::attrs(buf).collect();
-    let used: usize = attrs
-        .iter()
-        .map(|(_, d)| (d.len() + 4).next_multiple_of(4))
-        .sum();
-    (used.next_multiple_of(4) == buf.len().next_multiple_of(4)).then_some(attrs)
+/// An immediate's data: a value, or a verdict (code, and the chain of a jump or goto).
+fn put_immediate(buf: &mut Vec<u8>, data: &Data) {
+    match data {
+        Data::Value(v) => value(buf, 2, v),
+        Data::Verdict { code, chain } => {
+            let outer = netlink::begin_nest(buf, 2);
+            let inner = netlink::begin_nest(buf, NFTA_DATA_VERDICT);
+            netlink::put_attr(buf, NFTA_VERDICT_CODE, &code.to_be_bytes());
+            if let Some(chain) = chain {
+                netlink::put_str(buf, NFTA_VERDICT_CHAIN, chain);
+            }
+            netlink::end_nest(buf, inner);
+            netlink::end_nest(buf, outer);
+        }
+    }
+}
+
+/// A `nat`: type and family, then the registers and flags it has.
+fn put_nat(buf: &mut Vec<u8>, expr: &Expr) {
+    let Expr::Nat {
+        kind,
+        family,
+        addr_min,
+        addr_max,
+        proto_min,
+        proto_max,
+        flags,
+    } = expr
+    else {
+        return;
+    };
+    u32s(buf, &[(1, *kind), (2, *family)]);
+    let optional = [(3, addr_min), (4, addr_max), (5, proto_min), (6, proto_max)];
+    for (kind, reg) in optional {
+        if let Some(reg) = reg {
+            u32s(buf, &[(kind, *reg)]);
+        }
+    }
+    if let Some(flags) = flags {
+        u32s(buf, &[(7, *flags)]);
+    }
 }
 
 /// The contents of NFTA_RULE_EXPRESSIONS as expressions; `None` when malformed.
@@ -230,110 +248,92 @@ fn parse(elem: &[u8]) -> Option<Expr> {
 }
 
 fn parse_data(name: &str, data: &[u8]) -> Option<Expr> {
-    let attrs = exact_attrs(data)?;
-    let known = |allowed: &[u16]| attrs.iter().all(|(k, _)| allowed.contains(k));
-    let get = |kind: u16| attrs.iter().find(|(k, _)| *k == kind).map(|(_, d)| *d);
-    let u32_of = |kind: u16| Some(u32::from_be_bytes(get(kind)?.try_into().ok()?));
-    // Absent: `Some(None)`; present but not a u32: `None`.
-    let optional = |kind: u16| match get(kind) {
-        None => Some(None),
-        Some(_) => u32_of(kind).map(Some),
-    };
-    let value = |kind: u16| -> Option<Vec<u8>> {
-        let nest = exact_attrs(get(kind)?)?;
-        match nest.as_slice() {
-            [(NFTA_DATA_VALUE, v)] => Some(v.to_vec()),
-            _ => None,
-        }
-    };
+    let a = Exact::new(data)?;
     Some(match name {
-        "payload" if known(&[1, 2, 3, 4]) => Expr::Payload {
-            dreg: u32_of(1)?,
-            base: u32_of(2)?,
-            offset: u32_of(3)?,
-            len: u32_of(4)?,
+        "payload" if a.known(&[1, 2, 3, 4]) => Expr::Payload {
+            dreg: a.u32(1)?,
+            base: a.u32(2)?,
+            offset: a.u32(3)?,
+            len: a.u32(4)?,
         },
-        "cmp" if known(&[1, 2, 3]) => Expr::Cmp {
-            sreg: u32_of(1)?,
-            op: u32_of(2)?,
-            data: value(3)?,
+        "cmp" if a.known(&[1, 2, 3]) => Expr::Cmp {
+            sreg: a.u32(1)?,
+            op: a.u32(2)?,
+            data: a.value(3)?.to_vec(),
         },
-        "bitwise" if known(&[1, 2, 3, 4, 5, 6]) => {
-            let (mask, xor) = (value(4)?, value(5)?);
-            let len = u32_of(3)? as usize;
-            if mask.len() != len || xor.len() != len {
-                return None;
-            }
-            let (sreg, dreg, op) = (u32_of(1)?, u32_of(2)?, optional(6)?);
-            Expr::Bitwise {
-                sreg,
-                dreg,
-                mask,
-                xor,
-                op,
-            }
-        }
-        "meta" if known(&[1, 2]) => Expr::Meta {
-            key: u32_of(2)?,
-            dreg: u32_of(1)?,
+        "bitwise" if a.known(&[1, 2, 3, 4, 5, 6]) => parse_bitwise(&a)?,
+        "meta" if a.known(&[1, 2]) => Expr::Meta {
+            key: a.u32(2)?,
+            dreg: a.u32(1)?,
         },
-        "ct" if known(&[1, 2, 3]) => Expr::Ct {
-            key: u32_of(2)?,
-            dreg: u32_of(1)?,
-            dir: match get(3) {
+        "ct" if a.known(&[1, 2, 3]) => Expr::Ct {
+            key: a.u32(2)?,
+            dreg: a.u32(1)?,
+            dir: match a.get(3) {
                 None => None,
                 Some(&[dir]) => Some(dir),
                 Some(_) => return None,
             },
         },
-        "fib" if known(&[1, 2, 3]) => Expr::Fib {
-            flags: u32_of(3)?,
-            result: u32_of(2)?,
-            dreg: u32_of(1)?,
+        "fib" if a.known(&[1, 2, 3]) => Expr::Fib {
+            flags: a.u32(3)?,
+            result: a.u32(2)?,
+            dreg: a.u32(1)?,
         },
-        "immediate" if known(&[1, 2]) => {
-            let nest = exact_attrs(get(2)?)?;
-            let data = match nest.as_slice() {
-                [(NFTA_DATA_VALUE, v)] => Data::Value(v.to_vec()),
-                [(NFTA_DATA_VERDICT, v)] => {
-                    let verdict = exact_attrs(v)?;
-                    if !verdict
-                        .iter()
-                        .all(|(k, _)| [NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN].contains(k))
-                    {
-                        return None;
-                    }
-                    let code = netlink::attr(v, NFTA_VERDICT_CODE)?;
-                    let code = i32::from_be_bytes(code.try_into().ok()?);
-                    let chain = match netlink::attr(v, NFTA_VERDICT_CHAIN) {
-                        Some(c) => Some(netlink::str_of(c)?.to_string()),
-                        None => None,
-                    };
-                    Data::Verdict { code, chain }
-                }
-                _ => return None,
+        "immediate" if a.known(&[1, 2]) => Expr::Immediate {
+            data: parse_immediate(a.get(2)?)?,
+            dreg: a.u32(1)?,
+        },
+        "nat" if a.known(&[1, 2, 3, 4, 5, 6, 7]) => Expr::Nat {
+            kind: a.u32(1)?,
+            family: a.u32(2)?,
+            addr_min: a.optional(3)?,
+            addr_max: a.optional(4)?,
+            proto_min: a.optional(5)?,
+            proto_max: a.optional(6)?,
+            flags: a.optional(7)?,
+        },
+        "masq" if a.is_empty() => Expr::Masq,
+        "counter" if a.known(&[1, 2]) => Expr::Counter {
+            bytes: a.u64(1)?,
+            packets: a.u64(2)?,
+        },
+        _ => return None,
+    })
+}
+
+/// A `bitwise` whose mask and xor are as long as it says.
+fn parse_bitwise(a: &Exact) -> Option<Expr> {
+    let (mask, xor) = (a.value(4)?, a.value(5)?);
+    let len = a.u32(3)? as usize;
+    if mask.len() != len || xor.len() != len {
+        return None;
+    }
+    Some(Expr::Bitwise {
+        sreg: a.u32(1)?,
+        dreg: a.u32(2)?,
+        mask: mask.to_vec(),
+        xor: xor.to_vec(),
+        op: a.optional(6)?,
+    })
+}
+
+/// An immediate's `NFTA_IMMEDIATE_DATA`: one value, or one verdict.
+fn parse_immediate(nest: &[u8]) -> Option<Data> {
+    let nest = exact_attrs(nest)?;
+    Some(match nest.as_slice() {
+        [(NFTA_DATA_VALUE, v)] => Data::Value(v.to_vec()),
+        [(NFTA_DATA_VERDICT, v)] => {
+            let verdict = Exact::new(v)?;
+            if !verdict.known(&[NFTA_VERDICT_CODE, NFTA_VERDICT_CHAIN]) {
+                return None;
+            }
+            let code = i32::from_be_bytes(verdict.get(NFTA_VERDICT_CODE)?.try_into().ok()?);
+            let chain = match verdict.get(NFTA_VERDICT_CHAIN) {
+                Some(c) => Some(netlink::str_of(c)?.to_string()),
+                None => None,
             };
-            Expr::Immediate {
-                dreg: u32_of(1)?,
-                data,
-            }
-        }
-        "nat" if known(&[1, 2, 3, 4, 5, 6, 7]) => Expr::Nat {
-            kind: u32_of(1)?,
-            family: u32_of(2)?,
-            addr_min: optional(3)?,
-            addr_max: optional(4)?,
-            proto_min: optional(5)?,
-            proto_max: optional(6)?,
-            flags: optional(7)?,
-        },
-        "masq" if attrs.is_empty() => Expr::Masq,
-        "counter" if known(&[1, 2]) => {
-            let u64_of = |kind| Some(u64::from_be_bytes(get(kind)?.try_into().ok()?));
-            Expr::Counter {
-                bytes: u64_of(1)?,
-                packets: u64_of(2)?,
-            }
+            Data::Verdict { code, chain }
         }
         _ => return None,
     })

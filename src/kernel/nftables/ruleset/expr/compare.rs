@@ -1,7 +1,10 @@
 //! The compares of a rule: `cmp` (and nft's `>=` + `<=` of a range), and the `bitwise` masks
 //! that make an address prefix or a set of flags of what they compare.
 
-use super::*;
+use super::super::types::{self, IFNAME};
+use super::{Content, Decoder, is_addr, unit, units};
+use crate::kernel::nftables::wire::{u32_attr, value_attr};
+use crate::model::ruleset::{Key, Match, Op, Operand, Stmt, Value};
 
 impl Decoder<'_> {
     /// A match just decoded: pushed (`>= A` then `<= B` of one key, nft's encoding of a
