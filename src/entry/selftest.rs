@@ -31,7 +31,7 @@ use crate::model::family::Family;
 use crate::model::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
 use crate::model::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
 use crate::model::rule::Rule;
-use crate::model::save::{Batch, Op, Table};
+use crate::model::save::{Batch, Op, Table, rule_line};
 use crate::ops::{self, Context, Created, SweepOptions};
 use crate::state::ledger::Ledger;
 
@@ -258,8 +258,8 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
             .any(|r| Rule::parse_args(&r.args).ok().as_ref() == Some(rule));
         if !found {
             return Err(format!(
-                "{chain} does not start with natledger's -A {chain} {}",
-                rule.to_args().join(" ")
+                "{chain} does not start with natledger's {}",
+                rule_line(chain, &rule.to_args())
             ));
         }
     }

@@ -96,9 +96,13 @@ pub(crate) fn goes_first(chain: &str) -> bool {
     chain == DNAT_CHAIN
 }
 
-/// The comment on every rule written for `id`.
-pub fn tag(id: &ContainerId) -> String {
-    format!("natledger:{id}")
+/// What the comment of a container's rule starts with, before the container's id.
+const TAG_PREFIX: &str = "natledger:";
+
+/// The comment on every rule written for `id`, `natledger:<id>`: a [`ContainerId`], or the
+/// text of one as read back from a rule or a ledger.
+pub fn tag(id: &(impl AsRef<str> + ?Sized)) -> String {
+    format!("{TAG_PREFIX}{}", id.as_ref())
 }
 
 /// Every chain natledger creates, in any version, is named `NATLEDGER-…`.
@@ -147,7 +151,7 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
     if is_owned_chain(chain) {
         return match comment {
             Some(SHARED_COMMENT) => Owner::Shared,
-            Some(c) => match c.strip_prefix("natledger:") {
+            Some(c) => match c.strip_prefix(TAG_PREFIX) {
                 Some(id) => Owner::Container(id),
                 None => Owner::Foreign,
             },
