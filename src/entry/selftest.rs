@@ -118,93 +118,115 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
     ));
     let runner = SystemRunner::default();
     let ctx = Context::new(Ledger::new(&state_dir), backend, &runner);
-    let name = |what: &str| format!("{backend}: {what}");
 
     // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
     // (Not in natledger's own nftables table: it writes no forward accept, see
     // `crate::kernel::nftables::own`, and a drop there would be natledger's own doing.)
     let forward_drop = backend.is_iptables();
-    let mut drop_policy = Batch::new(FILTER);
-    drop_policy
-        .ops
-        .push(Op::Policy("FORWARD".into(), "DROP".into()));
     let policy = Family::ALL
         .iter()
         .filter(|_| forward_drop)
-        .try_for_each(|f| {
-            ctx.netfilter
-                .apply(backend, *f, &drop_policy)
-                .map_err(|e| crate::chain::text(&e))
-        });
+        .try_for_each(|f| forward_policy(&ctx, backend, *f, "DROP"));
     // The first container creates the shared chains and jumps, which stay by design.
     let warm = policy
         .and_then(|()| create(&ctx, "selftest-warmup"))
         .and_then(|_| poststop(&ctx, "selftest-warmup"));
     let before = warm.and_then(|()| dump(&ctx, backend));
-    let result = before.and_then(|before| {
-        let rules = create(&ctx, "selftest")?;
-        out.push((
-            name("create-runtime"),
-            Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
-        ));
-        out.push((name("localhost guard"), guarded(&ctx, backend)));
-        for addr in [
-            format!("{NODE_V4}:{HOST_PORT}"),
-            format!("[{NODE_V6}]:{HOST_PORT}"),
-            format!("127.0.0.1:{HOST_PORT}"),
-        ] {
-            out.push((name(&format!("tcp to {addr}")), request(&addr)));
-        }
-        for addr in [
-            format!("{UPLINK_V4}:{HOST_PORT}"),
-            format!("[{UPLINK_V6}]:{HOST_PORT}"),
-        ] {
-            let answer = in_namespace(ext, || request(&addr))
-                .unwrap_or_else(|e| Err(crate::chain::text(&e)))
-                .map(|a| match forward_drop {
-                    true => format!("{a}, through FORWARD policy DROP"),
-                    false => a,
-                });
-            out.push((name(&format!("tcp from outside to {addr}")), answer));
-        }
-        poststop(&ctx, "selftest")?;
-        let after = dump(&ctx, backend)?;
-        Ok(if after == before {
-            Ok("the nat and filter tables are as they were".to_string())
-        } else {
-            Err("the nat and filter tables differ from before the container".to_string())
-        })
-    });
+    let result = before
+        .and_then(|before| container_checks(&ctx, backend, ext, forward_drop, &before, &mut out));
     match result {
-        Ok(verdict) => out.push((name("poststop"), verdict)),
-        Err(e) => out.push((name("hooks"), Err(e))),
+        Ok(verdict) => out.push((named(backend, "poststop"), verdict)),
+        Err(e) => out.push((named(backend, "hooks"), Err(e))),
     }
     // Back to ACCEPT: the kernel runs both backends' FORWARD chains, so a DROP left here
     // would drop what the other backend accepts.
-    let mut accept_policy = Batch::new(FILTER);
-    accept_policy
-        .ops
-        .push(Op::Policy("FORWARD".into(), "ACCEPT".into()));
     for f in Family::ALL.iter().filter(|_| forward_drop) {
-        let _ = ctx.netfilter.apply(backend, *f, &accept_policy);
+        let _ = forward_policy(&ctx, backend, *f, "ACCEPT");
     }
+    out.push((named(backend, "sweep --all"), sweep_all(&ctx)));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    out
+}
+
+/// A check's name: `BACKEND: WHAT`.
+fn named(backend: Backend, what: &str) -> String {
+    format!("{backend}: {what}")
+}
+
+/// Sets the policy of `family`'s filter FORWARD chain on `backend`.
+fn forward_policy(
+    ctx: &Context,
+    backend: Backend,
+    family: Family,
+    policy: &str,
+) -> Result<(), String> {
+    let mut batch = Batch::new(FILTER);
+    batch.ops.push(Op::Policy("FORWARD".into(), policy.into()));
+    ctx.netfilter
+        .apply(backend, family, &batch)
+        .map_err(|e| crate::chain::text(&e))
+}
+
+/// One container's life, `before` its tables: create-runtime, the guard, the requests from
+/// the node and from outside (each a check in `out`), poststop; the verdict on the tables
+/// after, or why the hooks failed.
+fn container_checks(
+    ctx: &Context,
+    backend: Backend,
+    ext: &Path,
+    forward_drop: bool,
+    before: &[Option<Table>],
+    out: &mut Vec<(String, Result<String, String>)>,
+) -> Result<Result<String, String>, String> {
+    let name = |what: &str| named(backend, what);
+    let rules = create(ctx, "selftest")?;
+    out.push((
+        name("create-runtime"),
+        Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
+    ));
+    out.push((name("localhost guard"), guarded(ctx, backend)));
+    for addr in [
+        format!("{NODE_V4}:{HOST_PORT}"),
+        format!("[{NODE_V6}]:{HOST_PORT}"),
+        format!("127.0.0.1:{HOST_PORT}"),
+    ] {
+        out.push((name(&format!("tcp to {addr}")), request(&addr)));
+    }
+    for addr in [
+        format!("{UPLINK_V4}:{HOST_PORT}"),
+        format!("[{UPLINK_V6}]:{HOST_PORT}"),
+    ] {
+        let answer = in_namespace(ext, || request(&addr))
+            .unwrap_or_else(|e| Err(crate::chain::text(&e)))
+            .map(|a| match forward_drop {
+                true => format!("{a}, through FORWARD policy DROP"),
+                false => a,
+            });
+        out.push((name(&format!("tcp from outside to {addr}")), answer));
+    }
+    poststop(ctx, "selftest")?;
+    let after = dump(ctx, backend)?;
+    Ok(if after == before {
+        Ok("the nat and filter tables are as they were".to_string())
+    } else {
+        Err("the nat and filter tables differ from before the container".to_string())
+    })
+}
+
+/// `sweep --all`: natledger's chains and jumps removed.
+fn sweep_all(ctx: &Context) -> Result<String, String> {
     let swept = ops::sweep(
-        &ctx,
+        ctx,
         &SweepOptions {
             all: true,
             ..SweepOptions::default()
         },
     );
-    out.push((
-        name("sweep --all"),
-        match swept {
-            Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
-            Ok(report) => Err(report.errors.join("; ")),
-            Err(e) => Err(crate::chain::text(&e)),
-        },
-    ));
-    let _ = std::fs::remove_dir_all(&state_dir);
-    out
+    match swept {
+        Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
+        Ok(report) => Err(report.errors.join("; ")),
+        Err(e) => Err(crate::chain::text(&e)),
+    }
 }
 
 fn create(ctx: &Context, id: &str) -> Result<usize, String> {
@@ -356,7 +378,7 @@ impl Pair {
             ("net/ipv4/ip_forward", "1"),
             ("net/ipv6/conf/all/forwarding", "1"),
         ])?;
-        for (link, peer, [v4, v6], [peer_v4, peer_v6], [gateway_v4, gateway_v6]) in [
+        for (link, peer, cidrs, peer_cidrs, gateways) in [
             (
                 "nlst1",
                 ext,
@@ -373,14 +395,9 @@ impl Pair {
             ),
         ] {
             node.veth_to(link, peer, "eth0")?;
-            node.ip(&["addr", "add", v4, "dev", link])?;
-            node.ip(&["addr", "add", v6, "dev", link, "nodad"])?;
-            peer.ip(&["addr", "add", peer_v4, "dev", "eth0"])?;
-            peer.ip(&["addr", "add", peer_v6, "dev", "eth0", "nodad"])?;
-            node.ip(&["link", "set", link, "up"])?;
-            peer.ip(&["link", "set", "eth0", "up"])?;
-            peer.ip(&["route", "add", "default", "via", gateway_v4])?;
-            peer.ip(&["-6", "route", "add", "default", "via", gateway_v6])?;
+            node.link_up(link, &cidrs)?;
+            peer.link_up("eth0", &peer_cidrs)?;
+            peer.default_routes(&gateways)?;
         }
         Ok(())
     }
