@@ -2,7 +2,9 @@
 //!
 //! Parsing never interprets a rule beyond splitting it into its chain and argument tokens;
 //! [`crate::model::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
-//! Writing quotes every token, so an argument is never re-split by the reader.
+//! Writing quotes every token, so an argument is never re-split by the reader. A rule's
+//! `-A CHAIN ARGS` line, wherever natledger shows or writes one, is a [`RuleLine`]
+//! ([`rule_line`]): bare in messages, quoted for restore, or as `iptables-save` prints it.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write as _};
