@@ -363,11 +363,11 @@ impl Pair {
         let prefix = format!("natledger-selftest-{}", std::process::id());
         let made = |what: &str| NamedNetns::create(format!("{prefix}-{what}"));
         let pair = Pair {
-            node: made("node").map_err(|e| causes(&e))?,
-            ctr: made("ctr").map_err(|e| causes(&e))?,
-            ext: made("ext").map_err(|e| causes(&e))?,
+            node: made("node").map_err(|e| crate::chain::text(&e))?,
+            ctr: made("ctr").map_err(|e| crate::chain::text(&e))?,
+            ext: made("ext").map_err(|e| crate::chain::text(&e))?,
         };
-        pair.wire().map_err(|e| causes(&e))?;
+        pair.wire().map_err(|e| crate::chain::text(&e))?;
         Ok(pair)
     }
 
@@ -401,15 +401,4 @@ impl Pair {
         }
         Ok(())
     }
-}
-
-/// An error and its causes, one line.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        line = format!("{line}: {c}");
-        cause = c.source();
-    }
-    line
 }

@@ -117,13 +117,7 @@ const NO_DAD: &[(&str, &str)] = &[
 
 /// A harness error as one line: the error and its causes.
 fn text(e: NamedNetnsError) -> String {
-    let mut line = e.to_string();
-    let mut cause = std::error::Error::source(&e);
-    while let Some(c) = cause {
-        line = format!("{line}: {c}");
-        cause = c.source();
-    }
-    line
+    natledger::chain::text(&e)
 }
 
 /// Deletes a namespace now; a failure is a warning.
