@@ -113,11 +113,11 @@ fn case_main(spec: &str) {
     // The tmpfs first: it unshares the mount namespace, before any thread.
     let state = TmpfsDir::new();
     let tag = format!("{}-{backend}-{foreign}", std::process::id());
-    let node = Netns::new(format!("nlcni-{tag}"));
-    enter(&node.0);
+    let node = netns(format!("nlcni-{tag}"));
+    enter(&node);
     load_foreign(backend, foreign);
     let dirs = PathDirs::new(backend);
-    let ctr = Netns::new(format!("nlcni-ctr-{tag}"));
+    let ctr = netns(format!("nlcni-ctr-{tag}"));
     let at = Attachment::wire(&ctr, "nlb-cni0");
     let plugins = [
         ("natledger", Chained::natledger(&at, state.path(), backend)),

@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{BIN, Netns, env_or, median};
+use common::{BIN, env_or, median, netns};
 
 fn main() {
     if std::env::args().any(|a| a == "--list") {
@@ -47,35 +47,28 @@ fn main() {
     for target in sizes {
         let (ruleset, elements, rules, services) = kube_ruleset(target);
         let dir = tempfile::tempdir().unwrap();
-        let ns = Netns::new(format!("nlbench-nd{}", std::process::id()));
+        let ns = netns(format!("nlbench-nd{}", std::process::id()));
         // The node's address (the one element of @nodeport-ips), as on a real node: doctor
         // sends its packets to the host's own addresses.
-        for args in [
-            &[
-                "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
-            ][..],
-            &["addr", "add", "10.99.0.1/24", "dev", "eth0"][..],
-            &["link", "set", "eth0", "up"][..],
-        ] {
-            let mut all = vec!["-n", &ns.0];
-            all.extend_from_slice(args);
-            common::run("ip", &all, None);
-        }
+        ns.ip(&[
+            "link", "add", "eth0", "type", "veth", "peer", "name", "eth1",
+        ])
+        .and_then(|_| ns.link_up("eth0", &["10.99.0.1/24"]))
+        .unwrap_or_else(|e| panic!("{e}"));
         let text_path = dir.path().join("ruleset.nft");
         std::fs::write(&text_path, &ruleset).unwrap();
         let start = Instant::now();
-        in_ns(&ns.0, "nft", &["-f", text_path.to_str().unwrap()]);
+        in_ns(ns.name(), "nft", &["-f", text_path.to_str().unwrap()]);
         let load = start.elapsed();
         // The same ruleset where the only address is lo's: doctor knows no host address, as
         // from a dump.
-        let lo_only = Netns::new(format!("nlbench-nl{}", std::process::id()));
-        common::run("ip", &["-n", &lo_only.0, "link", "set", "lo", "up"], None);
-        in_ns(&lo_only.0, "nft", &["-f", text_path.to_str().unwrap()]);
+        let lo_only = netns(format!("nlbench-nl{}", std::process::id()));
+        in_ns(lo_only.name(), "nft", &["-f", text_path.to_str().unwrap()]);
         let start = Instant::now();
-        let listed = in_ns(&ns.0, "nft", &["list", "ruleset"]);
+        let listed = in_ns(ns.name(), "nft", &["list", "ruleset"]);
         let list_text = start.elapsed();
         let start = Instant::now();
-        let listed_json = in_ns(&ns.0, "nft", &["-j", "list", "ruleset"]);
+        let listed_json = in_ns(ns.name(), "nft", &["-j", "list", "ruleset"]);
         let list_json = start.elapsed();
         let saved_text = dir.path().join("saved.txt");
         let saved_json = dir.path().join("saved.json");
@@ -87,10 +80,14 @@ fn main() {
         let cases: [(&str, Option<&str>, Vec<&str>); 4] = [
             (
                 "live (netlink, netns)",
-                Some(&ns.0),
+                Some(ns.name()),
                 vec!["doctor", "--json"],
             ),
-            ("live, only lo", Some(&lo_only.0), vec!["doctor", "--json"]),
+            (
+                "live, only lo",
+                Some(lo_only.name()),
+                vec!["doctor", "--json"],
+            ),
             (
                 "--from nft list text",
                 None,

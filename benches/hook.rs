@@ -65,11 +65,11 @@ fn case_main(spec: &str) {
     let foreign: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
     let bundle = PathBuf::from(parts.next().unwrap());
-    let ns = Netns::new(format!(
+    let ns = netns(format!(
         "nlbench-{}-{backend}-{foreign}",
         std::process::id()
     ));
-    enter(&ns.0);
+    enter(&ns);
     load_foreign(backend, foreign);
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = TmpfsDir::new();

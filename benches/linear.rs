@@ -95,8 +95,8 @@ fn case_main(spec: &str) {
     let name = parts.next().unwrap().to_string();
     let n: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
-    let ns = Netns::new(format!("nllin-{}-{part}-{name}", std::process::id()));
-    enter(&ns.0);
+    let ns = netns(format!("nllin-{}-{part}-{name}", std::process::id()));
+    enter(&ns);
     let tmpfs = TmpfsDir::new();
     match part.as_str() {
         "sweep" => sweep_case(&name, n, runs, tmpfs.path()),

@@ -48,14 +48,14 @@ fn case_main(spec: &str) {
     let (n, runs) = spec.split_once(':').unwrap();
     let (n, runs): (usize, usize) = (n.parse().unwrap(), runs.parse().unwrap());
     let tmpfs = TmpfsDir::new();
-    let node = Netns::new(format!("nlcookie-{}-node", std::process::id()));
-    enter(&node.0);
-    let attachments: Vec<Netns> = (0..n)
-        .map(|i| Netns::new(format!("nlcookie-{}-{i}", std::process::id())))
+    let node = netns(format!("nlcookie-{}-node", std::process::id()));
+    enter(&node);
+    let attachments: Vec<NamedNetns> = (0..n)
+        .map(|i| netns(format!("nlcookie-{}-{i}", std::process::id())))
         .collect();
     let paths: Vec<PathBuf> = attachments
         .iter()
-        .map(|ns| natledger::kernel::named_netns::path(&ns.0))
+        .map(|ns| natledger::kernel::named_netns::path(ns.name()))
         .collect();
 
     // The first cookie read of the process starts the reader thread: what create-runtime and

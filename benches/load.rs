@@ -63,8 +63,8 @@ fn run_hook(state: &Path, backend: &str, id: &str, stage: &str, bundle: &Path) -
 fn case_main(label: &str) {
     let setup = Setup::named(label);
     let backend = setup.backend;
-    let ns = Netns::new(format!("nlload-{}-{label}", std::process::id()));
-    enter(&ns.0);
+    let ns = netns(format!("nlload-{}-{label}", std::process::id()));
+    enter(&ns);
     setup.load_foreign(FOREIGN);
     let work = TmpfsDir::new();
     let state = work.path().join("state");

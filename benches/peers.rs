@@ -281,11 +281,11 @@ struct Netavark {
 }
 
 impl Netavark {
-    fn new(ctr: &Netns) -> Netavark {
+    fn new(ctr: &NamedNetns) -> Netavark {
         let options = r#"{"container_id":"6e61746c65646765726265656e636800000000000000000000000000000000aa","container_name":"bench","networks":{"bench":{"interface_name":"eth0","static_ips":["10.88.0.2"]}},"network_info":{"bench":{"name":"bench","id":"6e61746c65646765726265656e636800000000000000000000000000000000bb","driver":"bridge","network_interface":"nlb-br0","subnets":[{"subnet":"10.88.0.0/24","gateway":"10.88.0.1"}],"ipv6_enabled":false,"internal":false,"dns_enabled":false,"ipam_options":{"driver":"host-local"}}},"port_mappings":[{"host_ip":"","container_port":80,"host_port":8080,"range":1,"protocol":"tcp"}]}"#;
         Netavark {
             bin: netavark_bin().unwrap(),
-            netns: format!("/var/run/netns/{}", ctr.0),
+            netns: format!("/var/run/netns/{}", ctr.name()),
             config: tempfile::tempdir().unwrap(),
             options: options.into(),
         }
@@ -311,8 +311,8 @@ fn case_main(spec: &str) {
     let tools: Vec<&str> = parts.next().unwrap().split(',').collect();
     let bundle = PathBuf::from(parts.next().unwrap());
     let tag = format!("{}-{backend}-{foreign}", std::process::id());
-    let node = Netns::new(format!("nlpeers-{tag}"));
-    enter(&node.0);
+    let node = netns(format!("nlpeers-{tag}"));
+    enter(&node);
     setup.load_foreign(foreign);
     let dirs = PathDirs::new(setup.iptables);
     let has = |t: &str| tools.contains(&t);
@@ -329,14 +329,14 @@ fn case_main(spec: &str) {
     let floor = case.floor();
     case.hook_counted("poststop", false);
 
-    let pm_ns = has("portmap").then(|| Netns::new(format!("nlpeers-pm-{tag}")));
+    let pm_ns = has("portmap").then(|| netns(format!("nlpeers-pm-{tag}")));
     let pm_at = pm_ns.as_ref().map(|ns| Attachment::wire(ns, "nlb-pm0"));
     let pm = pm_at.as_ref().map(Chained::portmap);
     if let Some(pm) = &pm {
         dirs.timed(pm.cmd("ADD"), pm.config.as_bytes());
         dirs.timed(pm.cmd("DEL"), pm.config.as_bytes());
     }
-    let nv_ns = has("netavark").then(|| Netns::new(format!("nlpeers-nv-{tag}")));
+    let nv_ns = has("netavark").then(|| netns(format!("nlpeers-nv-{tag}")));
     let nv = nv_ns.as_ref().map(Netavark::new);
     if let Some(nv) = &nv {
         dirs.timed(nv.cmd("setup"), nv.options.as_bytes());

@@ -93,8 +93,8 @@ fn case_main(spec: &str) {
         idle.parse().unwrap(),
         foreign.parse().unwrap(),
     );
-    let ns = Netns::new(format!("nlrepair-{}-{backend}", std::process::id()));
-    enter(&ns.0);
+    let ns = netns(format!("nlrepair-{}-{backend}", std::process::id()));
+    enter(&ns);
     let state = TmpfsDir::new();
     let work = tempfile::tempdir().unwrap();
     let node = Node {

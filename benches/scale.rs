@@ -88,8 +88,8 @@ fn case_main(spec: &str) {
     let backend = parts.next().unwrap();
     let n: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
-    let ns = Netns::new(format!("nlscale-{}-{backend}-{n}", std::process::id()));
-    enter(&ns.0);
+    let ns = netns(format!("nlscale-{}-{backend}-{n}", std::process::id()));
+    enter(&ns);
     let state = TmpfsDir::new();
     let work = tempfile::tempdir().unwrap();
     let save = format!("/usr/sbin/iptables-{backend}-save");

@@ -122,11 +122,11 @@ fn case_main(spec: &str) {
     let backend = parts.next().unwrap();
     let foreign: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
-    let ns = Netns::new(format!(
+    let ns = netns(format!(
         "nlsteps-{}-{backend}-{foreign}",
         std::process::id()
     ));
-    enter(&ns.0);
+    enter(&ns);
     load_foreign(backend, foreign);
     let work = tempfile::tempdir().unwrap();
     let tcp = bundle(work.path(), "tcp", "8080:80");

@@ -61,11 +61,11 @@ fn case_main(spec: &str) {
         "legacy" => Backend::Legacy,
         _ => Backend::Nft,
     };
-    let ns = Netns::new(format!(
+    let ns = netns(format!(
         "nlsweep-{}-{backend_name}-{dead}",
         std::process::id()
     ));
-    enter(&ns.0);
+    enter(&ns);
     let restore = format!("/usr/sbin/iptables-{backend_name}-restore");
     let save = format!("/usr/sbin/iptables-{backend_name}-save");
     run(

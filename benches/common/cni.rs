@@ -8,7 +8,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use super::{BIN, Netns, run};
+use super::{BIN, NamedNetns, run};
 
 pub const PORTMAP: &str = "/usr/lib/cni/portmap";
 
@@ -21,24 +21,29 @@ pub struct Attachment {
 }
 
 impl Attachment {
-    pub fn wire(ctr: &Netns, host_if: &str) -> Attachment {
+    pub fn wire(ctr: &NamedNetns, host_if: &str) -> Attachment {
         run(
             "ip",
             &[
-                "link", "add", host_if, "type", "veth", "peer", "name", "eth0", "netns", &ctr.0,
+                "link",
+                "add",
+                host_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ctr.name(),
             ],
             None,
         );
         run("ip", &["addr", "add", "10.77.0.1/24", "dev", host_if], None);
         run("ip", &["link", "set", host_if, "up"], None);
-        run(
-            "ip",
-            &["-n", &ctr.0, "addr", "add", "10.77.0.2/24", "dev", "eth0"],
-            None,
-        );
-        run("ip", &["-n", &ctr.0, "link", "set", "eth0", "up"], None);
+        ctr.link_up("eth0", &["10.77.0.2/24"])
+            .unwrap_or_else(|e| panic!("{e}"));
         Attachment {
-            netns: format!("/var/run/netns/{}", ctr.0),
+            netns: format!("/var/run/netns/{}", ctr.name()),
             host_if: host_if.to_string(),
         }
     }

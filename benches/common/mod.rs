@@ -1,4 +1,5 @@
-//! What the benchmarks share: a private network namespace, running tools, foreign rules.
+//! What the benchmarks share: a private network namespace (natledger's `kernel::named_netns`),
+//! running tools, foreign rules.
 
 #![allow(dead_code)] // each bench uses a subset
 
@@ -11,19 +12,14 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use natledger::kernel::named_netns::{self, NamedNetns};
+pub use natledger::kernel::named_netns::NamedNetns;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_natledger");
 
 /// A network namespace of the bench's own, its loopback up, deleted when dropped: natledger's
-/// `NamedNetns` (the harness `selftest` and the integration tests use too). `.0` is its name.
-pub struct Netns(pub String, NamedNetns);
-
-impl Netns {
-    pub fn new(name: String) -> Netns {
-        let ns = NamedNetns::create(name.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        Netns(name, ns)
-    }
+/// harness `kernel::named_netns` (which `selftest` and the integration tests use too).
+pub fn netns(name: String) -> NamedNetns {
+    NamedNetns::create(name.clone()).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Run this bench again as the child for one case (`BENCH_CASE=spec`, which the bench's
@@ -77,9 +73,8 @@ pub fn run(program: &str, args: &[&str], stdin: Option<&[u8]>) -> std::process::
 }
 
 /// Enter the namespace for this whole (single-threaded) process, so children start in it.
-pub fn enter(ns: &str) {
-    let f = std::fs::File::open(named_netns::path(ns)).unwrap();
-    nix::sched::setns(&f, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
+pub fn enter(ns: &NamedNetns) {
+    ns.enter().unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Load `n` foreign nat rules with `backend`'s restore (none for 0).

@@ -31,7 +31,7 @@ use crate::model::family::Family;
 use crate::model::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
 use crate::model::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
 use crate::model::rule::Rule;
-use crate::model::save::{Batch, Op, Table};
+use crate::model::save::{Batch, Op, Table, rule_line};
 use crate::ops::{self, Context, Created, SweepOptions};
 use crate::state::ledger::Ledger;
 
@@ -118,93 +118,110 @@ fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, S
     ));
     let runner = SystemRunner::default();
     let ctx = Context::new(Ledger::new(&state_dir), backend, Netfilter::new(&runner));
-    let name = |what: &str| format!("{backend}: {what}");
 
     // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
     // (Not in natledger's own nftables table: it writes no forward accept, see
     // `crate::kernel::nftables::own`, and a drop there would be natledger's own doing.)
     let forward_drop = backend.is_iptables();
-    let mut drop_policy = Batch::new(FILTER);
-    drop_policy
-        .ops
-        .push(Op::Policy("FORWARD".into(), "DROP".into()));
     let policy = Family::ALL
         .iter()
         .filter(|_| forward_drop)
-        .try_for_each(|f| {
-            (ctx.driver)
-                .apply_plan(&ctx.netfilter, *f, &Plan::batch(&drop_policy))
-                .map_err(|e| crate::chain::text(&e))
-        });
+        .try_for_each(|f| forward_policy(&ctx, *f, "DROP"));
     // The first container creates the shared chains and jumps, which stay by design.
     let warm = policy
         .and_then(|()| create(&ctx, "selftest-warmup"))
         .and_then(|_| poststop(&ctx, "selftest-warmup"));
-    let before = warm.and_then(|()| dump(&ctx, backend));
-    let result = before.and_then(|before| {
-        let rules = create(&ctx, "selftest")?;
-        out.push((
-            name("create-runtime"),
-            Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
-        ));
-        out.push((name("localhost guard"), guarded(&ctx, backend)));
-        for addr in [
-            format!("{NODE_V4}:{HOST_PORT}"),
-            format!("[{NODE_V6}]:{HOST_PORT}"),
-            format!("127.0.0.1:{HOST_PORT}"),
-        ] {
-            out.push((name(&format!("tcp to {addr}")), request(&addr)));
-        }
-        for addr in [
-            format!("{UPLINK_V4}:{HOST_PORT}"),
-            format!("[{UPLINK_V6}]:{HOST_PORT}"),
-        ] {
-            let answer = in_namespace(ext, || request(&addr))
-                .unwrap_or_else(|e| Err(crate::chain::text(&e)))
-                .map(|a| match forward_drop {
-                    true => format!("{a}, through FORWARD policy DROP"),
-                    false => a,
-                });
-            out.push((name(&format!("tcp from outside to {addr}")), answer));
-        }
-        poststop(&ctx, "selftest")?;
-        let after = dump(&ctx, backend)?;
-        Ok(if after == before {
-            Ok("the nat and filter tables are as they were".to_string())
-        } else {
-            Err("the nat and filter tables differ from before the container".to_string())
-        })
-    });
+    let before = warm.and_then(|()| dump(&ctx));
+    let result = before
+        .and_then(|before| container_checks(&ctx, backend, ext, forward_drop, &before, &mut out));
     match result {
-        Ok(verdict) => out.push((name("poststop"), verdict)),
-        Err(e) => out.push((name("hooks"), Err(e))),
+        Ok(verdict) => out.push((named(backend, "poststop"), verdict)),
+        Err(e) => out.push((named(backend, "hooks"), Err(e))),
     }
     // Back to ACCEPT: the kernel runs both backends' FORWARD chains, so a DROP left here
     // would drop what the other backend accepts.
-    let mut accept_policy = Batch::new(FILTER);
-    accept_policy
-        .ops
-        .push(Op::Policy("FORWARD".into(), "ACCEPT".into()));
     for f in Family::ALL.iter().filter(|_| forward_drop) {
-        let _ = (ctx.driver).apply_plan(&ctx.netfilter, *f, &Plan::batch(&accept_policy));
+        let _ = forward_policy(&ctx, *f, "ACCEPT");
     }
+    out.push((named(backend, "sweep --all"), sweep_all(&ctx)));
+    let _ = std::fs::remove_dir_all(&state_dir);
+    out
+}
+
+/// A check's name: `BACKEND: WHAT`.
+fn named(backend: Backend, what: &str) -> String {
+    format!("{backend}: {what}")
+}
+
+/// Sets the policy of `family`'s filter FORWARD chain on `backend`.
+fn forward_policy(ctx: &Context, family: Family, policy: &str) -> Result<(), String> {
+    let mut batch = Batch::new(FILTER);
+    batch.ops.push(Op::Policy("FORWARD".into(), policy.into()));
+    (ctx.driver)
+        .apply_plan(&ctx.netfilter, family, &Plan::batch(&batch))
+        .map_err(|e| crate::chain::text(&e))
+}
+
+/// One container's life, `before` its tables: create-runtime, the guard, the requests from
+/// the node and from outside (each a check in `out`), poststop; the verdict on the tables
+/// after, or why the hooks failed.
+fn container_checks(
+    ctx: &Context,
+    backend: Backend,
+    ext: &Path,
+    forward_drop: bool,
+    before: &[Option<Table>],
+    out: &mut Vec<(String, Result<String, String>)>,
+) -> Result<Result<String, String>, String> {
+    let name = |what: &str| named(backend, what);
+    let rules = create(ctx, "selftest")?;
+    out.push((
+        name("create-runtime"),
+        Ok(format!("{rules} rule(s) installed, IPv4 and IPv6")),
+    ));
+    out.push((name("localhost guard"), guarded(ctx, backend)));
+    for addr in [
+        format!("{NODE_V4}:{HOST_PORT}"),
+        format!("[{NODE_V6}]:{HOST_PORT}"),
+        format!("127.0.0.1:{HOST_PORT}"),
+    ] {
+        out.push((name(&format!("tcp to {addr}")), request(&addr)));
+    }
+    for addr in [
+        format!("{UPLINK_V4}:{HOST_PORT}"),
+        format!("[{UPLINK_V6}]:{HOST_PORT}"),
+    ] {
+        let answer = in_namespace(ext, || request(&addr))
+            .unwrap_or_else(|e| Err(crate::chain::text(&e)))
+            .map(|a| match forward_drop {
+                true => format!("{a}, through FORWARD policy DROP"),
+                false => a,
+            });
+        out.push((name(&format!("tcp from outside to {addr}")), answer));
+    }
+    poststop(ctx, "selftest")?;
+    let after = dump(ctx)?;
+    Ok(if after == before {
+        Ok("the nat and filter tables are as they were".to_string())
+    } else {
+        Err("the nat and filter tables differ from before the container".to_string())
+    })
+}
+
+/// `sweep --all`: natledger's chains and jumps removed.
+fn sweep_all(ctx: &Context) -> Result<String, String> {
     let swept = ops::sweep(
-        &ctx,
+        ctx,
         &SweepOptions {
             all: true,
             ..SweepOptions::default()
         },
     );
-    out.push((
-        name("sweep --all"),
-        match swept {
-            Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
-            Ok(report) => Err(report.errors.join("; ")),
-            Err(e) => Err(crate::chain::text(&e)),
-        },
-    ));
-    let _ = std::fs::remove_dir_all(&state_dir);
-    out
+    match swept {
+        Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
+        Ok(report) => Err(report.errors.join("; ")),
+        Err(e) => Err(crate::chain::text(&e)),
+    }
 }
 
 fn create(ctx: &Context, id: &str) -> Result<usize, String> {
@@ -242,7 +259,7 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
 /// natledger's jump to its chain, which holds the guard.
 fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
     let family = Family::Ipv4;
-    let table = (backend.driver())
+    let table = (ctx.driver)
         .read(&ctx.netfilter, family, FILTER, Reading::Ours)
         .map_err(|e| crate::chain::text(&e))?
         .ok_or("no ipv4 filter table")?;
@@ -257,8 +274,8 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
             .any(|r| Rule::parse_args(&r.args).ok().as_ref() == Some(rule));
         if !found {
             return Err(format!(
-                "{chain} does not start with natledger's -A {chain} {}",
-                rule.to_args().join(" ")
+                "{chain} does not start with natledger's {}",
+                rule_line(chain, &rule.to_args())
             ));
         }
     }
@@ -269,12 +286,12 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
 }
 
 /// Both families' nat and filter tables of one backend.
-fn dump(ctx: &Context, backend: Backend) -> Result<Vec<Option<Table>>, String> {
+fn dump(ctx: &Context) -> Result<Vec<Option<Table>>, String> {
     let mut tables = Vec::new();
     for family in Family::ALL {
         for table in TABLES {
             tables.push(
-                (backend.driver())
+                (ctx.driver)
                     .read(&ctx.netfilter, family, table, Reading::Ours)
                     .map_err(|e| crate::chain::text(&e))?,
             );
@@ -340,11 +357,11 @@ impl Pair {
         let prefix = format!("natledger-selftest-{}", std::process::id());
         let made = |what: &str| NamedNetns::create(format!("{prefix}-{what}"));
         let pair = Pair {
-            node: made("node").map_err(|e| causes(&e))?,
-            ctr: made("ctr").map_err(|e| causes(&e))?,
-            ext: made("ext").map_err(|e| causes(&e))?,
+            node: made("node").map_err(|e| crate::chain::text(&e))?,
+            ctr: made("ctr").map_err(|e| crate::chain::text(&e))?,
+            ext: made("ext").map_err(|e| crate::chain::text(&e))?,
         };
-        pair.wire().map_err(|e| causes(&e))?;
+        pair.wire().map_err(|e| crate::chain::text(&e))?;
         Ok(pair)
     }
 
@@ -355,7 +372,7 @@ impl Pair {
             ("net/ipv4/ip_forward", "1"),
             ("net/ipv6/conf/all/forwarding", "1"),
         ])?;
-        for (link, peer, [v4, v6], [peer_v4, peer_v6], [gateway_v4, gateway_v6]) in [
+        for (link, peer, cidrs, peer_cidrs, gateways) in [
             (
                 "nlst1",
                 ext,
@@ -372,26 +389,10 @@ impl Pair {
             ),
         ] {
             node.veth_to(link, peer, "eth0")?;
-            node.ip(&["addr", "add", v4, "dev", link])?;
-            node.ip(&["addr", "add", v6, "dev", link, "nodad"])?;
-            peer.ip(&["addr", "add", peer_v4, "dev", "eth0"])?;
-            peer.ip(&["addr", "add", peer_v6, "dev", "eth0", "nodad"])?;
-            node.ip(&["link", "set", link, "up"])?;
-            peer.ip(&["link", "set", "eth0", "up"])?;
-            peer.ip(&["route", "add", "default", "via", gateway_v4])?;
-            peer.ip(&["-6", "route", "add", "default", "via", gateway_v6])?;
+            node.link_up(link, &cidrs)?;
+            peer.link_up("eth0", &peer_cidrs)?;
+            peer.default_routes(&gateways)?;
         }
         Ok(())
     }
-}
-
-/// An error and its causes, one line.
-fn causes(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        line = format!("{line}: {c}");
-        cause = c.source();
-    }
-    line
 }

@@ -1,11 +1,18 @@
 //! Named network namespaces (`/run/netns/NAME`) made and wired with `ip`, deleted on drop:
-//! the one place where `natledger selftest`, the integration tests' `Topology` and the
-//! benches build the namespaces they work in. `ip netns add/del` run under one lock per
-//! process (the first `add` also makes the `/run/netns` mount, which is racy).
+//! the one harness `natledger selftest`, the integration tests' `Topology` and the benches
+//! build the namespaces they work in with. A [`NamedNetns`] is made bare ([`NamedNetns::add`])
+//! or with its loopback up ([`NamedNetns::create`]), takes sysctls, veth pairs to another
+//! one ([`NamedNetns::veth_to`]), addresses on a link it sets up ([`NamedNetns::link_up`]) and
+//! default routes ([`NamedNetns::default_routes`]); a thread (or a single-threaded process)
+//! enters it with [`enter`]. `ip netns add/del` run under one lock per process (the first
+//! `add` also makes the `/run/netns` mount, which is racy).
 
+use std::fs::File;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
+
+use nix::sched::{CloneFlags, setns};
 
 use super::netns::{NetnsError, in_namespace};
 
@@ -22,6 +29,18 @@ pub enum NamedNetnsError {
     /// The words `ip` printed; the message is `ip ARGS: STDERR`.
     #[error("ip {args}: {stderr}")]
     Ip { args: String, stderr: String },
+    #[error("cannot open {ns}")]
+    Open {
+        ns: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot move this thread into {ns}")]
+    SetNs {
+        ns: String,
+        #[source]
+        source: nix::Error,
+    },
     #[error("cannot enter {ns}")]
     Enter {
         ns: String,
@@ -89,20 +108,50 @@ pub fn set_sysctls(name: &str, settings: &[(&str, &str)]) -> Result<(), NamedNet
     })?
 }
 
-/// A namespace this process named and made, its loopback up; deleted when dropped.
+/// Moves the *calling thread* into the namespace `name` for good: only from a thread
+/// dedicated to it, or from a process that has one thread (its children then start there).
+pub fn enter(name: &str) -> Result<(), NamedNetnsError> {
+    let file = File::open(path(name)).map_err(|source| NamedNetnsError::Open {
+        ns: name.to_string(),
+        source,
+    })?;
+    setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NamedNetnsError::SetNs {
+        ns: name.to_string(),
+        source,
+    })
+}
+
+/// A namespace this process named and made (or took charge of); deleted when dropped.
 #[derive(Debug)]
 pub struct NamedNetns {
     name: String,
 }
 
 impl NamedNetns {
-    /// `ip netns add NAME`, then `lo` up (deleted again if that fails).
-    pub fn create(name: impl Into<String>) -> Result<NamedNetns, NamedNetnsError> {
+    /// `ip netns add NAME`: a bare namespace, its loopback down.
+    pub fn add(name: impl Into<String>) -> Result<NamedNetns, NamedNetnsError> {
         let name = name.into();
         add(&name)?;
-        let ns = NamedNetns { name };
-        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(NamedNetns { name })
+    }
+
+    /// `ip netns add NAME`, then `lo` up (deleted again if that fails).
+    pub fn create(name: impl Into<String>) -> Result<NamedNetns, NamedNetnsError> {
+        let ns = NamedNetns::add(name)?;
+        ns.link_up("lo", &[])?;
         Ok(ns)
+    }
+
+    /// Takes charge of a name something else put at `/run/netns/NAME` (a bind mount): deleted
+    /// (unmounted and removed) on drop like one this process made.
+    pub fn adopt(name: impl Into<String>) -> NamedNetns {
+        NamedNetns { name: name.into() }
+    }
+
+    /// `ip netns del NAME` now, its error returned rather than logged as on drop.
+    pub fn delete(self) -> Result<(), NamedNetnsError> {
+        let name = std::mem::take(&mut std::mem::ManuallyDrop::new(self).name);
+        delete(&name)
     }
 
     pub fn name(&self) -> &str {
@@ -137,6 +186,33 @@ impl NamedNetns {
             "link", "add", dev, "type", "veth", "peer", "name", peer_dev, "netns", &peer.name,
         ])
         .map(drop)
+    }
+
+    /// Adds `cidrs` to `dev` (an IPv6 one without duplicate address detection, `nodad`, so
+    /// it is usable at once), then sets `dev` up.
+    pub fn link_up(&self, dev: &str, cidrs: &[&str]) -> Result<(), NamedNetnsError> {
+        for cidr in cidrs {
+            let mut args = vec!["addr", "add", cidr, "dev", dev];
+            if cidr.contains(':') {
+                args.push("nodad");
+            }
+            self.ip(&args)?;
+        }
+        self.ip(&["link", "set", dev, "up"]).map(drop)
+    }
+
+    /// A default route via each of `gateways` (IPv4 or IPv6 addresses).
+    pub fn default_routes(&self, gateways: &[&str]) -> Result<(), NamedNetnsError> {
+        for gateway in gateways {
+            let family = if gateway.contains(':') { "-6" } else { "-4" };
+            self.ip(&[family, "route", "add", "default", "via", gateway])?;
+        }
+        Ok(())
+    }
+
+    /// Moves the calling thread into this namespace ([`enter`]).
+    pub fn enter(&self) -> Result<(), NamedNetnsError> {
+        enter(&self.name)
     }
 }
 

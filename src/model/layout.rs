@@ -38,6 +38,8 @@
 //! kernel believe the packet came in on `lo`. Everything it drops, the kernel would drop
 //! as a martian with `route_localnet=0` (see [`guard`]).
 
+use std::net::IpAddr;
+
 use crate::model::anyrule::{Target as MatchTarget, parse_rule};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::{Family, IfAddr};
@@ -96,9 +98,13 @@ pub(crate) fn goes_first(chain: &str) -> bool {
     chain == DNAT_CHAIN
 }
 
-/// The comment on every rule written for `id`.
-pub fn tag(id: &ContainerId) -> String {
-    format!("natledger:{id}")
+/// What the comment of a container's rule starts with, before the container's id.
+const TAG_PREFIX: &str = "natledger:";
+
+/// The comment on every rule written for `id`, `natledger:<id>`: a [`ContainerId`], or the
+/// text of one as read back from a rule or a ledger.
+pub fn tag(id: &(impl AsRef<str> + ?Sized)) -> String {
+    format!("{TAG_PREFIX}{}", id.as_ref())
 }
 
 /// Every chain natledger creates, in any version, is named `NATLEDGER-…`.
@@ -147,7 +153,7 @@ pub fn owner<'a>(chain: &str, args: &'a [String]) -> Owner<'a> {
     if is_owned_chain(chain) {
         return match comment {
             Some(SHARED_COMMENT) => Owner::Shared,
-            Some(c) => match c.strip_prefix("natledger:") {
+            Some(c) => match c.strip_prefix(TAG_PREFIX) {
                 Some(id) => Owner::Container(id),
                 None => Owner::Foreign,
             },
@@ -292,26 +298,8 @@ pub fn mapping_rules(
     let family = Family::of(container);
     let comment = Some(tag(id));
     let container_net = IpNet::host(container);
-    let base = (!mapping.host_ports.is_single()).then_some(mapping.host_ports.start);
-    let dnat = Rule {
-        destination: mapping.host_destination().map(IpNet::host),
-        protocol: Some(mapping.protocol),
-        dports: Some(mapping.host_ports),
-        comment: comment.clone(),
-        ..Rule::unconditional(Target::Dnat(DnatTo {
-            addr: container,
-            ports: mapping.container_ports,
-            base,
-        }))
-    };
-    // The connections this mapping's DNAT made.
-    let dnatted = Dnatted {
-        protocol: mapping.protocol,
-        orig_dst: mapping.host_destination(),
-        repl_src: container,
-        orig_dst_ports: mapping.host_ports,
-        repl_src_ports: mapping.container_ports,
-    };
+    let dnat = dnat_rule(mapping, container, comment.clone());
+    let dnatted = dnatted_by(mapping, container);
     let masquerade_from = |source: IpNet, dnatted: Option<Dnatted>| Placed {
         table: crate::model::table::Table::Nat,
         chain: MASQ_CHAIN,
@@ -359,6 +347,33 @@ pub fn mapping_rules(
         rules.push(masquerade_from(loopback, None));
     }
     rules
+}
+
+/// The DNAT of `mapping` to `container`.
+fn dnat_rule(mapping: &PortMapping, container: IpAddr, comment: Option<String>) -> Rule {
+    let base = (!mapping.host_ports.is_single()).then_some(mapping.host_ports.start);
+    Rule {
+        destination: mapping.host_destination().map(IpNet::host),
+        protocol: Some(mapping.protocol),
+        dports: Some(mapping.host_ports),
+        comment,
+        ..Rule::unconditional(Target::Dnat(DnatTo {
+            addr: container,
+            ports: mapping.container_ports,
+            base,
+        }))
+    }
+}
+
+/// The connections the DNAT of `mapping` to `container` made.
+fn dnatted_by(mapping: &PortMapping, container: IpAddr) -> Dnatted {
+    Dnatted {
+        protocol: mapping.protocol,
+        orig_dst: mapping.host_destination(),
+        repl_src: container,
+        orig_dst_ports: mapping.host_ports,
+        repl_src_ports: mapping.container_ports,
+    }
 }
 
 #[cfg(test)]

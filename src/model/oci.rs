@@ -59,6 +59,12 @@ impl ContainerId {
     }
 }
 
+impl AsRef<str> for ContainerId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
 impl FromStr for ContainerId {
     type Err = OciError;
     fn from_str(s: &str) -> Result<Self, OciError> {

@@ -2,10 +2,12 @@
 //!
 //! Parsing never interprets a rule beyond splitting it into its chain and argument tokens;
 //! [`crate::model::rule::Rule::parse_args`] decides whether those arguments are a natledger rule.
-//! Writing quotes every token, so an argument is never re-split by the reader.
+//! Writing quotes every token, so an argument is never re-split by the reader. A rule's
+//! `-A CHAIN ARGS` line, wherever natledger shows or writes one, is a [`RuleLine`]
+//! ([`rule_line`]): bare in messages, quoted for restore, or as `iptables-save` prints it.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 
 /// A line of a dump that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -201,17 +203,126 @@ pub fn render_dump(tables: &[Table]) -> String {
             if let Some(c) = r.counters {
                 let _ = write!(out, "[{}:{}] ", c.packets, c.bytes);
             }
-            out.push_str("-A ");
-            out.push_str(&r.chain);
-            for arg in &r.args {
-                out.push(' ');
-                quote(arg, &mut out);
-            }
-            out.push('\n');
+            let _ = writeln!(out, "{}", rule_line(&r.chain, &r.args).quoted());
         }
         out.push_str("COMMIT\n");
     }
     out
+}
+
+/// How a [`RuleLine`] writes its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quoting {
+    /// As they are, joined by spaces: the line in natledger's messages and warnings.
+    Bare,
+    /// Quoted where `iptables-restore` would split or unescape them (see [`tokenize`]):
+    /// dumps written back.
+    Restore,
+    /// As `iptables-save` writes a rule it decoded: only the value of a free-text option
+    /// (`--comment`, `--log-prefix`) is quoted, by [`save_quoted`].
+    Save,
+    /// As doctor shows a rule in a finding: an argument that whitespace or a double quote
+    /// would split (or an empty one) in double quotes, `"` and `\` escaped; the rest as is.
+    Finding,
+}
+
+/// A saved rule as its line, `-A CHAIN ARGS` (no newline): the one place natledger writes
+/// that line. Made by [`rule_line`]; prints with [`Quoting::Bare`] unless told otherwise.
+#[derive(Debug, Clone, Copy)]
+pub struct RuleLine<'a> {
+    chain: &'a str,
+    args: &'a [String],
+    quoting: Quoting,
+}
+
+/// The line `-A CHAIN ARGS` of the rule `args` in `chain`, arguments as they are.
+pub fn rule_line<'a>(chain: &'a str, args: &'a [String]) -> RuleLine<'a> {
+    RuleLine {
+        chain,
+        args,
+        quoting: Quoting::Bare,
+    }
+}
+
+impl RuleLine<'_> {
+    /// The same line, its arguments quoted for `iptables-restore`.
+    pub fn quoted(self) -> Self {
+        RuleLine {
+            quoting: Quoting::Restore,
+            ..self
+        }
+    }
+
+    /// The same line as doctor shows it in a finding.
+    pub fn in_finding(self) -> Self {
+        RuleLine {
+            quoting: Quoting::Finding,
+            ..self
+        }
+    }
+
+    /// The same line as `iptables-save` prints it.
+    pub fn as_saved(self) -> Self {
+        RuleLine {
+            quoting: Quoting::Save,
+            ..self
+        }
+    }
+}
+
+impl fmt::Display for RuleLine<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "-A {}", self.chain)?;
+        let mut free = false;
+        for arg in self.args {
+            match self.quoting {
+                Quoting::Bare => write!(f, " {arg}")?,
+                Quoting::Restore => {
+                    let mut quoted = String::new();
+                    quote(arg, &mut quoted);
+                    write!(f, " {quoted}")?;
+                }
+                Quoting::Save if free => write!(f, " {}", save_quoted(arg))?,
+                Quoting::Save => write!(f, " {arg}")?,
+                Quoting::Finding if split_by_restore(arg) => {
+                    write!(f, " \"{}\"", arg.replace('\\', "\\\\").replace('"', "\\\""))?
+                }
+                Quoting::Finding => write!(f, " {arg}")?,
+            }
+            free = FREE_TEXT.contains(&arg.as_str());
+        }
+        Ok(())
+    }
+}
+
+/// Whether `iptables-restore` would split or drop `arg` unquoted: empty, or holding
+/// whitespace or a double quote.
+fn split_by_restore(arg: &str) -> bool {
+    arg.is_empty() || arg.contains(char::is_whitespace) || arg.contains('"')
+}
+
+/// Options whose value is free text, which `iptables-save` quotes (`xtables_save_string`).
+const FREE_TEXT: [&str; 2] = ["--comment", "--log-prefix"];
+
+/// A free-text value as `xtables_save_string` writes it: bare when it is only letters,
+/// digits, `_` and `-`, else in double quotes with `"`, `\` and `'` escaped.
+pub fn save_quoted(value: &str) -> String {
+    if !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return value.to_string();
+    }
+    let mut s = String::from("\"");
+    for c in value.chars() {
+        if matches!(c, '"' | '\\' | '\'') {
+            s.push('\\');
+        }
+        s.push(c);
+    }
+    s.push('"');
+    s
 }
 
 /// Split a line the way iptables-restore does: whitespace separates, double quotes group,
@@ -359,6 +470,39 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rule_line_is_bare_quoted_for_restore_or_as_iptables_save_prints_it() {
+        let args: Vec<String> = ["-m", "comment", "--comment", "say \"hi\" it's", "-j", "X"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            rule_line("C", &args).to_string(),
+            r#"-A C -m comment --comment say "hi" it's -j X"#
+        );
+        assert_eq!(
+            rule_line("C", &args).quoted().to_string(),
+            r#"-A C -m comment --comment "say \"hi\" it's" -j X"#
+        );
+        assert_eq!(
+            rule_line("C", &args).as_saved().to_string(),
+            r#"-A C -m comment --comment "say \"hi\" it\'s" -j X"#
+        );
+        assert_eq!(rule_line("C", &[]).to_string(), "-A C");
+    }
+
+    /// Doctor's findings quote only what whitespace or a double quote would split (as
+    /// before the one writer): a backslash or a single quote alone stays bare.
+    #[test]
+    fn a_rule_line_in_a_finding_quotes_only_what_would_split() {
+        let args: Vec<String> = ["a\\b", "it's", "two words", "say \"x\"", ""]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            rule_line("X", &args).in_finding().to_string(),
+            "-A X a\\b it's \"two words\" \"say \\\"x\\\"\" \"\""
+        );
+    }
 
     const LEGACY: &str = r#"# Generated by iptables-save v1.8.9 on Sun Nov 22 03:10:05 2026
 *nat

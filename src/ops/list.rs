@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use crate::kernel::machine::Host;
 use crate::model::oci::ContainerId;
+use crate::model::save::rule_line;
 use crate::state::ledger::{Ledger, LedgerError, Manifest};
 use crate::state::liveness::Batched;
 use crate::state::sharing::Needs;
@@ -161,12 +162,11 @@ pub fn render_table(entries: &[ListEntry]) -> String {
         for r in &m.rules {
             let _ = writeln!(
                 out,
-                "    {}/{} -t {} -A {} {}",
+                "    {}/{} -t {} {}",
                 r.backend,
                 r.family,
                 r.table_name(),
-                r.chain,
-                r.args().join(" ")
+                rule_line(&r.chain, &r.args())
             );
         }
     }

@@ -1,28 +1,18 @@
-//! Named network namespaces: made, deleted and written to through natledger's own
-//! `kernel::named_netns` (the harness `selftest` and the benches use too, with its one lock
-//! around `ip netns add/del`), listed, and entered from a dedicated thread.
+//! Named network namespaces entered from a dedicated thread, and listed. They are made,
+//! wired and deleted by natledger's own `kernel::named_netns` (the harness `selftest` and
+//! the benches use too), which [`super::Topology`] holds.
 
-use std::fs::File;
 use std::io;
 
 use natledger::kernel::named_netns;
 use natledger::kernel::netns::in_namespace;
-use nix::sched::{CloneFlags, setns};
 
 use super::ip;
 
 /// Moves the *calling thread* into the named network namespace. Only call this
 /// from a thread dedicated to that namespace.
 pub(super) fn enter_netns(ns: &str) -> io::Result<()> {
-    let path = named_netns::path(ns);
-    let file = File::open(&path)
-        .map_err(|e| io::Error::new(e.kind(), format!("open {}: {e}", path.display())))?;
-    setns(&file, CloneFlags::CLONE_NEWNET).map_err(|e| {
-        io::Error::new(
-            io::Error::from(e).kind(),
-            format!("setns({}): {e}", path.display()),
-        )
-    })
+    named_netns::enter(ns).map_err(io::Error::other)
 }
 
 /// Runs `f` on a fresh thread that has entered network namespace `ns`, and
@@ -45,32 +35,4 @@ pub fn list_netns() -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect()
-}
-
-/// `ip netns add NS`.
-pub(super) fn create_ns(ns: &str) -> Result<(), String> {
-    named_netns::add(ns).map_err(|e| e.to_string())
-}
-
-/// Writes sysctls (paths relative to /proc/sys) inside namespace `ns`.
-pub(super) fn set_sysctls(ns: &str, settings: &[(&str, &str)]) -> Result<(), String> {
-    named_netns::set_sysctls(ns, settings).map_err(|e| format!("{e}: {}", cause(&e)))
-}
-
-/// `ip netns del NS`; a failure is a warning.
-pub(super) fn delete_ns(ns: &str) {
-    if let Err(e) = named_netns::delete(ns) {
-        eprintln!("warning: cannot delete network namespace {ns}: {e}");
-    }
-}
-
-/// The innermost cause of an error.
-fn cause(e: &dyn std::error::Error) -> String {
-    let mut last = e.to_string();
-    let mut next = e.source();
-    while let Some(c) = next {
-        last = c.to_string();
-        next = c.source();
-    }
-    last
 }

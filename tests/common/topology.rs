@@ -1,5 +1,8 @@
 //! The [`Topology`] drawn in the docs of `common`: node, ext and container namespaces, and
-//! sleepers that stand in for container processes.
+//! sleepers that stand in for container processes. The namespaces are natledger's own
+//! `kernel::named_netns::NamedNetns` (the harness `selftest` and the benches build theirs
+//! with), wired by its veth, address and route calls; waiting for IPv6 and bridge ports to
+//! settle is the tests' own.
 
 use std::io::Read;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -9,7 +12,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::netns::{create_ns, delete_ns, set_sysctls};
+use natledger::kernel::named_netns::{NamedNetns, NamedNetnsError};
+
 use super::{ip, lock, require_tools};
 
 /// Node address facing the external client ("node IP").
@@ -111,6 +115,19 @@ const NO_DAD: &[(&str, &str)] = &[
     ("net/ipv6/conf/default/accept_dad", "0"),
 ];
 
+/// A harness error as one line: the error and its causes.
+fn text(e: NamedNetnsError) -> String {
+    natledger::chain::text(&e)
+}
+
+/// Deletes a namespace now; a failure is a warning.
+fn delete_ns(ns: NamedNetns) {
+    let name = ns.name().to_string();
+    if let Err(e) = ns.delete() {
+        eprintln!("warning: cannot delete network namespace {name}: {e}");
+    }
+}
+
 /// A set of network namespaces (node, ext, containers). Dropping it kills the
 /// sleepers it spawned and deletes every namespace.
 pub struct Topology {
@@ -118,7 +135,7 @@ pub struct Topology {
     node: String,
     ext: String,
     /// In creation order; deleted in reverse.
-    namespaces: Vec<String>,
+    namespaces: Vec<NamedNetns>,
     containers: Vec<u8>,
     sleepers: Vec<u32>,
 }
@@ -167,36 +184,35 @@ impl Topology {
         topo
     }
 
-    fn create_ns(&mut self, ns: &str) -> Result<(), String> {
-        create_ns(ns)?;
-        self.namespaces.push(ns.to_string());
-        Ok(())
+    /// `ip netns add NS` (deleted with the topology), `sysctls` written, `lo` up.
+    fn create_ns(&mut self, ns: &str, sysctls: &[(&str, &str)]) -> Result<(), String> {
+        self.namespaces.push(NamedNetns::add(ns).map_err(text)?);
+        let made = self.ns(ns);
+        made.set_sysctls(sysctls).map_err(text)?;
+        made.link_up("lo", &[]).map_err(text)
+    }
+
+    /// The namespace of this topology named `ns`.
+    fn ns(&self, ns: &str) -> &NamedNetns {
+        self.namespaces
+            .iter()
+            .find(|x| x.name() == ns)
+            .unwrap_or_else(|| panic!("{ns}: not a namespace of this topology"))
     }
 
     fn setup(&mut self) -> Result<(), String> {
-        let node = self.node.clone();
-        let ext = self.ext.clone();
-        self.create_ns(&node)?;
-        self.create_ns(&ext)?;
-
         let mut node_sysctls = vec![
             ("net/ipv4/ip_forward", "1"),
             ("net/ipv6/conf/all/forwarding", "1"),
         ];
         node_sysctls.extend_from_slice(NO_DAD);
-        set_sysctls(&node, &node_sysctls)?;
-        set_sysctls(&ext, NO_DAD)?;
-
-        let n = node.as_str();
-        let x = ext.as_str();
-        ip(&["-n", n, "link", "set", "lo", "up"])?;
-        ip(&["-n", x, "link", "set", "lo", "up"])?;
+        self.create_ns(&self.node.clone(), &node_sysctls)?;
+        self.create_ns(&self.ext.clone(), NO_DAD)?;
+        let (node, ext) = (self.ns(&self.node), self.ns(&self.ext));
 
         // Container bridge. STP off, no forward delay, no multicast snooping
         // (IPv6 ND uses multicast), fixed MAC.
-        ip(&[
-            "-n",
-            n,
+        node.ip(&[
             "link",
             "add",
             BRIDGE,
@@ -208,46 +224,23 @@ impl Topology {
             "0",
             "mcast_snooping",
             "0",
-        ])?;
-        ip(&["-n", n, "link", "set", BRIDGE, "address", BRIDGE_MAC])?;
-        ip(&["-n", n, "addr", "add", "10.77.0.1/24", "dev", BRIDGE])?;
-        ip(&["-n", n, "addr", "add", "fd77::1/64", "dev", BRIDGE, "nodad"])?;
-        ip(&["-n", n, "link", "set", BRIDGE, "up"])?;
+        ])
+        .map_err(text)?;
+        node.ip(&["link", "set", BRIDGE, "address", BRIDGE_MAC])
+            .map_err(text)?;
+        node.link_up(BRIDGE, &["10.77.0.1/24", "fd77::1/64"])
+            .map_err(text)?;
 
         // node <-> ext
-        ip(&[
-            "-n",
-            n,
-            "link",
-            "add",
-            NODE_EXT_VETH,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            "eth0",
-            "netns",
-            x,
-        ])?;
-        ip(&["-n", n, "addr", "add", "10.78.0.1/24", "dev", NODE_EXT_VETH])?;
-        ip(&[
-            "-n",
-            n,
-            "addr",
-            "add",
-            "fd78::1/64",
-            "dev",
-            NODE_EXT_VETH,
-            "nodad",
-        ])?;
-        ip(&["-n", x, "addr", "add", "10.78.0.2/24", "dev", "eth0"])?;
-        ip(&["-n", x, "addr", "add", "fd78::2/64", "dev", "eth0", "nodad"])?;
-        ip(&["-n", n, "link", "set", NODE_EXT_VETH, "up"])?;
-        ip(&["-n", x, "link", "set", "eth0", "up"])?;
-        wait_ipv6_settled(n, NODE_EXT_VETH)?;
-        wait_ipv6_settled(x, "eth0")?;
-        ip(&["-n", x, "route", "add", "default", "via", "10.78.0.1"])?;
-        ip(&["-n", x, "-6", "route", "add", "default", "via", "fd78::1"])?;
+        node.veth_to(NODE_EXT_VETH, ext, "eth0").map_err(text)?;
+        node.link_up(NODE_EXT_VETH, &["10.78.0.1/24", "fd78::1/64"])
+            .map_err(text)?;
+        ext.link_up("eth0", &["10.78.0.2/24", "fd78::2/64"])
+            .map_err(text)?;
+        wait_ipv6_settled(node.name(), NODE_EXT_VETH)?;
+        wait_ipv6_settled(ext.name(), "eth0")?;
+        ext.default_routes(&["10.78.0.1", "fd78::1"])
+            .map_err(text)?;
         Ok(())
     }
 
@@ -266,9 +259,12 @@ impl Topology {
         &self.prefix
     }
 
-    /// All namespaces owned by this topology, in creation order.
-    pub fn namespaces(&self) -> &[String] {
-        &self.namespaces
+    /// The names of all namespaces owned by this topology, in creation order.
+    pub fn namespaces(&self) -> Vec<String> {
+        self.namespaces
+            .iter()
+            .map(|ns| ns.name().to_string())
+            .collect()
     }
 
     /// Creates namespace "<prefix>-c<n>" attached to the node bridge through
@@ -291,9 +287,8 @@ impl Topology {
                 c
             }
             Err(e) => {
-                if let Some(i) = self.namespaces.iter().position(|x| *x == ns) {
-                    self.namespaces.remove(i);
-                    delete_ns(&ns);
+                if let Some(i) = self.namespaces.iter().position(|x| x.name() == ns) {
+                    delete_ns(self.namespaces.remove(i));
                 }
                 panic!("add_container({n}) in {}: {e}", self.prefix);
             }
@@ -301,24 +296,16 @@ impl Topology {
     }
 
     fn setup_container(&mut self, n: u8, ns: &str) -> Result<Container, String> {
-        self.create_ns(ns)?;
-        set_sysctls(ns, NO_DAD)?;
-        let node = self.node.clone();
-        let node = node.as_str();
+        self.create_ns(ns, NO_DAD)?;
+        let (node, ctr) = (self.ns(&self.node), self.ns(ns));
         let veth = format!("vc{n}");
         let v4 = Ipv4Addr::new(10, 77, 0, n);
         let v6 = Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, n.into());
-        let v4_cidr = format!("{v4}/24");
-        let v6_cidr = format!("{v6}/64");
 
-        ip(&["-n", ns, "link", "set", "lo", "up"])?;
-        ip(&[
-            "-n", node, "link", "add", &veth, "type", "veth", "peer", "name", "eth0", "netns", ns,
-        ])?;
-        ip(&["-n", node, "link", "set", &veth, "master", BRIDGE])?;
-        ip(&[
-            "-n",
-            node,
+        node.veth_to(&veth, ctr, "eth0").map_err(text)?;
+        node.ip(&["link", "set", &veth, "master", BRIDGE])
+            .map_err(text)?;
+        node.ip(&[
             "link",
             "set",
             &veth,
@@ -326,19 +313,20 @@ impl Topology {
             "bridge_slave",
             "hairpin",
             "on",
-        ])?;
-        ip(&["-n", ns, "addr", "add", &v4_cidr, "dev", "eth0"])?;
-        ip(&["-n", ns, "addr", "add", &v6_cidr, "dev", "eth0", "nodad"])?;
-        ip(&["-n", node, "link", "set", &veth, "up"])?;
-        ip(&["-n", ns, "link", "set", "eth0", "up"])?;
+        ])
+        .map_err(text)?;
+        ctr.link_up("eth0", &[&format!("{v4}/24"), &format!("{v6}/64")])
+            .map_err(text)?;
+        node.link_up(&veth, &[]).map_err(text)?;
 
+        let node = node.name();
         wait_until(&format!("bridge port {veth} forwarding"), || {
             Ok(ip(&["-n", node, "-d", "link", "show", "dev", &veth])?.contains("state forwarding"))
         })?;
         wait_ipv6_settled(node, BRIDGE)?;
         wait_ipv6_settled(ns, "eth0")?;
-        ip(&["-n", ns, "route", "add", "default", "via", "10.77.0.1"])?;
-        ip(&["-n", ns, "-6", "route", "add", "default", "via", "fd77::1"])?;
+        ctr.default_routes(&["10.77.0.1", "fd77::1"])
+            .map_err(text)?;
         Ok(Container {
             ns: ns.to_string(),
             v4,
@@ -350,11 +338,7 @@ impl Topology {
     /// CNI runtime to wire ([`super::Conflist`]); its name is returned.
     pub fn add_sandbox(&mut self, n: u8) -> String {
         let ns = format!("{}-s{n}", self.prefix);
-        let made = self.create_ns(&ns).and_then(|()| {
-            set_sysctls(&ns, NO_DAD)?;
-            ip(&["-n", &ns, "link", "set", "lo", "up"]).map(drop)
-        });
-        if let Err(e) = made {
+        if let Err(e) = self.create_ns(&ns, NO_DAD) {
             panic!("add_sandbox({n}) in {}: {e}", self.prefix);
         }
         ns
@@ -366,10 +350,9 @@ impl Topology {
         let i = self
             .namespaces
             .iter()
-            .position(|x| x == ns)
+            .position(|x| x.name() == ns)
             .unwrap_or_else(|| panic!("delete_ns_now({ns}): not a namespace of this topology"));
-        self.namespaces.remove(i);
-        delete_ns(ns);
+        delete_ns(self.namespaces.remove(i));
         assert!(
             !std::path::Path::new(&format!("/run/netns/{ns}")).exists(),
             "delete_ns_now({ns}): /run/netns/{ns} still there"
@@ -381,7 +364,7 @@ impl Topology {
     pub fn bind_ns_at(&mut self, ns: &str, other: &str) {
         let path = format!("/run/netns/{ns}");
         std::fs::File::create(&path).unwrap_or_else(|e| panic!("create {path}: {e}"));
-        self.namespaces.push(ns.to_string());
+        self.namespaces.push(NamedNetns::adopt(ns));
         let out = Command::new("mount")
             .args(["--bind", &format!("/run/netns/{other}"), &path])
             .output()
@@ -403,8 +386,8 @@ impl Topology {
         use std::os::unix::fs::MetadataExt;
         let path = format!("/run/netns/{ns}");
         for k in 0..tries {
-            self.create_ns(ns)
-                .unwrap_or_else(|e| panic!("add_ns_reusing({ns}): {e}"));
+            let bare = NamedNetns::add(ns).unwrap_or_else(|e| panic!("add_ns_reusing({ns}): {e}"));
+            self.namespaces.push(bare);
             let got = std::fs::metadata(&path)
                 .unwrap_or_else(|e| panic!("stat {path}: {e}"))
                 .ino();
@@ -465,17 +448,17 @@ impl Drop for Topology {
             // Not registered any more: kill_pid() already took care of it.
             kill_sleeper(pid);
         }
-        for ns in self.namespaces.iter().rev() {
-            if let Ok(pids) = ip(&["netns", "pids", ns])
+        while let Some(ns) = self.namespaces.pop() {
+            if let Ok(pids) = ip(&["netns", "pids", ns.name()])
                 && !pids.trim().is_empty()
             {
                 eprintln!(
-                    "warning: processes still running in {ns} (not spawned by the harness): {}",
+                    "warning: processes still running in {} (not spawned by the harness): {}",
+                    ns.name(),
                     pids.split_whitespace().collect::<Vec<_>>().join(" ")
                 );
             }
             delete_ns(ns);
         }
-        self.namespaces.clear();
     }
 }

@@ -15,6 +15,7 @@ use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
 use crate::model::portspec::bounds::canonical;
+use crate::model::save::rule_line;
 use crate::ops::{self, Context, Creating, Held};
 use crate::state::ledger::{CniAttachment, Ledger, LedgerError, Phase, RuleRecord};
 use crate::state::liveness;
@@ -184,13 +185,12 @@ fn missing_error(
         Code::Failed,
         "port mapping rules missing",
         format!(
-            "{note}{} of {total} rule(s) of attachment {id} missing, first in {} {} {}: -A {} {}",
+            "{note}{} of {total} rule(s) of attachment {id} missing, first in {} {} {}: {}",
             missing.len(),
             first.backend,
             first.family,
             first.table_name(),
-            first.chain,
-            first.args().join(" ")
+            rule_line(&first.chain, &first.args())
         ),
     ))
 }

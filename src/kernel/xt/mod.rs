@@ -310,42 +310,9 @@ pub(crate) fn push_target(
     }
 }
 
-/// Options whose value is free text, which `iptables-save` quotes (`xtables_save_string`).
-const FREE_TEXT: [&str; 2] = ["--comment", "--log-prefix"];
-
-/// A free-text value as `xtables_save_string` writes it: bare when it is only letters,
-/// digits, `_` and `-`, else in double quotes with `"`, `\` and `'` escaped.
-pub(crate) fn save_quoted(value: &str) -> String {
-    if !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-    {
-        return value.to_string();
-    }
-    let mut s = String::from("\"");
-    for c in value.chars() {
-        if matches!(c, '"' | '\\' | '\'') {
-            s.push('\\');
-        }
-        s.push(c);
-    }
-    s.push('"');
-    s
-}
-
 /// A decoded rule as its `-A CHAIN …` line of `iptables-save`, for warnings.
 pub(crate) fn save_line(chain: &str, args: &[String]) -> String {
-    let mut line = format!("-A {chain}");
-    let mut free = false;
-    for a in args {
-        line.push(' ');
-        if free {
-            line.push_str(&save_quoted(a));
-        } else {
-            line.push_str(a);
-        }
-        free = FREE_TEXT.contains(&a.as_str());
-    }
-    line
+    crate::model::save::rule_line(chain, args)
+        .as_saved()
+        .to_string()
 }

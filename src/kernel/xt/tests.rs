@@ -307,6 +307,12 @@ fn lines_quote_free_text_as_iptables_save_does() {
         save_line("C", &args),
         r#"-A C -m comment --comment "say \"hi\" it\'s" -j X"#
     );
-    assert_eq!(save_quoted("default/web:http"), "\"default/web:http\"");
-    assert_eq!(save_quoted("natledger-c1_x"), "natledger-c1_x");
+    assert_eq!(
+        crate::model::save::save_quoted("default/web:http"),
+        "\"default/web:http\""
+    );
+    assert_eq!(
+        crate::model::save::save_quoted("natledger-c1_x"),
+        "natledger-c1_x"
+    );
 }

@@ -44,72 +44,98 @@ pub fn parse_rule(args: &[String]) -> (Match, Target) {
             p.in_target = false;
             i = p.basic(kind, negated, args, i);
         } else if let Some(opt) = context {
-            p.close();
-            let value = args.get(i).map(String::as_str);
-            i += usize::from(value.is_some());
-            if negated {
-                p.conds
-                    .push(Cond::Other(render(["!", opt, value.unwrap_or("")])));
-            }
-            p.in_target = opt != "-m";
-            match value {
-                Some(name) if opt == "-m" => p.open(name),
-                None if opt == "-m" => p.conds.push(Cond::Other("-m".into())),
-                name if p.target.is_none() => {
-                    p.target = Some((opt == "-g", name.unwrap_or("").into()))
-                }
-                _ => p.two_targets = true,
-            }
+            i = p.module_or_target(opt, negated, args, i);
         } else if p.in_target {
-            // Target options do not affect matching; only these three are kept.
-            if listed(FREE_TEXT, tok) {
-                i += 1;
-            }
-            let key = ["--to-destination", "--to-source", "--to-ports"]
-                .into_iter()
-                .find(|k| *k == tok);
-            if let (Some(key), Some(v)) = (key, args.get(i)) {
-                i += 1;
-                if !p.target_opts.iter().any(|(k, _)| *k == key) {
-                    p.target_opts.push((key, v.clone()));
-                }
-            }
+            i = p.target_option(tok, args, i);
         } else {
             i = p.option(negated, tok, args, i);
         }
     }
     p.close();
-    let opt = |key: &str| {
-        p.target_opts
-            .iter()
-            .find(|(k, _)| *k == key)
-            .map(|(_, v)| v.clone())
-    };
-    let target = match p.target.clone() {
-        None => Target::None,
-        // A second `-j` is most likely free text misread: trust neither.
-        Some((_, name)) if p.two_targets => Target::Other(name),
-        Some((true, chain)) => Target::Goto(chain),
-        Some((false, name)) => match name.as_str() {
-            "ACCEPT" => Target::Accept,
-            "DROP" => Target::Drop,
-            "RETURN" => Target::Return,
-            "REJECT" => Target::Reject,
-            "DNAT" => Target::Dnat {
-                to: opt("--to-destination").unwrap_or_default(),
-            },
-            "SNAT" => Target::Snat {
-                to: opt("--to-source").unwrap_or_default(),
-            },
-            "REDIRECT" => Target::Redirect {
-                to_ports: opt("--to-ports"),
-            },
-            "MASQUERADE" => Target::Masquerade,
-            n if n.is_empty() || listed(EXTENSION_TARGETS, n) => Target::Other(name),
-            _ => Target::Jump(name),
-        },
-    };
+    let target = p.target();
     (Match { conds: p.conds }, target)
+}
+
+impl Parser {
+    /// `-m NAME`, `-j NAME` or `-g NAME` (`opt`), its value at `args[i]`; the index after it.
+    fn module_or_target(
+        &mut self,
+        opt: &str,
+        negated: bool,
+        args: &[String],
+        mut i: usize,
+    ) -> usize {
+        self.close();
+        let value = args.get(i).map(String::as_str);
+        i += usize::from(value.is_some());
+        if negated {
+            self.conds
+                .push(Cond::Other(render(["!", opt, value.unwrap_or("")])));
+        }
+        self.in_target = opt != "-m";
+        match value {
+            Some(name) if opt == "-m" => self.open(name),
+            None if opt == "-m" => self.conds.push(Cond::Other("-m".into())),
+            name if self.target.is_none() => {
+                self.target = Some((opt == "-g", name.unwrap_or("").into()))
+            }
+            _ => self.two_targets = true,
+        }
+        i
+    }
+
+    /// An option `tok` of the target, its value at `args[i]`; the index after it.
+    fn target_option(&mut self, tok: &str, args: &[String], mut i: usize) -> usize {
+        // Target options do not affect matching; only these three are kept.
+        if listed(FREE_TEXT, tok) {
+            i += 1;
+        }
+        let key = ["--to-destination", "--to-source", "--to-ports"]
+            .into_iter()
+            .find(|k| *k == tok);
+        if let (Some(key), Some(v)) = (key, args.get(i)) {
+            i += 1;
+            if !self.target_opts.iter().any(|(k, _)| *k == key) {
+                self.target_opts.push((key, v.clone()));
+            }
+        }
+        i
+    }
+
+    /// The target read, with the options kept for it.
+    fn target(&self) -> Target {
+        let p = self;
+        let opt = |key: &str| {
+            p.target_opts
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.clone())
+        };
+        match p.target.clone() {
+            None => Target::None,
+            // A second `-j` is most likely free text misread: trust neither.
+            Some((_, name)) if p.two_targets => Target::Other(name),
+            Some((true, chain)) => Target::Goto(chain),
+            Some((false, name)) => match name.as_str() {
+                "ACCEPT" => Target::Accept,
+                "DROP" => Target::Drop,
+                "RETURN" => Target::Return,
+                "REJECT" => Target::Reject,
+                "DNAT" => Target::Dnat {
+                    to: opt("--to-destination").unwrap_or_default(),
+                },
+                "SNAT" => Target::Snat {
+                    to: opt("--to-source").unwrap_or_default(),
+                },
+                "REDIRECT" => Target::Redirect {
+                    to_ports: opt("--to-ports"),
+                },
+                "MASQUERADE" => Target::Masquerade,
+                n if n.is_empty() || listed(EXTENSION_TARGETS, n) => Target::Other(name),
+                _ => Target::Jump(name),
+            },
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -225,6 +251,22 @@ impl Parser {
         i
     }
 
+    /// The module of a port option outside any `-m`: `-p tcp --dport 80` as typed, where
+    /// iptables loads `-m tcp` implicitly (empty when there is no such protocol).
+    fn implicit_module(&self) -> String {
+        self.conds
+            .iter()
+            .rev()
+            .find_map(|c| match c {
+                Cond::Protocol {
+                    negated: false,
+                    proto,
+                } if listed(PORT_MODULES, proto) => Some(proto.clone()),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+
     /// Any other option outside a target; `i` is the index after it. Returns the next.
     fn option(&mut self, negated: bool, tok: &str, args: &[String], i: usize) -> usize {
         let bang = if negated { "!" } else { "" };
@@ -241,42 +283,9 @@ impl Parser {
                 return i + usize::from(free_text.is_some());
             }
             Some(m) => m.name.clone(),
-            // `-p tcp --dport 80` as typed: iptables loads `-m tcp` implicitly.
-            None => self
-                .conds
-                .iter()
-                .rev()
-                .find_map(|c| match c {
-                    Cond::Protocol {
-                        negated: false,
-                        proto,
-                    } if listed(PORT_MODULES, proto) => Some(proto.clone()),
-                    _ => None,
-                })
-                .unwrap_or_default(),
+            None => self.implicit_module(),
         };
-        let ports = |v: &str, list: bool| {
-            let (dst, multi) = port_option(tok)?;
-            (multi == list).then_some(())?;
-            let ports = parse_ports(v, list)?;
-            Some(Some(if dst {
-                Cond::DPorts { negated, ports }
-            } else {
-                Cond::SPorts { negated, ports }
-            }))
-        };
-        // Some(None): understood, no condition.
-        let modelled: Option<Option<Cond>> = match (module.as_str(), args.get(i)) {
-            (m, Some(v)) if listed(PORT_MODULES, m) => ports(v, false),
-            ("multiport", Some(v)) => ports(v, true),
-            ("addrtype", Some(v)) => parse_types(v).and_then(|types| match tok {
-                "--dst-type" => Some(Some(Cond::DstType { negated, types })),
-                "--src-type" => Some(Some(Cond::SrcType { negated, types })),
-                _ => None,
-            }),
-            ("comment", Some(_)) if tok == "--comment" && !negated => Some(None),
-            _ => None,
-        };
+        let modelled = modelled(&module, negated, tok, args.get(i));
         let end = if modelled.is_some() {
             i + 1
         } else {
@@ -306,6 +315,37 @@ impl Parser {
             None => self.conds.extend(cond),
         }
         end
+    }
+}
+
+/// The condition of option `tok` (its value `value`) of the match module `module`, when the
+/// model has one: `Some(None)`, understood but no condition; `None`, not understood.
+fn modelled(
+    module: &str,
+    negated: bool,
+    tok: &str,
+    value: Option<&String>,
+) -> Option<Option<Cond>> {
+    let ports = |v: &str, list: bool| {
+        let (dst, multi) = port_option(tok)?;
+        (multi == list).then_some(())?;
+        let ports = parse_ports(v, list)?;
+        Some(Some(if dst {
+            Cond::DPorts { negated, ports }
+        } else {
+            Cond::SPorts { negated, ports }
+        }))
+    };
+    match (module, value) {
+        (m, Some(v)) if listed(PORT_MODULES, m) => ports(v, false),
+        ("multiport", Some(v)) => ports(v, true),
+        ("addrtype", Some(v)) => parse_types(v).and_then(|types| match tok {
+            "--dst-type" => Some(Some(Cond::DstType { negated, types })),
+            "--src-type" => Some(Some(Cond::SrcType { negated, types })),
+            _ => None,
+        }),
+        ("comment", Some(_)) if tok == "--comment" && !negated => Some(None),
+        _ => None,
     }
 }
 

@@ -184,125 +184,176 @@ impl Rule {
     /// Parse the arguments after `-A CHAIN`. Options may come in any order; any option
     /// natledger never writes (negations, interfaces, other matches) is `Unsupported`.
     pub fn parse_args<S: AsRef<str>>(args: &[S]) -> Result<Rule, RuleParseError> {
-        let mut rule = Rule::unconditional(Target::Masquerade);
-        let mut jump: Option<String> = None;
-        let mut to_destination: Option<DnatTo> = None;
-        let mut ct = Conntrack::default();
+        let mut parsed = Parsed::new();
         let mut it = args.iter().map(AsRef::as_ref);
         while let Some(opt) = it.next() {
-            let mut value = || {
-                it.next()
-                    .ok_or_else(|| RuleParseError::MissingValue(opt.to_string()))
-            };
-            let bad = |v: &str, reason: String| RuleParseError::BadValue {
-                option: opt.to_string(),
-                value: v.to_string(),
-                reason,
-            };
-            match opt {
-                // natledger negates only the guard's interface and conntrack states.
-                "!" => {
-                    let negated = value()?;
-                    let v = it
-                        .next()
-                        .ok_or_else(|| RuleParseError::MissingValue(negated.to_string()))?;
-                    match negated {
-                        "-i" | "--in-interface"
-                            if rule.not_in_interface.is_none() && is_interface_name(v) =>
-                        {
-                            rule.not_in_interface = Some(v.to_string());
-                        }
-                        "--ctstate" if v == DNATTED_STATE && !rule.not_dnatted => {
-                            rule.not_dnatted = true;
-                        }
-                        _ => return Err(RuleParseError::Unsupported(format!("! {negated} {v}"))),
-                    }
-                }
-                "-s" | "--source" => {
-                    let v = value()?;
-                    rule.source = Some(v.parse().map_err(|e| bad(v, e))?);
-                }
-                "-d" | "--destination" => {
-                    let v = value()?;
-                    rule.destination = Some(v.parse().map_err(|e| bad(v, e))?);
-                }
-                "-p" | "--protocol" => {
-                    let v = value()?;
-                    rule.protocol = Some(v.parse().map_err(|e| bad(v, e))?);
-                }
-                "-m" | "--match" => {
-                    let v = value()?;
-                    let known = rule.protocol.map(Protocol::as_str) == Some(v)
-                        || v == "addrtype"
-                        || v == "conntrack"
-                        || v == "comment";
-                    if !known {
-                        return Err(RuleParseError::Unsupported(format!("-m {v}")));
-                    }
-                }
-                "--dport" | "--destination-port" => {
-                    let v = value()?;
-                    rule.dports = Some(PortRange::parse_with(v, ':').map_err(|e| bad(v, e))?);
-                }
-                "--dst-type" => {
-                    let v = value()?;
-                    if v != "LOCAL" {
-                        return Err(RuleParseError::Unsupported(format!("--dst-type {v}")));
-                    }
-                    rule.dst_local = true;
-                }
-                "--ctstate" => {
-                    let v = value()?;
-                    match v {
-                        DNATTED_STATE => ct.state = true,
-                        UNTRACKED_STATE if !rule.untracked => rule.untracked = true,
-                        _ => return Err(RuleParseError::Unsupported(format!("--ctstate {v}"))),
-                    }
-                }
-                "--ctproto" => {
-                    let v = value()?;
-                    let p = v
-                        .parse::<u8>()
-                        .ok()
-                        .and_then(Protocol::from_number)
-                        .or_else(|| v.parse().ok())
-                        .ok_or_else(|| bad(v, "not tcp, udp or sctp".into()))?;
-                    ct.protocol = Some(p);
-                }
-                "--ctorigdst" | "--ctreplsrc" => {
-                    let v = value()?;
-                    let net: IpNet = v.parse().map_err(|e| bad(v, e))?;
-                    if net.prefix != Family::of(net.addr).host_prefix() {
-                        return Err(RuleParseError::Unsupported(format!("{opt} {v}")));
-                    }
-                    *if opt == "--ctorigdst" {
-                        &mut ct.orig_dst
-                    } else {
-                        &mut ct.repl_src
-                    } = Some(net.addr);
-                }
-                "--ctorigdstport" | "--ctreplsrcport" => {
-                    let v = value()?;
-                    let ports = PortRange::parse_with(v, ':').map_err(|e| bad(v, e))?;
-                    *if opt == "--ctorigdstport" {
-                        &mut ct.orig_dst_ports
-                    } else {
-                        &mut ct.repl_src_ports
-                    } = Some(ports);
-                }
-                "--comment" => rule.comment = Some(value()?.to_string()),
-                "-j" | "--jump" => jump = Some(value()?.to_string()),
-                "--to-destination" => {
-                    let v = value()?;
-                    to_destination = Some(v.parse().map_err(|e| bad(v, e))?);
-                }
-                other => return Err(RuleParseError::Unsupported(other.to_string())),
-            }
+            parsed.option(opt, &mut it)?;
         }
+        parsed.finish()
+    }
+}
+
+/// A rule as [`Rule::parse_args`] reads it, option by option: the target comes together
+/// from `-j` and `--to-destination`, the DNAT conntrack match from its `--ct*` options.
+struct Parsed {
+    rule: Rule,
+    jump: Option<String>,
+    to_destination: Option<DnatTo>,
+    ct: Conntrack,
+}
+
+/// The value after `opt`.
+fn value_of<'a>(
+    opt: &str,
+    it: &mut impl Iterator<Item = &'a str>,
+) -> Result<&'a str, RuleParseError> {
+    it.next()
+        .ok_or_else(|| RuleParseError::MissingValue(opt.to_string()))
+}
+
+/// `opt`'s value `v` is not one it takes.
+fn bad(opt: &str, v: &str, reason: String) -> RuleParseError {
+    RuleParseError::BadValue {
+        option: opt.to_string(),
+        value: v.to_string(),
+        reason,
+    }
+}
+
+impl Parsed {
+    fn new() -> Parsed {
+        Parsed {
+            rule: Rule::unconditional(Target::Masquerade),
+            jump: None,
+            to_destination: None,
+            ct: Conntrack::default(),
+        }
+    }
+
+    /// Reads the option `opt` and its values from `it`.
+    fn option<'a>(
+        &mut self,
+        opt: &'a str,
+        it: &mut impl Iterator<Item = &'a str>,
+    ) -> Result<(), RuleParseError> {
+        let rule = &mut self.rule;
+        match opt {
+            "!" => return self.negated(it),
+            "-s" | "--source" => {
+                let v = value_of(opt, it)?;
+                rule.source = Some(v.parse().map_err(|e| bad(opt, v, e))?);
+            }
+            "-d" | "--destination" => {
+                let v = value_of(opt, it)?;
+                rule.destination = Some(v.parse().map_err(|e| bad(opt, v, e))?);
+            }
+            "-p" | "--protocol" => {
+                let v = value_of(opt, it)?;
+                rule.protocol = Some(v.parse().map_err(|e| bad(opt, v, e))?);
+            }
+            "-m" | "--match" => {
+                let v = value_of(opt, it)?;
+                let known = rule.protocol.map(Protocol::as_str) == Some(v)
+                    || v == "addrtype"
+                    || v == "conntrack"
+                    || v == "comment";
+                if !known {
+                    return Err(RuleParseError::Unsupported(format!("-m {v}")));
+                }
+            }
+            "--dport" | "--destination-port" => {
+                let v = value_of(opt, it)?;
+                rule.dports = Some(PortRange::parse_with(v, ':').map_err(|e| bad(opt, v, e))?);
+            }
+            "--dst-type" => {
+                let v = value_of(opt, it)?;
+                if v != "LOCAL" {
+                    return Err(RuleParseError::Unsupported(format!("--dst-type {v}")));
+                }
+                rule.dst_local = true;
+            }
+            "--comment" => rule.comment = Some(value_of(opt, it)?.to_string()),
+            "-j" | "--jump" => self.jump = Some(value_of(opt, it)?.to_string()),
+            "--to-destination" => {
+                let v = value_of(opt, it)?;
+                self.to_destination = Some(v.parse().map_err(|e| bad(opt, v, e))?);
+            }
+            "--ctstate" | "--ctproto" | "--ctorigdst" | "--ctreplsrc" | "--ctorigdstport"
+            | "--ctreplsrcport" => return self.conntrack(opt, value_of(opt, it)?),
+            other => return Err(RuleParseError::Unsupported(other.to_string())),
+        }
+        Ok(())
+    }
+
+    /// `! OPTION VALUE`: natledger negates only the guard's interface and conntrack states.
+    fn negated<'a>(
+        &mut self,
+        it: &mut impl Iterator<Item = &'a str>,
+    ) -> Result<(), RuleParseError> {
+        let negated = value_of("!", it)?;
+        let v = value_of(negated, it)?;
+        let rule = &mut self.rule;
+        match negated {
+            "-i" | "--in-interface" if rule.not_in_interface.is_none() && is_interface_name(v) => {
+                rule.not_in_interface = Some(v.to_string());
+            }
+            "--ctstate" if v == DNATTED_STATE && !rule.not_dnatted => {
+                rule.not_dnatted = true;
+            }
+            _ => return Err(RuleParseError::Unsupported(format!("! {negated} {v}"))),
+        }
+        Ok(())
+    }
+
+    /// A `--ct…` option of the conntrack match and its value `v`.
+    fn conntrack(&mut self, opt: &str, v: &str) -> Result<(), RuleParseError> {
+        let ct = &mut self.ct;
+        match opt {
+            "--ctstate" => match v {
+                DNATTED_STATE => ct.state = true,
+                UNTRACKED_STATE if !self.rule.untracked => self.rule.untracked = true,
+                _ => return Err(RuleParseError::Unsupported(format!("--ctstate {v}"))),
+            },
+            "--ctproto" => {
+                let p = v
+                    .parse::<u8>()
+                    .ok()
+                    .and_then(Protocol::from_number)
+                    .or_else(|| v.parse().ok())
+                    .ok_or_else(|| bad(opt, v, "not tcp, udp or sctp".into()))?;
+                ct.protocol = Some(p);
+            }
+            "--ctorigdst" | "--ctreplsrc" => {
+                let net: IpNet = v.parse().map_err(|e| bad(opt, v, e))?;
+                if net.prefix != Family::of(net.addr).host_prefix() {
+                    return Err(RuleParseError::Unsupported(format!("{opt} {v}")));
+                }
+                *if opt == "--ctorigdst" {
+                    &mut ct.orig_dst
+                } else {
+                    &mut ct.repl_src
+                } = Some(net.addr);
+            }
+            "--ctorigdstport" | "--ctreplsrcport" => {
+                let ports = PortRange::parse_with(v, ':').map_err(|e| bad(opt, v, e))?;
+                *if opt == "--ctorigdstport" {
+                    &mut ct.orig_dst_ports
+                } else {
+                    &mut ct.repl_src_ports
+                } = Some(ports);
+            }
+            other => return Err(RuleParseError::Unsupported(other.to_string())),
+        }
+        Ok(())
+    }
+
+    /// The rule, once every option is read: the combinations natledger writes, else an error.
+    fn finish(self) -> Result<Rule, RuleParseError> {
+        let mut rule = self.rule;
         if rule.dports.is_some() && rule.protocol.is_none() {
             return Err(RuleParseError::Unsupported("--dport without -p".into()));
         }
-        rule.dnatted = ct.finish()?;
+        rule.dnatted = self.ct.finish()?;
         let conntrack_matches = usize::from(rule.not_dnatted)
             + usize::from(rule.dnatted.is_some())
             + usize::from(rule.untracked);
@@ -311,7 +362,7 @@ impl Rule {
                 "two conntrack matches natledger does not write together".into(),
             ));
         }
-        rule.target = match (jump.as_deref(), to_destination) {
+        rule.target = match (self.jump.as_deref(), self.to_destination) {
             (Some("MASQUERADE"), None) => Target::Masquerade,
             (Some("ACCEPT"), None) => Target::Accept,
             (Some("DROP"), None) => Target::Drop,

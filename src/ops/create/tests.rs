@@ -78,10 +78,7 @@ fn no_annotation_runs_nothing() {
 
 #[test]
 fn tags_name_the_container() {
-    assert_eq!(
-        crate::model::layout::tag(&"abc".parse().unwrap()),
-        "natledger:abc"
-    );
+    assert_eq!(crate::model::layout::tag("abc"), "natledger:abc");
 }
 
 /// A hook input for container `id` of pod `pod`, whose process is this test's own: every such

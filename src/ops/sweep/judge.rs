@@ -183,7 +183,7 @@ fn unreadable(
     };
     if !opts.all {
         judged.claims.kept.extend(ids.iter().cloned());
-        let tags: Vec<String> = ids.iter().map(|id| format!("natledger:{id}")).collect();
+        let tags: Vec<String> = ids.iter().map(crate::model::layout::tag).collect();
         report.errors.push(format!(
             "{problem}; the rules tagged {} are kept; repair or delete the file, \
              or run sweep --all",

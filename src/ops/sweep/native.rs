@@ -59,7 +59,7 @@ fn tagged_only(plan: &TablePlan) -> Option<HashMap<(String, String), usize>> {
     }
     let mut counts = HashMap::new();
     for rule in &plan.rules {
-        let tag = format!("natledger:{}", rule.container.as_ref()?);
+        let tag = crate::model::layout::tag(rule.container.as_ref()?);
         *counts.entry((rule.chain.clone(), tag)).or_default() += 1;
     }
     Some(counts)

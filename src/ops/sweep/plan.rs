@@ -10,7 +10,7 @@ use crate::model::family::Family;
 use crate::model::layout::{
     Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner,
 };
-use crate::model::save::{Batch, Op, SavedRule, Table};
+use crate::model::save::{Batch, Op, SavedRule, Table, rule_line};
 
 /// Who keeps their rules.
 #[derive(Debug, Default)]
@@ -236,9 +236,8 @@ fn removable_chains<'t>(
             for rule in in_the_way {
                 blocked.push(format!(
                     "chain {chain} stays: a rule natledger did not write is in it or jumps to \
-                     it: -A {} {}",
-                    rule.chain,
-                    rule.args.join(" ")
+                     it: {}",
+                    rule_line(&rule.chain, &rule.args)
                 ));
             }
         } else if !sorted.held.contains(chain) {

@@ -255,7 +255,7 @@ pub fn describe(rules: &[Restored]) -> String {
         let whose = r
             .container
             .as_ref()
-            .map_or("shared".to_string(), |id| format!("natledger:{id}"));
+            .map_or("shared".to_string(), crate::model::layout::tag);
         match counts
             .iter_mut()
             .find(|(w, c, _)| *w == whose && *c == r.chain)

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::backend::Backend;
 use crate::model::family::Family;
+use crate::model::save::rule_line;
 use crate::state::ledger::{CniAttachment, Manifest};
 
 use super::{HeldBack, Reason, Removed, Repair, Restored, SweepOptions, TablePlan};
@@ -358,10 +359,9 @@ impl SweepReport {
         {
             let _ = writeln!(
                 out,
-                "{place}: {verb} ({}) -A {} {}",
+                "{place}: {verb} ({}) {}",
                 reason_text(r.reason),
-                r.chain,
-                r.rule.join(" ")
+                rule_line(&r.chain, &r.rule)
             );
         }
         for chain in &t.chains_removed {
@@ -370,14 +370,13 @@ impl SweepReport {
         for r in &t.rules_restored {
             let _ = writeln!(
                 out,
-                "{place}: {} -A {} {}",
+                "{place}: {} {}",
                 if self.dry_run {
                     "would put back"
                 } else {
                     "put back"
                 },
-                r.chain,
-                r.rule.join(" ")
+                rule_line(&r.chain, &r.rule)
             );
         }
     }

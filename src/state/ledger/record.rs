@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::model::backend_name::Backend;
 use crate::model::family::Family;
 use crate::model::rule::Rule;
+use crate::model::save::rule_line;
 use crate::model::table::Table;
 
 /// One rule exactly as written: where, and what.
@@ -116,10 +117,9 @@ impl RuleRecord {
     /// `-t TABLE -A CHAIN ARGS`, as shown in warnings.
     pub fn shown(&self) -> String {
         format!(
-            "-t {} -A {} {}",
+            "-t {} {}",
             self.table_name(),
-            self.chain,
-            self.args().join(" ")
+            rule_line(&self.chain, &self.args())
         )
     }
 }

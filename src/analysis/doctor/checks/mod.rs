@@ -313,18 +313,9 @@ fn port_of(cond: &Match) -> (Option<u16>, Option<String>) {
 }
 
 fn line(chain: &str, args: &[String]) -> String {
-    let mut out = format!("-A {chain}");
-    for a in args {
-        out.push(' ');
-        if a.is_empty() || a.contains(char::is_whitespace) || a.contains('"') {
-            out.push('"');
-            out.push_str(&a.replace('\\', "\\\\").replace('"', "\\\""));
-            out.push('"');
-        } else {
-            out.push_str(a);
-        }
-    }
-    out
+    crate::model::save::rule_line(chain, args)
+        .in_finding()
+        .to_string()
 }
 
 fn rule_ref(w: &Walked, step: &Step) -> RuleRef {

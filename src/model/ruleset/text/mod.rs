@@ -374,5 +374,4 @@ fn set(c: &mut Cursor) -> R<Set> {
 }
 
 #[cfg(test)]
-#[path = "text_tests.rs"]
 mod tests;

@@ -1,8 +1,8 @@
 use super::*;
 use crate::model::ruleset::parse_json;
 
-const SAMPLE_TEXT: &str = include_str!("../../../tests/fixtures/nftables-dumps/sample.nft.txt");
-const SAMPLE_JSON: &str = include_str!("../../../tests/fixtures/nftables-dumps/sample.json");
+const SAMPLE_TEXT: &str = include_str!("../../../../tests/fixtures/nftables-dumps/sample.nft.txt");
+const SAMPLE_JSON: &str = include_str!("../../../../tests/fixtures/nftables-dumps/sample.json");
 
 /// nft 1.0.6's JSON has no table comments; everything else must agree.
 fn without_table_comments(mut r: Ruleset) -> Ruleset {

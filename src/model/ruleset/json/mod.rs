@@ -513,5 +513,4 @@ fn port_number(at: &At, n: Option<u64>) -> R<u16> {
 }
 
 #[cfg(test)]
-#[path = "json_tests.rs"]
 mod tests;

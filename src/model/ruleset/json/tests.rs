@@ -1,7 +1,7 @@
 use super::*;
 use crate::model::ruleset::{ChainKind, Hook, Policy};
 
-const SAMPLE: &str = include_str!("../../../tests/fixtures/nftables-dumps/sample.json");
+const SAMPLE: &str = include_str!("../../../../tests/fixtures/nftables-dumps/sample.json");
 
 fn table<'a>(r: &'a Ruleset, name: &str) -> &'a Table {
     r.tables.iter().find(|t| t.name == name).unwrap()
