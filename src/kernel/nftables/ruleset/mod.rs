@@ -119,6 +119,17 @@ fn read_once(
             |af, body| b.table(af, body, keep),
         )
         .map_err(failed("the tables"))?;
+    read_sets(session, &mut b, max_sets)?;
+    session
+        .dump_each(NFT_MSG_GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
+        .map_err(failed("the chains"))?;
+    read_rules(session, &mut b)?;
+    Ok(b.ruleset)
+}
+
+/// The sets of the tables kept, each with its elements; more than `max_sets` of them is
+/// refused before any element is read.
+fn read_sets(session: &mut Session<'_>, b: &mut Builder, max_sets: usize) -> Result<(), NftError> {
     let mut sets = Vec::new();
     session
         .dump_each(
@@ -146,37 +157,49 @@ fn read_once(
     }
     for (family, set) in sets {
         let (table, info) = set.map_err(failed("the sets"))?;
-        if b.at(family, &table).is_none() {
-            continue;
+        if b.at(family, &table).is_some() {
+            let raw = read_elements(session, family, &table, &info)?;
+            b.set(family, &table, info, raw);
         }
-        let what = format!(
-            "the elements of set {} of {} {table}",
-            info.set.name,
-            family.word()
-        );
-        let mut raw = Vec::new();
-        let answer = session.dump_each(
-            NFT_MSG_GETSETELEM,
-            dump::af(family),
-            |m| {
-                netlink::put_str(m, 1, &table);
-                netlink::put_str(m, 2, &info.set.name);
-            },
-            |_, body| dump::elements(&info, body, &mut raw),
-        );
-        match answer {
-            Ok(()) => {}
-            // Gone since the set dump: the generation check reads again.
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
-            Err(e) => return Err(failed(&what)(e)),
-        }
-        b.set(family, &table, info, raw);
     }
-    session
-        .dump_each(NFT_MSG_GETCHAIN, 0, |_| {}, |af, body| b.chain(af, body))
-        .map_err(failed("the chains"))?;
-    // Rules table by table (the dump's NFTA_RULE_TABLE filter), so a table left out costs
-    // nothing; a kernel that ignored the filter would only send rules the builder drops.
+    Ok(())
+}
+
+/// The elements of one set, as the dump sends them (none when the set is gone since the
+/// set dump: the generation check reads again).
+fn read_elements(
+    session: &mut Session<'_>,
+    family: TableFamily,
+    table: &str,
+    info: &SetInfo,
+) -> Result<Vec<RawElement>, NftError> {
+    let mut raw = Vec::new();
+    let answer = session.dump_each(
+        NFT_MSG_GETSETELEM,
+        dump::af(family),
+        |m| {
+            netlink::put_str(m, 1, table);
+            netlink::put_str(m, 2, &info.set.name);
+        },
+        |_, body| dump::elements(info, body, &mut raw),
+    );
+    match answer {
+        Ok(()) => Ok(raw),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(raw),
+        Err(e) => {
+            let what = format!(
+                "the elements of set {} of {} {table}",
+                info.set.name,
+                family.word()
+            );
+            Err(failed(&what)(e))
+        }
+    }
+}
+
+/// Rules table by table (the dump's NFTA_RULE_TABLE filter), so a table left out costs
+/// nothing; a kernel that ignored the filter would only send rules the builder drops.
+fn read_rules(session: &mut Session<'_>, b: &mut Builder) -> Result<(), NftError> {
     let kept: Vec<(TableFamily, String)> = b
         .ruleset
         .tables
@@ -197,7 +220,7 @@ fn read_once(
             Err(e) => return Err(failed("the rules")(e)),
         }
     }
-    Ok(b.ruleset)
+    Ok(())
 }
 
 /// The ruleset put together from the dumps' messages, in the order `read_once` asks.
