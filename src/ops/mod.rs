@@ -3,6 +3,7 @@
 //! to install, remove or apply a sweep's plan), never which backend one is. Every operation
 //! that changes rules or manifests holds the ledger lock.
 
+mod after_writes;
 mod create;
 mod detach;
 mod flows;
@@ -87,24 +88,9 @@ impl<'r> Context<'r> {
         }
     }
 
-    /// The backend new rules go to.
+    /// The backend new rules go to (the name their records carry).
     pub fn backend(&self) -> Backend {
         self.driver.backend()
-    }
-
-    /// The backends of [`Context::drivers`], in their order.
-    pub fn backends(&self) -> impl Iterator<Item = Backend> + '_ {
-        self.drivers.iter().map(|d| d.backend())
-    }
-
-    /// The driver of records of `backend`: the context's ([`Context::drivers`]), else the
-    /// registered one.
-    pub fn driver_for(&self, backend: Backend) -> &'r dyn Driver {
-        let drivers = self.drivers;
-        match drivers.iter().find(|d| d.backend() == backend) {
-            Some(driver) => *driver,
-            None => backend.driver(),
-        }
     }
 }
 

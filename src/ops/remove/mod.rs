@@ -19,7 +19,8 @@ use crate::model::oci::{ContainerId, State};
 use crate::state::ledger::{LedgerError, Locked, Manifest, Phase};
 use crate::state::liveness;
 
-use super::{Context, Error, flows};
+use super::after_writes::{Carry, after_writes};
+use super::{Context, Error};
 use holders::{live_sharers, live_sharers_without_manifest, release_holders};
 
 /// What poststop did.
@@ -198,9 +199,11 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         }
     };
     release_holders(ctx, &locked, id, holders, &mut stale_flows);
-    flows::forget(ctx, &stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, generation);
-    ctx.netfilter.release_native();
+    let carry = Carry {
+        cache: &cache,
+        before: generation,
+    };
+    after_writes(ctx, &stale_flows, Some(carry));
     result
 }
 
