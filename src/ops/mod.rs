@@ -41,7 +41,8 @@ pub struct Context<'r> {
     pub ledger: Ledger,
     /// The driver create-runtime writes with.
     pub driver: &'r dyn Driver,
-    /// Every driver, in the order removal and sweep look in them.
+    /// Every driver, in the order removal, sweep and a CNI CHECK look in them (a record is
+    /// matched to a driver by its backend: `record.backend == driver.backend()`).
     pub drivers: &'r [&'r dyn Driver],
     pub netfilter: Netfilter<'r>,
     /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what

@@ -6,7 +6,7 @@
 //! 1. judge every manifest (`judge.rs`): alive (pid, start time and boot all match), dead, or
 //!    unreadable (kept: its container might be alive); one only too large to read whole is
 //!    judged from its liveness fields (`ledger::summarize`, read before the lock);
-//! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
+//! 2. per driver (backend), family and table (nat, filter), one read and at most one `*-restore`
 //!    transaction (`table.rs`): natledger's rules tagged for a container that is not alive go,
 //!    wherever they are now (see [`plan`]); a transaction that fails because the table changed
 //!    since the read is planned again from a new read, once; then the flows of the DNATs that
