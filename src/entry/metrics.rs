@@ -3,7 +3,7 @@
 //!
 //! [`Exposition`] is a small typed writer: metric families (name, help, type) with samples
 //! (labels, value), rendered with `# HELP` and `# TYPE` lines and label values escaped as the
-//! format says (`\\`, `\"`, `\n`). [`write`] replaces the file atomically
+//! format says (`\\`, `\"`, `\n`). [`write()`] replaces the file atomically
 //! (`crate::state::durable`: a temp file beside it, fsync, rename), so the collector never reads half
 //! a file; the temp name does not end in `.prom`, which the collector ignores.
 //!
@@ -176,7 +176,7 @@ fn valid_label_name(name: &str) -> bool {
         && !name.starts_with("__")
 }
 
-/// What [`write`] did.
+/// What [`write()`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Written {
     /// The file was replaced.
@@ -233,7 +233,7 @@ pub fn write(path: &Path, text: &str) -> Result<Written, WriteError> {
     Ok(Written::Replaced)
 }
 
-/// [`write`] for the commands' `--metrics-file`: `None` writes nothing; a missing directory is
+/// [`write()`] for the commands' `--metrics-file`: `None` writes nothing; a missing directory is
 /// a warning on stderr, not an error (see the README's "Metrics").
 pub fn write_option(path: Option<&Path>, exposition: &Exposition) -> Result<(), WriteError> {
     let Some(path) = path else {

@@ -3,6 +3,7 @@
 //! to install, remove or apply a sweep's plan), never which backend one is. Every operation
 //! that changes rules or manifests holds the ledger lock.
 
+mod after_writes;
 mod create;
 mod detach;
 mod flows;
@@ -40,7 +41,8 @@ pub struct Context<'r> {
     pub ledger: Ledger,
     /// The driver create-runtime writes with.
     pub driver: &'r dyn Driver,
-    /// Every driver, in the order removal and sweep look in them.
+    /// Every driver, in the order removal, sweep and a CNI CHECK look in them (a record is
+    /// matched to a driver by its backend: `record.backend == driver.backend()`).
     pub drivers: &'r [&'r dyn Driver],
     pub netfilter: Netfilter<'r>,
     /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what
@@ -87,24 +89,9 @@ impl<'r> Context<'r> {
         }
     }
 
-    /// The backend new rules go to.
+    /// The backend new rules go to (the name their records carry).
     pub fn backend(&self) -> Backend {
         self.driver.backend()
-    }
-
-    /// The backends of [`Context::drivers`], in their order.
-    pub fn backends(&self) -> impl Iterator<Item = Backend> + '_ {
-        self.drivers.iter().map(|d| d.backend())
-    }
-
-    /// The driver of records of `backend`: the context's ([`Context::drivers`]), else the
-    /// registered one.
-    pub fn driver_for(&self, backend: Backend) -> &'r dyn Driver {
-        let drivers = self.drivers;
-        match drivers.iter().find(|d| d.backend() == backend) {
-            Some(driver) => *driver,
-            None => backend.driver(),
-        }
     }
 }
 

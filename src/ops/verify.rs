@@ -4,39 +4,41 @@
 
 use std::collections::HashSet;
 
-use crate::backend::Reading;
+use crate::backend::{Driver, Reading};
+use crate::model::family::Family;
 use crate::model::layout::TABLES;
 use crate::state::ledger::RuleRecord;
 
 use super::{Context, Error};
 
 /// The records of `rules` not found where they name; each (backend, family, table) is read
-/// once.
+/// once, by the context's driver of that backend (a record of a backend the context has no
+/// driver of is missing: nothing can show it).
 pub fn missing_rules(ctx: &Context, rules: &[RuleRecord]) -> Result<Vec<RuleRecord>, Error> {
     let mut missing = Vec::new();
-    let mut places: Vec<(
-        crate::backend::Backend,
-        crate::model::family::Family,
-        &'static str,
-    )> = Vec::new();
+    let mut places: Vec<(&dyn Driver, Family, &'static str)> = Vec::new();
     for record in rules {
-        match TABLES.iter().find(|t| **t == record.table_name()) {
-            Some(table) if !places.contains(&(record.backend, record.family, *table)) => {
-                places.push((record.backend, record.family, *table));
+        let driver = ctx.drivers.iter().find(|d| d.backend() == record.backend);
+        match (driver, TABLES.iter().find(|t| **t == record.table_name())) {
+            (Some(driver), Some(table)) => {
+                let place = (*driver, record.family, *table);
+                if !places.iter().any(|p| same_place(p, &place)) {
+                    places.push(place);
+                }
             }
-            Some(_) => {}
             // A table natledger never writes cannot hold the record.
-            None => missing.push(record.clone()),
+            _ => missing.push(record.clone()),
         }
     }
-    for (backend, family, table) in places {
-        let dump = (ctx.driver_for(backend)).read(&ctx.netfilter, family, table, Reading::Ours)?;
+    for (driver, family, table) in places {
+        let dump = driver.read(&ctx.netfilter, family, table, Reading::Ours)?;
         // Looked up, not searched: a container may have thousands of records.
         let present: HashSet<(&str, &[String])> = dump
             .iter()
             .flat_map(|t| t.rules.iter())
             .map(|r| (r.chain.as_str(), r.args.as_slice()))
             .collect();
+        let backend = driver.backend();
         for record in rules
             .iter()
             .filter(|r| r.backend == backend && r.family == family && r.table_name() == table)
@@ -47,4 +49,9 @@ pub fn missing_rules(ctx: &Context, rules: &[RuleRecord]) -> Result<Vec<RuleReco
         }
     }
     Ok(missing)
+}
+
+/// Whether two places are the same driver's family and table.
+fn same_place(a: &(&dyn Driver, Family, &str), b: &(&dyn Driver, Family, &str)) -> bool {
+    a.0.backend() == b.0.backend() && a.1 == b.1 && a.2 == b.2
 }

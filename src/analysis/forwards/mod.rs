@@ -76,6 +76,7 @@ use crate::analysis::iptables::nat_walk::{
 use crate::analysis::iptables::packet::Packet;
 use crate::backend::{Backend, BackendError, Netfilter, Reading, legacy_table_exists};
 use crate::kernel::iptc;
+use crate::kernel::nftables::NftError;
 use crate::model::family::Family;
 use crate::model::layout::NAT;
 use crate::model::portspec::PortMapping;
@@ -186,92 +187,121 @@ fn candidates(
     family: Family,
     locals: &[IpNet],
     packets: &[Packet],
-) -> Result<(Vec<Vec<Candidate>>, String), String> {
-    let none = || vec![Vec::new(); packets.len()];
+) -> Found {
     match (backend, nf.native()) {
         // A backend without tools holds nothing natledger did not write there.
-        (b, _) if !b.is_iptables() => Ok((none(), "natledger's own table".into())),
-        (Backend::Legacy, true) => {
-            // The table as this process just swapped it in, when it did: the same rules a
-            // read would return, without a second copy of the table out of the kernel.
-            let (blob, whence) = match nf.take_legacy_nat(family) {
-                Some(blob) => (blob, "the table as written"),
-                None => {
-                    if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
-                        return Ok((none(), "no table".into()));
-                    }
-                    let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
-                    (blob, "the table")
-                }
-            };
-            let mut source = Legacy::new(&blob, locals);
-            let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
-            let how = format!("{} candidate(s) read from {whence}", total(&found));
-            Ok((found, how))
-        }
+        (b, _) if !b.is_iptables() => Ok((none(packets), "natledger's own table".into())),
+        (Backend::Legacy, true) => from_legacy(nf, family, locals, packets),
         (Backend::Nft, true) => nf
             .with_nft(|session| {
-                let generation = session.generation()?;
-                let scope = Scope::here(locals);
-                let mut kept = Cache::load(cache);
-                let mut source = Nft {
+                let source = Nft {
                     session,
                     family,
                     dsts: locals,
                 };
-                let cached = kept.valid(family, generation, &scope);
-                let per_packet =
-                    |all: &[Candidate]| packets.iter().map(|p| taken(all, p)).collect();
-                if let Some(Cached::Candidates(valid)) = cached {
-                    let how = format!("{} candidate(s) from the cache", valid.len());
-                    return Ok(Ok((per_packet(valid), how)));
-                }
-                if cached.is_none() {
-                    // Too many candidates, or chains too branched, to walk for any port: the
-                    // cache says so, and each create walks per mapping.
-                    let any = probe(None, family, locals);
-                    let candidates = match walk_counted(&mut source, &any, MAX_CACHED) {
-                        Ok((c, _)) => Some(c),
-                        Err(WalkError::Read(e)) => return Err(e),
-                        Err(_) => None,
-                    };
-                    kept.put(CacheEntry {
-                        family,
-                        generation,
-                        scope,
-                        candidates: candidates.clone(),
-                    });
-                    kept.store(cache);
-                    if let Some(c) = candidates {
-                        let how = format!("{} candidate(s) read over netlink", c.len());
-                        return Ok(Ok((per_packet(&c), how)));
-                    }
-                }
-                match walk_each(&mut source, packets) {
-                    Ok(c) => {
-                        let how = format!(
-                            "{} candidate(s) read over netlink per mapping (too many to cache)",
-                            total(&c)
-                        );
-                        Ok(Ok((c, how)))
-                    }
-                    Err(WalkError::Read(e)) => Err(e),
-                    Err(cut) => Ok(Err(cut.to_string())),
-                }
+                from_nft(source, cache, family, locals, packets)
             })
             .map_err(|e| crate::chain::text(&e))
             .and_then(|r| r),
         // Without the native readers (or for another iptables backend): its `*-save`.
-        _ => match backend.driver().read(nf, family, NAT, Reading::Whole) {
-            Ok(Some(table)) => {
-                let mut source = Saved::new(&table);
-                let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
-                let how = format!("{} candidate(s) read with *-save", total(&found));
-                Ok((found, how))
+        _ => from_save(nf, backend, family, packets),
+    }
+}
+
+/// What [`candidates`] returns: a list per packet and how they were had, or why the table
+/// could not be read.
+type Found = Result<(Vec<Vec<Candidate>>, String), String>;
+
+/// No candidate for any of `packets`.
+fn none(packets: &[Packet]) -> Vec<Vec<Candidate>> {
+    vec![Vec::new(); packets.len()]
+}
+
+/// iptables-legacy's candidates, from its table blob: the table as this process just swapped
+/// it in, when it did (the same rules a read would return, without a second copy of the table
+/// out of the kernel), else as read.
+fn from_legacy(nf: &Netfilter, family: Family, locals: &[IpNet], packets: &[Packet]) -> Found {
+    let (blob, whence) = match nf.take_legacy_nat(family) {
+        Some(blob) => (blob, "the table as written"),
+        None => {
+            if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
+                return Ok((none(packets), "no table".into()));
             }
-            Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(), "no table".into())),
-            Err(e) => Err(crate::chain::text(&e)),
-        },
+            let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
+            (blob, "the table")
+        }
+    };
+    let mut source = Legacy::new(&blob, locals);
+    let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
+    let how = format!("{} candidate(s) read from {whence}", total(&found));
+    Ok((found, how))
+}
+
+/// iptables-nft's candidates over netlink: the cache's while the generation holds, else a
+/// walk to any port kept in the cache, else (too many, or too branched) a walk per packet.
+/// The outer error is a read's; the inner one, a walk cut short.
+fn from_nft(
+    mut source: Nft,
+    cache: &Path,
+    family: Family,
+    locals: &[IpNet],
+    packets: &[Packet],
+) -> Result<Found, NftError> {
+    let generation = source.session.generation()?;
+    let scope = Scope::here(locals);
+    let mut kept = Cache::load(cache);
+    let cached = kept.valid(family, generation, &scope);
+    let per_packet = |all: &[Candidate]| packets.iter().map(|p| taken(all, p)).collect();
+    if let Some(Cached::Candidates(valid)) = cached {
+        let how = format!("{} candidate(s) from the cache", valid.len());
+        return Ok(Ok((per_packet(valid), how)));
+    }
+    if cached.is_none() {
+        // Too many candidates, or chains too branched, to walk for any port: the cache says
+        // so, and each create walks per mapping.
+        let any = probe(None, family, locals);
+        let candidates = match walk_counted(&mut source, &any, MAX_CACHED) {
+            Ok((c, _)) => Some(c),
+            Err(WalkError::Read(e)) => return Err(e),
+            Err(_) => None,
+        };
+        kept.put(CacheEntry {
+            family,
+            generation,
+            scope,
+            candidates: candidates.clone(),
+        });
+        kept.store(cache);
+        if let Some(c) = candidates {
+            let how = format!("{} candidate(s) read over netlink", c.len());
+            return Ok(Ok((per_packet(&c), how)));
+        }
+    }
+    match walk_each(&mut source, packets) {
+        Ok(c) => {
+            let how = format!(
+                "{} candidate(s) read over netlink per mapping (too many to cache)",
+                total(&c)
+            );
+            Ok(Ok((c, how)))
+        }
+        Err(WalkError::Read(e)) => Err(e),
+        Err(cut) => Ok(Err(cut.to_string())),
+    }
+}
+
+/// An iptables backend's candidates from its `*-save` (the native readers off, or a backend
+/// without them).
+fn from_save(nf: &Netfilter, backend: Backend, family: Family, packets: &[Packet]) -> Found {
+    match backend.driver().read(nf, family, NAT, Reading::Whole) {
+        Ok(Some(table)) => {
+            let mut source = Saved::new(&table);
+            let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
+            let how = format!("{} candidate(s) read with *-save", total(&found));
+            Ok((found, how))
+        }
+        Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(packets), "no table".into())),
+        Err(e) => Err(crate::chain::text(&e)),
     }
 }
 

@@ -1,10 +1,11 @@
 //! The tables whose changes no one tells (iptables-legacy's), compared every
-//! [`super::LEGACY_EVERY`]: each backend's [`Driver::stamp`] of its nat and filter tables, per
-//! family (`None` for a backend whose changes are told, or an absent table). A table over
+//! [`super::LEGACY_EVERY`]: each registered driver's ([`DRIVERS`])
+//! [`crate::backend::Driver::stamp`] of its nat and filter tables, per family (`None` for a
+//! backend whose changes are told, or an absent table). A table over
 //! [`super::SMALL`] has its content read at every [`super::DEEP_EVERY`]th check only, its size
 //! and entry count in between ([`trusted`], pure).
 
-use crate::backend::{Backend, Netfilter};
+use crate::backend::{DRIVERS, Netfilter};
 use crate::kernel::exec::SystemRunner;
 use crate::kernel::iptc::Stamp;
 use crate::model::family::Family;
@@ -12,7 +13,8 @@ use crate::model::table::Table;
 
 use super::{DEEP_EVERY, SMALL};
 
-/// Every backend's stamps of its nat and filter tables of both families, in a fixed order.
+/// Every registered driver's stamps of its nat and filter tables of both families, in a
+/// fixed order ([`DRIVERS`]'s).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stamps(Vec<Option<Stamp>>);
 
@@ -30,11 +32,11 @@ impl Stamps {
         let runner = SystemRunner::default();
         let nf = Netfilter::new(&runner);
         let mut out = Vec::with_capacity(12);
-        for backend in Backend::ALL {
+        for driver in DRIVERS {
             for family in Family::ALL {
                 for table in [Table::Nat, Table::Filter] {
                     let trusted = known.get(out.len()).copied().flatten();
-                    out.push(backend.driver().stamp(&nf, family, table, trusted));
+                    out.push(driver.stamp(&nf, family, table, trusted));
                 }
             }
         }

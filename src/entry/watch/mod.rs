@@ -1,5 +1,5 @@
 //! `natledger watch`: keep the tables equal to the ledger, in both directions, for as long as
-//! it runs. A foreground loop that runs `sweep --repair` ([`crate::ops::sweep`], under the
+//! it runs. A foreground loop that runs `sweep --repair` ([`crate::ops::sweep()`], under the
 //! ledger lock, as every change) when something may have changed:
 //! - an nf_tables commit, anyone's (iptables-nft's tables, natledger's own, a `nft flush
 //!   ruleset`): told by the kernel through the `NFNLGRP_NFTABLES` multicast group

@@ -1,7 +1,8 @@
 //! What follows a create's writes, written once: under the lock, once the manifest records the
 //! rules, the conflict warnings that waited for them and the flows of the DNATs added
 //! ([`recorded`]); on every way out, the flows forgotten, the forwards cache carried and the
-//! netlink socket released, then, on success, who now serves a stacked port, route_localnet
+//! netlink socket released (`ops::after_writes`, shared with removal and sweep), then, on
+//! success, who now serves a stacked port, route_localnet
 //! and the shared ports said ([`finish`]).
 
 use std::path::Path;
@@ -13,6 +14,7 @@ use crate::model::family::Family;
 use crate::model::portspec::PortMapping;
 use crate::state::ledger::Manifest;
 
+use super::super::after_writes::{Carry, after_writes};
 use super::super::flows;
 use super::checks::check_forwards;
 use super::held::{self, Stacked};
@@ -57,9 +59,9 @@ pub(super) fn recorded(
     Ok(())
 }
 
-/// Whatever happens once rules may have changed, on every way out: the flows that would
-/// stay on an old path are forgotten, the forwards cache follows natledger's own
-/// transactions, and the netlink socket is released. Then, when the create succeeded: whose
+/// Whatever happens once rules may have changed, on every way out ([`after_writes`]): the
+/// flows that would stay on an old path are forgotten, the forwards cache follows natledger's
+/// own transactions, and the netlink socket is released. Then, when the create succeeded: whose
 /// port the new container now serves, route_localnet towards it, and the ports it shares.
 pub(super) fn finish(
     ctx: &Context,
@@ -67,9 +69,11 @@ pub(super) fn finish(
     after: AfterWrites,
     result: Result<Manifest, Error>,
 ) -> Result<Manifest, Error> {
-    flows::forget(ctx, &after.stale_flows);
-    forwards::carry(&ctx.netfilter, cache, after.generation);
-    ctx.netfilter.release_native();
+    let carry = Carry {
+        cache,
+        before: after.generation,
+    };
+    after_writes(ctx, &after.stale_flows, Some(carry));
     let manifest = result?;
     held::log_stacked(&manifest.container_id, ctx.backend(), &after.stacked);
     allow_loopback_sources(ctx, &manifest);

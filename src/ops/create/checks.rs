@@ -3,10 +3,14 @@
 
 use std::net::SocketAddr;
 
-use super::*;
+use crate::analysis::forwards;
 use crate::chain::Chain;
-use crate::kernel::host;
-use crate::model::oci::PORT_CONFLICT_ANNOTATION;
+use crate::kernel::host::{self, Listener};
+use crate::model::family::Family;
+use crate::model::oci::{HookInput, PORT_CONFLICT_ANNOTATION};
+use crate::model::portspec::PortMapping;
+
+use super::{Context, Creating, Error};
 
 /// Whether the container asked to refuse a start over a conflict
 /// (`io.natledger.port-conflict=refuse`), or, without its annotation, the host

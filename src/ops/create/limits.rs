@@ -3,6 +3,7 @@
 //! they need counted.
 
 use crate::backend::Backend;
+use crate::model::capabilities::Capabilities;
 use crate::model::family::{Family, IfAddr};
 use crate::model::layout::mapping_rules;
 use crate::model::oci::ContainerId;
@@ -11,20 +12,21 @@ use crate::model::portspec::bounds::{Bound, MAX_MAPPINGS, MAX_RULES, coalesce};
 
 use super::Error;
 
-/// Whether `backend` writes a range of host ports to other container ports (iptables'
-/// DNAT has a base port; nft_nat has no port offset, `nftables::own::expr::EncodeError`).
-pub(super) fn writes_shifted_ranges(backend: Backend) -> bool {
-    backend.driver().capabilities().shifted_ranges
+/// Whether a backend of `caps` writes a range of host ports to other container ports
+/// (iptables' DNAT has a base port; nft_nat has no port offset,
+/// `nftables::own::expr::EncodeError`).
+pub(super) fn writes_shifted_ranges(caps: Capabilities) -> bool {
+    caps.shifted_ranges
 }
 
-/// `mappings` as `backend` records them, merged (`coalesce`), refused past
+/// `mappings` as a backend of `caps` records them, merged (`coalesce`), refused past
 /// [`MAX_MAPPINGS`].
 pub(super) fn merged(
-    backend: Backend,
+    caps: Capabilities,
     id: &ContainerId,
     mappings: &[PortMapping],
 ) -> Result<Vec<PortMapping>, Error> {
-    let merged = coalesce(mappings, writes_shifted_ranges(backend));
+    let merged = coalesce(mappings, writes_shifted_ranges(caps));
     if merged.len() > MAX_MAPPINGS {
         return Err(too_large(
             id,

@@ -126,7 +126,7 @@ pub struct Creating<'a> {
 /// as recorded, rolled back on failure. Consecutive mappings are recorded merged into ranges,
 /// and a container past `portspec::bounds` is refused before the lock.
 pub fn create(ctx: &Context, input: &Creating) -> Result<Created, Error> {
-    let mappings = limits::merged(ctx.backend(), &input.id, &input.mappings)?;
+    let mappings = limits::merged(ctx.driver.capabilities(), &input.id, &input.mappings)?;
     // A container that only shares the rules of its namespace needs no address of its own
     // (one joining `--network container:X` of an X forwarded by io.natledger.ip has none);
     // whether it does is known under the lock, where the address is read again if needed.
@@ -251,7 +251,10 @@ fn plan_rules(
     let (mut manifest, mut addresses) = (draft.manifest, draft.addresses);
     let mut claims = judge_claims(ctx, input, &manifest)?;
     // What is left of a range split around shared ports, merged again where consecutive.
-    manifest.mappings = coalesce(&claims.own, limits::writes_shifted_ranges(ctx.backend()));
+    manifest.mappings = coalesce(
+        &claims.own,
+        limits::writes_shifted_ranges(ctx.driver.capabilities()),
+    );
     manifest.shares = std::mem::take(&mut claims.shared);
     after.stacked = std::mem::take(&mut claims.stacked);
     manifest.stacked_on = held::stacked_on(&after.stacked);

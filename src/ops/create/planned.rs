@@ -10,8 +10,11 @@ use super::{Context, Creating, Error, limits, plan};
 /// mapping with another container of its namespace: its mappings merged as create merges
 /// them ([`limits::merged`]), then the same [`plan`]. Pure but for `input.addresses`.
 pub fn planned(ctx: &Context, input: &Creating) -> Result<Vec<RuleRecord>, Error> {
-    let merged = limits::merged(ctx.backend(), &input.id, &input.mappings)?;
-    let mappings = coalesce(&merged, limits::writes_shifted_ranges(ctx.backend()));
+    let merged = limits::merged(ctx.driver.capabilities(), &input.id, &input.mappings)?;
+    let mappings = coalesce(
+        &merged,
+        limits::writes_shifted_ranges(ctx.driver.capabilities()),
+    );
     if mappings.is_empty() {
         return Ok(Vec::new());
     }

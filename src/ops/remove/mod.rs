@@ -14,12 +14,14 @@ pub use container::{Removal, remove_container};
 use crate::analysis::forwards;
 use crate::chain::Chain;
 use crate::fault;
+use crate::kernel::conntrack::Flows;
 use crate::model::layout::tag;
 use crate::model::oci::{ContainerId, State};
-use crate::state::ledger::{LedgerError, Locked, Manifest, Phase};
+use crate::state::ledger::{LedgerError, Locked, Manifest, Phase, Summary};
 use crate::state::liveness;
 
-use super::{Context, Error, flows};
+use super::after_writes::{Carry, after_writes};
+use super::{Context, Error};
 use holders::{live_sharers, live_sharers_without_manifest, release_holders};
 
 /// What poststop did.
@@ -101,12 +103,57 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
     // Read before the lock: a manifest too large to read whole takes its time.
     let early = ctx.ledger.summarize_one(id);
     let locked = ctx.ledger.lock()?;
-    // A manifest under another container's name (copied or edited) is not this container's:
-    // it stays for the operator and sweep (which keeps the rules of both), and only the rules
-    // tagged for this container go.
+    let loaded = load(ctx, id, early);
+    if let Some(unchanged) = unchanged(ctx, id, by, &loaded) {
+        return Ok(unchanged);
+    }
+    fault::point(fault::POSTSTOP_LOCKED);
+    let sharers = match (&loaded.manifest, &loaded.summary) {
+        (Some(m), _) => live_sharers(ctx, m, id),
+        (None, None) => live_sharers_without_manifest(ctx, id),
+        (None, Some(_)) => Vec::new(),
+    };
+    let holders: Vec<ContainerId> = loaded
+        .manifest
+        .iter()
+        .chain(&loaded.summary)
+        .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
+        .collect();
+    let cache = ctx.ledger.file(forwards::CACHE_FILE);
+    let generation = forwards::before_writes(&ctx.netfilter, &cache);
+    let mut stale_flows = Vec::new();
+    let result = if sharers.is_empty() {
+        remove(ctx, &locked, id, loaded, &mut stale_flows)
+    } else {
+        keep(&locked, id, loaded.manifest, sharers)
+    };
+    release_holders(ctx, &locked, id, holders, &mut stale_flows);
+    let carry = Carry {
+        cache: &cache,
+        before: generation,
+    };
+    after_writes(ctx, &stale_flows, Some(carry));
+    result
+}
+
+/// What [`stop`] read of the container's manifest, under the lock.
+struct Loaded {
+    /// The manifest, when it reads whole and is this container's.
+    manifest: Option<Manifest>,
+    /// A manifest too large to read whole, read for its liveness fields and the holders it
+    /// shares (`ledger::summarize`): enough to judge a stale poststop; its rules go by their
+    /// tag.
+    summary: Option<Manifest>,
+    /// A manifest under another container's name (copied or edited) is not this container's:
+    /// it stays for the operator and sweep (which keeps the rules of both), and only the rules
+    /// tagged for this container go.
+    foreign_file: bool,
+}
+
+/// Read `id`'s manifest under the lock (`early`: its summary read before the lock, if it is
+/// too large to read whole); one that cannot be read is logged, its rules then go by tag.
+fn load(ctx: &Context, id: &ContainerId, early: Option<Summary>) -> Loaded {
     let mut foreign_file = false;
-    // A manifest too large to read whole, read for its liveness fields and the holders it
-    // shares (`ledger::summarize`): enough to judge a stale poststop; its rules go by their tag.
     let mut summary: Option<Manifest> = None;
     let manifest = ctx.ledger.load(id).unwrap_or_else(|e| {
         foreign_file = matches!(e, LedgerError::Mismatch { .. });
@@ -120,88 +167,93 @@ pub(super) fn stop(ctx: &Context, id: &ContainerId, by: Stopping) -> Result<Remo
         );
         None
     });
+    Loaded {
+        manifest,
+        summary,
+        foreign_file,
+    }
+}
+
+/// Why this stop changes nothing, warned: a poststop of an earlier instance
+/// ([`Removed::Stale`]), or a CNI DEL or GC naming a hook container's manifest
+/// ([`Removed::NotAnAttachment`]). `None`: the stop goes on.
+fn unchanged(ctx: &Context, id: &ContainerId, by: Stopping, loaded: &Loaded) -> Option<Removed> {
+    let recorded = loaded.manifest.as_ref().or(loaded.summary.as_ref());
     if let Stopping::Poststop { pid: named } = by
-        && let Some(live) = manifest
-            .as_ref()
-            .or(summary.as_ref())
-            .and_then(|m| stale(ctx, m, named))
+        && let Some(live) = recorded.and_then(|m| stale(ctx, m, named))
     {
         log::warn!(
             "ignoring a poststop for container {id}: its process (pid \
              {live}) still runs, so this poststop is an earlier instance's; its rules stay"
         );
-        return Ok(Removed::Stale { pid: live });
+        return Some(Removed::Stale { pid: live });
     }
     if let Stopping::Detach = by
-        && manifest
-            .as_ref()
-            .or(summary.as_ref())
-            .is_some_and(|m| m.cni.is_none())
+        && recorded.is_some_and(|m| m.cni.is_none())
     {
         log::warn!(
             "{id} is a hook container's (its manifest records no CNI attachment), not an \
              attachment's: its rules and manifest stay for its poststop"
         );
-        return Ok(Removed::NotAnAttachment);
+        return Some(Removed::NotAnAttachment);
     }
-    fault::point(fault::POSTSTOP_LOCKED);
-    let sharers = match (&manifest, &summary) {
-        (Some(m), _) => live_sharers(ctx, m, id),
-        (None, None) => live_sharers_without_manifest(ctx, id),
-        (None, Some(_)) => Vec::new(),
+    None
+}
+
+/// The rules stay: live `sharers` in the container's network namespace share them. A kept
+/// manifest records a CNI attachment's DEL ([`mark_deleted`]); without a manifest, the rules
+/// tagged for `id` stay for a sweep once the sharers are gone.
+fn keep(
+    locked: &Locked,
+    id: &ContainerId,
+    manifest: Option<Manifest>,
+    sharers: Vec<ContainerId>,
+) -> Result<Removed, Error> {
+    let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
+    let Some(m) = manifest else {
+        log::warn!(
+            "natledger has no manifest of {id}; kept the rules tagged {}: the manifests \
+             of live container(s) {} say they share them (a sweep removes them once \
+             those are gone)",
+            tag(id),
+            names.join(", ")
+        );
+        return Ok(Removed::Kept { rules: 0, sharers });
     };
-    let holders: Vec<ContainerId> = manifest
-        .iter()
-        .chain(&summary)
-        .flat_map(|m| m.shares.iter().map(|s| s.holder.clone()))
-        .collect();
-    let cache = ctx.ledger.file(forwards::CACHE_FILE);
-    let generation = forwards::before_writes(&ctx.netfilter, &cache);
-    let mut stale_flows = Vec::new();
-    let result = match manifest {
-        Some(m) if !sharers.is_empty() => {
-            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
-            log::info!(
-                "kept {} rule(s) of container {id}: live container(s) {} in its \
-                 network namespace share them",
-                m.rules.len(),
-                names.join(", ")
-            );
-            let kept = Removed::Kept {
-                rules: m.rules.len(),
-                sharers,
-            };
-            mark_deleted(&locked, m).map(|()| kept)
-        }
-        None if !sharers.is_empty() => {
-            let names: Vec<String> = sharers.iter().map(ToString::to_string).collect();
-            log::warn!(
-                "natledger has no manifest of {id}; kept the rules tagged {}: the manifests \
-                 of live container(s) {} say they share them (a sweep removes them once \
-                 those are gone)",
-                tag(id),
-                names.join(", ")
-            );
-            Ok(Removed::Kept { rules: 0, sharers })
-        }
-        manifest => {
-            let removal = remove_container(ctx, &locked, id, manifest.as_ref());
-            fault::point(fault::POSTSTOP_DELETED);
-            stale_flows.extend(removal.flows.iter().copied());
-            if foreign_file && removal.failures.is_empty() {
-                Ok(Removed::Done {
-                    rules: removal.removed,
-                })
-            } else {
-                settle(&locked, id, manifest, removal)
-            }
-        }
+    log::info!(
+        "kept {} rule(s) of container {id}: live container(s) {} in its \
+         network namespace share them",
+        m.rules.len(),
+        names.join(", ")
+    );
+    let kept = Removed::Kept {
+        rules: m.rules.len(),
+        sharers,
     };
-    release_holders(ctx, &locked, id, holders, &mut stale_flows);
-    flows::forget(ctx, &stale_flows);
-    forwards::carry(&ctx.netfilter, &cache, generation);
-    ctx.netfilter.release_native();
-    result
+    mark_deleted(locked, m).map(|()| kept)
+}
+
+/// Delete the container's rules ([`remove_container`]), their flows added to `stale_flows`,
+/// then record the result ([`settle`]); a foreign manifest file stays as it is when nothing
+/// failed.
+fn remove(
+    ctx: &Context,
+    locked: &Locked,
+    id: &ContainerId,
+    loaded: Loaded,
+    stale_flows: &mut Vec<Flows>,
+) -> Result<Removed, Error> {
+    let manifest = loaded.manifest;
+    let removal = remove_container(ctx, locked, id, manifest.as_ref());
+    fault::point(fault::POSTSTOP_DELETED);
+    stale_flows.extend(removal.flows.iter().copied());
+    if loaded.foreign_file && removal.failures.is_empty() {
+        Ok(Removed::Done {
+            rules: removal.removed,
+        })
+    } else {
+        settle(locked, id, manifest, removal)
+    }
 }
 
 /// The pid whose process makes a poststop stale: the container's recorded process provably

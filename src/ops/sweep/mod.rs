@@ -6,7 +6,7 @@
 //! 1. judge every manifest (`judge.rs`): alive (pid, start time and boot all match), dead, or
 //!    unreadable (kept: its container might be alive); one only too large to read whole is
 //!    judged from its liveness fields (`ledger::summarize`, read before the lock);
-//! 2. per backend, family and table (nat, filter), one read and at most one `*-restore`
+//! 2. per driver (backend), family and table (nat, filter), one read and at most one `*-restore`
 //!    transaction (`table.rs`): natledger's rules tagged for a container that is not alive go,
 //!    wherever they are now (see [`plan`]); a transaction that fails because the table changed
 //!    since the read is planned again from a new read, once; then the flows of the DNATs that
@@ -44,6 +44,7 @@ use crate::model::oci::ContainerId;
 use crate::model::table::Table;
 use crate::state::ledger::Manifest;
 
+use super::after_writes::after_writes;
 use super::{Context, Error, flows};
 use judge::judge;
 use settle::settle;
@@ -123,7 +124,7 @@ pub fn sweep(ctx: &Context, opts: &SweepOptions) -> Result<SweepReport, Error> {
     Ok(report)
 }
 
-/// Every table of both backends and families, each swept ([`table::sweep_table`]) and
+/// Every table of every driver of the context and both families, each swept ([`table::sweep_table`]) and
 /// reported. With `--repair`, `live` (in create's order) is put back where the tables lack it.
 fn sweep_tables(
     ctx: &Context,
@@ -138,20 +139,20 @@ fn sweep_tables(
         true => Table::ALL.to_vec(),
         false => Table::ALL.into_iter().rev().collect(),
     };
-    for backend in ctx.backends() {
+    for driver in ctx.drivers.iter().copied() {
         for family in Family::ALL {
             // nat first: a DNAT is never left in force without its accept, so when the nat
             // table fails its filter table is left as it is too (its records stay).
             let mut nat_failed = false;
             for name in order.iter().copied() {
                 let table = if nat_failed && name == Table::Filter {
-                    TableReport::new(backend, family, name.as_str()).failed(
+                    TableReport::new(driver.backend(), family, name.as_str()).failed(
                         "not swept: the nat table failed, and its DNATs keep their accepts"
                             .to_string(),
                     )
                 } else {
                     let repair = opts.repair.then_some(live);
-                    sweep_table(ctx, backend, family, name, claims, repair, opts.dry_run)
+                    sweep_table(ctx, driver, family, name, claims, repair, opts.dry_run)
                 };
                 nat_failed |= name == Table::Nat && table.state == TableState::Failed;
                 if !opts.dry_run && !table.rules_removed.is_empty() && std::mem::take(&mut first) {
@@ -163,8 +164,10 @@ fn sweep_tables(
     }
 }
 
-/// Once every table is done: the flows of the DNAT rules that went or came back are
-/// forgotten, with `--all` the tables emptied go, and the netlink socket is released.
+/// Once every table is done: with `--all` the tables emptied go, then the flows of the DNAT
+/// rules that went or came back are forgotten and the netlink socket is released
+/// ([`after_writes`]). The forwards cache is not carried: a sweep notes no generation
+/// before its writes, so the next create reads the forwards again.
 fn after_tables(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) {
     let removed = report.tables.iter().flat_map(|t| {
         let restored = t.rules_restored.iter().map(|r| r.rule.as_slice());
@@ -174,9 +177,9 @@ fn after_tables(ctx: &Context, opts: &SweepOptions, report: &mut SweepReport) {
             .chain(restored)
             .map(move |rule| (t.family, rule))
     });
-    flows::forget(ctx, &flows::of_saved(removed));
+    let stale_flows = flows::of_saved(removed);
     if opts.all {
         leftover::drop_emptied_tables(ctx, report);
     }
-    ctx.netfilter.release_native();
+    after_writes(ctx, &stale_flows, None);
 }

@@ -6,16 +6,16 @@
 
 use std::collections::HashMap;
 
-use crate::backend::{Backend, BackendError, Plan, Tagged};
+use crate::backend::{BackendError, Driver, Plan, Tagged};
 use crate::model::family::Family;
 use crate::model::save::Batch;
 
 use super::{Context, TablePlan};
 
-/// Apply `plan` to `table` of one backend and family.
+/// Apply `plan` to `table` of one driver and family.
 pub(super) fn apply(
     ctx: &Context,
-    backend: Backend,
+    driver: &dyn Driver,
     family: Family,
     table: &'static str,
     plan: &TablePlan,
@@ -36,19 +36,17 @@ pub(super) fn apply(
         batch: &plan.batch,
         tagged: expected.as_deref(),
     };
-    ctx.driver_for(backend)
-        .apply_plan(&ctx.netfilter, family, &plan)
+    driver.apply_plan(&ctx.netfilter, family, &plan)
 }
 
-/// Apply `batch` (a plan with a repair) to one backend and family as it is.
+/// Apply `batch` (a plan with a repair) to one driver and family as it is.
 pub(super) fn apply_batch(
     ctx: &Context,
-    backend: Backend,
+    driver: &dyn Driver,
     family: Family,
     batch: &Batch,
 ) -> Result<(), BackendError> {
-    ctx.driver_for(backend)
-        .apply_plan(&ctx.netfilter, family, &Plan::batch(batch))
+    driver.apply_plan(&ctx.netfilter, family, &Plan::batch(batch))
 }
 
 /// When `plan` removes only containers' rules (no chain, no jump, no shared rule), how many
@@ -69,6 +67,7 @@ fn tagged_only(plan: &TablePlan) -> Option<HashMap<(String, String), usize>> {
 mod tests {
     use super::super::{Claims, plan};
     use super::*;
+    use crate::backend::Backend;
     use crate::model::save::parse_dump;
 
     fn planned(lines: &[&str], kept: &[&str], all: bool) -> TablePlan {

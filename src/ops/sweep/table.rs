@@ -1,9 +1,9 @@
-//! Step 2 of a sweep, one table of one backend and family: read, plan, apply (with
+//! Step 2 of a sweep, one table of one driver and family: read, plan, apply (with
 //! `--repair`, what live containers' manifests record and the table lacks goes back in the same
 //! transaction); a transaction that fails because the table changed since the read is planned
 //! again from a new read, once.
 
-use crate::backend::{Backend, BackendError, Reading};
+use crate::backend::{Backend, BackendError, Driver, Reading};
 use crate::chain::Chain;
 use crate::model::family::Family;
 use crate::model::table::Table;
@@ -12,28 +12,29 @@ use crate::state::ledger::Manifest;
 use super::report::{TableReport, TableState};
 use super::{Claims, Context, Ranked, native, plan, repair};
 
-/// Read one table, plan, apply; re-plan from a new read once if the transaction fails.
+/// Read one table of `driver`, plan, apply; re-plan from a new read once if the transaction fails.
 /// With `repair` (the live manifests in create's order), what they lack goes back in the same
 /// transaction, after the removals.
 pub(super) fn sweep_table(
     ctx: &Context,
-    backend: Backend,
+    driver: &dyn Driver,
     family: Family,
     name: Table,
     claims: &Claims,
     repair: Option<&Ranked>,
     dry_run: bool,
 ) -> TableReport {
+    let backend = driver.backend();
     let mut report = TableReport::new(backend, family, name.as_str());
     for attempt in 0..2 {
-        let table = match read(ctx, backend, family, name, repair) {
+        let table = match read(ctx, driver, family, name, repair) {
             Ok(table) => table,
             Err(Unread::State(state)) => return report.with_state(state),
             Err(Unread::Failed(error)) => return report.failed(error),
         };
         let plan = plan(backend, name, &table, family, claims);
         report.blocked = plan.blocked.clone();
-        let caps = ctx.driver_for(backend).capabilities();
+        let caps = driver.capabilities();
         let none = Ranked::default();
         let live = repair.unwrap_or(&none);
         let fix = repair::repair(backend, caps, family, name, &table, &plan.rules, live);
@@ -41,11 +42,11 @@ pub(super) fn sweep_table(
             return report.planned(plan).restored(fix);
         }
         let applied = if fix.ops.is_empty() {
-            native::apply(ctx, backend, family, name.as_str(), &plan)
+            native::apply(ctx, driver, family, name.as_str(), &plan)
         } else {
             let mut batch = plan.batch.clone();
             batch.ops.extend(fix.ops.iter().cloned());
-            native::apply_batch(ctx, backend, family, &batch)
+            native::apply_batch(ctx, driver, family, &batch)
         };
         match applied {
             Ok(()) => {
@@ -82,16 +83,16 @@ enum Unread {
 /// `repair`'s live manifests need it.
 fn read(
     ctx: &Context,
-    backend: Backend,
+    driver: &dyn Driver,
     family: Family,
     name: Table,
     repair: Option<&Ranked>,
 ) -> Result<crate::model::save::Table, Unread> {
-    match (ctx.driver_for(backend)).read(&ctx.netfilter, family, name.as_str(), Reading::Ours) {
+    match driver.read(&ctx.netfilter, family, name.as_str(), Reading::Ours) {
         Ok(Some(table)) => Ok(table),
         // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
         // live containers' rules.
-        Ok(None) if repair.is_some_and(|live| needs(&live.manifests, backend, family)) => {
+        Ok(None) if repair.is_some_and(|live| needs(&live.manifests, driver.backend(), family)) => {
             Ok(crate::model::save::Table {
                 name: name.as_str().to_string(),
                 ..Default::default()
@@ -100,10 +101,7 @@ fn read(
         Ok(None) => Err(Unread::State(TableState::Absent)),
         // Legacy is only read when its table exists: rules may be there, unreadable.
         Err(e @ BackendError::ToolNotFound { .. })
-            if ctx
-                .driver_for(backend)
-                .capabilities()
-                .tables_seen_without_tools =>
+            if driver.capabilities().tables_seen_without_tools =>
         {
             Err(Unread::Failed(format!("the {name} table exists, but {e}")))
         }
