@@ -2,11 +2,12 @@
 //! both backends and both families, from the live host or from saved dumps.
 //!
 //! ```text
-//!  rulesets (live *-save, or --from FILE...)  ─┐
-//!  host evidence (evidence.rs: listeners,      ├─▶ checks.rs ─▶ findings ─▶ report.rs
-//!   CNI IPAM, runtime state, routes)           │     uses iptables::paths (evaluation
-//!  natledger's ledger (live only)             ─┘     order, shadows), iptables::matchset
-//!                                                    (coverage), nftables (native tables)
+//!  rulesets (live, or --from FILE...)          ─┐
+//!  host evidence (`evidence`, i.e.              ├─▶ checks/ ─▶ findings ─▶ report.rs
+//!   kernel::host: listeners, CNI IPAM,          │    uses iptables::paths (evaluation
+//!   runtime state, routes)                      │    order, shadows), iptables::matchset
+//!  natledger's ledger (live only)              ─┘    (coverage); nftables.rs: other
+//!                                                    owners' native tables (analysis::nftables)
 //! ```
 //!
 //! Doctor only reads. Every finding carries the exact rule lines and a command that would

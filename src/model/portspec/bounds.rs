@@ -6,7 +6,7 @@
 //! [`MAX_MAPPINGS`] and the rules written for it by [`MAX_RULES`], so that every manifest
 //! natledger writes is far under what it reads back (`safefile::Cap::State`, 64 MiB) and
 //! is created in about a second and removed in under half a second on every backend
-//! (`bench/bounds`, `tests/timed/bounds.rs`: 4,096 rules, a manifest of about 2 MB, debug build).
+//! (`benches/bounds`, `tests/timed/bounds.rs`: 4,096 rules, a manifest of about 2 MB, debug build).
 
 use std::cmp::Ordering;
 

@@ -10,6 +10,8 @@
 //! ├── forwards.json             other owners' iptables-nft forwards, valid for one nf_tables
 //! │                             generation (the forwards analysis' cache; read and written
 //! │                             under the lock, never synced, safe to delete)
+//! ├── native-forwards.json      other owners' native nftables forwards, per port, kept the
+//! │                             same way (`analysis::forwards`' nftables cache)
 //! └── containers/
 //!     ├── <container-id>.json   manifest, schema 1 (see `Manifest`)
 //!     └── .<container-id>.tmp   a manifest being written; renamed over the real one

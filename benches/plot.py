@@ -1,4 +1,4 @@
-"""Plot create + remove cost against foreign nat rules, from bench/run's results.csv.
+"""Plot create + remove cost against foreign nat rules, from benches/run's results.csv.
 
 One panel per setup: natledger and the floor (one bare iptables-restore batch, or nft -f on
 nftables) as curves over the foreign-rule counts measured, CNI portmap and netavark as points
