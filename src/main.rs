@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use clap::FromArgMatches as _;
 use nix::sys::resource::{UsageWho, getrusage};
 
-use natledger::analysis::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
+use natledger::analysis::doctor::{self, DoctorOptions, DumpFile};
 use natledger::backend::{self, Netfilter};
 use natledger::entry::bundle::{self, HookSpec, Injected};
 use natledger::entry::cli::{self, Cli, Command};
@@ -290,7 +290,7 @@ fn hook(
     }
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
-    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let nf = settings.netfilter(&runner);
     let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
     ctx.refuse_conflicts = settings.refuse_conflicts();
     ops::run_hook(&ctx, Some(stage), state)?;
@@ -306,7 +306,7 @@ fn sweep(
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
     // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let nf = settings.netfilter(&runner);
     let ctx = Context::new(ledger, settings.backend.resolve(), nf);
     let report = ops::sweep(&ctx, opts)?;
     if let Some(held) = &report.held_back {
@@ -372,7 +372,7 @@ fn doctor(
         ledger: Ledger::new(settings.state_dir.clone()),
         netfilter: Netfilter::new(&runner),
         host_backend: backend::detect_explained(),
-        roots: Roots::default(),
+        roots: settings.evidence_roots(),
     };
     let report = match doctor::doctor(&opts) {
         Ok(report) => report,

@@ -14,10 +14,12 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args as _, FromArgMatches as _};
 
-use crate::backend::BackendChoice;
+use crate::backend::{BackendChoice, Netfilter};
 use crate::entry::cli::{Global, PortConflict};
 use crate::kernel::conntrack::DumpChoice;
 use crate::kernel::dbus;
+use crate::kernel::exec::Runner;
+use crate::kernel::host::Roots;
 use crate::kernel::host_root::HostRoot;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
@@ -124,14 +126,27 @@ impl Settings {
             .unwrap_or_else(|| self.xtables_lock.clone())
     }
 
-    /// The settings the kernel layer keeps for the process (read where no caller could pass
-    /// them: the iptables lock, the conntrack dump), and the log level.
+    /// The log level, for the process (`log`'s maximum level is the one setting kept
+    /// process-wide: the library logs through `log`). Every other setting is passed: the
+    /// runner, the kernel handle and doctor's evidence roots below carry theirs.
     pub fn install(&self) {
         log::set_max_level(self.log_level);
-        crate::kernel::iptc::set_lock_path(self.lock_taken());
-        crate::kernel::conntrack::set_dump_choice(self.conntrack_dump);
-        if let Some(root) = &self.host_root {
-            crate::kernel::host_root::set(root.clone());
+    }
+
+    /// The kernel handle of one run that reaches the kernel ([`Netfilter::on_kernel`]: the
+    /// hooks', the CNI plugin's, sweep's), with the native paths unless `--no-netlink`,
+    /// taking [`Settings::lock_taken`] and dumping conntrack as [`CONNTRACK_DUMP_ENV`] says.
+    pub fn netfilter<'r>(&self, runner: &'r dyn Runner) -> Netfilter<'r> {
+        Netfilter::on_kernel(runner, self.native)
+            .with_settings(self.lock_taken(), self.conntrack_dump)
+    }
+
+    /// Where doctor reads the host's evidence: the host's own files, and as the xtables lock
+    /// [`Settings::lock_taken`].
+    pub fn evidence_roots(&self) -> Roots {
+        Roots {
+            xtables_lock: self.lock_taken(),
+            ..Roots::default()
         }
     }
 }

@@ -88,7 +88,7 @@ impl Natledger {
     /// The context of the hooks' operations, for `settings`.
     fn context<'r>(settings: &Settings, runner: &'r SystemRunner) -> Context<'r> {
         let ledger = Ledger::new(settings.state_dir.clone());
-        let nf = Netfilter::on_kernel(runner, settings.native);
+        let nf = settings.netfilter(runner);
         let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
         ctx.refuse_conflicts = settings.refuse_conflicts();
         ctx

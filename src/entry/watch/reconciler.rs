@@ -6,7 +6,6 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::backend::Netfilter;
 use crate::chain::Chain;
 use crate::entry::settings::Settings;
 use crate::kernel::exec::SystemRunner;
@@ -221,7 +220,7 @@ fn sweep(
 ) -> Result<SweepReport, ops::Error> {
     let runner = SystemRunner::default();
     let ledger = Ledger::new(settings.state_dir.clone());
-    let nf = Netfilter::on_kernel(&runner, settings.native);
+    let nf = settings.netfilter(&runner);
     let ctx = Context::new(ledger, settings.backend.resolve(), nf);
     let opts = SweepOptions {
         repair: true,
