@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::kernel::conntrack::{self, ConntrackError, DumpChoice};
 use crate::kernel::exec::{Invocation, Runner};
+use crate::kernel::host_root::Lookup;
 use crate::kernel::iptc::{self, blob::Blob};
 use crate::kernel::netlink;
 use crate::kernel::nftables::{self, NftError};
@@ -81,6 +82,11 @@ impl<'r> Netfilter<'r> {
             conntrack_dump,
             ..self
         }
+    }
+
+    /// Where the runner's tools are found (under its host root, if any).
+    pub fn tool_lookup(&self) -> Lookup<'_> {
+        self.runner.lookup()
     }
 
     /// The xtables lock the in-process iptables-legacy writer takes.

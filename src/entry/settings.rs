@@ -18,9 +18,10 @@ use crate::backend::{BackendChoice, Netfilter};
 use crate::entry::cli::{Global, PortConflict};
 use crate::kernel::conntrack::DumpChoice;
 use crate::kernel::dbus;
-use crate::kernel::exec::Runner;
+use crate::kernel::exec::{Runner, SystemRunner};
 use crate::kernel::host::Roots;
-use crate::kernel::host_root::HostRoot;
+use crate::kernel::host_root::{self, HostRoot};
+use crate::kernel::machine::Machine;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
@@ -128,9 +129,24 @@ impl Settings {
 
     /// The log level, for the process (`log`'s maximum level is the one setting kept
     /// process-wide: the library logs through `log`). Every other setting is passed: the
-    /// runner, the kernel handle and doctor's evidence roots below carry theirs.
+    /// runner, the machine, the kernel handle and doctor's evidence roots below carry theirs.
     pub fn install(&self) {
         log::set_max_level(self.log_level);
+    }
+
+    /// Where the host's tools and paths are: under [`HOST_ROOT_ENV`]'s root, if set.
+    pub fn host(&self) -> host_root::Lookup<'_> {
+        host_root::Lookup(self.host_root.as_ref())
+    }
+
+    /// The runner of the host's tools: chrooted into the host root, if set.
+    pub fn runner(&self) -> SystemRunner {
+        SystemRunner::in_root(self.host_root.clone())
+    }
+
+    /// This machine, the namespace paths runtimes name read under the host root, if set.
+    pub fn machine(&self) -> Machine {
+        Machine::in_root(self.host_root.clone())
     }
 
     /// The kernel handle of one run that reaches the kernel ([`Netfilter::on_kernel`]: the

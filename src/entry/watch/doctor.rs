@@ -19,7 +19,6 @@ use std::time::{Duration, SystemTime};
 use crate::analysis::doctor::{self, DoctorOptions, Report};
 use crate::backend::{self, Netfilter};
 use crate::entry::settings::Settings;
-use crate::kernel::exec::SystemRunner;
 use crate::state::ledger::Ledger;
 
 /// One doctor run: its report, or why it failed (the error's chain), and when it ended.
@@ -104,13 +103,13 @@ impl Doctoring {
 /// `natledger doctor` on the live host: every backend and family, the host's evidence, the
 /// manifests in `settings.state_dir`.
 fn run(settings: &Settings) -> Run {
-    let runner = SystemRunner::default();
+    let runner = settings.runner();
     let opts = DoctorOptions {
         from: Vec::new(),
         port: None,
         ledger: Ledger::new(settings.state_dir.clone()),
         netfilter: Netfilter::new(&runner),
-        host_backend: backend::detect_explained(),
+        host_backend: backend::detect_explained(settings.host()),
         roots: settings.evidence_roots(),
     };
     let result = doctor::doctor(&opts).map_err(|e| crate::chain::text(&e));
