@@ -1,5 +1,7 @@
 //! Settings: the global flags and natledger's environment variables, resolved once, at start,
-//! into one [`Settings`] value that `main` passes on (the library reads no variable).
+//! into one [`Settings`] value that `main` passes on (the library reads no variable), and
+//! whose parts are handed down as values, never kept process-wide: the runner and the
+//! machine (the host root), the kernel handle (the xtables lock, the conntrack dump choice).
 //!
 //! `main` has clap parse the flags with their variables ([`Global`], `env =`), then adds the
 //! variables that have no flag. The CNI plugin and the wrapper runtime have no such command

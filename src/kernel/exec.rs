@@ -1,7 +1,8 @@
 //! The one seam around process execution. Everything natledger runs (iptables-save and
 //! iptables-restore) goes through a [`Runner`], so operation logic can be tested with a
 //! scripted runner and the real backends are exercised by the integration tests. With a host
-//! root ([`super::host_root`]), [`SystemRunner`] runs each tool chrooted into it.
+//! root ([`super::host_root`]), given by the caller, [`SystemRunner`] runs each tool chrooted
+//! into it and finds them under it ([`Runner::lookup`]).
 
 use std::io::Write;
 use std::os::unix::process::CommandExt as _;

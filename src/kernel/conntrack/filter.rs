@@ -26,7 +26,8 @@ pub const FILTER_BOTH_FAMILIES_FROM: u64 = 5_000;
 /// For tests and measurements only: forces how [`forget`] dumps. `filtered`: one filtered
 /// dump per family, whatever the entry count; `unfiltered`: one dump of everything;
 /// `refused`: filtered requests every kernel refuses, so that the fallback to one dump of
-/// everything runs. Unset (or anything else), [`forget`] chooses. Read once per process, at start.
+/// everything runs. Unset (or anything else), [`forget`] chooses. Read once, at start
+/// (`entry::settings`), and passed to [`forget`] as a [`Choice`].
 #[doc(hidden)]
 pub const DUMP_ENV: &str = "NATLEDGER_CONNTRACK_DUMP";
 

@@ -17,7 +17,7 @@ use crate::kernel::procfs;
 use crate::model::family::IfAddr;
 
 /// This machine, as seen from the calling thread: with a host root, the namespace paths
-/// runtimes name are read under it ([`on_host`]).
+/// runtimes name are read under it (`on_host`).
 #[derive(Clone, Debug, Default)]
 pub struct Machine {
     root: Option<HostRoot>,
