@@ -479,6 +479,36 @@ mod tests {
         assert_eq!(s.lock_taken(), PathBuf::from("/run/xtables.lock"));
     }
 
+    /// What the settings hand down carries them, with no process-wide state: the runner,
+    /// the tool lookup and the machine share the host root; the kernel handle and doctor's
+    /// roots take the lock [`Settings::lock_taken`] names.
+    #[test]
+    fn the_settings_are_handed_down_as_values() {
+        use crate::backend::{Backend, tool};
+        use crate::model::family::Family;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::create_dir_all(dir.path().join("usr/sbin")).unwrap();
+        std::fs::write(dir.path().join("usr/sbin/iptables-legacy-restore"), "").unwrap();
+        let root = dir.path().to_str().unwrap();
+        let s = from(&[("NATLEDGER_HOST_ROOT", root)]).unwrap();
+        let runner = s.runner();
+        assert_eq!(runner.lookup().0, s.host_root.as_ref());
+        assert_eq!(s.host().0, s.host_root.as_ref());
+        let found = tool(runner.lookup(), Backend::Legacy, Family::Ipv4, "restore").unwrap();
+        assert_eq!(found, PathBuf::from("/usr/sbin/iptables-legacy-restore"));
+        let missing = tool(s.host(), Backend::Nft, Family::Ipv4, "restore").unwrap_err();
+        let under = format!(" under host root {root}");
+        assert!(missing.to_string().ends_with(&under), "{missing}");
+        let lock = dir.path().join("run/xtables.lock");
+        assert_eq!(s.netfilter(&runner).xtables_lock(), lock);
+        assert_eq!(s.evidence_roots().xtables_lock, lock);
+        let here = from(&[]).unwrap();
+        assert_eq!(here.runner().lookup().0, None);
+        let lock = PathBuf::from("/run/xtables.lock");
+        assert_eq!(here.netfilter(&here.runner()).xtables_lock(), lock);
+    }
+
     /// `NATLEDGER_HOST_ROOT` is an existing directory, or refused naming it.
     #[test]
     fn the_host_root_is_an_existing_directory() {
