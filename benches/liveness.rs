@@ -61,7 +61,7 @@ fn case_main(spec: &str) {
     // The first cookie read of the process starts the reader thread: what create-runtime and
     // ADD pay to record one.
     let (start, cpu) = (Instant::now(), cpu_time(libc::RUSAGE_SELF));
-    Machine.netns_with_cookie(&paths[0]).unwrap();
+    Machine::default().netns_with_cookie(&paths[0]).unwrap();
     let first = (start.elapsed(), cpu_time(libc::RUSAGE_SELF) - cpu);
 
     // The median of `runs` rounds over every namespace, per namespace: wall and CPU time
@@ -83,19 +83,19 @@ fn case_main(spec: &str) {
         (
             "stat of the path (device and inode)",
             per_namespace(&each(|p| {
-                Machine.netns_at(p).unwrap();
+                Machine::default().netns_at(p).unwrap();
             })),
         ),
         (
             "cookie, the reader thread, one by one",
             per_namespace(&each(|p| {
-                Machine.netns_with_cookie(p).unwrap();
+                Machine::default().netns_with_cookie(p).unwrap();
             })),
         ),
         (
             "cookie, the reader thread, all at once",
             per_namespace(&|all| {
-                let read = Machine.netns_with_cookies(all);
+                let read = Machine::default().netns_with_cookies(all);
                 assert!(read.iter().all(|r| r.is_ok()));
             }),
         ),
@@ -122,7 +122,7 @@ fn case_main(spec: &str) {
     let without = tempfile::tempdir_in(tmpfs.path()).unwrap();
     let ids: Vec<NetnsId> = paths
         .iter()
-        .map(|p| Machine.netns_with_cookie(p).unwrap())
+        .map(|p| Machine::default().netns_with_cookie(p).unwrap())
         .collect();
     assert!(ids.iter().all(|id| id.cookie.is_some()), "no cookies here");
     let batches = live_attachments(with.path(), &paths, &ids);

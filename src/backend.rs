@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 
+use crate::kernel::host_root::Lookup;
 use crate::model::family::Family;
 
 /// Directories searched for iptables tools. Absolute, because podman runs poststop hooks
@@ -92,15 +93,20 @@ pub fn legacy_table_exists(family: Family, table: &str) -> Result<bool, BackendE
     }
 }
 
-/// Absolute path of a backend's `{verb}` tool (`ip[6]tables-{legacy,nft}-{save,restore}`);
-/// an error for a backend without tools.
-pub fn tool(backend: Backend, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
+/// Absolute path of a backend's `{verb}` tool (`ip[6]tables-{legacy,nft}-{save,restore}`),
+/// found where `look` says; an error for a backend without tools.
+pub fn tool(
+    look: Lookup,
+    backend: Backend,
+    family: Family,
+    verb: &str,
+) -> Result<PathBuf, BackendError> {
     let tools = match backend {
         Backend::Legacy => &iptables_legacy::TOOLS,
         Backend::Nft => &iptables_nft::TOOLS,
         Backend::Nftables => return Err(BackendError::NoTool { verb: verb.into() }),
     };
-    tools.path(family, verb)
+    tools.path(look, family, verb)
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ pub const SWEEP_APPLIED: &str = "sweep:applied";
 
 /// Die here if `NATLEDGER_FAULT` names this point.
 pub fn point(name: &str) {
+    // OnceLock kept: the library's one documented environment read, a test-only fault point
+    // reached from deep inside operations that no caller should have to thread a value to.
     static WANTED: OnceLock<Option<String>> = OnceLock::new();
     let wanted = WANTED.get_or_init(|| std::env::var(ENV).ok());
     if wanted.as_deref() == Some(name) {

@@ -13,13 +13,13 @@ use anyhow::Context as _;
 use clap::FromArgMatches as _;
 use nix::sys::resource::{UsageWho, getrusage};
 
-use natledger::analysis::doctor::{self, DoctorOptions, DumpFile, evidence::Roots};
+use natledger::analysis::doctor::{self, DoctorOptions, DumpFile};
 use natledger::backend::{self, Netfilter};
 use natledger::entry::bundle::{self, HookSpec, Injected};
 use natledger::entry::cli::{self, Cli, Command};
 use natledger::entry::install_cni;
 use natledger::entry::settings::{self, Settings};
-use natledger::kernel::exec::SystemRunner;
+
 use natledger::model::echo::limit;
 use natledger::model::oci::{Stage, State};
 use natledger::ops::{self, Context, SweepOptions};
@@ -288,10 +288,11 @@ fn hook(
     for (name, e) in refused {
         log::warn!("{name} ignored: {}", settings::one_line(e));
     }
-    let runner = SystemRunner::default();
+    let (runner, machine) = (settings.runner(), settings.machine());
     let ledger = Ledger::new(settings.state_dir.clone());
-    let nf = Netfilter::on_kernel(&runner, settings.native);
-    let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
+    let nf = settings.netfilter(&runner);
+    let backend = settings.backend.resolve(settings.host());
+    let mut ctx = Context::new(ledger, backend, nf, &machine);
     ctx.refuse_conflicts = settings.refuse_conflicts();
     ops::run_hook(&ctx, Some(stage), state)?;
     Ok(ExitCode::SUCCESS)
@@ -303,11 +304,12 @@ fn sweep(
     json: bool,
     metrics_file: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let runner = SystemRunner::default();
+    let (runner, machine) = (settings.runner(), settings.machine());
     let ledger = Ledger::new(settings.state_dir.clone());
     // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
-    let nf = Netfilter::on_kernel(&runner, settings.native);
-    let ctx = Context::new(ledger, settings.backend.resolve(), nf);
+    let nf = settings.netfilter(&runner);
+    let backend = settings.backend.resolve(settings.host());
+    let ctx = Context::new(ledger, backend, nf, &machine);
     let report = ops::sweep(&ctx, opts)?;
     if let Some(held) = &report.held_back {
         log::warn!("{held}");
@@ -365,14 +367,14 @@ fn doctor(
         eprintln!("natledger: doctor: {}", limit(&chain(&e), LINE));
         Ok(ExitCode::from(doctor::EXIT_FAILED))
     };
-    let runner = SystemRunner::default();
+    let runner = settings.runner();
     let opts = DoctorOptions {
         from,
         port,
         ledger: Ledger::new(settings.state_dir.clone()),
         netfilter: Netfilter::new(&runner),
-        host_backend: backend::detect_explained(),
-        roots: Roots::default(),
+        host_backend: backend::detect_explained(settings.host()),
+        roots: settings.evidence_roots(),
     };
     let report = match doctor::doctor(&opts) {
         Ok(report) => report,
@@ -393,7 +395,8 @@ fn doctor(
 
 fn selftest(settings: &Settings) -> anyhow::Result<ExitCode> {
     let ok = selftest::run(
-        &settings.backend.explained(),
+        settings,
+        &settings.backend.explained(settings.host()),
         &mut |check| match &check.result {
             Ok(seen) => out(&format!("ok    {}: {seen}\n", check.name)),
             Err(why) => out(&format!("FAIL  {}: {why}\n", check.name)),
@@ -408,7 +411,7 @@ fn selftest(settings: &Settings) -> anyhow::Result<ExitCode> {
 fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     let mut entries = Vec::new();
     for entry in ops::list(
-        &natledger::kernel::machine::Machine,
+        &settings.machine(),
         &Ledger::new(settings.state_dir.clone()),
     )? {
         match entry {
@@ -420,7 +423,7 @@ fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
         let text = serde_json::to_string_pretty(&entries).context("encoding the list")?;
         out(&format!("{text}\n"));
     } else {
-        let chosen = settings.backend.explained();
+        let chosen = settings.backend.explained(settings.host());
         out(&format!(
             "backend for new rules: {} ({})\n{}",
             chosen.backend,

@@ -1,7 +1,7 @@
 //! Which backend the host uses, and what `--backend auto` resolves to: the host's iptables
 //! backend where iptables is installed, natledger's own nftables tables where it is not. The
-//! tools and links are the host's: under the host root when one is set
-//! (`crate::kernel::host_root`).
+//! tools and links are the host's: looked for where the caller's [`Lookup`] says (under the
+//! host root when one is set, `crate::kernel::host_root`).
 
 use std::path::{Path, PathBuf};
 
@@ -41,14 +41,16 @@ impl clap::ValueEnum for BackendChoice {
 }
 
 impl BackendChoice {
-    pub fn resolve(self) -> Backend {
-        self.explained().backend
+    /// The backend: named, or what `auto` finds where `look` says.
+    pub fn resolve(self, look: Lookup) -> Backend {
+        self.explained(look).backend
     }
 
-    /// The backend, and why: named on the command line, or what `auto` found.
-    pub fn explained(self) -> Detected {
+    /// The backend, and why: named on the command line, or what `auto` found where `look`
+    /// says.
+    pub fn explained(self, look: Lookup) -> Detected {
         match self {
-            BackendChoice::Auto => choose(),
+            BackendChoice::Auto => choose(look),
             BackendChoice::Named(backend) => Detected {
                 backend,
                 how: "named with --backend or NATLEDGER_BACKEND".into(),
@@ -71,8 +73,8 @@ const IPTABLES_TOOLS: [&str; 5] = [
 /// What `--backend auto` resolves to: where any iptables tool is installed, the backend the
 /// host's `iptables` uses ([`detect_explained`]); where none is, natledger's own nftables
 /// tables (`crate::kernel::nftables::own`), which need no tool at all.
-pub fn choose() -> Detected {
-    choose_in(&TOOL_DIRS, Lookup::process())
+pub fn choose(look: Lookup) -> Detected {
+    choose_in(&TOOL_DIRS, look)
 }
 
 fn choose_in(dirs: &[&str], look: Lookup) -> Detected {
@@ -83,7 +85,7 @@ fn choose_in(dirs: &[&str], look: Lookup) -> Detected {
             .find(|path| look.exists(path))
     });
     match installed {
-        Some(_) => detect_in(look),
+        Some(_) => detect_explained(look),
         None => Detected {
             backend: Backend::Nftables,
             how: format!(
@@ -101,8 +103,8 @@ fn choose_in(dirs: &[&str], look: Lookup) -> Detected {
 /// /usr/sbin/iptables-nft`) and look for `legacy` or `nft` in each name. This is what Docker,
 /// kube-proxy's wrappers and an operator typing `iptables` get. Starts no process. Without an
 /// answer, nft (the default of every current distribution).
-pub fn detect() -> Backend {
-    detect_explained().backend
+pub fn detect(look: Lookup) -> Backend {
+    detect_explained(look).backend
 }
 
 /// The backend [`detect`] decides on, and how, in words: "/usr/sbin/iptables leads to
@@ -114,11 +116,7 @@ pub struct Detected {
 }
 
 /// [`detect`], saying how it decided.
-pub fn detect_explained() -> Detected {
-    detect_in(Lookup::process())
-}
-
-fn detect_in(look: Lookup) -> Detected {
+pub fn detect_explained(look: Lookup) -> Detected {
     TOOL_DIRS
         .iter()
         .find_map(|dir| {
@@ -174,7 +172,7 @@ mod tests {
         std::fs::write(with_tool.path().join("iptables-nft-restore"), "").unwrap();
         let chosen = choose_in(&[with_tool.path().to_str().unwrap()], Lookup(None));
         assert!(chosen.backend.is_iptables(), "{chosen:?}");
-        assert_eq!(chosen, detect_explained());
+        assert_eq!(chosen, detect_explained(Lookup(None)));
     }
 
     /// Under a host root, the host's tools and its absolute alternatives links are read
@@ -220,7 +218,7 @@ mod tests {
         assert_eq!(words, ["auto", "legacy", "nft", "nftables"]);
         for backend in Backend::ALL {
             let choice = BackendChoice::from_str(backend.suffix(), false).unwrap();
-            assert_eq!(choice.resolve(), backend);
+            assert_eq!(choice.resolve(Lookup(None)), backend);
         }
     }
 }

@@ -1,5 +1,6 @@
 //! How reading or writing a backend fails, and what a process-less change did.
 
+use crate::kernel::host_root::{HostRoot, under};
 use crate::kernel::iptc::IptcError;
 use crate::kernel::nftables::NftError;
 use crate::model::save;
@@ -10,8 +11,12 @@ use super::TOOL_DIRS;
 /// `source()` (shown after it by [`crate::chain::Chain`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
-    #[error("{tool} not found in {}{}", TOOL_DIRS.join(", "), crate::kernel::host_root::under())]
-    ToolNotFound { tool: String },
+    #[error("{tool} not found in {}{}", TOOL_DIRS.join(", "), under(root.as_ref()))]
+    ToolNotFound {
+        tool: String,
+        /// The host root it was looked for under, if any.
+        root: Option<HostRoot>,
+    },
     #[error("cannot run {command}")]
     Spawn {
         command: String,

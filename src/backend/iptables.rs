@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::kernel::exec::Invocation;
+use crate::kernel::host_root::Lookup;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout;
@@ -41,15 +42,18 @@ impl Tools {
         }
     }
 
-    /// Absolute path of `ip[6]tables-{word}-{verb}`, as the host names it (found under the
-    /// host root when one is set, `crate::kernel::host_root`).
-    pub fn path(&self, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
+    /// Absolute path of `ip[6]tables-{word}-{verb}`, as the host names it, found where `look`
+    /// says (under the host root when there is one, `crate::kernel::host_root`).
+    pub fn path(&self, look: Lookup, family: Family, verb: &str) -> Result<PathBuf, BackendError> {
         let name = format!("{}-{}-{verb}", family.tool_stem(), self.word);
         TOOL_DIRS
             .iter()
             .map(|dir| Path::new(dir).join(&name))
-            .find(|p| crate::kernel::host_root::exists(p))
-            .ok_or(BackendError::ToolNotFound { tool: name })
+            .find(|p| look.exists(p))
+            .ok_or_else(|| BackendError::ToolNotFound {
+                tool: name,
+                root: look.0.cloned(),
+            })
     }
 
     /// The current `table`, as much as `scope` says ([`Reading::Ours`]: the built-in chains
@@ -102,7 +106,7 @@ impl Tools {
         keep: impl Fn(&str) -> bool,
     ) -> Result<Vec<Table>, BackendError> {
         let inv = Invocation {
-            program: self.path(family, "save")?,
+            program: self.path(nf.tool_lookup(), family, "save")?,
             args: args.iter().map(|a| a.to_string()).collect(),
             stdin: None,
         };
@@ -139,7 +143,7 @@ impl Tools {
         nf.forget_legacy_nat(family);
         let input: String = batches.iter().map(Batch::render).collect();
         let inv = Invocation {
-            program: self.path(family, "restore")?,
+            program: self.path(nf.tool_lookup(), family, "restore")?,
             args,
             stdin: Some(input.clone().into_bytes()),
         };

@@ -181,7 +181,7 @@ impl IptablesLegacy {
     ) -> Result<Native, IptcError> {
         nf.forget_legacy_nat(family);
         in_process(nf, family, table, "deleted", || {
-            iptc::delete(family, table, rules)
+            iptc::delete(nf.xtables_lock(), family, table, rules)
         })
     }
 }
@@ -197,7 +197,8 @@ fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) ->
     nf.forget_legacy_nat(family);
     let mut written = None;
     let done = in_process(nf, family, table.as_str(), "inserted", || {
-        let (outcome, blob) = iptc::insert_keeping(family, table.as_str(), &rules, &shared)?;
+        let (outcome, blob) =
+            iptc::insert_keeping(nf.xtables_lock(), family, table.as_str(), &rules, &shared)?;
         written = blob;
         Ok(outcome)
     });

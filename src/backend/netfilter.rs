@@ -1,14 +1,17 @@
 //! [`Netfilter`]: the kernel handle the drivers run on, whichever backend: the process
 //! runner, what of the kernel it may reach ([`Reach`]), the shared netfilter netlink socket
 //! (nf_tables deletions and reads, conntrack), the count of nf_tables transactions this
-//! process committed, and the iptables-legacy nat table as this process last swapped it in.
+//! process committed, the iptables-legacy nat table as this process last swapped it in, and
+//! the two settings its kernel calls take (the xtables lock, the conntrack dump choice).
 //! It names no backend: a driver ([`super::Driver`]) reads and writes through it.
 
 use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
 
-use crate::kernel::conntrack::{self, ConntrackError};
+use crate::kernel::conntrack::{self, ConntrackError, DumpChoice};
 use crate::kernel::exec::{Invocation, Runner};
-use crate::kernel::iptc::blob::Blob;
+use crate::kernel::host_root::Lookup;
+use crate::kernel::iptc::{self, blob::Blob};
 use crate::kernel::netlink;
 use crate::kernel::nftables::{self, NftError};
 use crate::model::family::Family;
@@ -44,6 +47,12 @@ pub struct Netfilter<'r> {
     /// anything else is written: read by create's check of other owners' forwards instead
     /// of the kernel's copy (`IptablesLegacy`'s insert keeps them).
     legacy_nat: RefCell<Vec<(Family, Blob)>>,
+    /// The xtables lock the in-process iptables-legacy writer takes ([`iptc::insert`]):
+    /// [`iptc::XTABLES_LOCK`] unless [`Netfilter::with_settings`] says otherwise.
+    xtables_lock: PathBuf,
+    /// How [`conntrack::forget`] filters its dumps: adaptive unless
+    /// [`Netfilter::with_settings`] says otherwise.
+    conntrack_dump: DumpChoice,
 }
 
 impl<'r> Netfilter<'r> {
@@ -60,7 +69,29 @@ impl<'r> Netfilter<'r> {
             nft_commits: Cell::new(0),
             nft_deleted: Cell::new(false),
             legacy_nat: RefCell::new(Vec::new()),
+            xtables_lock: PathBuf::from(iptc::XTABLES_LOCK),
+            conntrack_dump: DumpChoice::default(),
         }
+    }
+
+    /// This one, taking the xtables lock at `xtables_lock` and filtering conntrack dumps as
+    /// `conntrack_dump` says: the settings resolved once at start (`entry::settings`).
+    pub fn with_settings(self, xtables_lock: PathBuf, conntrack_dump: DumpChoice) -> Self {
+        Netfilter {
+            xtables_lock,
+            conntrack_dump,
+            ..self
+        }
+    }
+
+    /// Where the runner's tools are found (under its host root, if any).
+    pub fn tool_lookup(&self) -> Lookup<'_> {
+        self.runner.lookup()
+    }
+
+    /// The xtables lock the in-process iptables-legacy writer takes.
+    pub fn xtables_lock(&self) -> &Path {
+        &self.xtables_lock
     }
 
     /// One that reaches the kernel ([`Reach::Kernel`]): the hooks', the CNI plugin's and
@@ -111,7 +142,7 @@ impl<'r> Netfilter<'r> {
             Some(sock) => sock,
             None => slot.insert(netlink::Socket::netfilter().map_err(ConntrackError::Dump)?),
         };
-        let forgotten = conntrack::forget(sock, flows)?;
+        let forgotten = conntrack::forget(sock, flows, self.conntrack_dump)?;
         let ms = start.elapsed().as_secs_f64() * 1000.0;
         log::debug!("conntrack: deleted {forgotten} entries in {ms:.1} ms");
         Ok(forgotten)

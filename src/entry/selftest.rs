@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::backend::{Backend, Detected, Netfilter, Plan, Reading};
-use crate::kernel::exec::SystemRunner;
+use crate::entry::settings::Settings;
 use crate::kernel::named_netns::{NamedNetns, NamedNetnsError};
 use crate::kernel::netns::in_namespace;
 use crate::model::family::Family;
@@ -52,8 +52,9 @@ pub struct Check {
     pub result: Result<String, String>,
 }
 
-/// Run every check, reporting each as it completes. True when all passed.
-pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
+/// Run every check (the tools found and run under `settings`' host root), reporting each as
+/// it completes. True when all passed.
+pub fn run(settings: &Settings, chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
     let mut ok = true;
     let mut check = |name: String, result: Result<String, String>| {
         ok &= result.is_ok();
@@ -87,11 +88,14 @@ pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
         // Every backend this host can write: the iptables ones whose tools are installed,
         // and natledger's own nftables tables, which need none.
         let usable = Backend::ALL.into_iter().filter(|b| {
-            !b.is_iptables() || crate::backend::tool(*b, Family::Ipv4, "restore").is_ok()
+            !b.is_iptables()
+                || crate::backend::tool(settings.host(), *b, Family::Ipv4, "restore").is_ok()
         });
         for backend in usable {
             let ext = pair.ext.path();
-            let checks = in_namespace(&pair.node.path(), || backend_checks(backend, &ext));
+            let checks = in_namespace(&pair.node.path(), || {
+                backend_checks(settings, backend, &ext)
+            });
             match checks {
                 Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
                 Err(e) => check(format!("{backend}"), Err(crate::chain::text(&e))),
@@ -110,14 +114,23 @@ pub fn run(chosen: &Detected, report: &mut dyn FnMut(&Check)) -> bool {
 
 /// The checks for one backend, run inside the node namespace; `ext` is the external client's
 /// namespace.
-fn backend_checks(backend: Backend, ext: &Path) -> Vec<(String, Result<String, String>)> {
+fn backend_checks(
+    settings: &Settings,
+    backend: Backend,
+    ext: &Path,
+) -> Vec<(String, Result<String, String>)> {
     let mut out = Vec::new();
     let state_dir = PathBuf::from(format!(
         "/run/natledger-selftest-{}-{backend}",
         std::process::id()
     ));
-    let runner = SystemRunner::default();
-    let ctx = Context::new(Ledger::new(&state_dir), backend, Netfilter::new(&runner));
+    let (runner, machine) = (settings.runner(), settings.machine());
+    let ctx = Context::new(
+        Ledger::new(&state_dir),
+        backend,
+        Netfilter::new(&runner),
+        &machine,
+    );
 
     // A host with Docker, or a hardened one: forwarded packets are dropped unless accepted.
     // (Not in natledger's own nftables table: it writes no forward accept, see

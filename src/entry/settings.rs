@@ -1,5 +1,7 @@
 //! Settings: the global flags and natledger's environment variables, resolved once, at start,
-//! into one [`Settings`] value that `main` passes on (the library reads no variable).
+//! into one [`Settings`] value that `main` passes on (the library reads no variable), and
+//! whose parts are handed down as values, never kept process-wide: the runner and the
+//! machine (the host root), the kernel handle (the xtables lock, the conntrack dump choice).
 //!
 //! `main` has clap parse the flags with their variables ([`Global`], `env =`), then adds the
 //! variables that have no flag. The CNI plugin and the wrapper runtime have no such command
@@ -14,11 +16,14 @@ use std::path::PathBuf;
 use clap::error::ErrorKind;
 use clap::{Args as _, FromArgMatches as _};
 
-use crate::backend::BackendChoice;
+use crate::backend::{BackendChoice, Netfilter};
 use crate::entry::cli::{Global, PortConflict};
 use crate::kernel::conntrack::DumpChoice;
 use crate::kernel::dbus;
-use crate::kernel::host_root::HostRoot;
+use crate::kernel::exec::{Runner, SystemRunner};
+use crate::kernel::host::Roots;
+use crate::kernel::host_root::{self, HostRoot};
+use crate::kernel::machine::Machine;
 
 /// A variable's value by name: the process environment in `main`, a map in tests.
 pub type Lookup<'a> = &'a dyn Fn(&str) -> Option<OsString>;
@@ -124,14 +129,42 @@ impl Settings {
             .unwrap_or_else(|| self.xtables_lock.clone())
     }
 
-    /// The settings the kernel layer keeps for the process (read where no caller could pass
-    /// them: the iptables lock, the conntrack dump), and the log level.
+    /// The log level, for the process (`log`'s maximum level is the one setting kept
+    /// process-wide: the library logs through `log`). Every other setting is passed: the
+    /// runner, the machine, the kernel handle and doctor's evidence roots below carry theirs.
     pub fn install(&self) {
         log::set_max_level(self.log_level);
-        crate::kernel::iptc::set_lock_path(self.lock_taken());
-        crate::kernel::conntrack::set_dump_choice(self.conntrack_dump);
-        if let Some(root) = &self.host_root {
-            crate::kernel::host_root::set(root.clone());
+    }
+
+    /// Where the host's tools and paths are: under [`HOST_ROOT_ENV`]'s root, if set.
+    pub fn host(&self) -> host_root::Lookup<'_> {
+        host_root::Lookup(self.host_root.as_ref())
+    }
+
+    /// The runner of the host's tools: chrooted into the host root, if set.
+    pub fn runner(&self) -> SystemRunner {
+        SystemRunner::in_root(self.host_root.clone())
+    }
+
+    /// This machine, the namespace paths runtimes name read under the host root, if set.
+    pub fn machine(&self) -> Machine {
+        Machine::in_root(self.host_root.clone())
+    }
+
+    /// The kernel handle of one run that reaches the kernel ([`Netfilter::on_kernel`]: the
+    /// hooks', the CNI plugin's, sweep's), with the native paths unless `--no-netlink`,
+    /// taking [`Settings::lock_taken`] and dumping conntrack as [`CONNTRACK_DUMP_ENV`] says.
+    pub fn netfilter<'r>(&self, runner: &'r dyn Runner) -> Netfilter<'r> {
+        Netfilter::on_kernel(runner, self.native)
+            .with_settings(self.lock_taken(), self.conntrack_dump)
+    }
+
+    /// Where doctor reads the host's evidence: the host's own files, and as the xtables lock
+    /// [`Settings::lock_taken`].
+    pub fn evidence_roots(&self) -> Roots {
+        Roots {
+            xtables_lock: self.lock_taken(),
+            ..Roots::default()
         }
     }
 }
@@ -444,6 +477,36 @@ mod tests {
         );
         let s = from(&[]).unwrap();
         assert_eq!(s.lock_taken(), PathBuf::from("/run/xtables.lock"));
+    }
+
+    /// What the settings hand down carries them, with no process-wide state: the runner,
+    /// the tool lookup and the machine share the host root; the kernel handle and doctor's
+    /// roots take the lock [`Settings::lock_taken`] names.
+    #[test]
+    fn the_settings_are_handed_down_as_values() {
+        use crate::backend::{Backend, tool};
+        use crate::model::family::Family;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::create_dir_all(dir.path().join("usr/sbin")).unwrap();
+        std::fs::write(dir.path().join("usr/sbin/iptables-legacy-restore"), "").unwrap();
+        let root = dir.path().to_str().unwrap();
+        let s = from(&[("NATLEDGER_HOST_ROOT", root)]).unwrap();
+        let runner = s.runner();
+        assert_eq!(runner.lookup().0, s.host_root.as_ref());
+        assert_eq!(s.host().0, s.host_root.as_ref());
+        let found = tool(runner.lookup(), Backend::Legacy, Family::Ipv4, "restore").unwrap();
+        assert_eq!(found, PathBuf::from("/usr/sbin/iptables-legacy-restore"));
+        let missing = tool(s.host(), Backend::Nft, Family::Ipv4, "restore").unwrap_err();
+        let under = format!(" under host root {root}");
+        assert!(missing.to_string().ends_with(&under), "{missing}");
+        let lock = dir.path().join("run/xtables.lock");
+        assert_eq!(s.netfilter(&runner).xtables_lock(), lock);
+        assert_eq!(s.evidence_roots().xtables_lock, lock);
+        let here = from(&[]).unwrap();
+        assert_eq!(here.runner().lookup().0, None);
+        let lock = PathBuf::from("/run/xtables.lock");
+        assert_eq!(here.netfilter(&here.runner()).xtables_lock(), lock);
     }
 
     /// `NATLEDGER_HOST_ROOT` is an existing directory, or refused naming it.

@@ -1,14 +1,15 @@
 //! The one seam around process execution. Everything natledger runs (iptables-save and
 //! iptables-restore) goes through a [`Runner`], so operation logic can be tested with a
 //! scripted runner and the real backends are exercised by the integration tests. With a host
-//! root ([`super::host_root`]), [`SystemRunner`] runs each tool chrooted into it.
+//! root ([`super::host_root`]), given by the caller, [`SystemRunner`] runs each tool chrooted
+//! into it and finds them under it ([`Runner::lookup`]).
 
 use std::io::Write;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use super::host_root::{self, HostRoot};
+use super::host_root::{HostRoot, Lookup};
 
 /// A command to run: program (absolute path), arguments and optional standard input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +89,12 @@ mod tests {
 pub trait Runner {
     /// Run to completion. An `Err` means the process could not be started at all.
     fn run(&self, invocation: &Invocation) -> std::io::Result<Outcome>;
+
+    /// Where the tools this runner runs are found: under the host root it runs them in, or
+    /// (the default) in this process's own root.
+    fn lookup(&self) -> Lookup<'_> {
+        Lookup(None)
+    }
 }
 
 /// Runs real processes, chrooted into its host root when it has one. Logs each command line,
@@ -97,10 +104,11 @@ pub struct SystemRunner {
     root: Option<HostRoot>,
 }
 
-/// The process's host root ([`host_root::get`]), if one was set.
+/// In this process's own root (no host root): natledger's own runs take theirs from the
+/// settings (`entry::settings::Settings::runner`).
 impl Default for SystemRunner {
     fn default() -> Self {
-        SystemRunner::in_root(host_root::get().cloned())
+        SystemRunner::in_root(None)
     }
 }
 
@@ -143,6 +151,10 @@ impl SystemRunner {
 }
 
 impl Runner for SystemRunner {
+    fn lookup(&self) -> Lookup<'_> {
+        Lookup(self.root.as_ref())
+    }
+
     fn run(&self, inv: &Invocation) -> std::io::Result<Outcome> {
         let trace = log::log_enabled!(log::Level::Debug);
         if trace {

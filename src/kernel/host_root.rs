@@ -1,14 +1,15 @@
 //! `NATLEDGER_HOST_ROOT`: the host's root directory, when natledger runs from an image that has
 //! no tools of its own (the DaemonSet mounts the host's `/` at `/host`). The tools natledger
-//! runs are looked for under it ([`exists`], [`read_link`]: the host's absolute symlinks, such
-//! as `/usr/sbin/iptables -> /etc/alternatives/iptables`, followed inside it) and run chrooted
-//! into it (`super::exec::SystemRunner`). Set once at start (`entry::settings`); unset, every
-//! path is this process's own.
+//! runs are looked for under it ([`Lookup`]: the host's absolute symlinks, such as
+//! `/usr/sbin/iptables -> /etc/alternatives/iptables`, followed inside it) and run chrooted
+//! into it (`super::exec::SystemRunner`). Resolved once at start (`entry::settings`) and
+//! passed: to the runner (whose [`Lookup`] finds its tools), to the host seam
+//! (`super::machine::Machine`, which reads CNI namespace paths under it) and to backend
+//! detection. No root (`None`): every path is this process's own.
 
 use std::ffi::OsString;
 use std::io;
 use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
 
 /// An existing directory, by absolute path: the root the host's tools are found and run in.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,30 +131,10 @@ fn push_front(pending: &mut Vec<OsString>, path: &Path) {
     pending.extend(parts.into_iter().rev());
 }
 
-static ROOT: OnceLock<HostRoot> = OnceLock::new();
-
-/// The process's host root, set once at start (`entry::settings`); a later call changes
-/// nothing.
-pub fn set(root: HostRoot) {
-    let _ = ROOT.set(root);
-}
-
-/// The host root [`set`] set, if any.
-pub fn get() -> Option<&'static HostRoot> {
-    ROOT.get()
-}
-
 /// Where the host's paths are looked up: under a host root, or (`None`) in this process's
 /// own root.
 #[derive(Clone, Copy, Debug)]
 pub struct Lookup<'a>(pub Option<&'a HostRoot>);
-
-impl Lookup<'static> {
-    /// Under the process's host root ([`get`]), if one is set.
-    pub fn process() -> Lookup<'static> {
-        Lookup(get())
-    }
-}
 
 impl Lookup<'_> {
     /// Whether something is at the host's `path` (following symlinks).
@@ -182,15 +163,9 @@ impl Lookup<'_> {
     }
 }
 
-/// Whether something is at the host's `path` (following symlinks), under the host root when
-/// one is set.
-pub fn exists(path: &Path) -> bool {
-    Lookup::process().exists(path)
-}
-
 /// For messages about where a tool was looked for: ` under host root DIR`, or nothing.
-pub fn under() -> String {
-    get().map_or_else(String::new, |root| format!(" under host root {root}"))
+pub fn under(root: Option<&HostRoot>) -> String {
+    root.map_or_else(String::new, |root| format!(" under host root {root}"))
 }
 
 #[cfg(test)]

@@ -46,7 +46,7 @@ pub struct Context<'r> {
     pub drivers: &'r [&'r dyn Driver],
     pub netfilter: Netfilter<'r>,
     /// Listeners, processes, namespaces and addresses: this machine ([`Machine`], what
-    /// [`Context::new`] sets), or a unit test's fake.
+    /// [`Context::new`] is given), or a unit test's fake.
     pub host: &'r dyn Host,
     /// A container's start is refused over a conflict unless its annotation says otherwise
     /// (`--port-conflict refuse`); else warned about.
@@ -54,18 +54,24 @@ pub struct Context<'r> {
 }
 
 impl<'r> Context<'r> {
-    /// The production context: this machine ([`Machine`]), the real drivers
+    /// The production context: this machine (`host`, a [`Machine`] under the settings' host
+    /// root), the real drivers
     /// ([`crate::backend::DRIVERS`]), new rules written with `backend`'s, on `netfilter`
     /// ([`Netfilter::on_kernel`] for the hooks, the CNI plugin, sweep and watch: the native
     /// paths, conntrack, create's check of other owners' forwards; [`Netfilter::new`]: only
     /// the tools).
-    pub fn new(ledger: Ledger, backend: Backend, netfilter: Netfilter<'r>) -> Self {
+    pub fn new(
+        ledger: Ledger,
+        backend: Backend,
+        netfilter: Netfilter<'r>,
+        host: &'r Machine,
+    ) -> Self {
         Context {
             ledger,
             driver: backend.driver(),
             drivers: &DRIVERS,
             netfilter,
-            host: &Machine,
+            host,
             refuse_conflicts: false,
         }
     }

@@ -141,12 +141,12 @@ fn tcp_from(ns: &str, src: SocketAddr, dst: SocketAddr) -> String {
 /// `forget` on a thread inside `ns`, with a netfilter socket opened there.
 fn forget_in(ns: &str, flows: &[Flows]) -> usize {
     // The dump path this process was started for (`every_test_passes_on_every_dump_path`).
-    natledger::entry::settings::Settings::from_env(&|name| std::env::var_os(name))
+    let dump = natledger::entry::settings::Settings::from_env(&|name| std::env::var_os(name))
         .unwrap()
-        .install();
+        .conntrack_dump;
     in_netns(ns, || {
         let mut sock = Socket::netfilter().expect("netfilter socket");
-        conntrack::forget(&mut sock, flows).unwrap_or_else(|e| panic!("forget in {ns}: {e}"))
+        conntrack::forget(&mut sock, flows, dump).unwrap_or_else(|e| panic!("forget in {ns}: {e}"))
     })
 }
 

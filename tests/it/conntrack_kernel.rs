@@ -159,9 +159,9 @@ fn cost_of_forget() {
         return;
     };
     let path = path.to_string_lossy();
-    natledger::entry::settings::Settings::from_env(&|name| std::env::var_os(name))
+    let dump = natledger::entry::settings::Settings::from_env(&|name| std::env::var_os(name))
         .unwrap()
-        .install();
+        .conntrack_dump;
     let median = |mut v: Vec<Duration>| {
         v.sort();
         v[v.len() / 2]
@@ -174,7 +174,7 @@ fn cost_of_forget() {
         in_netns(node, || {
             let mut sock = Socket::netfilter().unwrap();
             let start = Instant::now();
-            let n = conntrack::forget(&mut sock, flows).unwrap();
+            let n = conntrack::forget(&mut sock, flows, dump).unwrap();
             (start.elapsed(), n)
         })
     };

@@ -16,6 +16,11 @@ use natledger::backend::{Backend, Driver, IptablesLegacy, Native, Netfilter, Pla
 use natledger::kernel::exec::SystemRunner;
 use natledger::kernel::iptc::entry::{Encoded, Layout, encode};
 use natledger::kernel::iptc::{self, Outcome, Place};
+
+/// The xtables lock iptables takes by default (`XTABLES_LOCKFILE` unset).
+fn lock() -> &'static std::path::Path {
+    std::path::Path::new(iptc::XTABLES_LOCK)
+}
 use natledger::model::family::{Family, IfAddr};
 use natledger::model::layout::{
     DNAT_CHAIN, NAT, TABLES, mapping_rules, owned_chains, shared_rules,
@@ -298,7 +303,7 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
 
         let required = shared_rules(natledger::backend::Backend::Legacy, table, family);
         let inserted = in_netns(&ns, || {
-            iptc::insert(family, table, &placed, &required).unwrap()
+            iptc::insert(lock(), family, table, &placed, &required).unwrap()
         });
         assert_eq!(inserted, Outcome::Done(ours.len()));
         assert_eq!(
@@ -309,16 +314,20 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
 
         // Deleting exactly those rules gives the base back, counters included.
         let victims: Vec<(&str, &Rule)> = ours.iter().map(|(c, r)| (*c, r)).collect();
-        let deleted = in_netns(&ns, || iptc::delete(family, table, &victims).unwrap());
+        let deleted = in_netns(&ns, || {
+            iptc::delete(lock(), family, table, &victims).unwrap()
+        });
         assert_eq!(deleted, Outcome::Done(ours.len()));
         assert_eq!(save_c(&ns, family, table), base, "{family} {table}: delete");
 
         // Declined, writing nothing: a rule that is not there, a jump that is not there.
-        let gone = in_netns(&ns, || iptc::delete(family, table, &victims).unwrap());
+        let gone = in_netns(&ns, || {
+            iptc::delete(lock(), family, table, &victims).unwrap()
+        });
         assert_eq!(gone, Outcome::Declined);
         let input_jump = [("INPUT", required[0].1.clone())];
         let missing = in_netns(&ns, || {
-            iptc::insert(family, table, &placed, &input_jump).unwrap()
+            iptc::insert(lock(), family, table, &placed, &input_jump).unwrap()
         });
         assert_eq!(missing, Outcome::Declined);
         assert_eq!(
@@ -442,7 +451,7 @@ fn a_large_removal_equals_iptables_legacy_restore() {
         restore_exactly(&ns, family, &raw_base);
         let refs: Vec<(&str, &Rule)> = victims.iter().map(|(c, r)| (*c, r)).collect();
         let start = Instant::now();
-        let deleted = in_netns(&ns, || iptc::delete(family, table, &refs).unwrap());
+        let deleted = in_netns(&ns, || iptc::delete(lock(), family, table, &refs).unwrap());
         let took = start.elapsed();
         assert_eq!(deleted, Outcome::Done(victims.len()));
         assert_eq!(

@@ -7,6 +7,11 @@
 
 use crate::common::{Topology, in_netns, run_in};
 use natledger::kernel::iptc::{self, Outcome, Place};
+
+/// The xtables lock iptables takes by default (`XTABLES_LOCKFILE` unset).
+fn lock() -> &'static std::path::Path {
+    std::path::Path::new(iptc::XTABLES_LOCK)
+}
 use natledger::model::family::Family;
 use natledger::model::rule::Rule;
 
@@ -115,13 +120,13 @@ fn check_from(
     let outcome = in_netns(ns, || {
         if rules[0].2.is_none() {
             let victims: Vec<(&str, &Rule)> = rules.iter().map(|(c, r, _)| (*c, r)).collect();
-            iptc::delete(family, "filter", &victims).unwrap()
+            iptc::delete(lock(), family, "filter", &victims).unwrap()
         } else {
             let placed: Vec<(&str, Rule, Place)> = rules
                 .iter()
                 .map(|(c, r, p)| (*c, r.clone(), p.unwrap()))
                 .collect();
-            iptc::insert(family, "filter", &placed, &[]).unwrap()
+            iptc::insert(lock(), family, "filter", &placed, &[]).unwrap()
         }
     });
     assert_eq!(outcome, Outcome::Done(edits.len()), "{family} {what}");
@@ -246,9 +251,15 @@ fn a_foreign_unlocked_writer_meanwhile_declines_never_fails() {
     for _ in 0..300 {
         let outcome = in_netns(&ns, || {
             if present {
-                iptc::delete(family, "filter", &[("X", &ours)])
+                iptc::delete(lock(), family, "filter", &[("X", &ours)])
             } else {
-                iptc::insert(family, "filter", &[("X", ours.clone(), Place::Last)], &[])
+                iptc::insert(
+                    lock(),
+                    family,
+                    "filter",
+                    &[("X", ours.clone(), Place::Last)],
+                    &[],
+                )
             }
         });
         match outcome.expect("an edit beside a foreign writer is done or declined") {

@@ -25,6 +25,7 @@ use serde::Serialize;
 
 use crate::analysis::iptables::paths;
 use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
+use crate::kernel::machine::Machine;
 use crate::model::family::Family;
 use crate::model::save::{self, Table};
 use crate::state::ledger::Ledger;
@@ -303,7 +304,9 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     } else {
         read_files(&opts.from)?
     };
-    let host = live.then(|| checks::Host::gather(opts, &crate::kernel::machine::Machine));
+    // This machine under the host root the tools are run in.
+    let machine = || Machine::in_root(opts.netfilter.tool_lookup().0.cloned());
+    let host = live.then(|| checks::Host::gather(opts, &machine()));
     let (mut findings, not_followed) = run_checks(
         &rulesets,
         host.as_ref(),

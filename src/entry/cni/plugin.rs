@@ -11,6 +11,7 @@ use crate::backend::{Backend, Netfilter, tool};
 use crate::entry::cli::PortConflict;
 use crate::entry::settings::{self, Settings};
 use crate::kernel::exec::SystemRunner;
+use crate::kernel::machine::Machine;
 use crate::kernel::netns_id::NetnsId;
 use crate::model::family::Family;
 use crate::model::oci::ContainerId;
@@ -86,10 +87,15 @@ impl Natledger {
     }
 
     /// The context of the hooks' operations, for `settings`.
-    fn context<'r>(settings: &Settings, runner: &'r SystemRunner) -> Context<'r> {
+    fn context<'r>(
+        settings: &Settings,
+        runner: &'r SystemRunner,
+        machine: &'r Machine,
+    ) -> Context<'r> {
         let ledger = Ledger::new(settings.state_dir.clone());
-        let nf = Netfilter::on_kernel(runner, settings.native);
-        let mut ctx = Context::new(ledger, settings.backend.resolve(), nf);
+        let nf = settings.netfilter(runner);
+        let backend = settings.backend.resolve(settings.host());
+        let mut ctx = Context::new(ledger, backend, nf, machine);
         ctx.refuse_conflicts = settings.refuse_conflicts();
         ctx
     }
@@ -265,8 +271,8 @@ impl Plugin for Natledger {
         let id = attachment.ledger_id()?;
         let addresses = container_addresses(request, attachment)?;
         let settings = self.settings(request, Bad::Refused)?;
-        let runner = SystemRunner::default();
-        let ctx = Self::context(&settings, &runner);
+        let (runner, machine) = (settings.runner(), settings.machine());
+        let ctx = Self::context(&settings, &runner, &machine);
         let lookup = || Ok(addresses.clone());
         let netns = request
             .env
@@ -301,8 +307,8 @@ impl Plugin for Natledger {
             return Ok(());
         }
         let recorded = ledger.has_manifest(&id);
-        let runner = SystemRunner::default();
-        let ctx = Self::context(&settings, &runner);
+        let (runner, machine) = (settings.runner(), settings.machine());
+        let ctx = Self::context(&settings, &runner, &machine);
         match ops::detach(&ctx, &id) {
             Ok(ops::Removed::Done { rules }) if !recorded && rules > 0 => {
                 log::warn!(
@@ -343,9 +349,10 @@ impl Plugin for Natledger {
         let attachment = request.attachment().expect("CHECK has an attachment");
         let id = attachment.ledger_id()?;
         let settings = self.settings(request, Bad::Refused)?;
-        let runner = SystemRunner::default();
+        let (runner, machine) = (settings.runner(), settings.machine());
         let ledger = Ledger::new(settings.state_dir.clone());
-        let mut ctx = Context::new(ledger, settings.backend.resolve(), Netfilter::new(&runner));
+        let backend = settings.backend.resolve(settings.host());
+        let mut ctx = Context::new(ledger, backend, Netfilter::new(&runner), &machine);
         let manifest = ctx
             .ledger
             .load(&id)
@@ -409,8 +416,8 @@ impl Plugin for Natledger {
             ));
         };
         let settings = self.settings(request, Bad::Ignored)?;
-        let runner = SystemRunner::default();
-        let ctx = Self::context(&settings, &runner);
+        let (runner, machine) = (settings.runner(), settings.machine());
+        let ctx = Self::context(&settings, &runner, &machine);
         let listed = ctx
             .ledger
             .list()
@@ -453,14 +460,15 @@ impl Plugin for Natledger {
         ledger
             .lock()
             .map_err(|e| unavailable(crate::chain::text(&e)))?;
-        let backend = settings.backend.resolve();
+        let backend = settings.backend.resolve(settings.host());
         if !backend.is_iptables() {
             return crate::kernel::netlink::Socket::netfilter()
                 .map(drop)
                 .map_err(|e| unavailable(format!("cannot open a netfilter netlink socket: {e}")));
         }
         for family in Family::ALL {
-            tool(backend, family, "restore").map_err(|e| unavailable(crate::chain::text(&e)))?;
+            tool(settings.host(), backend, family, "restore")
+                .map_err(|e| unavailable(crate::chain::text(&e)))?;
         }
         Ok(())
     }

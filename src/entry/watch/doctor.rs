@@ -13,13 +13,12 @@
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::analysis::doctor::{self, DoctorOptions, Report, evidence::Roots};
+use crate::analysis::doctor::{self, DoctorOptions, Report};
 use crate::backend::{self, Netfilter};
-use crate::kernel::exec::SystemRunner;
+use crate::entry::settings::Settings;
 use crate::state::ledger::Ledger;
 
 /// One doctor run: its report, or why it failed (the error's chain), and when it ended.
@@ -40,7 +39,7 @@ pub struct Doctoring {
 impl Doctoring {
     /// Start the thread: a run at once, then one every `period` after the last ended (it
     /// inherits the caller's blocked signals: they stay the loop's).
-    pub fn spawn(state_dir: PathBuf, period: Duration) -> io::Result<Doctoring> {
+    pub fn spawn(settings: Settings, period: Duration) -> io::Result<Doctoring> {
         let (told, tell) = UnixStream::pair()?;
         told.set_nonblocking(true)?;
         let last: Arc<Mutex<Option<Run>>> = Arc::default();
@@ -49,7 +48,7 @@ impl Doctoring {
             .name("doctor".into())
             .spawn(move || {
                 loop {
-                    let run = run(&state_dir);
+                    let run = run(&settings);
                     match slot.lock() {
                         Ok(mut s) => *s = Some(run),
                         Err(poisoned) => *poisoned.into_inner() = Some(run),
@@ -102,16 +101,16 @@ impl Doctoring {
 }
 
 /// `natledger doctor` on the live host: every backend and family, the host's evidence, the
-/// manifests in `state_dir`.
-fn run(state_dir: &std::path::Path) -> Run {
-    let runner = SystemRunner::default();
+/// manifests in `settings.state_dir`.
+fn run(settings: &Settings) -> Run {
+    let runner = settings.runner();
     let opts = DoctorOptions {
         from: Vec::new(),
         port: None,
-        ledger: Ledger::new(state_dir.to_path_buf()),
+        ledger: Ledger::new(settings.state_dir.clone()),
         netfilter: Netfilter::new(&runner),
-        host_backend: backend::detect_explained(),
-        roots: Roots::default(),
+        host_backend: backend::detect_explained(settings.host()),
+        roots: settings.evidence_roots(),
     };
     let result = doctor::doctor(&opts).map_err(|e| crate::chain::text(&e));
     Run {

@@ -6,10 +6,8 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::backend::Netfilter;
 use crate::chain::Chain;
 use crate::entry::settings::Settings;
-use crate::kernel::exec::SystemRunner;
 use crate::model::oci::ContainerId;
 use crate::ops::sweep::HeldBack;
 use crate::ops::{self, Context, SweepOptions, SweepReport};
@@ -219,10 +217,11 @@ fn sweep(
     held: &mut Option<HeldBack>,
     hold: Vec<ContainerId>,
 ) -> Result<SweepReport, ops::Error> {
-    let runner = SystemRunner::default();
+    let (runner, machine) = (settings.runner(), settings.machine());
     let ledger = Ledger::new(settings.state_dir.clone());
-    let nf = Netfilter::on_kernel(&runner, settings.native);
-    let ctx = Context::new(ledger, settings.backend.resolve(), nf);
+    let nf = settings.netfilter(&runner);
+    let backend = settings.backend.resolve(settings.host());
+    let ctx = Context::new(ledger, backend, nf, &machine);
     let opts = SweepOptions {
         repair: true,
         try_lock: true,

@@ -72,9 +72,9 @@ impl Sources {
     ) -> Result<Sources, WatchError> {
         // After the wait for the ledger: doctor, too, judges only a ledger that exists.
         let doctoring = match opts.doctor_period {
-            Some(period) => Some(
-                Doctoring::spawn(settings.state_dir.clone(), period).map_err(WatchError::Doctor)?,
-            ),
+            Some(period) => {
+                Some(Doctoring::spawn(settings.clone(), period).map_err(WatchError::Doctor)?)
+            }
             None => None,
         };
         let monitor = match Monitor::open() {

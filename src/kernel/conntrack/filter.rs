@@ -3,7 +3,6 @@
 
 use std::io;
 use std::net::IpAddr;
-use std::sync::OnceLock;
 
 use super::{COUNT_FILE, Flows};
 use crate::model::family::Family;
@@ -27,7 +26,8 @@ pub const FILTER_BOTH_FAMILIES_FROM: u64 = 5_000;
 /// For tests and measurements only: forces how [`forget`] dumps. `filtered`: one filtered
 /// dump per family, whatever the entry count; `unfiltered`: one dump of everything;
 /// `refused`: filtered requests every kernel refuses, so that the fallback to one dump of
-/// everything runs. Unset (or anything else), [`forget`] chooses. Read once per process.
+/// everything runs. Unset (or anything else), [`forget`] chooses. Read once, at start
+/// (`entry::settings`), and passed to [`forget`] as a [`Choice`].
 #[doc(hidden)]
 pub const DUMP_ENV: &str = "NATLEDGER_CONNTRACK_DUMP";
 
@@ -46,28 +46,15 @@ pub(super) fn entry_count() -> io::Result<Option<u64>> {
 }
 
 /// How [`forget`](super::forget) chooses its dumps: by `plan`'s rule, or as [`DUMP_ENV`] forces.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Resolved once from [`DUMP_ENV`] (`entry::settings`) and passed to each `forget`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Choice {
+    #[default]
     Adaptive,
     Filtered,
     Unfiltered,
     /// Filtered, with a flag the kernel refuses: the fallback on demand.
     Refused,
-}
-
-static CHOICE: OnceLock<Choice> = OnceLock::new();
-
-/// The process's choice, set once at start from [`DUMP_ENV`] (`entry::settings`); a later
-/// call changes nothing.
-pub fn set_dump_choice(choice: Choice) {
-    let _ = CHOICE.set(choice);
-}
-
-impl Choice {
-    /// What [`set_dump_choice`] set; adaptive when nothing was.
-    pub(super) fn current() -> Choice {
-        CHOICE.get().copied().unwrap_or(Choice::Adaptive)
-    }
 }
 
 /// One dump request.

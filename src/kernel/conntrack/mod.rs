@@ -113,7 +113,7 @@ mod message;
 mod tests;
 
 use filter::*;
-pub use filter::{Choice as DumpChoice, DUMP_ENV, FILTER_BOTH_FAMILIES_FROM, set_dump_choice};
+pub use filter::{Choice as DumpChoice, DUMP_ENV, FILTER_BOTH_FAMILIES_FROM};
 pub use message::parse_entry;
 use message::*;
 
@@ -243,11 +243,11 @@ pub fn table_is_empty() -> bool {
 /// [`Socket::netfilter`] that the caller may share with nf_tables requests and releases
 /// itself (nothing here opens or closes one). The calling thread must be in that same
 /// namespace: local addresses and the entry count are read there. The dumps `plan`
-/// chooses (one unfiltered, or one filtered per family), then the deletions; returns how
+/// chooses by `choice` (one unfiltered, or one filtered per family), then the deletions; returns how
 /// many entries were deleted. An entry that expired in between, or whose tuple a new flow
 /// took meanwhile (another id), is neither counted nor an error. A refused deletion does
 /// not stop the others: the error names how many went.
-pub fn forget(sock: &mut Socket, flows: &[Flows]) -> Result<usize, ConntrackError> {
+pub fn forget(sock: &mut Socket, flows: &[Flows], choice: Choice) -> Result<usize, ConntrackError> {
     if flows.is_empty() {
         return Ok(0);
     }
@@ -256,15 +256,19 @@ pub fn forget(sock: &mut Socket, flows: &[Flows]) -> Result<usize, ConntrackErro
     } else {
         LocalAddrs::default()
     };
-    let victims = matching(sock, flows, &locals).map_err(ConntrackError::Dump)?;
+    let victims = matching(sock, flows, &locals, choice).map_err(ConntrackError::Dump)?;
     delete(sock, &victims)
 }
 
 /// The entries [`matches()`] keeps among those of the dumps `plan` chooses. When the kernel
 /// refuses a filter (no dump began), every entry is looked at instead, in one unfiltered
 /// dump: the filter only ever narrows what `matches` judges.
-fn matching(sock: &mut Socket, flows: &[Flows], locals: &LocalAddrs) -> io::Result<Vec<Entry>> {
-    let choice = Choice::current();
+fn matching(
+    sock: &mut Socket,
+    flows: &[Flows],
+    locals: &LocalAddrs,
+    choice: Choice,
+) -> io::Result<Vec<Entry>> {
     let refusable = choice == Choice::Refused;
     let mut found = Vec::new();
     for dump in plan(flows, choice, || entry_count().ok().flatten()) {

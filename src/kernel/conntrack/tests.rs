@@ -459,6 +459,6 @@ fn no_flows_need_no_socket_work() {
     // forget with nothing to forget returns before touching the socket: a socket of
     // any protocol will do, and nothing is sent on it.
     let mut sock = Socket::open(nix::sys::socket::SockProtocol::NetlinkRoute).unwrap();
-    assert_eq!(forget(&mut sock, &[]).unwrap(), 0);
+    assert_eq!(forget(&mut sock, &[], Choice::Adaptive).unwrap(), 0);
     assert_eq!(sock.next_seq(), 1);
 }

@@ -57,6 +57,10 @@ pub struct Roots {
     /// The host's own addresses. `None`: ask the kernel (`getifaddrs` for IPv4, `{net}/if_inet6`
     /// for IPv6). Tests inject a list.
     pub local_addresses: Option<Vec<IpAddr>>,
+    /// The xtables lock iptables users take, whose holders are not reported by
+    /// [`unlocked`]. Default [`crate::kernel::iptc::XTABLES_LOCK`]; natledger's own is the
+    /// one its settings resolve (`XTABLES_LOCKFILE`, under a host root the host's).
+    pub xtables_lock: PathBuf,
 }
 
 impl Default for Roots {
@@ -74,6 +78,7 @@ impl Default for Roots {
             .map(PathBuf::from)
             .to_vec(),
             local_addresses: None,
+            xtables_lock: crate::kernel::iptc::XTABLES_LOCK.into(),
         }
     }
 }

@@ -51,6 +51,7 @@ fn roots(dir: &Path) -> Roots {
         cni_networks: dir.join("cni"),
         runtime_state: vec![dir.join("run/runc"), dir.join("run/containerd/runc")],
         local_addresses: Some(vec!["192.0.2.7".parse().unwrap()]),
+        xtables_lock: dir.join("run/xtables.lock"),
     }
 }
 

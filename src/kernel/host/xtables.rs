@@ -18,15 +18,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::{Roots, entries};
-
-/// The lock every iptables user takes (iptables' `XT_LOCK_NAME`, overridable with
-/// `XTABLES_LOCKFILE` since iptables 1.6.2): [`crate::kernel::iptc::lock_path`].
-pub fn xtables_lock_path() -> PathBuf {
-    crate::kernel::iptc::lock_path()
-}
 
 /// A process holding an `IPPROTO_RAW` socket of this network namespace without the lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -83,7 +77,7 @@ pub fn unlocked(roots: &Roots) -> Vec<RawHolder> {
     if sockets.is_empty() {
         return Vec::new();
     }
-    let holders = match std::fs::metadata(xtables_lock_path()) {
+    let holders = match std::fs::metadata(&roots.xtables_lock) {
         Ok(meta) => std::fs::read_to_string(roots.proc.join("locks"))
             .map(|text| lock_holders(&text, meta.dev(), meta.ino()))
             .unwrap_or_default(),

@@ -2,7 +2,8 @@
 //! filter)
 //! (`IPT_SO_GET_INFO`, `IPT_SO_GET_ENTRIES`), edit the blob, swap it in atomically
 //! (`IPT_SO_SET_REPLACE`) and carry every surviving rule's counters over
-//! (`IPT_SO_SET_ADD_COUNTERS`), all under `/run/xtables.lock` as iptables-legacy does. This
+//! (`IPT_SO_SET_ADD_COUNTERS`), all under the xtables lock as iptables-legacy does (the
+//! caller's: `/run/xtables.lock` unless `XTABLES_LOCKFILE` or a host root moves it). This
 //! is what iptables-legacy-restore does through libiptc; doing it in the hook saves a
 //! process per operation (1.5 ms of 3 on an empty table).
 //!
@@ -21,6 +22,7 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
@@ -40,8 +42,10 @@ const SO_SET_ADD_COUNTERS: libc::c_int = 65;
 const REPLACE_HEADER: usize = 96;
 /// `sizeof(struct ipt_get_entries)`: name, size, padding; the entries follow.
 const GET_ENTRIES_HEADER: usize = 40;
-/// iptables-legacy's lock, and how long natledger waits for it (as `--wait 5` did).
-const XTABLES_LOCK: &str = "/run/xtables.lock";
+/// iptables-legacy's lock (iptables' `XT_LOCK_NAME`) when `XTABLES_LOCKFILE` names none,
+/// and how long natledger waits for it (as `--wait 5` did). Each writer below is given the
+/// lock to take: resolved once at start (`entry::settings`), carried by the caller.
+pub const XTABLES_LOCK: &str = "/run/xtables.lock";
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
@@ -76,21 +80,23 @@ pub enum Place {
 /// Insert `rules` (in order: `First` ones each above the previous, so give them in reverse)
 /// provided every chain exists and every `(chain, jump)` in `required` is present.
 ///
-/// Every rule is encoded before the xtables lock is taken; under it, each chain named is
+/// Every rule is encoded before the xtables lock at `lock` is taken; under it, each chain named is
 /// looked up once and `Blob::edit` places everything in one pass.
 pub fn insert(
+    lock: &Path,
     family: Family,
     table: &'static str,
     rules: &[(&str, Rule, Place)],
     required: &[(&str, Rule)],
 ) -> Result<Outcome, IptcError> {
-    insert_keeping(family, table, rules, required).map(|(outcome, _)| outcome)
+    insert_keeping(lock, family, table, rules, required).map(|(outcome, _)| outcome)
 }
 
 /// [`insert`], and when done the table as it was swapped in (the edited blob, parsed again
 /// once the lock is released): what a reader in the same process would otherwise read back
 /// from the kernel (create's check of other owners' forwards, see `analysis::forwards`).
 pub fn insert_keeping(
+    lock: &Path,
     family: Family,
     table: &'static str,
     rules: &[(&str, Rule, Place)],
@@ -104,7 +110,7 @@ pub fn insert_keeping(
         };
         encoded.push((*chain, e, *place));
     }
-    edit(family, table, true, |t| {
+    edit(lock, family, table, true, |t| {
         for (chain, jump) in required {
             let span = t.chain(chain)?;
             let found = t
@@ -138,10 +144,11 @@ pub fn insert_keeping(
 
 /// Delete one entry equal to each of `rules` from its chain; declined unless all are found.
 ///
-/// The rules are counted by chain before the xtables lock is taken; under it, each chain
+/// The rules are counted by chain before the xtables lock at `lock` is taken; under it, each chain
 /// named is read once, each entry decoded once, and the first entries equal to a wanted
 /// rule (as many as are wanted) go.
 pub fn delete(
+    lock: &Path,
     family: Family,
     table: &'static str,
     rules: &[(&str, &Rule)],
@@ -157,7 +164,7 @@ pub fn delete(
         };
         *wanted[k].1.entry(*rule).or_default() += 1;
     }
-    let edited = edit(family, table, false, |t| {
+    let edited = edit(lock, family, table, false, |t| {
         let mut removes: Vec<usize> = Vec::with_capacity(rules.len());
         for (chain, mut left) in wanted {
             let span = t.chain(chain)?;
@@ -247,6 +254,7 @@ type Plan = (Vec<(usize, Vec<u8>)>, Vec<usize>);
 /// cost at scale is in README.md's Speed section (`benches/scale.rs`). With `keep`, a done
 /// edit also returns the table as swapped in, parsed after the lock is released.
 fn edit(
+    lock: &Path,
     family: Family,
     table: &'static str,
     keep: bool,
@@ -258,7 +266,7 @@ fn edit(
         return Ok(DECLINED);
     }
     let sock = Socket::open(family, table)?;
-    let lock = xtables_lock()?;
+    let lock = xtables_lock(lock)?;
     let blob = match sock.read() {
         Ok(blob) => blob,
         // Changed between GET_INFO and GET_ENTRIES by a writer without the lock.
@@ -307,26 +315,9 @@ fn edit(
     Ok((Outcome::Done(count), written))
 }
 
-static LOCK_PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-
-/// The process's iptables lock, set once at start from `XTABLES_LOCKFILE`
-/// (`entry::settings`); a later call changes nothing.
-pub fn set_lock_path(path: std::path::PathBuf) {
-    let _ = LOCK_PATH.set(path);
-}
-
-/// The lock every iptables user takes (iptables' `XT_LOCK_NAME`): what [`set_lock_path`]
-/// set, else `/run/xtables.lock`.
-pub fn lock_path() -> std::path::PathBuf {
-    LOCK_PATH
-        .get()
-        .cloned()
-        .unwrap_or_else(|| XTABLES_LOCK.into())
-}
-
-/// [`lock_path`], held exclusively as iptables-legacy does.
-fn xtables_lock() -> Result<File, IptcError> {
-    let path = lock_path().display().to_string();
+/// The xtables lock at `path`, held exclusively as iptables-legacy does.
+fn xtables_lock(path: &Path) -> Result<File, IptcError> {
+    let path = path.display().to_string();
     let err = |source| IptcError::Lock {
         path: path.clone(),
         source,

@@ -226,6 +226,8 @@ pub(crate) fn proto_name(proto: u16) -> Option<String> {
     if let Some((name, _)) = CHAIN_PROTOS.iter().find(|(_, n)| *n == proto) {
         return Some(name.to_string());
     }
+    // A cache, not a setting (OnceLock kept): `/etc/protocols` read once per process, the same
+    // for every caller, so nothing is there to pass.
     static PROTOCOLS: OnceLock<Vec<(u16, String)>> = OnceLock::new();
     PROTOCOLS
         .get_or_init(|| {

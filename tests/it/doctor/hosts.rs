@@ -94,7 +94,7 @@ fn seed001_usual_leftovers_only_in_the_unused_backend() {
 /// connection work, and legacy is left empty.
 #[test]
 fn live_leftovers_in_the_unused_backend_drop_and_the_fix_works() {
-    let active = match natledger::backend::detect() {
+    let active = match natledger::backend::detect(natledger::kernel::host_root::Lookup(None)) {
         natledger::backend::Backend::Legacy => Backend::Legacy,
         // `detect` names the host's iptables backend, never natledger's own tables.
         _ => Backend::Nft,

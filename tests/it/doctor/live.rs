@@ -100,7 +100,9 @@ fn live_shadowed_dnat() {
         );
         // Only the shadow: both addresses are on the bridge, nothing else is wrong (but in
         // the backend this host's `iptables` does not use, the rules are named as such too).
-        let unused = natledger::backend::detect().to_string() != backend.name();
+        let unused = natledger::backend::detect(natledger::kernel::host_root::Lookup(None))
+            .to_string()
+            != backend.name();
         let split = d.of_kind("split-backends").len();
         assert_eq!(split, usize::from(unused), "{}", d.show());
         assert_eq!(d.findings().len(), 1 + split, "{}", d.show());

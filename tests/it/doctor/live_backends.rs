@@ -8,11 +8,12 @@ use crate::common::*;
 /// chain nothing jumps to (a note: clutter that acts on no packet).
 #[test]
 fn live_split_backends() {
-    let (active, unused) = match natledger::backend::detect() {
-        natledger::backend::Backend::Legacy => (Backend::Legacy, Backend::Nft),
-        // `detect` names the host's iptables backend, never natledger's own tables.
-        _ => (Backend::Nft, Backend::Legacy),
-    };
+    let (active, unused) =
+        match natledger::backend::detect(natledger::kernel::host_root::Lookup(None)) {
+            natledger::backend::Backend::Legacy => (Backend::Legacy, Backend::Nft),
+            // `detect` names the host's iptables backend, never natledger's own tables.
+            _ => (Backend::Nft, Backend::Legacy),
+        };
     let node = Node::new(active);
     let kube = "*filter\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n\
         -A KUBE-FIREWALL ! -s 127.0.0.0/8 -d 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP\n\

@@ -11,7 +11,7 @@ impl Checks<'_> {
     /// this network namespace that does not hold the xtables lock.
     pub(crate) fn xtables_lock(&mut self) {
         let Some(host) = self.host else { return };
-        let lock = evidence::xtables_lock_path();
+        let lock = &host.roots.xtables_lock;
         for holder in evidence::unlocked(&host.roots) {
             let who = match &holder.comm {
                 Some(comm) => format!("Process {} ({comm})", holder.pid),
