@@ -218,7 +218,7 @@ fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
     let state = tempfile::tempdir().unwrap();
     let opts = DoctorOptions {
         from: vec![DumpFile {
-            backend: Backend::Legacy,
+            backend: Backend::IptablesLegacy,
             family: None,
             path: path.to_path_buf(),
         }],
@@ -226,7 +226,7 @@ fn breakdown(path: &Path, dump: &str) -> (Duration, Duration, Duration) {
         ledger: natledger::state::ledger::Ledger::new(state.path()),
         netfilter: Netfilter::new(&runner),
         host_backend: natledger::backend::Detected {
-            backend: Backend::Nft,
+            backend: Backend::IptablesNft,
             how: "the benchmark's choice".into(),
         },
         roots: Roots::default(),

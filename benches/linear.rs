@@ -81,9 +81,9 @@ fn main() {
 
 fn backend_of(name: &str) -> Backend {
     match name {
-        "legacy" => Backend::Legacy,
-        "nft" => Backend::Nft,
-        "nftables" => Backend::Nftables,
+        "legacy" => Backend::IptablesLegacy,
+        "nft" => Backend::IptablesNft,
+        "nftables" => Backend::OwnNftables,
         other => panic!("no backend {other}"),
     }
 }
@@ -163,7 +163,7 @@ fn install(backend: Backend, records: &[RuleRecord], first: bool) {
             .ops
             .push(Op::Append(r.chain.clone(), r.args().into_owned()));
     }
-    if backend == Backend::Nftables {
+    if backend == Backend::OwnNftables {
         let runner = SystemRunner::default();
         let nf = Netfilter::new(&runner);
         for batch in &batches {
@@ -180,7 +180,7 @@ fn install(backend: Backend, records: &[RuleRecord], first: bool) {
 
 /// Every rule of natledger's (tagged lines) in IPv4, as the backend prints it.
 fn tagged_lines(backend: Backend) -> Vec<String> {
-    let text = if backend == Backend::Nftables {
+    let text = if backend == Backend::OwnNftables {
         nft::own_tables()
     } else {
         let save = format!("/usr/sbin/iptables-{backend}-save");

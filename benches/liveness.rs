@@ -225,7 +225,7 @@ fn sweep(state: &Path, n: usize) -> (Duration, Duration) {
 /// Manifests of live CNI attachments, one per namespace path, recorded as `ids`; the
 /// batches (filter, nat) that install their rules with natledger's chains and jumps.
 fn live_attachments(state: &Path, paths: &[PathBuf], ids: &[NetnsId]) -> Vec<Batch> {
-    let backend = Backend::Legacy;
+    let backend = Backend::IptablesLegacy;
     let ledger = Ledger::new(state);
     let locked = ledger.lock().unwrap();
     let mut batches: Vec<Batch> = TABLES.iter().map(|t| Batch::new(t)).collect();

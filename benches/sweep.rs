@@ -58,8 +58,8 @@ fn case_main(spec: &str) {
     let dead: usize = parts.next().unwrap().parse().unwrap();
     let runs: usize = parts.next().unwrap().parse().unwrap();
     let backend = match backend_name {
-        "legacy" => Backend::Legacy,
-        _ => Backend::Nft,
+        "legacy" => Backend::IptablesLegacy,
+        _ => Backend::IptablesNft,
     };
     let ns = netns(format!(
         "nlsweep-{}-{backend_name}-{dead}",

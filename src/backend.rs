@@ -25,9 +25,9 @@ impl Backend {
     /// The backend's driver ([`DRIVERS`]).
     pub fn driver(self) -> &'static dyn Driver {
         match self {
-            Backend::Legacy => &IptablesLegacy,
-            Backend::Nft => &IptablesNft,
-            Backend::Nftables => &OwnNftables,
+            Backend::IptablesLegacy => &IptablesLegacy,
+            Backend::IptablesNft => &IptablesNft,
+            Backend::OwnNftables => &OwnNftables,
         }
     }
 
@@ -55,7 +55,7 @@ mod iptables;
 mod iptables_legacy;
 mod iptables_nft;
 mod netfilter;
-mod nft_native;
+mod nft_direct;
 mod own_nftables;
 mod remove;
 #[cfg(test)]
@@ -63,11 +63,11 @@ pub(crate) mod testing;
 pub mod write;
 pub use detect::{BackendChoice, Detected, detect, detect_explained};
 pub use driver::{Driver, Reading};
-pub use error::{BackendError, Native, NativeError};
+pub use error::{BackendError, Direct, DirectError};
 pub use iptables_legacy::IptablesLegacy;
 pub use iptables_nft::IptablesNft;
 pub use netfilter::{Netfilter, Reach};
-pub use nft_native::Tagged;
+pub use nft_direct::Tagged;
 pub use own_nftables::OwnNftables;
 pub use remove::{Deleted, Plan, REWRITE_AT};
 
@@ -102,9 +102,9 @@ pub fn tool(
     verb: &str,
 ) -> Result<PathBuf, BackendError> {
     let tools = match backend {
-        Backend::Legacy => &iptables_legacy::TOOLS,
-        Backend::Nft => &iptables_nft::TOOLS,
-        Backend::Nftables => return Err(BackendError::NoTool { verb: verb.into() }),
+        Backend::IptablesLegacy => &iptables_legacy::TOOLS,
+        Backend::IptablesNft => &iptables_nft::TOOLS,
+        Backend::OwnNftables => return Err(BackendError::NoTool { verb: verb.into() }),
     };
     tools.path(look, family, verb)
 }
@@ -134,10 +134,10 @@ mod tests {
         }
         let caps = |b: Backend| b.driver().capabilities();
         let iptables: Vec<Backend> = Backend::iptables().collect();
-        assert_eq!(iptables, [Backend::Legacy, Backend::Nft]);
+        assert_eq!(iptables, [Backend::IptablesLegacy, Backend::IptablesNft]);
         assert!(iptables.iter().all(|b| caps(*b).tools));
         assert_eq!(
-            caps(Backend::Nftables),
+            caps(Backend::OwnNftables),
             crate::kernel::nftables::own::CAPABILITIES
         );
     }

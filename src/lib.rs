@@ -17,7 +17,7 @@
 
 pub mod analysis;
 pub mod backend;
-pub mod chain;
+pub mod causes;
 pub mod entry;
 pub mod fault;
 pub mod kernel;

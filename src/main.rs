@@ -75,7 +75,7 @@ fn main() -> ExitCode {
 const LINE: usize = 4096;
 
 /// An error and its causes on one line, `top: cause: cause`: each error's message says only
-/// its own part (`natledger::chain`).
+/// its own part (`natledger::causes`).
 fn chain(error: &anyhow::Error) -> String {
     format!("{error:#}")
 }
@@ -306,7 +306,7 @@ fn sweep(
 ) -> anyhow::Result<ExitCode> {
     let (runner, machine) = (settings.runner(), settings.machine());
     let ledger = Ledger::new(settings.state_dir.clone());
-    // Native: iptables-nft's container rules deleted by handle (`ops::sweep`).
+    // Direct: iptables-nft's container rules deleted by handle (`ops::sweep`).
     let nf = settings.netfilter(&runner);
     let backend = settings.backend.resolve(settings.host());
     let ctx = Context::new(ledger, backend, nf, &machine);
@@ -416,7 +416,7 @@ fn list(settings: &Settings, json: bool) -> anyhow::Result<ExitCode> {
     )? {
         match entry {
             Ok(e) => entries.push(e),
-            Err(e) => log::error!("{}", natledger::chain::Chain(&e)),
+            Err(e) => log::error!("{}", natledger::causes::Causes(&e)),
         }
     }
     if json {
@@ -446,7 +446,7 @@ fn install_cni(settings: &Settings, opts: &install_cni::Options) -> anyhow::Resu
         }
     }
     for refused in &report.refused {
-        log::warn!("{}", natledger::chain::Chain(refused));
+        log::warn!("{}", natledger::causes::Causes(refused));
     }
     if !report.changed() {
         out("install-cni: nothing to change\n");

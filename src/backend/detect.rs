@@ -87,7 +87,7 @@ fn choose_in(dirs: &[&str], look: Lookup) -> Detected {
     match installed {
         Some(_) => detect_explained(look),
         None => Detected {
-            backend: Backend::Nftables,
+            backend: Backend::OwnNftables,
             how: format!(
                 "no iptables tool is installed (none of {} in {}), so natledger's own \
                  nftables tables",
@@ -128,7 +128,7 @@ pub fn detect_explained(look: Lookup) -> Detected {
             })
         })
         .unwrap_or_else(|| Detected {
-            backend: Backend::Nft,
+            backend: Backend::IptablesNft,
             how: "no iptables symlink names a backend, so nft (the default of current \
                   distributions) is assumed"
                 .into(),
@@ -142,10 +142,10 @@ fn backend_of_link(start: &Path, look: Lookup) -> Option<(Backend, PathBuf)> {
         let target = look.read_link(&path).ok()?;
         let name = target.file_name()?.to_string_lossy().into_owned();
         if name.contains("legacy") {
-            return Some((Backend::Legacy, target));
+            return Some((Backend::IptablesLegacy, target));
         }
         if name.contains("nft") {
-            return Some((Backend::Nft, target));
+            return Some((Backend::IptablesNft, target));
         }
         path = match path.parent() {
             Some(parent) if target.is_relative() => parent.join(target),
@@ -165,7 +165,7 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         let dir = empty.path().to_str().unwrap();
         let chosen = choose_in(&[dir], Lookup(None));
-        assert_eq!(chosen.backend, Backend::Nftables);
+        assert_eq!(chosen.backend, Backend::OwnNftables);
         assert!(chosen.how.contains("no iptables tool"), "{}", chosen.how);
         // One restore tool is enough to keep the host's iptables backend.
         let with_tool = tempfile::tempdir().unwrap();
@@ -198,14 +198,14 @@ mod tests {
         assert_eq!(
             chosen,
             Detected {
-                backend: Backend::Legacy,
+                backend: Backend::IptablesLegacy,
                 how: "/usr/sbin/iptables leads to /usr/sbin/iptables-legacy".into()
             }
         );
         let empty = tempfile::tempdir().unwrap();
         let root = HostRoot::new(empty.path()).unwrap();
         let chosen = choose_in(&TOOL_DIRS, Lookup(Some(&root)));
-        assert_eq!(chosen.backend, Backend::Nftables, "{chosen:?}");
+        assert_eq!(chosen.backend, Backend::OwnNftables, "{chosen:?}");
     }
 
     #[test]

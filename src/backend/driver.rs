@@ -19,7 +19,7 @@ use crate::state::ledger::RuleRecord;
 
 use super::remove::{Deleted, Plan};
 use super::write::{InstallError, Placement};
-use super::{Backend, BackendError, Native, NativeError, Netfilter, Tagged};
+use super::{Backend, BackendError, Direct, DirectError, Netfilter, Tagged};
 
 /// What of a table [`Driver::read`] returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,10 +47,10 @@ pub trait Driver: Sync {
         family: Family,
         table: &str,
         scope: Reading,
-    ) -> Result<Option<save::Table>, BackendError>;
+    ) -> Result<Option<save::Dump>, BackendError>;
 
     /// Every table of one family, creating none.
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError>;
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError>;
 
     /// Write one family's rules (`rules`, this backend's records) with the chains and shared
     /// rules they need; the tables that could not be written and were skipped (the filter
@@ -122,26 +122,26 @@ pub(super) trait Primitives: Driver {
     }
 
     /// Delete a container's recorded rules of one family, every table at once, without a
-    /// process: before the per-table removal. [`Native::Off`] by default.
+    /// process: before the per-table removal. [`Direct::Off`] by default.
     fn delete_recorded(
         &self,
         _nf: &Netfilter,
         _family: Family,
         _id: &ContainerId,
         _recorded: &[&RuleRecord],
-    ) -> Result<Native, NativeError> {
-        Ok(Native::Off)
+    ) -> Result<Direct, DirectError> {
+        Ok(Direct::Off)
     }
 
     /// Delete the recorded rules of one table without a process, exactly those, when all are
-    /// present. [`Native::Off`] by default.
+    /// present. [`Direct::Off`] by default.
     fn delete_recorded_in_table(
         &self,
         _nf: &Netfilter,
         _family: Family,
         _recorded: &[&RuleRecord],
-    ) -> Result<Native, NativeError> {
-        Ok(Native::Off)
+    ) -> Result<Direct, DirectError> {
+        Ok(Direct::Off)
     }
 
     /// Whether natledger's chains of `table` hold a rule tagged `tag`, judged without a

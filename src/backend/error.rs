@@ -8,7 +8,7 @@ use crate::model::save;
 use super::TOOL_DIRS;
 
 /// A failure to read or write a backend, naming the command; its cause, if any, is its
-/// `source()` (shown after it by [`crate::chain::Chain`]).
+/// `source()` (shown after it by [`crate::causes::Causes`]).
 #[derive(Debug, thiserror::Error)]
 pub enum BackendError {
     #[error("{tool} not found in {}{}", TOOL_DIRS.join(", "), under(root.as_ref()))]
@@ -49,9 +49,9 @@ pub enum BackendError {
     },
 }
 
-/// Why a native change could not be made (nothing was written; the caller uses `*-restore`).
+/// Why a direct change could not be made (nothing was written; the caller uses `*-restore`).
 #[derive(Debug, thiserror::Error)]
-pub enum NativeError {
+pub enum DirectError {
     #[error(transparent)]
     Nft(#[from] NftError),
     #[error(transparent)]
@@ -60,10 +60,10 @@ pub enum NativeError {
 
 /// What a native (no helper process) change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Native {
+pub enum Direct {
     /// Not enabled: nothing was looked at.
     Off,
-    /// The table is not as the native path expects (chains hold other rules than recorded,
+    /// The table is not as the direct path expects (chains hold other rules than recorded,
     /// a chain or jump is missing): nothing changed.
     Declined,
     /// This many rules were inserted or deleted, exactly those asked for.
@@ -73,7 +73,7 @@ pub enum Native {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chain::text;
+    use crate::causes::text;
 
     #[test]
     fn each_cause_is_said_once() {

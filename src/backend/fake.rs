@@ -29,11 +29,11 @@ pub enum Call {
     DropIfEmptied(Family, String),
 }
 
-/// A driver over in-memory tables (one [`save::Table`] per family and table).
+/// A driver over in-memory tables (one [`save::Dump`] per family and table).
 pub struct FakeDriver {
     backend: Backend,
     caps: Capabilities,
-    tables: Mutex<Vec<(Family, save::Table)>>,
+    tables: Mutex<Vec<(Family, save::Dump)>>,
     calls: Mutex<Vec<Call>>,
     /// The (family, table) whose every read and change fails.
     failing: Mutex<Vec<(Family, String)>>,
@@ -120,7 +120,7 @@ impl FakeDriver {
         {
             Some(at) => at,
             None => {
-                let table = save::Table {
+                let table = save::Dump {
                     name: batch.table.to_string(),
                     ..Default::default()
                 };
@@ -148,7 +148,7 @@ impl FakeDriver {
         }
     }
 
-    fn table(&self, family: Family, table: &str) -> Option<save::Table> {
+    fn table(&self, family: Family, table: &str) -> Option<save::Dump> {
         let tables = self.tables.lock().unwrap();
         let found = tables.iter().find(|(f, t)| *f == family && t.name == table);
         found.map(|(_, t)| t.clone())
@@ -207,13 +207,13 @@ impl Driver for FakeDriver {
         family: Family,
         table: &str,
         _scope: Reading,
-    ) -> Result<Option<save::Table>, BackendError> {
+    ) -> Result<Option<save::Dump>, BackendError> {
         self.call(Call::Read(family, table.to_string()));
         self.check(family, table)?;
         Ok(self.table(family, table))
     }
 
-    fn read_all(&self, _nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+    fn read_all(&self, _nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         self.call(Call::ReadAll(family));
         let tables = self.tables.lock().unwrap();
         let here = tables.iter().filter(|(f, _)| *f == family);
@@ -317,15 +317,15 @@ fn failed(family: Family, table: &str, what: &str) -> BackendError {
 }
 
 /// One operation on `table`, as `*-restore` would do it; what it refuses, said.
-fn apply_op(table: &mut save::Table, op: &Op) -> Result<(), String> {
+fn apply_op(table: &mut save::Dump, op: &Op) -> Result<(), String> {
     let rule = |chain: &str, args: &[String]| SavedRule {
         chain: chain.to_string(),
         args: args.to_vec(),
         counters: None,
     };
-    let first = |t: &save::Table, chain: &str| t.rules.iter().position(|r| r.chain == chain);
-    let last = |t: &save::Table, chain: &str| t.rules.iter().rposition(|r| r.chain == chain);
-    let find = |t: &save::Table, chain: &str, args: &[String]| {
+    let first = |t: &save::Dump, chain: &str| t.rules.iter().position(|r| r.chain == chain);
+    let last = |t: &save::Dump, chain: &str| t.rules.iter().rposition(|r| r.chain == chain);
+    let find = |t: &save::Dump, chain: &str, args: &[String]| {
         (t.rules.iter()).position(|r| r.chain == chain && r.args == args)
     };
     match op {

@@ -9,7 +9,7 @@ use crate::kernel::host_root::Lookup;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout;
-use crate::model::save::{self, Batch, Table};
+use crate::model::save::{self, Batch, Dump};
 
 use super::driver::Reading;
 use super::{BackendError, Netfilter, TOOL_DIRS, legacy_table_exists};
@@ -65,7 +65,7 @@ impl Tools {
         family: Family,
         table: &str,
         scope: Reading,
-    ) -> Result<Option<Table>, BackendError> {
+    ) -> Result<Option<Dump>, BackendError> {
         let ours = |line: &str| {
             let chain = line.split_whitespace().nth(1).unwrap_or("");
             matches!(
@@ -85,7 +85,7 @@ impl Tools {
         family: Family,
         table: &str,
         keep: impl Fn(&str) -> bool,
-    ) -> Result<Option<Table>, BackendError> {
+    ) -> Result<Option<Dump>, BackendError> {
         if self.tables_in_procfs && !legacy_table_exists(family, table)? {
             return Ok(None);
         }
@@ -94,7 +94,7 @@ impl Tools {
     }
 
     /// Every table of one family (`*-save` without `-t`, which creates none).
-    pub fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<Table>, BackendError> {
+    pub fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<Dump>, BackendError> {
         self.save(nf, family, &[], |_| true)
     }
 
@@ -104,7 +104,7 @@ impl Tools {
         family: Family,
         args: &[&str],
         keep: impl Fn(&str) -> bool,
-    ) -> Result<Vec<Table>, BackendError> {
+    ) -> Result<Vec<Dump>, BackendError> {
         let inv = Invocation {
             program: self.path(nf.tool_lookup(), family, "save")?,
             args: args.iter().map(|a| a.to_string()).collect(),
@@ -116,7 +116,7 @@ impl Tools {
         // decode rules: an unreadable table must not pass for an empty one.
         if let Some(line) = text
             .lines()
-            .find(|l| l.starts_with("# Table") && l.contains("is incompatible"))
+            .find(|l| l.starts_with("# Dump") && l.contains("is incompatible"))
         {
             return Err(BackendError::Incompatible {
                 command: inv.to_string(),

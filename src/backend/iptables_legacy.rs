@@ -2,7 +2,7 @@
 //! without a process), written in-process through the table's socket options where the
 //! shared chains exist ([`crate::kernel::iptc`]), else with `*-legacy-restore --wait`.
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -17,7 +17,7 @@ use super::driver::{Primitives, Reading};
 use super::iptables::Tools;
 use super::remove::{self, Deleted, Plan};
 use super::write::{self, InstallError, Placement};
-use super::{Backend, BackendError, Driver, Native, NativeError, Netfilter, legacy_table_exists};
+use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, legacy_table_exists};
 
 /// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
 /// well inside podman's 10 s hook timeout.
@@ -36,7 +36,7 @@ pub struct IptablesLegacy;
 
 impl Driver for IptablesLegacy {
     fn backend(&self) -> Backend {
-        Backend::Legacy
+        Backend::IptablesLegacy
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -49,11 +49,11 @@ impl Driver for IptablesLegacy {
         family: Family,
         table: &str,
         scope: Reading,
-    ) -> Result<Option<save::Table>, BackendError> {
+    ) -> Result<Option<save::Dump>, BackendError> {
         TOOLS.read(nf, family, table, scope)
     }
 
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         TOOLS.read_all(nf, family)
     }
 
@@ -128,14 +128,14 @@ impl Primitives for IptablesLegacy {
         table: Table,
         tag: &str,
     ) -> Option<bool> {
-        if !nf.native() {
+        if !nf.direct() {
             return None;
         }
         if !legacy_table_exists(family, table.as_str()).ok()? {
             return Some(false);
         }
         let blob = iptc::read(family, table.as_str())
-            .map_err(|e| log::debug!("{}; reading the table instead", Chain(&e)))
+            .map_err(|e| log::debug!("{}; reading the table instead", Causes(&e)))
             .ok()?;
         let found = blob
             .user_chains()
@@ -153,16 +153,16 @@ impl Primitives for IptablesLegacy {
         nf: &Netfilter,
         family: Family,
         recorded: &[&RuleRecord],
-    ) -> Result<Native, NativeError> {
+    ) -> Result<Direct, DirectError> {
         let Some(table) = recorded.first().and_then(|r| r.table()) else {
-            return Ok(Native::Declined);
+            return Ok(Direct::Declined);
         };
         let Some(rules) = recorded
             .iter()
             .map(|r| Some((r.chain.as_str(), r.rule()?)))
             .collect::<Option<Vec<(&str, &Rule)>>>()
         else {
-            return Ok(Native::Declined);
+            return Ok(Direct::Declined);
         };
         Ok(self.delete_in_process(nf, family, table.as_str(), &rules)?)
     }
@@ -170,15 +170,15 @@ impl Primitives for IptablesLegacy {
 
 impl IptablesLegacy {
     /// Delete exactly these rules from a table without a process ([`iptc::delete`]):
-    /// declined unless every one is found; [`Native::Off`] (nothing looked at, no table
-    /// created) when the native paths are off or the table does not exist.
+    /// declined unless every one is found; [`Direct::Off`] (nothing looked at, no table
+    /// created) when the direct paths are off or the table does not exist.
     pub fn delete_in_process(
         &self,
         nf: &Netfilter,
         family: Family,
         table: &'static str,
         rules: &[(&str, &Rule)],
-    ) -> Result<Native, IptcError> {
+    ) -> Result<Direct, IptcError> {
         nf.forget_legacy_nat(family);
         in_process(nf, family, table, "deleted", || {
             iptc::delete(nf.xtables_lock(), family, table, rules)
@@ -206,17 +206,21 @@ fn insert(nf: &Netfilter, family: Family, table: Table, placed: &[Placement]) ->
         nf.keep_legacy_nat(family, blob);
     }
     match done {
-        Ok(Native::Done(_)) => true,
-        Ok(Native::Declined | Native::Off) => false,
+        Ok(Direct::Done(_)) => true,
+        Ok(Direct::Declined | Direct::Off) => false,
         // Nothing was written; the restore reports what is really wrong.
         Err(e) => {
-            log::info!("{}; using {}-legacy-restore", Chain(&e), family.tool_stem());
+            log::info!(
+                "{}; using {}-legacy-restore",
+                Causes(&e),
+                family.tool_stem()
+            );
             false
         }
     }
 }
 
-/// Run `op` on the table's socket options when the native paths are on and the table exists
+/// Run `op` on the table's socket options when the direct paths are on and the table exists
 /// (asking the kernel about an absent table would create it).
 fn in_process(
     nf: &Netfilter,
@@ -224,9 +228,9 @@ fn in_process(
     table: &str,
     verb: &str,
     op: impl FnOnce() -> Result<iptc::Outcome, IptcError>,
-) -> Result<Native, IptcError> {
-    if !nf.native() || !legacy_table_exists(family, table).unwrap_or(false) {
-        return Ok(Native::Off);
+) -> Result<Direct, IptcError> {
+    if !nf.direct() || !legacy_table_exists(family, table).unwrap_or(false) {
+        return Ok(Direct::Off);
     }
     let start = std::time::Instant::now();
     let outcome = op()?;
@@ -234,13 +238,13 @@ fn in_process(
     Ok(match outcome {
         iptc::Outcome::Done(n) => {
             log::debug!("iptc: {verb} {n} {family} {table} rule(s) in {ms:.1} ms");
-            Native::Done(n)
+            Direct::Done(n)
         }
         iptc::Outcome::Declined => {
             log::debug!(
                 "iptc: {family} {table} table not as expected; using iptables-legacy-restore"
             );
-            Native::Declined
+            Direct::Declined
         }
     })
 }

@@ -3,7 +3,7 @@
 //! netlink without a process where the chains hold exactly what is expected
 //! ([`crate::kernel::nftables`]).
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::kernel::nftables::NftError;
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
@@ -15,10 +15,10 @@ use crate::state::ledger::RuleRecord;
 
 use super::driver::{Primitives, Reading};
 use super::iptables::Tools;
-use super::nft_native::{delete_all_tagged_nft, delete_tagged_nft};
+use super::nft_direct::{delete_all_tagged_nft, delete_tagged_nft};
 use super::remove::{self, Deleted, Plan};
 use super::write::{self, InstallError};
-use super::{Backend, BackendError, Driver, Native, NativeError, Netfilter, Tagged};
+use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, Tagged};
 
 /// `ip[6]tables-nft-save` and `-restore`.
 pub(super) static TOOLS: Tools = Tools {
@@ -33,7 +33,7 @@ pub struct IptablesNft;
 
 impl Driver for IptablesNft {
     fn backend(&self) -> Backend {
-        Backend::Nft
+        Backend::IptablesNft
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -46,11 +46,11 @@ impl Driver for IptablesNft {
         family: Family,
         table: &str,
         scope: Reading,
-    ) -> Result<Option<save::Table>, BackendError> {
+    ) -> Result<Option<save::Dump>, BackendError> {
         TOOLS.read(nf, family, table, scope)
     }
 
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         TOOLS.read_all(nf, family)
     }
 
@@ -104,7 +104,7 @@ impl Primitives for IptablesNft {
         family: Family,
         id: &ContainerId,
         recorded: &[&RuleRecord],
-    ) -> Result<Native, NativeError> {
+    ) -> Result<Direct, DirectError> {
         let mut expected: Vec<(&str, &str, usize)> = Vec::new();
         for r in recorded {
             match expected
@@ -127,7 +127,7 @@ impl Primitives for IptablesNft {
         table: Table,
         tag: &str,
     ) -> Option<bool> {
-        if !nf.native() {
+        if !nf.direct() {
             return None;
         }
         let chains = owned_chains(self.capabilities(), table.as_str(), family);
@@ -141,17 +141,17 @@ impl Primitives for IptablesNft {
             Ok(false)
         });
         found
-            .map_err(|e| log::debug!("{}; reading the table instead", Chain(&e)))
+            .map_err(|e| log::debug!("{}; reading the table instead", Causes(&e)))
             .ok()
     }
 
     fn delete_tagged(&self, nf: &Netfilter, family: Family, expected: &[Tagged]) -> bool {
         match delete_all_tagged_nft(nf, family, expected) {
-            Ok(Native::Done(_)) => true,
-            Ok(Native::Off | Native::Declined) => false,
+            Ok(Direct::Done(_)) => true,
+            Ok(Direct::Off | Direct::Declined) => false,
             // Nothing was changed; the restore says what is really wrong.
             Err(e) => {
-                log::info!("{}; using {}-nft-restore", Chain(&e), family.tool_stem());
+                log::info!("{}; using {}-nft-restore", Causes(&e), family.tool_stem());
                 false
             }
         }

@@ -25,16 +25,16 @@ pub enum Reach {
     /// Only the tools, through the runner (and natledger's own tables, which have none).
     Tools,
     /// The kernel too: conntrack ([`Netfilter::forget_flows`]), other owners' forwards
-    /// (analysis's `forwards`), and with `native` the process-less paths (iptables-nft
+    /// (analysis's `forwards`), and with `direct` the direct paths (iptables-nft
     /// deletions over netlink, iptables-legacy through the table's socket options).
-    Kernel { native: bool },
+    Kernel { direct: bool },
 }
 
 /// Reads and writes the nat tables of both backends through a [`Runner`].
 pub struct Netfilter<'r> {
     runner: &'r dyn Runner,
     reach: Reach,
-    /// The netfilter netlink socket of native deletions (and conntrack's), kept open across
+    /// The netfilter netlink socket of direct deletions (and conntrack's), kept open across
     /// families so that only one socket is released (and one grace period waited for, by
     /// someone else) per run.
     socket: RefCell<Option<netlink::Socket>>,
@@ -95,14 +95,14 @@ impl<'r> Netfilter<'r> {
     }
 
     /// One that reaches the kernel ([`Reach::Kernel`]): the hooks', the CNI plugin's and
-    /// sweep's, with the native paths unless `NATLEDGER_NO_NETLINK` is set.
-    pub fn on_kernel(runner: &'r dyn Runner, native: bool) -> Self {
-        Netfilter::reaching(runner, Reach::Kernel { native })
+    /// sweep's, with the direct paths unless `NATLEDGER_NO_NETLINK` is set.
+    pub fn on_kernel(runner: &'r dyn Runner, direct: bool) -> Self {
+        Netfilter::reaching(runner, Reach::Kernel { direct })
     }
 
-    /// Whether the native paths are on.
-    pub fn native(&self) -> bool {
-        self.reach == Reach::Kernel { native: true }
+    /// Whether the direct paths are on.
+    pub fn direct(&self) -> bool {
+        self.reach == Reach::Kernel { direct: true }
     }
 
     /// How many iptables-nft transactions this process has committed so far.
@@ -111,7 +111,7 @@ impl<'r> Netfilter<'r> {
     }
 
     /// Run `f` with an nf_tables session on the shared netfilter socket (opened on first
-    /// use; [`Netfilter::release_native`] closes it).
+    /// use; [`Netfilter::release_socket`] closes it).
     pub fn with_nft<T>(
         &self,
         f: impl FnOnce(&mut nftables::Session) -> Result<T, NftError>,
@@ -148,11 +148,11 @@ impl<'r> Netfilter<'r> {
         Ok(forgotten)
     }
 
-    /// Close the native socket, if any. After an nf_tables deletion through it, the close
+    /// Close the direct paths' socket, if any. After an nf_tables deletion through it, the close
     /// waits for the kernel to free what was deleted, so the socket's last reference goes to
     /// a detached process instead ([`netlink::Socket::close_detached`]); after reads and
     /// conntrack deletions only, it is a plain close.
-    pub fn release_native(&self) {
+    pub fn release_socket(&self) {
         let sock = self.socket.borrow_mut().take();
         if let Some(sock) = sock.filter(|_| self.nft_deleted.get()) {
             sock.close_detached();

@@ -20,7 +20,7 @@ pub struct OwnNftables;
 
 impl Driver for OwnNftables {
     fn backend(&self) -> Backend {
-        Backend::Nftables
+        Backend::OwnNftables
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -34,12 +34,12 @@ impl Driver for OwnNftables {
         family: Family,
         table: &str,
         _scope: Reading,
-    ) -> Result<Option<save::Table>, BackendError> {
+    ) -> Result<Option<save::Dump>, BackendError> {
         let own = nf.with_nft(|s| s.own_table(family))?;
         Ok(own.map(|t| t.logical(table)))
     }
 
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Table>, BackendError> {
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         let own = nf.with_nft(|s| s.own_table(family))?;
         Ok(own
             .map(|t| layout::TABLES.iter().map(|name| t.logical(name)).collect())

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::model::family::Family;
 use crate::model::layout::{Owner, is_owned_chain, owner, tag};
 use crate::model::oci::ContainerId;
@@ -19,7 +19,7 @@ use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
 use super::driver::{Primitives, Reading};
-use super::{BackendError, Native, NativeError, Netfilter, Tagged};
+use super::{BackendError, Direct, DirectError, Netfilter, Tagged};
 
 /// A chain with at least this many rules to delete, and no more to keep, is rewritten
 /// (`-F` and the kept rules appended again) instead of deleted rule by rule: iptables-nft
@@ -96,19 +96,19 @@ pub(super) fn remove(
     recorded: &[&RuleRecord],
 ) -> Deleted {
     let mut found = Deleted::default();
-    // Whether deleting exactly the recorded rules is worth a try: not when the native path
+    // Whether deleting exactly the recorded rules is worth a try: not when the direct path
     // has just seen that the chains hold other tagged rules too (a copy, say).
     let mut exact_first = !recorded.is_empty();
     if exact_first {
         match driver.delete_recorded(nf, family, id, recorded) {
-            Ok(Native::Done(deleted)) => {
+            Ok(Direct::Done(deleted)) => {
                 found.deleted = deleted;
                 found.complete = tables.to_vec();
                 found.rules = typed(recorded);
                 return found;
             }
-            Ok(Native::Declined) => exact_first = false,
-            Ok(Native::Off) => {}
+            Ok(Direct::Declined) => exact_first = false,
+            Ok(Direct::Off) => {}
             Err(e) => falling_back(driver, &e, family),
         }
     }
@@ -182,9 +182,9 @@ fn remove_table(
     };
     if exact_first {
         match driver.delete_recorded_in_table(nf, family, recorded) {
-            Ok(Native::Done(deleted)) => return Ok(all_recorded(deleted)),
-            Ok(Native::Declined) => exact_first = false,
-            Ok(Native::Off) => {}
+            Ok(Direct::Done(deleted)) => return Ok(all_recorded(deleted)),
+            Ok(Direct::Declined) => exact_first = false,
+            Ok(Direct::Off) => {}
             Err(e) => falling_back(driver, &e, family),
         }
     }
@@ -218,8 +218,8 @@ fn remove_table(
         batch.ops.extend(cut.ops());
     }
     // Only deletions (no rewrite): without a process where the driver can.
-    let native = !batch.is_empty() && delete_found(driver, nf, family, id, &batch);
-    if !batch.is_empty() && !native {
+    let direct = !batch.is_empty() && delete_found(driver, nf, family, id, &batch);
+    if !batch.is_empty() && !direct {
         driver.apply_batches(nf, family, std::slice::from_ref(&batch))?;
     }
     let gone = cuts.iter().flat_map(|c| &c.gone);
@@ -352,10 +352,10 @@ fn delete_found(
 
 /// A process-less deletion failed and changed nothing: the restore that follows reports
 /// what is really wrong.
-fn falling_back(driver: &(impl Primitives + ?Sized), e: &NativeError, family: Family) {
+fn falling_back(driver: &(impl Primitives + ?Sized), e: &DirectError, family: Family) {
     log::info!(
         "{}; using {}-{}-restore",
-        Chain(e),
+        Causes(e),
         family.tool_stem(),
         driver.backend()
     );
@@ -391,7 +391,9 @@ mod tests {
         let records: Vec<RuleRecord> =
             mapping_rules(IptablesNft.capabilities(), &id, &mapping[0], container)
                 .into_iter()
-                .map(|p| RuleRecord::new(Backend::Nft, Family::Ipv4, p.table, p.chain, p.rule))
+                .map(|p| {
+                    RuleRecord::new(Backend::IptablesNft, Family::Ipv4, p.table, p.chain, p.rule)
+                })
                 .collect();
         let recorded: Vec<&RuleRecord> = records.iter().collect();
         assert!(recorded.iter().any(|r| r.is_in(Table::Filter)));
@@ -465,7 +467,7 @@ mod tests {
         let args = "-d 10.78.0.1/32 -p tcp -m tcp --dport 8080 -m comment --comment \
                     natledger:c1 -j DNAT --to-destination 10.77.0.2:80";
         let record = RuleRecord::parse(
-            Backend::Nft,
+            Backend::IptablesNft,
             Family::Ipv4,
             "nat",
             "NATLEDGER-HOSTPORTS",

@@ -89,7 +89,7 @@ pub(super) fn install(
                 log::warn!(
                     "the {family} forward accept was not written ({}); where FORWARD \
                      drops, these ports answer only from this host (doctor: forward-dropped)",
-                    crate::chain::Chain(&error)
+                    crate::causes::Causes(&error)
                 );
                 skipped.push(Table::Filter);
             }
@@ -105,7 +105,7 @@ pub fn missing(
     driver: &(impl Driver + ?Sized),
     family: Family,
     table: Table,
-    dump: &crate::model::save::Table,
+    dump: &crate::model::save::Dump,
     placed: &[Placement],
 ) -> Batch {
     let mut full = Batch::new(table.as_str());
@@ -124,7 +124,7 @@ pub fn missing_shared(
     caps: Capabilities,
     family: Family,
     table: Table,
-    dump: &crate::model::save::Table,
+    dump: &crate::model::save::Dump,
 ) -> Vec<Op> {
     let mut ops = Vec::new();
     for chain in owned_chains(caps, table.as_str(), family) {
@@ -164,7 +164,7 @@ fn write_table(
 }
 
 /// Whether every rule of `placed` is in the dump (as many times as placed).
-pub fn all_present(dump: &crate::model::save::Table, placed: &[Placement]) -> bool {
+pub fn all_present(dump: &crate::model::save::Dump, placed: &[Placement]) -> bool {
     placed.iter().all(|(chain, rule, _)| {
         let wanted = placed
             .iter()
@@ -219,7 +219,7 @@ mod tests {
         let container: std::net::IpAddr = "10.77.0.2".parse().unwrap();
         mapping_rules(IptablesNft.capabilities(), &id, &mapping[0], container)
             .into_iter()
-            .map(|p| RuleRecord::new(Backend::Nft, Family::Ipv4, p.table, p.chain, p.rule))
+            .map(|p| RuleRecord::new(Backend::IptablesNft, Family::Ipv4, p.table, p.chain, p.rule))
             .collect()
     }
 
@@ -286,7 +286,7 @@ mod tests {
     fn a_failed_install_names_the_failed_read() {
         let script = Script::new(vec![fail(), fail(), fail()]);
         let err = install_nft(&script).unwrap_err();
-        let text = crate::chain::text(&err.error);
+        let text = crate::causes::text(&err.error);
         assert!(text.contains("iptables-nft-save -t nat failed"), "{text}");
         assert!(!err.partial);
         assert_eq!(script.calls.borrow().len(), 3);

@@ -31,7 +31,7 @@ use crate::model::family::Family;
 use crate::model::layout::{FILTER, INPUT_CHAIN, TABLES, shared_rules};
 use crate::model::oci::{HookInput, IP_ANNOTATION, PORTS_ANNOTATION, State};
 use crate::model::rule::Rule;
-use crate::model::save::{Batch, Op, Table, rule_line};
+use crate::model::save::{Batch, Dump, Op, rule_line};
 use crate::ops::{self, Context, Created, SweepOptions};
 use crate::state::ledger::Ledger;
 
@@ -98,14 +98,14 @@ pub fn run(settings: &Settings, chosen: &Detected, report: &mut dyn FnMut(&Check
             });
             match checks {
                 Ok(list) => list.into_iter().for_each(|(n, r)| check(n, r)),
-                Err(e) => check(format!("{backend}"), Err(crate::chain::text(&e))),
+                Err(e) => check(format!("{backend}"), Err(crate::causes::text(&e))),
             }
         }
         stop.store(true, Ordering::Relaxed);
         match server.join() {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => check("server".into(), Err(e)),
-            Ok(Err(e)) => check("server".into(), Err(crate::chain::text(&e))),
+            Ok(Err(e)) => check("server".into(), Err(crate::causes::text(&e))),
             Err(_) => check("server".into(), Err("the server thread panicked".into())),
         }
     });
@@ -172,7 +172,7 @@ fn forward_policy(ctx: &Context, family: Family, policy: &str) -> Result<(), Str
     batch.ops.push(Op::Policy("FORWARD".into(), policy.into()));
     (ctx.driver)
         .apply_plan(&ctx.netfilter, family, &Plan::batch(&batch))
-        .map_err(|e| crate::chain::text(&e))
+        .map_err(|e| crate::causes::text(&e))
 }
 
 /// One container's life, `before` its tables: create-runtime, the guard, the requests from
@@ -183,7 +183,7 @@ fn container_checks(
     backend: Backend,
     ext: &Path,
     forward_drop: bool,
-    before: &[Option<Table>],
+    before: &[Option<Dump>],
     out: &mut Vec<(String, Result<String, String>)>,
 ) -> Result<Result<String, String>, String> {
     let name = |what: &str| named(backend, what);
@@ -205,7 +205,7 @@ fn container_checks(
         format!("[{UPLINK_V6}]:{HOST_PORT}"),
     ] {
         let answer = in_namespace(ext, || request(&addr))
-            .unwrap_or_else(|e| Err(crate::chain::text(&e)))
+            .unwrap_or_else(|e| Err(crate::causes::text(&e)))
             .map(|a| match forward_drop {
                 true => format!("{a}, through FORWARD policy DROP"),
                 false => a,
@@ -233,7 +233,7 @@ fn sweep_all(ctx: &Context) -> Result<String, String> {
     match swept {
         Ok(report) if report.ok() => Ok("natledger's chains and jumps removed".into()),
         Ok(report) => Err(report.errors.join("; ")),
-        Err(e) => Err(crate::chain::text(&e)),
+        Err(e) => Err(crate::causes::text(&e)),
     }
 }
 
@@ -249,7 +249,7 @@ fn create(ctx: &Context, id: &str) -> Result<usize, String> {
             (IP_ANNOTATION.to_string(), format!("{CTR_V4},{CTR_V6}")),
         ]),
     };
-    match ops::create_runtime(ctx, &input).map_err(|e| crate::chain::text(&e))? {
+    match ops::create_runtime(ctx, &input).map_err(|e| crate::causes::text(&e))? {
         Created::Installed { rules } => Ok(rules),
         Created::Skipped => Err("create-runtime did nothing".into()),
     }
@@ -265,7 +265,7 @@ fn poststop(ctx: &Context, id: &str) -> Result<(), String> {
     };
     ops::poststop(ctx, &state)
         .map(drop)
-        .map_err(|e| crate::chain::text(&e))
+        .map_err(|e| crate::causes::text(&e))
 }
 
 /// Whether the localhost guard is in force: the first rule of IPv4 filter INPUT is
@@ -274,7 +274,7 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
     let family = Family::Ipv4;
     let table = (ctx.driver)
         .read(&ctx.netfilter, family, FILTER, Reading::Ours)
-        .map_err(|e| crate::chain::text(&e))?
+        .map_err(|e| crate::causes::text(&e))?
         .ok_or("no ipv4 filter table")?;
     let shared = shared_rules(backend, FILTER, family);
     // Each chain starts with its shared rules (the INPUT jump; the guard, which on nftables
@@ -299,14 +299,14 @@ fn guarded(ctx: &Context, backend: Backend) -> Result<String, String> {
 }
 
 /// Both families' nat and filter tables of one backend.
-fn dump(ctx: &Context) -> Result<Vec<Option<Table>>, String> {
+fn dump(ctx: &Context) -> Result<Vec<Option<Dump>>, String> {
     let mut tables = Vec::new();
     for family in Family::ALL {
         for table in TABLES {
             tables.push(
                 (ctx.driver)
                     .read(&ctx.netfilter, family, table, Reading::Ours)
-                    .map_err(|e| crate::chain::text(&e))?,
+                    .map_err(|e| crate::causes::text(&e))?,
             );
         }
     }
@@ -316,14 +316,14 @@ fn dump(ctx: &Context) -> Result<Vec<Option<Table>>, String> {
 fn request(addr: &str) -> Result<String, String> {
     let addr: SocketAddr = addr.parse().map_err(|e| format!("{e}"))?;
     let mut stream =
-        TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| crate::chain::text(&e))?;
+        TcpStream::connect_timeout(&addr, TIMEOUT).map_err(|e| crate::causes::text(&e))?;
     stream
         .set_read_timeout(Some(TIMEOUT))
-        .map_err(|e| crate::chain::text(&e))?;
+        .map_err(|e| crate::causes::text(&e))?;
     let mut reply = Vec::new();
     stream
         .read_to_end(&mut reply)
-        .map_err(|e| crate::chain::text(&e))?;
+        .map_err(|e| crate::causes::text(&e))?;
     if reply == REPLY {
         Ok("answered by the container".into())
     } else {
@@ -342,7 +342,7 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
     let listener = TcpListener::bind(any).map_err(|e| format!("bind {any}: {e}"))?;
     listener
         .set_nonblocking(true)
-        .map_err(|e| crate::chain::text(&e))?;
+        .map_err(|e| crate::causes::text(&e))?;
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((mut conn, _)) => {
@@ -352,7 +352,7 @@ fn serve(stop: &AtomicBool) -> Result<(), String> {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => return Err(crate::chain::text(&e)),
+            Err(e) => return Err(crate::causes::text(&e)),
         }
     }
     Ok(())
@@ -370,11 +370,11 @@ impl Pair {
         let prefix = format!("natledger-selftest-{}", std::process::id());
         let made = |what: &str| NamedNetns::create(format!("{prefix}-{what}"));
         let pair = Pair {
-            node: made("node").map_err(|e| crate::chain::text(&e))?,
-            ctr: made("ctr").map_err(|e| crate::chain::text(&e))?,
-            ext: made("ext").map_err(|e| crate::chain::text(&e))?,
+            node: made("node").map_err(|e| crate::causes::text(&e))?,
+            ctr: made("ctr").map_err(|e| crate::causes::text(&e))?,
+            ext: made("ext").map_err(|e| crate::causes::text(&e))?,
         };
-        pair.wire().map_err(|e| crate::chain::text(&e))?;
+        pair.wire().map_err(|e| crate::causes::text(&e))?;
         Ok(pair)
     }
 

@@ -73,9 +73,9 @@ pub struct Settings {
     pub state_dir: PathBuf,
     pub backend: BackendChoice,
     pub log_level: log::LevelFilter,
-    /// The native paths (nf_tables netlink, iptables-legacy socket options) may be used:
+    /// The direct paths (nf_tables netlink, iptables-legacy socket options) may be used:
     /// not `--no-netlink`.
-    pub native: bool,
+    pub direct: bool,
     pub port_conflict: PortConflict,
     /// The real runtime the wrapper execs, when named by [`RUNTIME_ENV`].
     pub runtime: Option<PathBuf>,
@@ -99,7 +99,7 @@ impl Settings {
             state_dir: global.state_dir.clone(),
             backend: global.backend,
             log_level,
-            native: !global.no_netlink,
+            direct: !global.no_netlink,
             port_conflict: global.port_conflict,
             runtime: nonempty(RUNTIME_ENV).map(PathBuf::from),
             xtables_lock: nonempty(XTABLES_LOCK_ENV)
@@ -152,10 +152,10 @@ impl Settings {
     }
 
     /// The kernel handle of one run that reaches the kernel ([`Netfilter::on_kernel`]: the
-    /// hooks', the CNI plugin's, sweep's), with the native paths unless `--no-netlink`,
+    /// hooks', the CNI plugin's, sweep's), with the direct paths unless `--no-netlink`,
     /// taking [`Settings::lock_taken`] and dumping conntrack as [`CONNTRACK_DUMP_ENV`] says.
     pub fn netfilter<'r>(&self, runner: &'r dyn Runner) -> Netfilter<'r> {
-        Netfilter::on_kernel(runner, self.native)
+        Netfilter::on_kernel(runner, self.direct)
             .with_settings(self.lock_taken(), self.conntrack_dump)
     }
 
@@ -296,7 +296,7 @@ fn host_root(value: Option<OsString>) -> Result<Option<HostRoot>, clap::Error> {
             format!(
                 "invalid value '{}' for '{HOST_ROOT_ENV}': {}\n",
                 value.to_string_lossy(),
-                crate::chain::Chain(&e)
+                crate::causes::Causes(&e)
             ),
         )
     })
@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(s.state_dir, PathBuf::from("/run/natledger"));
         assert_eq!(s.backend, BackendChoice::Auto);
         assert_eq!(s.log_level, log::LevelFilter::Info);
-        assert!(s.native);
+        assert!(s.direct);
         assert!(!s.refuse_conflicts());
         assert_eq!(s.runtime, None);
         assert_eq!(s.xtables_lock, PathBuf::from("/run/xtables.lock"));
@@ -367,9 +367,9 @@ mod tests {
         assert_eq!(s.state_dir, PathBuf::from("/tmp/ledger"));
         assert_eq!(
             s.backend,
-            BackendChoice::Named(crate::backend::Backend::Nftables)
+            BackendChoice::Named(crate::backend::Backend::OwnNftables)
         );
-        assert!(!s.native);
+        assert!(!s.direct);
         assert!(s.refuse_conflicts());
         assert_eq!(s.runtime, Some(PathBuf::from("/usr/bin/crun")));
         assert_eq!(s.xtables_lock, PathBuf::from("/tmp/x.lock"));
@@ -412,7 +412,7 @@ mod tests {
             } else {
                 log::LevelFilter::Info
             };
-            assert_eq!((s.log_level, s.native), (level, !on), "{value}");
+            assert_eq!((s.log_level, s.direct), (level, !on), "{value}");
         }
         let e = from(&[("NATLEDGER_TRACE", "maybe")]).unwrap_err();
         assert!(
@@ -427,7 +427,7 @@ mod tests {
         assert_eq!(s.log_level, log::LevelFilter::Warn);
         let global = Global {
             state_dir: "/x".into(),
-            backend: BackendChoice::Named(crate::backend::Backend::Legacy),
+            backend: BackendChoice::Named(crate::backend::Backend::IptablesLegacy),
             log_level: Some(LogLevel::Trace),
             trace: false,
             no_netlink: false,
@@ -495,9 +495,15 @@ mod tests {
         let runner = s.runner();
         assert_eq!(runner.lookup().0, s.host_root.as_ref());
         assert_eq!(s.host().0, s.host_root.as_ref());
-        let found = tool(runner.lookup(), Backend::Legacy, Family::Ipv4, "restore").unwrap();
+        let found = tool(
+            runner.lookup(),
+            Backend::IptablesLegacy,
+            Family::Ipv4,
+            "restore",
+        )
+        .unwrap();
         assert_eq!(found, PathBuf::from("/usr/sbin/iptables-legacy-restore"));
-        let missing = tool(s.host(), Backend::Nft, Family::Ipv4, "restore").unwrap_err();
+        let missing = tool(s.host(), Backend::IptablesNft, Family::Ipv4, "restore").unwrap_err();
         let under = format!(" under host root {root}");
         assert!(missing.to_string().ends_with(&under), "{missing}");
         let lock = dir.path().join("run/xtables.lock");
@@ -558,7 +564,7 @@ mod tests {
         let vars: Vec<(&str, &str)> = names.iter().map(|n| (*n, "")).collect();
         let s = from(&vars).unwrap();
         assert_eq!(
-            (s.log_level, s.native, s.port_conflict, s.conntrack_dump),
+            (s.log_level, s.direct, s.port_conflict, s.conntrack_dump),
             (
                 log::LevelFilter::Info,
                 true,

@@ -7,26 +7,32 @@ use serde::{Deserialize, Serialize};
 
 /// A backend's name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// iptables-legacy (`ip_tables`, written with `iptables-legacy-restore` or in-process).
-    Legacy,
+    #[serde(rename = "legacy")]
+    IptablesLegacy,
     /// iptables-nft (the `ip nat`/`ip filter` nf_tables tables iptables-nft writes).
-    Nft,
+    #[serde(rename = "nft")]
+    IptablesNft,
     /// natledger's own nf_tables tables, written in-process (kernel::nftables::own).
-    Nftables,
+    #[serde(rename = "nftables")]
+    OwnNftables,
 }
 
 impl Backend {
     /// Every backend a container's rules may be in: sweep and poststop look in each.
-    pub const ALL: [Backend; 3] = [Backend::Legacy, Backend::Nft, Backend::Nftables];
+    pub const ALL: [Backend; 3] = [
+        Backend::IptablesLegacy,
+        Backend::IptablesNft,
+        Backend::OwnNftables,
+    ];
 
     /// The name in tool names (`iptables-legacy`, `iptables-nft`) and on the command line.
     pub fn suffix(self) -> &'static str {
         match self {
-            Backend::Legacy => "legacy",
-            Backend::Nft => "nft",
-            Backend::Nftables => "nftables",
+            Backend::IptablesLegacy => "legacy",
+            Backend::IptablesNft => "nft",
+            Backend::OwnNftables => "nftables",
         }
     }
 

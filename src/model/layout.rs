@@ -46,7 +46,7 @@ use crate::model::family::{Family, IfAddr};
 use crate::model::oci::ContainerId;
 use crate::model::portspec::PortMapping;
 use crate::model::rule::{DnatTo, Dnatted, IpNet, Rule, Target};
-use crate::model::save::{Op, Table};
+use crate::model::save::{Dump, Op};
 
 pub const NAT: &str = "nat";
 pub(crate) const FILTER: &str = "filter";
@@ -253,7 +253,7 @@ pub fn shared_rules(
 /// `DOCKER-USER` and isolation jumps, kube-proxy's, an operator's blocklist), so that they
 /// keep deciding; only a trailing catch-all DROP or REJECT (RHEL's `-j REJECT`) stays after
 /// it, since with that nothing below would ever be reached.
-pub(crate) fn jump_op(table: &Table, from: &str, args: Vec<String>) -> Op {
+pub(crate) fn jump_op(table: &Dump, from: &str, args: Vec<String>) -> Op {
     if from != "FORWARD" {
         return Op::InsertFirst(from.to_string(), args);
     }
@@ -428,7 +428,7 @@ mod tests {
     #[test]
     fn the_localhost_guard_is_shared_ipv4_only_and_recognised() {
         let text = |table: &str, family: Family| -> Vec<String> {
-            shared_rules(Backend::Nft, table, family)
+            shared_rules(Backend::IptablesNft, table, family)
                 .iter()
                 .map(|(chain, rule)| format!("{chain} {}", rule.to_args().join(" ")))
                 .collect()
@@ -447,18 +447,18 @@ mod tests {
             ["FORWARD -m comment --comment natledger -j NATLEDGER-FORWARD"]
         );
         assert_eq!(
-            owned_chains(Backend::Nft, FILTER, Family::Ipv4),
+            owned_chains(Backend::IptablesNft, FILTER, Family::Ipv4),
             [FORWARD_CHAIN, INPUT_CHAIN]
         );
         assert_eq!(
-            owned_chains(Backend::Nft, FILTER, Family::Ipv6),
+            owned_chains(Backend::IptablesNft, FILTER, Family::Ipv6),
             [FORWARD_CHAIN]
         );
         assert_eq!(text(NAT, Family::Ipv4), text(NAT, Family::Ipv6));
         // Every shared rule is recognised as natledger's: a jump, or shared in its chain.
         for family in Family::ALL {
             for table in TABLES {
-                for (chain, rule) in shared_rules(Backend::Nft, table, family) {
+                for (chain, rule) in shared_rules(Backend::IptablesNft, table, family) {
                     let args = rule.to_args();
                     let owner = owner(chain, Box::leak(args.into_boxed_slice()));
                     match rule.target {
@@ -486,7 +486,7 @@ mod tests {
     fn ipv4_mapping_gets_dnat_hairpin_and_localhost_masquerade() {
         let id: ContainerId = "c1".parse().unwrap();
         let rules = mapping_rules(
-            Backend::Nft,
+            Backend::IptablesNft,
             &id,
             &parse_entry("8080:80").unwrap(),
             "10.77.0.2".parse::<IpAddr>().unwrap(),
@@ -516,7 +516,7 @@ mod tests {
             prefix: Some(prefix),
         };
         let rules = mapping_rules(
-            Backend::Nft,
+            Backend::IptablesNft,
             &id,
             &parse_entry("8080:80").unwrap(),
             at("10.77.0.2", 24),
@@ -530,7 +530,7 @@ mod tests {
              --ctreplsrcport 80 -m comment --comment natledger:c1 -j MASQUERADE"
         );
         let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
-        let rules = mapping_rules(Backend::Nftables, &id, &m, at("fd77::2", 64));
+        let rules = mapping_rules(Backend::OwnNftables, &id, &m, at("fd77::2", 64));
         assert_eq!(rules.len(), 2);
         assert_eq!(
             args(&rules[1]),
@@ -542,8 +542,13 @@ mod tests {
         // A /0 or link-local address has no subnet: the container's own address, as before.
         let m = parse_entry("8080:80").unwrap();
         for (addr, prefix) in [("10.77.0.2", 0), ("fe80::2", 64)] {
-            let rules = mapping_rules(Backend::Nft, &id, &m, at(addr, prefix));
-            let bare = mapping_rules(Backend::Nft, &id, &m, addr.parse::<IpAddr>().unwrap());
+            let rules = mapping_rules(Backend::IptablesNft, &id, &m, at(addr, prefix));
+            let bare = mapping_rules(
+                Backend::IptablesNft,
+                &id,
+                &m,
+                addr.parse::<IpAddr>().unwrap(),
+            );
             assert_eq!(rules, bare, "{addr}/{prefix}");
         }
     }
@@ -552,7 +557,12 @@ mod tests {
     fn ranges_use_the_base_port_and_host_ips_restrict() {
         let id: ContainerId = "c1".parse().unwrap();
         let m = parse_entry("[fd78::1]:9000-9002:80-82/udp").unwrap();
-        let rules = mapping_rules(Backend::Nft, &id, &m, "fd77::2".parse::<IpAddr>().unwrap());
+        let rules = mapping_rules(
+            Backend::IptablesNft,
+            &id,
+            &m,
+            "fd77::2".parse::<IpAddr>().unwrap(),
+        );
         assert_eq!(rules.len(), 3, "no loopback masquerade for IPv6");
         assert_eq!(
             args(&rules[0]),
@@ -567,7 +577,7 @@ mod tests {
         );
         let m = parse_entry("10.78.0.1:8080:80").unwrap();
         let rules = mapping_rules(
-            Backend::Nft,
+            Backend::IptablesNft,
             &id,
             &m,
             "10.77.0.2".parse::<IpAddr>().unwrap(),
@@ -582,7 +592,7 @@ mod tests {
             let text = format!("*filter\n:FORWARD DROP [0:0]\n{rules}COMMIT\n");
             crate::model::save::parse_dump(&text).unwrap().remove(0)
         };
-        let rendered = |t: &Table, from: &str| {
+        let rendered = |t: &Dump, from: &str| {
             let mut batch = crate::model::save::Batch::new("filter");
             batch
                 .ops

@@ -19,7 +19,7 @@ pub struct ParseError {
 
 /// One table of a dump.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Table {
+pub struct Dump {
     pub name: String,
     /// Chains in dump order, with the policy of built-in chains (`-` for user chains).
     pub chains: Vec<(String, String)>,
@@ -58,7 +58,7 @@ impl Counters {
     }
 }
 
-impl Table {
+impl Dump {
     pub(crate) fn has_chain(&self, name: &str) -> bool {
         self.chains.iter().any(|(c, _)| c == name)
     }
@@ -72,7 +72,7 @@ impl Table {
 
     /// Every chain's rules, as indices into `rules` in order, in one pass: for walks that
     /// look chains up once per jump (a kube-proxy table has tens of thousands of chains, and
-    /// [`Table::rules_in`] reads every rule each time).
+    /// [`Dump::rules_in`] reads every rule each time).
     pub fn index(&self) -> ChainIndex<'_> {
         let mut rules: HashMap<&str, Vec<usize>> = HashMap::with_capacity(self.chains.len());
         for (c, _) in &self.chains {
@@ -90,7 +90,7 @@ impl Table {
     }
 }
 
-/// A table's chains looked up by name: [`Table::index`].
+/// A table's chains looked up by name: [`Dump::index`].
 #[derive(Debug, Clone, Default)]
 pub struct ChainIndex<'t> {
     rules: HashMap<&'t str, Vec<usize>>,
@@ -111,7 +111,7 @@ impl<'t> ChainIndex<'t> {
 }
 
 /// Parse a whole dump (any number of tables).
-pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
+pub fn parse_dump(text: &str) -> Result<Vec<Dump>, ParseError> {
     parse_dump_where(text, |_| true)
 }
 
@@ -120,9 +120,9 @@ pub fn parse_dump(text: &str) -> Result<Vec<Table>, ParseError> {
 pub(crate) fn parse_dump_where(
     text: &str,
     keep: impl Fn(&str) -> bool,
-) -> Result<Vec<Table>, ParseError> {
+) -> Result<Vec<Dump>, ParseError> {
     let mut tables = Vec::new();
-    let mut current: Option<Table> = None;
+    let mut current: Option<Dump> = None;
     for (i, raw) in text.lines().enumerate() {
         let line_no = i + 1;
         let err = |reason: &str| ParseError {
@@ -137,9 +137,9 @@ pub(crate) fn parse_dump_where(
             if current.is_some() {
                 return Err(err("table starts before the previous one was committed"));
             }
-            current = Some(Table {
+            current = Some(Dump {
                 name: name.to_string(),
-                ..Table::default()
+                ..Dump::default()
             });
             continue;
         }
@@ -192,7 +192,7 @@ pub(crate) fn parse_dump_where(
 /// Tables as `*-save` prints them (with `[packets:bytes]` before each rule that has counters,
 /// as `*-save -c` does; chains' counters are not kept, so they print as `[0:0]`). The
 /// inverse of [`parse_dump`].
-pub fn render_dump(tables: &[Table]) -> String {
+pub fn render_dump(tables: &[Dump]) -> String {
     let mut out = String::new();
     for t in tables {
         let _ = writeln!(out, "*{}", t.name);
@@ -583,7 +583,7 @@ COMMIT
             .collect();
         let bare = parse_dump(&plain).unwrap();
         assert!(bare[0].rules.iter().all(|r| r.counters.is_none()));
-        let args = |t: &[Table]| -> Vec<Vec<String>> {
+        let args = |t: &[Dump]| -> Vec<Vec<String>> {
             t[0].rules.iter().map(|r| r.args.clone()).collect()
         };
         assert_eq!(args(&bare), args(&tables));

@@ -2,7 +2,7 @@
 //! ([`after_writes`]): the flows that would stay on an old path forgotten
 //! ([`flows::forget`]), the forwards cache carried over natledger's own transactions
 //! ([`forwards::carry`]) when the operation noted the generation before them, and the netlink
-//! socket released ([`crate::backend::Netfilter::release_native`]). Create (`create::after`),
+//! socket released ([`crate::backend::Netfilter::release_socket`]). Create (`create::after`),
 //! a stop (`remove`: poststop, a CNI DEL or GC) and sweep end with it.
 
 use std::path::Path;
@@ -13,7 +13,7 @@ use crate::kernel::conntrack::Flows;
 use super::{Context, flows};
 
 /// The forwards cache to carry over natledger's own writes: where it is, and the generation
-/// noted before them (`None`: nothing was cached, or the native paths are off).
+/// noted before them (`None`: nothing was cached, or the direct paths are off).
 pub(super) struct Carry<'a> {
     pub cache: &'a Path,
     pub before: Option<forwards::Before>,
@@ -26,5 +26,5 @@ pub(super) fn after_writes(ctx: &Context, stale_flows: &[Flows], carry: Option<C
     if let Some(Carry { cache, before }) = carry {
         forwards::carry(&ctx.netfilter, cache, before);
     }
-    ctx.netfilter.release_native();
+    ctx.netfilter.release_socket();
 }

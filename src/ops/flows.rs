@@ -86,7 +86,7 @@ pub fn forget(ctx: &Context, flows: &[Flows]) {
         log::warn!(
             "{}; clients that keep sending to {} may still reach the \
              old destination until they pause",
-            crate::chain::Chain(&e),
+            crate::causes::Causes(&e),
             names.join(", ")
         );
     }

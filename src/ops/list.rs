@@ -365,9 +365,13 @@ mod tests {
     /// a < b < c: only c serves; b is behind c and in front of a; a behind both.
     #[test]
     fn of_three_stacked_only_the_newest_serves() {
-        use crate::backend::Backend::Nft;
+        use crate::backend::Backend::IptablesNft;
         let (text, json) = listed(
-            &[("a", &[], Nft), ("b", &["a"], Nft), ("c", &["a", "b"], Nft)],
+            &[
+                ("a", &[], IptablesNft),
+                ("b", &["a"], IptablesNft),
+                ("c", &["a", "b"], IptablesNft),
+            ],
             |h| h,
         );
         assert_eq!(
@@ -394,10 +398,11 @@ mod tests {
     /// sweep: neither it nor the one behind it serves.
     #[test]
     fn a_dead_newer_serves_no_one() {
-        use crate::backend::Backend::Nft;
-        let (text, json) = listed(&[("a", &[], Nft), ("b", &["a"], Nft)], |h| {
-            h.with_namespace("/run/netns/cni-1", netns(9))
-        });
+        use crate::backend::Backend::IptablesNft;
+        let (text, json) = listed(
+            &[("a", &[], IptablesNft), ("b", &["a"], IptablesNft)],
+            |h| h.with_namespace("/run/netns/cni-1", netns(9)),
+        );
         assert_eq!(state_of(&text, "b"), "dead (in front of a+eth0)");
         assert_eq!(
             state_of(&text, "a"),
@@ -414,8 +419,11 @@ mod tests {
     /// Stacked across backends: the hooks' order decides, so neither is said to serve.
     #[test]
     fn across_backends_no_one_is_said_to_serve() {
-        use crate::backend::Backend::{Legacy, Nftables};
-        let (text, json) = listed(&[("a", &[], Nftables), ("b", &["a"], Legacy)], |h| h);
+        use crate::backend::Backend::{IptablesLegacy, OwnNftables};
+        let (text, json) = listed(
+            &[("a", &[], OwnNftables), ("b", &["a"], IptablesLegacy)],
+            |h| h,
+        );
         let other = |o: &str| {
             format!(
                 "alive (stacked with {o}+eth0 in another backend: the hooks' order decides who serves)"

@@ -57,7 +57,7 @@ impl<'r> Context<'r> {
     /// The production context: this machine (`host`, a [`Machine`] under the settings' host
     /// root), the real drivers
     /// ([`crate::backend::DRIVERS`]), new rules written with `backend`'s, on `netfilter`
-    /// ([`Netfilter::on_kernel`] for the hooks, the CNI plugin, sweep and watch: the native
+    /// ([`Netfilter::on_kernel`] for the hooks, the CNI plugin, sweep and watch: the direct
     /// paths, conntrack, create's check of other owners' forwards; [`Netfilter::new`]: only
     /// the tools).
     pub fn new(

@@ -39,7 +39,7 @@ pub fn firewall_backend(backend: Backend) -> Backend {
     if backend.is_iptables() {
         backend
     } else {
-        Backend::Nft
+        Backend::IptablesNft
     }
 }
 

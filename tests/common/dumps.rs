@@ -7,10 +7,10 @@ use super::run_in;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Backend {
-    Legacy,
-    Nft,
+    IptablesLegacy,
+    IptablesNft,
     /// natledger's own nf_tables tables (`ip natledger`, `ip6 natledger`).
-    Nftables,
+    OwnNftables,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -20,21 +20,25 @@ pub enum Family {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 3] = [Backend::Legacy, Backend::Nft, Backend::Nftables];
+    pub const ALL: [Backend; 3] = [
+        Backend::IptablesLegacy,
+        Backend::IptablesNft,
+        Backend::OwnNftables,
+    ];
     /// The backends with iptables tools (and other owners' iptables rules).
-    pub const IPTABLES: [Backend; 2] = [Backend::Legacy, Backend::Nft];
+    pub const IPTABLES: [Backend; 2] = [Backend::IptablesLegacy, Backend::IptablesNft];
 
     /// "legacy" / "nft" / "nftables": natledger's `--backend` names.
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Legacy => "legacy",
-            Backend::Nft => "nft",
-            Backend::Nftables => "nftables",
+            Backend::IptablesLegacy => "legacy",
+            Backend::IptablesNft => "nft",
+            Backend::OwnNftables => "nftables",
         }
     }
 
     pub fn is_iptables(self) -> bool {
-        self != Backend::Nftables
+        self != Backend::OwnNftables
     }
 }
 
@@ -54,11 +58,11 @@ impl Family {
 /// "-restore" for the others.
 pub fn iptables_tool(backend: Backend, family: Family) -> &'static str {
     match (backend, family) {
-        (Backend::Legacy, Family::V4) => "iptables-legacy",
-        (Backend::Legacy, Family::V6) => "ip6tables-legacy",
-        (Backend::Nft, Family::V4) => "iptables-nft",
-        (Backend::Nft, Family::V6) => "ip6tables-nft",
-        (Backend::Nftables, _) => panic!("natledger's nftables backend has no iptables tool"),
+        (Backend::IptablesLegacy, Family::V4) => "iptables-legacy",
+        (Backend::IptablesLegacy, Family::V6) => "ip6tables-legacy",
+        (Backend::IptablesNft, Family::V4) => "iptables-nft",
+        (Backend::IptablesNft, Family::V6) => "ip6tables-nft",
+        (Backend::OwnNftables, _) => panic!("natledger's nftables backend has no iptables tool"),
     }
 }
 
@@ -239,7 +243,7 @@ pub fn chain_rules<'d>(
     family: Family,
     chain: &str,
 ) -> Vec<&'d str> {
-    if backend == Backend::Nftables {
+    if backend == Backend::OwnNftables {
         return nft_chain_rules(dump, family, chain);
     }
     let header = format!("{} {}\n", backend.name(), family.name());

@@ -117,7 +117,7 @@ const NO_DAD: &[(&str, &str)] = &[
 
 /// A harness error as one line: the error and its causes.
 fn text(e: NamedNetnsError) -> String {
-    natledger::chain::text(&e)
+    natledger::causes::text(&e)
 }
 
 /// Deletes a namespace now; a failure is a warning.

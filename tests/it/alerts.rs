@@ -301,7 +301,7 @@ fn kube_proxy(services: usize) -> String {
 
 #[test]
 fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
-    let backend = Backend::Legacy;
+    let backend = Backend::IptablesLegacy;
     let mut node = Node::new(backend);
     let c = node.topo.add_container(2);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");
@@ -362,7 +362,7 @@ fn a_wipe_during_a_long_doctor_run_is_repaired_within_two_seconds() {
 
 #[test]
 fn healthz_answers_while_the_state_directory_is_awaited_and_doctor_waits_for_it() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let dir = node.dir.path().join("later");
     let metrics = node.dir.path().join("watch.prom");
     let env = [

@@ -41,17 +41,17 @@ const PORTMAP: &str = "*nat\n:CNI-HOSTPORT-DNAT - [0:0]\n:CNI-DN-0123456789abcde
 /// no other owner's rules) iptables-legacy, whose nat chains run after natledger's.
 fn same(backend: Backend) -> Backend {
     match backend {
-        Backend::Nftables => Backend::Legacy,
+        Backend::OwnNftables => Backend::IptablesLegacy,
         iptables => iptables,
     }
 }
 
 fn other(backend: Backend) -> Backend {
     match backend {
-        Backend::Legacy => Backend::Nft,
-        Backend::Nft => Backend::Legacy,
+        Backend::IptablesLegacy => Backend::IptablesNft,
+        Backend::IptablesNft => Backend::IptablesLegacy,
         // natledger's own table: the other owner's forwards are in iptables-nft.
-        Backend::Nftables => Backend::Nft,
+        Backend::OwnNftables => Backend::IptablesNft,
     }
 }
 
@@ -121,7 +121,7 @@ fn other_owners_forwards_are_named_or_refused() {
         let err = stderr(&out);
         assert_eq!(
             err.contains("candidate(s) read from the table as written"),
-            backend == Backend::Legacy,
+            backend == Backend::IptablesLegacy,
             "{err}"
         );
         assert!(
@@ -167,10 +167,10 @@ fn other_owners_forwards_are_named_or_refused() {
 /// table again, and a rule added meanwhile is found.
 #[test]
 fn the_nft_cache_holds_until_someone_else_writes() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let host = node.topo.node().to_string();
     node.warm_up();
-    load_rules(&host, Backend::Nft, Family::V4, DOCKER);
+    load_rules(&host, Backend::IptablesNft, Family::V4, DOCKER);
     let trace = [("NATLEDGER_TRACE", "1")];
     let out = create_env(&node, "c1", "8081:80", &trace);
     assert_ok(&out, "c1");
@@ -190,7 +190,7 @@ fn the_nft_cache_holds_until_someone_else_writes() {
     // Someone else's change.
     load_rules(
         &host,
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n-A DOCKER ! -i docker0 -p tcp -m tcp --dport 8083 -j DNAT --to-destination 10.77.0.3:80\nCOMMIT\n",
     );

@@ -153,7 +153,7 @@ fn native_owners_forwards_are_named_or_refused() {
 /// examines them whole).
 #[test]
 fn too_many_sets_are_not_checked_at_create() {
-    let node = Node::new(Backend::Legacy);
+    let node = Node::new(Backend::IptablesLegacy);
     let host = node.topo.node().to_string();
     let mut script = String::from(RULESET);
     script.push_str("table ip many {\n");

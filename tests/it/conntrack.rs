@@ -31,8 +31,8 @@ fn track_connections(ns: &str) {
              -A PREROUTING -p udp -m udp --dport 9 -j DNAT --to-destination {to}:9\nCOMMIT\n"
         )
     };
-    load_rules(ns, Backend::Nft, Family::V4, &rule("10.77.0.9"));
-    load_rules(ns, Backend::Nft, Family::V6, &rule("[fd77::9]"));
+    load_rules(ns, Backend::IptablesNft, Family::V4, &rule("10.77.0.9"));
+    load_rules(ns, Backend::IptablesNft, Family::V6, &rule("[fd77::9]"));
 }
 
 /// The original tuple of one entry as `conntrack -L` prints it, and its zones.

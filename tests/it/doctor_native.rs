@@ -36,7 +36,7 @@ fn nft_fixture(name: &str) -> PathBuf {
 
 /// A node with the owner's ruleset `name` loaded in its namespace with `nft -f`.
 fn node_with(name: &str) -> Node {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let text = std::fs::read_to_string(nft_fixture(name)).unwrap();
     load_nft(node.topo.node(), &text);
     node

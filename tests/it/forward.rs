@@ -177,7 +177,7 @@ fn an_accept_policy_is_left_as_it_is() {
 #[test]
 fn on_nftables_a_drop_policy_decides_and_a_dnat_accept_opens_the_forwards() {
     for firewall in Backend::IPTABLES {
-        let mut node = Node::new(Backend::Nftables);
+        let mut node = Node::new(Backend::OwnNftables);
         let host = node.topo.node().to_string();
         let ext = node.topo.ext().to_string();
         for family in Family::ALL {

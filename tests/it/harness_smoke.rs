@@ -100,9 +100,9 @@ fn topology_traffic_and_dumps() {
         "## legacy ipv4\n## legacy ipv6\n## nft ipv4\n## nft ipv6\n## nftables\n"
     );
     let rules = "*nat\n:FOREIGN - [0:0]\n-A PREROUTING -p tcp --dport 9999 -j FOREIGN\nCOMMIT\n";
-    load_rules(topo.node(), Backend::Legacy, Family::V4, rules);
-    load_rules(topo.node(), Backend::Nft, Family::V4, rules);
-    load_rules(topo.node(), Backend::Nft, Family::V6, rules);
+    load_rules(topo.node(), Backend::IptablesLegacy, Family::V4, rules);
+    load_rules(topo.node(), Backend::IptablesNft, Family::V4, rules);
+    load_rules(topo.node(), Backend::IptablesNft, Family::V6, rules);
     // A native table named as natledger's: the nftables section shows it as nft prints it,
     // without iptables-nft's tables (shown by the *-save sections).
     let native = "table ip natledger {\n\
@@ -128,14 +128,27 @@ fn topology_traffic_and_dumps() {
         "dump:\n{dump}"
     );
     assert_eq!(
-        chain_rules(&dump, Backend::Nftables, Family::V4, "NATLEDGER-HOSTPORTS"),
+        chain_rules(
+            &dump,
+            Backend::OwnNftables,
+            Family::V4,
+            "NATLEDGER-HOSTPORTS"
+        ),
         ["tcp dport 9999 dnat to 10.77.0.2:80 comment \"natledger:x\""]
     );
-    assert!(chain_rules(&dump, Backend::Nftables, Family::V6, "NATLEDGER-HOSTPORTS").is_empty());
+    assert!(
+        chain_rules(
+            &dump,
+            Backend::OwnNftables,
+            Family::V6,
+            "NATLEDGER-HOSTPORTS"
+        )
+        .is_empty()
+    );
     // Listing with the legacy tool instantiates an empty filter table: still "empty".
     let out = run_in(topo.node(), "iptables-legacy", &["-w", "-L", "-n"], None);
     assert!(out.status.success());
-    let raw = save(topo.node(), Backend::Legacy, Family::V4);
+    let raw = save(topo.node(), Backend::IptablesLegacy, Family::V4);
     assert!(raw.contains("*filter"), "{raw}");
     assert_eq!(normalized(&raw), expected_nat);
 

@@ -315,7 +315,7 @@ fn poststop_copes_with_rules_already_gone() {
 /// Containers without io.natledger.ports cost nothing: no process is started.
 #[test]
 fn containers_without_the_annotation_start_no_process() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let bundle = node.bundle("plain", &[("other", "x")]);
     for (stage, status) in [("create-runtime", "creating"), ("poststop", "stopped")] {
         let state =
@@ -387,7 +387,7 @@ fn parallel_hooks_lose_nothing() {
 /// and no manifest left.
 #[test]
 fn bad_input_is_refused_cleanly() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.warm_up();
     let before = node.dump();
     let pid = std::process::id();
@@ -457,7 +457,7 @@ fn bad_input_is_refused_cleanly() {
 /// runs, and dead once it is gone.
 #[test]
 fn list_reports_containers_alive_and_dead() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let c = node.topo.add_container(2);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.create("c2", Some(pid), &[("io.natledger.ports", "8080:80/udp")]);
@@ -491,7 +491,7 @@ fn list_reports_containers_alive_and_dead() {
 /// connections: create-runtime names it in a warning, and refuses when the container says so.
 #[test]
 fn a_local_listener_on_a_mapped_port_is_named_or_refused() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let ns = node.topo.node().to_string();
     let _listener = serve_tcp(&ns, sock(Ipv4Addr::UNSPECIFIED, 8080), "local");
     let me = std::process::id().to_string();
@@ -547,7 +547,7 @@ fn a_local_listener_on_a_mapped_port_is_named_or_refused() {
 /// iptables-nft-restore. Every way ends with the tables exactly as before.
 #[test]
 fn nft_poststop_deletes_over_netlink_or_falls_back() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.warm_up();
     let before = node.dump();
     let annotations = [
@@ -580,7 +580,7 @@ fn nft_poststop_deletes_over_netlink_or_falls_back() {
     node.create("c2", None, &annotations);
     let copy = "*nat\n-A NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 8080 \
                 -m comment --comment natledger:c2 -j DNAT --to-destination 10.77.0.2:80\nCOMMIT\n";
-    load_rules(node.topo.node(), Backend::Nft, Family::V4, copy);
+    load_rules(node.topo.node(), Backend::IptablesNft, Family::V4, copy);
     let err = poststop("c2", &trace);
     assert!(err.contains("using iptables-nft-restore"), "{err}");
     assert!(err.contains("exec /usr/sbin/iptables-nft-"), "{err}");
@@ -604,7 +604,7 @@ fn nft_poststop_deletes_over_netlink_or_falls_back() {
 /// tables end exactly as before. The traffic tests above run through the same path.
 #[test]
 fn legacy_hooks_write_the_table_in_process() {
-    let node = Node::new(Backend::Legacy);
+    let node = Node::new(Backend::IptablesLegacy);
     node.warm_up();
     let before = node.dump();
     let annotations = [
@@ -651,7 +651,7 @@ fn legacy_hooks_write_the_table_in_process() {
 /// families; the tables end exactly as before.
 #[test]
 fn nftables_hooks_start_no_process() {
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     let pristine = node.dump();
     let annotations = [
         ("io.natledger.ports", "8080:80,9000-9002:9000-9002/udp"),

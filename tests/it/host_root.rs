@@ -97,7 +97,7 @@ fn answers(ext: &str, c_port: u16) {
 
 #[test]
 fn tools_are_found_and_run_under_the_host_root() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let ext = node.topo.ext().to_string();
     let c = node.topo.add_container(2);
     let _servers = [
@@ -218,7 +218,7 @@ fn tools_are_found_and_run_under_the_host_root() {
 /// where the tool was looked for.
 #[test]
 fn a_missing_host_root_is_refused_and_an_empty_one_named() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let missing = node.dir.path().join("no-such-root");
     let missing = missing.display().to_string();
     let out = node.natledger(&["list"], "", &[("NATLEDGER_HOST_ROOT", &missing)]);
@@ -308,7 +308,7 @@ fn sweep_without_netns_dir(
 /// repaired) and only the attachment whose namespace is really gone is swept.
 #[test]
 fn cni_namespaces_are_judged_under_the_host_root() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let ext = node.topo.ext().to_string();
     let (att, gone) = (node.topo.add_container(5), node.topo.add_container(6));
     let _servers = [

@@ -205,7 +205,7 @@ fn poststop_deletes_only_its_own_tagged_rules() {
 /// symlink loop there is refused as a loop (the bundle's problem).
 #[test]
 fn a_config_that_is_not_a_regular_file_is_refused_at_once() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let fifo_bundle = node.dir.path().join("fifo");
     std::fs::create_dir_all(&fifo_bundle).unwrap();
     nix::unistd::mkfifo(
@@ -279,7 +279,7 @@ fn a_config_that_is_not_a_regular_file_is_refused_at_once() {
 /// read: the input is cut, its size given.
 #[test]
 fn a_megabyte_of_input_is_refused_on_one_short_line() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let huge = "x".repeat(1_000_000);
     let ip = ("io.natledger.ip", "10.77.0.2");
     let good = node.bundle("good", &[("io.natledger.ports", "80:80"), ip]);
@@ -334,7 +334,7 @@ fn a_megabyte_of_input_is_refused_on_one_short_line() {
 /// every command that uses it, naming the path, the owner and the mode; nothing is written.
 #[test]
 fn an_unsafe_state_directory_is_refused() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let before = node.dump();
     let state = node.state_dir();
     std::fs::create_dir_all(&state).unwrap();
@@ -369,7 +369,7 @@ fn an_unsafe_state_directory_is_refused() {
 /// lock is a file of the test's (`XTABLES_LOCKFILE`), so the host's is never held.
 #[test]
 fn doctor_names_a_raw_socket_holder_without_the_xtables_lock() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let lock = node.dir.path().join("xtables.lock");
     std::fs::write(&lock, "").unwrap();
     let holder = |name: &str, family: &str, locked: bool| {

@@ -12,7 +12,7 @@ use crate::common::{
     BIN, Backend as TestBackend, Family as TestFamily, Node, Topology, assert_ok, in_netns,
     load_rules, run_in,
 };
-use natledger::backend::{Backend, Driver, IptablesLegacy, Native, Netfilter, Plan};
+use natledger::backend::{Backend, Direct, Driver, IptablesLegacy, Netfilter, Plan};
 use natledger::kernel::exec::SystemRunner;
 use natledger::kernel::iptc::entry::{Encoded, Layout, encode};
 use natledger::kernel::iptc::{self, Outcome, Place};
@@ -62,7 +62,7 @@ fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, 
         .flat_map(|m| {
             containers
                 .iter()
-                .flat_map(|c| mapping_rules(Backend::Legacy, &id, &m, *c))
+                .flat_map(|c| mapping_rules(Backend::IptablesLegacy, &id, &m, *c))
                 .collect::<Vec<_>>()
         })
         .filter(|p| p.table == table)
@@ -73,16 +73,16 @@ fn container_rules(id: &str, family: Family, table: &str) -> Vec<(&'static str, 
 /// natledger's chains and jumps in `table`, through iptables-legacy-restore.
 fn chains_and_jumps(ns: &str, family: Family, table: &'static str) {
     let mut batch = Batch::new(table);
-    for chain in owned_chains(natledger::backend::Backend::Legacy, table, family) {
+    for chain in owned_chains(natledger::backend::Backend::IptablesLegacy, table, family) {
         batch.ops.push(Op::DeclareChain(chain.to_string()));
     }
-    for (chain, jump) in shared_rules(natledger::backend::Backend::Legacy, table, family) {
+    for (chain, jump) in shared_rules(natledger::backend::Backend::IptablesLegacy, table, family) {
         batch
             .ops
             .push(Op::Append(chain.to_string(), jump.to_args()));
     }
     let text = batch.render();
-    load_rules(ns, TestBackend::Legacy, test_family(family), &text);
+    load_rules(ns, TestBackend::IptablesLegacy, test_family(family), &text);
 }
 
 /// `*-save -c` of `table`, without comments: what `restore_exactly` takes back.
@@ -138,19 +138,19 @@ fn the_encoding_is_what_iptables_legacy_writes() {
         }
         load_rules(
             &ns,
-            TestBackend::Legacy,
+            TestBackend::IptablesLegacy,
             test_family(family),
             &batch.render(),
         );
         let mut written: Vec<(&str, Rule)> =
-            shared_rules(natledger::backend::Backend::Legacy, table, family);
+            shared_rules(natledger::backend::Backend::IptablesLegacy, table, family);
         written.extend(ours);
         let mut chains: Vec<&str> =
-            shared_rules(natledger::backend::Backend::Legacy, table, family)
+            shared_rules(natledger::backend::Backend::IptablesLegacy, table, family)
                 .into_iter()
                 .map(|(c, _)| c)
                 .chain(owned_chains(
-                    natledger::backend::Backend::Legacy,
+                    natledger::backend::Backend::IptablesLegacy,
                     table,
                     family,
                 ))
@@ -227,10 +227,10 @@ fn foreign(family: Family, table: &'static str) -> String {
              [9:700] -A FORWARD -o docker0 -j DOCKER\n",
         ),
     };
-    for chain in owned_chains(natledger::backend::Backend::Legacy, table, family) {
+    for chain in owned_chains(natledger::backend::Backend::IptablesLegacy, table, family) {
         text += &format!(":{chain} - [0:0]\n");
     }
-    for (chain, jump) in shared_rules(natledger::backend::Backend::Legacy, table, family) {
+    for (chain, jump) in shared_rules(natledger::backend::Backend::IptablesLegacy, table, family) {
         text += &format!("[1:60] -A {chain} {}\n", quoted(&jump));
     }
     for (chain, rule) in other.iter().take(2) {
@@ -301,7 +301,7 @@ fn edits_equal_iptables_legacy_restore_and_keep_counters() {
         restore_exactly(&ns, family, &raw_base);
         assert_eq!(save_c(&ns, family, table), base);
 
-        let required = shared_rules(natledger::backend::Backend::Legacy, table, family);
+        let required = shared_rules(natledger::backend::Backend::IptablesLegacy, table, family);
         let inserted = in_netns(&ns, || {
             iptc::insert(lock(), family, table, &placed, &required).unwrap()
         });
@@ -353,7 +353,7 @@ fn an_absent_table_is_never_created() {
         let names = std::fs::read_to_string(Family::Ipv4.legacy_tables_file()).unwrap_or_default();
         (outcome, names)
     });
-    assert_eq!(native.0, Native::Off);
+    assert_eq!(native.0, Direct::Off);
     assert!(!native.1.lines().any(|l| l == "nat"), "{}", native.1);
 }
 
@@ -391,7 +391,7 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
         let proto = if i % 3 == 0 { "/udp" } else { "" };
         let m = parse_entry(&format!("{}:80{proto}", 20000 + i)).unwrap();
         let mut placed: Vec<(bool, natledger::model::layout::Placed)> = mapping_rules(
-            natledger::backend::Backend::Legacy,
+            natledger::backend::Backend::IptablesLegacy,
             &big,
             &m,
             "10.77.0.2".parse::<std::net::IpAddr>().unwrap(),
@@ -402,7 +402,7 @@ fn large(family: Family, table: &'static str) -> (String, Vec<(&'static str, Rul
         if i % 7 == 0 {
             let m = parse_entry(&format!("{}:81{proto}", 40000 + i)).unwrap();
             let kept = mapping_rules(
-                natledger::backend::Backend::Legacy,
+                natledger::backend::Backend::IptablesLegacy,
                 &keep,
                 &m,
                 "10.77.0.3".parse::<std::net::IpAddr>().unwrap(),
@@ -480,7 +480,7 @@ const CONCURRENT: usize = 1000;
 /// nothing on the host waits for it.
 #[test]
 fn iptables_wait_succeeds_beside_a_large_poststop() {
-    let node = Node::new(TestBackend::Legacy);
+    let node = Node::new(TestBackend::IptablesLegacy);
     let lockfile = node.dir.path().join("xtables.lock");
     let lock_env = format!("XTABLES_LOCKFILE={}", lockfile.display());
     let env = [("XTABLES_LOCKFILE", lockfile.to_str().unwrap())];

@@ -316,7 +316,7 @@ fn sweep_and_doctor_metrics_equal_their_json_reports() {
 /// so once on stderr, and creates nothing.
 #[test]
 fn a_missing_metrics_directory_is_a_warning_and_creates_nothing() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let missing = node.dir.path().join("no-such-dir");
     let file = missing.join("natledger.prom");
     let out = node.sweep(&["--metrics-file", file.to_str().unwrap()]);

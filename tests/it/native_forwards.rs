@@ -1,5 +1,5 @@
 //! Other owners' native nftables forwards of a host port, read live: `analysis::forwards::
-//! find_native` over `LiveNative` (nft-netlink's reader of the whole ruleset), in a network
+//! find_nft` over `LiveNft` (nft-netlink's reader of the whole ruleset), in a network
 //! namespace the test creates and deletes, with netavark's and kube-proxy's rulesets loaded
 //! by `nft -f` (tests/fixtures/nftables-dumps). Found: netavark's stale DNAT of 8080 (first,
 //! it takes every connection: the live one behind it is not met) and kube-proxy's NodePort
@@ -8,8 +8,8 @@
 //! table's DNAT is left to the iptables walk; and a second look at the same ports and
 //! generation reads nothing, while one after another commit reads again.
 
-use natledger::analysis::forwards::{LiveNative, NativeFound, find_native};
-use natledger::analysis::nftables::NativeSource;
+use natledger::analysis::forwards::{LiveNft, NftFound, find_nft};
+use natledger::analysis::nftables::NftSource;
 use natledger::kernel::named_netns::NamedNetns;
 use natledger::kernel::netlink::Socket;
 use natledger::kernel::nftables::{NftError, Session};
@@ -25,11 +25,11 @@ const KUBE_PROXY: &str = include_str!("../fixtures/nftables-dumps/kube-proxy.nft
 
 /// The live source, counting its whole reads.
 struct Counted<'s, 'k> {
-    live: LiveNative<'s, 'k>,
+    live: LiveNft<'s, 'k>,
     reads: u32,
 }
 
-impl NativeSource for Counted<'_, '_> {
+impl NftSource for Counted<'_, '_> {
     type Error = NftError;
     fn generation(&mut self) -> Result<u32, NftError> {
         self.live.generation()
@@ -41,19 +41,19 @@ impl NativeSource for Counted<'_, '_> {
 }
 
 /// Forwards of `ports` (`8080:80` style) and how many whole reads it took.
-fn look(ns: &str, cache: &std::path::Path, ports: &str) -> (Vec<NativeFound>, u32) {
+fn look(ns: &str, cache: &std::path::Path, ports: &str) -> (Vec<NftFound>, u32) {
     let mappings: Vec<_> = ports.split(',').map(|p| parse_entry(p).unwrap()).collect();
     let locals: Vec<IpNet> = vec!["192.168.0.2/32".parse().unwrap()];
     in_netns(ns, || {
         let mut sock = Socket::netfilter().unwrap();
         let mut session = Session::new(&mut sock);
         let mut source = Counted {
-            live: LiveNative {
+            live: LiveNft {
                 session: &mut session,
             },
             reads: 0,
         };
-        let found = find_native(&mut source, cache, &mappings, &[Family::Ipv4], &locals).unwrap();
+        let found = find_nft(&mut source, cache, &mappings, &[Family::Ipv4], &locals).unwrap();
         (found, source.reads)
     })
 }

@@ -8,7 +8,7 @@ use crate::common::*;
 
 #[test]
 fn a_poststop_of_thousands_of_rules_is_one_batch_and_no_process() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.warm_up();
     let before = node.dump();
     // 400 mappings (1,600 rules: ENOBUFS before) and 1,024 (4,096 rules, the most one
@@ -63,7 +63,7 @@ fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
             );
         }
         text += "COMMIT\n";
-        load_rules(&ns, Backend::Nft, Family::V4, &text);
+        load_rules(&ns, Backend::IptablesNft, Family::V4, &text);
         let (outcome, took, left) = in_netns(&ns, || {
             let f = natledger::model::family::Family::Ipv4;
             let mut sock = Socket::netfilter().unwrap();
@@ -98,7 +98,12 @@ fn a_batch_naming_a_vanished_rule_fails_whole_and_promptly() {
         );
         assert_eq!(left, n - vanish.len(), "{what}: not all-or-nothing ({err})");
         // The next batch on a fresh socket works (nothing left half-done).
-        load_rules(&ns, Backend::Nft, Family::V4, "*nat\n-F VICTIMS\nCOMMIT\n");
+        load_rules(
+            &ns,
+            Backend::IptablesNft,
+            Family::V4,
+            "*nat\n-F VICTIMS\nCOMMIT\n",
+        );
         eprintln!("{what}: {err} in {took:?}");
     }
 }

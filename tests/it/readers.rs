@@ -269,7 +269,7 @@ fn expected_opaque(backend: Backend, line: &str) -> Option<&'static str> {
     cases
         .iter()
         .filter(|(needle, _)| !needle.is_empty() && line.contains(needle))
-        .filter(|(_, what)| backend == Backend::Nft || !what.starts_with("nft:"))
+        .filter(|(_, what)| backend == Backend::IptablesNft || !what.starts_with("nft:"))
         .map(|(_, what)| *what)
         .next()
 }
@@ -288,7 +288,7 @@ pub(crate) fn read_native(
     table: &'static str,
 ) -> Native {
     in_netns(ns, || match backend {
-        Backend::Legacy => {
+        Backend::IptablesLegacy => {
             let blob = iptc::read(family, table).unwrap();
             let chains = render::chains(&blob);
             let mut rules = Vec::new();
@@ -299,8 +299,8 @@ pub(crate) fn read_native(
             }
             Native { chains, rules }
         }
-        Backend::Nftables => unreachable!("iptables backends only"),
-        Backend::Nft => {
+        Backend::OwnNftables => unreachable!("iptables backends only"),
+        Backend::IptablesNft => {
             let mut sock = Socket::netfilter().unwrap();
             let mut session = Session::new(&mut sock);
             let chains: Vec<(String, String)> = session
@@ -358,7 +358,7 @@ fn compare(backend: Backend) -> (usize, usize) {
                 .filter(|(c, policy)| {
                     let absent = !native.chains.iter().any(|(n, _)| n == c);
                     let builtin = BUILTIN.contains(&c.as_str()) && policy == "ACCEPT";
-                    !(backend == Backend::Nft && absent && builtin)
+                    !(backend == Backend::IptablesNft && absent && builtin)
                 })
                 .cloned()
                 .collect();
@@ -412,7 +412,7 @@ fn check_opaque(what: &str, line: &str, name: &str, args: &[String]) {
 /// for token; the unsupported shapes are opaque.
 #[test]
 fn legacy_rules_of_every_owner_read_as_iptables_legacy_save_prints_them() {
-    let (exact, opaque) = compare(Backend::Legacy);
+    let (exact, opaque) = compare(Backend::IptablesLegacy);
     eprintln!("legacy: {exact} rules exact, {opaque} opaque");
     assert!(exact >= 130, "{exact}");
     assert_eq!(opaque, 5);
@@ -421,7 +421,7 @@ fn legacy_rules_of_every_owner_read_as_iptables_legacy_save_prints_them() {
 /// The same through iptables-nft's nf_tables encoding and `iptables-nft-save`.
 #[test]
 fn nft_rules_of_every_owner_read_as_iptables_nft_save_prints_them() {
-    let (exact, opaque) = compare(Backend::Nft);
+    let (exact, opaque) = compare(Backend::IptablesNft);
     eprintln!("nft: {exact} rules exact, {opaque} opaque");
     assert!(exact >= 130, "{exact}");
     assert_eq!(opaque, 6);
@@ -452,7 +452,7 @@ fn bench_decoding_a_10000_rule_chain() {
         }
     }
     text += "COMMIT\n";
-    for backend in [Backend::Legacy, Backend::Nft] {
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
         load_rules(&ns, backend, TestFamily::V4, &text);
         in_netns(&ns, || {
             // Three timed rounds, then one with the heap counted.
@@ -466,7 +466,7 @@ fn bench_decoding_a_10000_rule_chain() {
                 let mut count = 0;
                 let mut tokens = 0;
                 match backend {
-                    Backend::Legacy => {
+                    Backend::IptablesLegacy => {
                         let blob = iptc::read(Family::Ipv4, "nat").unwrap();
                         read_part = started.elapsed();
                         let span = blob.chain("KUBE-SERVICES").unwrap();
@@ -478,8 +478,8 @@ fn bench_decoding_a_10000_rule_chain() {
                             tokens += args.len();
                         }
                     }
-                    Backend::Nftables => unreachable!("iptables backends only"),
-                    Backend::Nft => {
+                    Backend::OwnNftables => unreachable!("iptables backends only"),
+                    Backend::IptablesNft => {
                         let mut sock = Socket::netfilter().unwrap();
                         let mut session = Session::new(&mut sock);
                         session
@@ -492,7 +492,7 @@ fn bench_decoding_a_10000_rule_chain() {
                 }
                 let took = started.elapsed();
                 COUNTING.store(false, Ordering::Relaxed);
-                if backend == Backend::Nft && !counted {
+                if backend == Backend::IptablesNft && !counted {
                     // The kernel's share: the same dump, nothing decoded.
                     read_part = raw_dump(Family::Ipv4, "nat", "KUBE-SERVICES");
                 }
@@ -502,9 +502,9 @@ fn bench_decoding_a_10000_rule_chain() {
                     eprintln!("{}: heap peak {peak:.2} MiB", backend.name());
                 } else {
                     let what = match backend {
-                        Backend::Legacy => "IPT_SO_GET_ENTRIES alone",
-                        Backend::Nft => "the bare dump, undecoded",
-                        Backend::Nftables => unreachable!("iptables backends only"),
+                        Backend::IptablesLegacy => "IPT_SO_GET_ENTRIES alone",
+                        Backend::IptablesNft => "the bare dump, undecoded",
+                        Backend::OwnNftables => unreachable!("iptables backends only"),
                     };
                     eprintln!(
                         "{} round {round}: {RULES} rules ({tokens} tokens) in {:.2} ms \

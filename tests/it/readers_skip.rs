@@ -29,7 +29,7 @@ fn overlap(a: &IpNet, b: &IpNet) -> bool {
 /// address with the host's; prefixes, negations and rules without `-d` are read.
 #[test]
 fn only_rules_for_other_destinations_are_skipped_undecoded() {
-    for backend in [Backend::Legacy, Backend::Nft] {
+    for backend in [Backend::IptablesLegacy, Backend::IptablesNft] {
         let topo = Topology::new();
         let ns = topo.node().to_string();
         let mut skipped = 0;
@@ -47,7 +47,7 @@ fn only_rules_for_other_destinations_are_skipped_undecoded() {
             let kept: Vec<(String, usize)> = in_netns(&ns, || {
                 let mut kept = Vec::new();
                 match backend {
-                    Backend::Legacy => {
+                    Backend::IptablesLegacy => {
                         let blob = iptc::read(family, "nat").unwrap();
                         for (chain, _) in render::chains(&blob) {
                             let span = blob.chain(&chain).unwrap();
@@ -58,8 +58,8 @@ fn only_rules_for_other_destinations_are_skipped_undecoded() {
                             }
                         }
                     }
-                    Backend::Nftables => unreachable!("iptables backends only"),
-                    Backend::Nft => {
+                    Backend::OwnNftables => unreachable!("iptables backends only"),
+                    Backend::IptablesNft => {
                         let mut sock = Socket::netfilter().unwrap();
                         let mut session = Session::new(&mut sock);
                         for chain in session.chains(family, "nat").unwrap() {

@@ -20,7 +20,7 @@ use crate::common::*;
 /// A udp range too: shifted on iptables, the same ports on nftables (its nat has no offset).
 fn ports(backend: Backend) -> (&'static str, &'static str) {
     match backend {
-        Backend::Nftables => ("io.natledger.ports", "8080:80,9000-9002:9000-9002/udp"),
+        Backend::OwnNftables => ("io.natledger.ports", "8080:80,9000-9002:9000-9002/udp"),
         _ => ("io.natledger.ports", "8080:80,9000-9002:7000-7002/udp"),
     }
 }

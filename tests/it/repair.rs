@@ -89,7 +89,7 @@ fn wipe(node: &Node, how: Wipe) {
             assert_ok(&out, "nft flush ruleset");
             // Legacy's tables are not nf_tables': only the native table went.
             match backend {
-                Backend::Legacy => load_nft(ns, FOREIGN_NFT),
+                Backend::IptablesLegacy => load_nft(ns, FOREIGN_NFT),
                 _ => load_foreign(node),
             }
         }
@@ -172,7 +172,7 @@ fn repair_puts_back_what_live_containers_lack_and_only_that() {
             kill_pid(p3);
 
             wipe(&node, how);
-            if backend != Backend::Legacy || !matches!(how, Wipe::FlushRuleset) {
+            if backend != Backend::IptablesLegacy || !matches!(how, Wipe::FlushRuleset) {
                 let port = if matches!(how, Wipe::DeleteRule) {
                     8084
                 } else {

@@ -51,7 +51,7 @@ fn rendered_rules_read_back_equal() {
                     }
                     // nf_tables cannot map a host port range to another container range.
                     let shifted = m.host_ports != m.container_ports && !m.host_ports.is_single();
-                    if backend == Backend::Nftables && shifted {
+                    if backend == Backend::OwnNftables && shifted {
                         continue;
                     }
                     for container in containers {
@@ -85,7 +85,7 @@ fn rendered_rules_read_back_equal() {
                 // accept, the localhost guard is IPv4's): nothing is written there, and it
                 // reads as no table at all.
                 let nothing =
-                    (backend, family, table) == (Backend::Nftables, Family::Ipv6, "filter");
+                    (backend, family, table) == (Backend::OwnNftables, Family::Ipv6, "filter");
                 let Some(read) = read else {
                     assert!(nothing, "{backend} {family} {table}: no table read back");
                     assert!(
@@ -107,7 +107,7 @@ fn rendered_rules_read_back_equal() {
                 let at_least = match (table, backend, family) {
                     ("nat", _, _) => 5,
                     // The localhost guard and its jump only.
-                    (_, Backend::Nftables, _) => 1,
+                    (_, Backend::OwnNftables, _) => 1,
                     _ => 2,
                 };
                 assert!(

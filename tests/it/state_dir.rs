@@ -195,7 +195,7 @@ fn a_decoy_directory_is_refused_by_every_way_in() {
 
 #[test]
 fn an_older_releases_directory_is_adopted() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.warm_up();
@@ -289,7 +289,7 @@ fn a_new_directory_is_marked_and_an_empty_one_adopted_as_it_is() {
 
 #[test]
 fn first_uses_at_once_all_succeed() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let node = &node;
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/state-dir-older");

@@ -31,7 +31,7 @@ fn load_look_alikes(ns: &str, backend: Backend) {
     let iptables = if backend.is_iptables() {
         backend
     } else {
-        Backend::Nft
+        Backend::IptablesNft
     };
     load_rules(ns, iptables, Family::V4, LOOK_ALIKES);
     load_nft(ns, NFT_LOOK_ALIKES);
@@ -306,8 +306,8 @@ fn a_hook_killed_at_any_step_is_cleaned_up_by_sweep() {
 #[test]
 fn sweep_finds_rules_in_either_backend() {
     for (written, default) in [
-        (Backend::Legacy, Backend::Nft),
-        (Backend::Nft, Backend::Legacy),
+        (Backend::IptablesLegacy, Backend::IptablesNft),
+        (Backend::IptablesNft, Backend::IptablesLegacy),
     ] {
         let mut w = World::new(written);
         let before = w.node.dump();
@@ -345,10 +345,10 @@ fn sweep_finds_rules_in_either_backend() {
 #[test]
 fn sweep_and_poststop_find_rules_between_nftables_and_iptables() {
     for (written, default) in [
-        (Backend::Nftables, Backend::Nft),
-        (Backend::Nftables, Backend::Legacy),
-        (Backend::Nft, Backend::Nftables),
-        (Backend::Legacy, Backend::Nftables),
+        (Backend::OwnNftables, Backend::IptablesNft),
+        (Backend::OwnNftables, Backend::IptablesLegacy),
+        (Backend::IptablesNft, Backend::OwnNftables),
+        (Backend::IptablesLegacy, Backend::OwnNftables),
     ] {
         let mut w = World::new(written);
         let with_live = w.node.dump();
@@ -468,7 +468,7 @@ fn all_removes_everything_natledger_owns_and_nothing_else() {
 /// sweep says so (exit 1); `--all` removes both.
 #[test]
 fn an_unreadable_manifest_keeps_its_rules_until_all() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.create("c2", None, &[ports("8080:80"), (IP, "10.77.0.2")]);
     let path = node.state_dir().join("containers/c2.json");
     std::fs::write(&path, "{\"schema\": 1, \"trunc").unwrap();
@@ -490,7 +490,7 @@ fn an_unreadable_manifest_keeps_its_rules_until_all() {
 /// not judged as that container: both files and the live rules stay, and the sweep says why.
 #[test]
 fn a_manifest_under_another_name_is_kept_and_reported() {
-    let w = World::new(Backend::Nft);
+    let w = World::new(Backend::IptablesNft);
     let containers = w.node.state_dir().join("containers");
     let mut copy: serde_json::Value =
         serde_json::from_slice(&std::fs::read(containers.join("live.json")).unwrap()).unwrap();
@@ -540,7 +540,7 @@ fn a_duplicated_jump_ends_up_once_at_the_top() {
 /// a container that keeps running keeps its rules.
 #[test]
 fn wait_gives_exiting_containers_time_and_keeps_the_survivors() {
-    let mut w = World::new(Backend::Nft);
+    let mut w = World::new(Backend::IptablesNft);
     let with_live = w.node.dump();
     let (pid, out) = w.doomed("exiting", "9300:300", &[]);
     assert_ok(&out, "create");

@@ -38,14 +38,14 @@ fn create_and_sweep_all(node: &mut Node) {
 
 #[test]
 fn sweep_all_leaves_iptables_nft_as_before_natledger() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let before = ruleset(&node);
     assert!(!before.contains("table ip filter"), "{before}");
     create_and_sweep_all(&mut node);
     assert_eq!(ruleset(&node), before);
     drop(node);
     // Tables with other owners' things stay, with all of them.
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     run(&node, &["iptables-nft", "-P", "FORWARD", "DROP"]);
     run(&node, &["iptables-nft", "-t", "nat", "-N", "KUBE-SERVICES"]);
     run(

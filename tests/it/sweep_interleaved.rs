@@ -53,7 +53,7 @@ fn interleaved_live_and_dead_containers_lose_exactly_the_dead_rules() {
         let iptables = if backend.is_iptables() {
             backend
         } else {
-            Backend::Nft
+            Backend::IptablesNft
         };
         load_rules(node.topo.node(), iptables, Family::V4, LOOK_ALIKES);
         load_nft(node.topo.node(), NFT_LOOK_ALIKES);
@@ -113,7 +113,7 @@ fn interleaved_live_and_dead_containers_lose_exactly_the_dead_rules() {
             expected,
             "{backend:?}: exactly the dead containers' rules go:\n{trace}"
         );
-        if backend == Backend::Nft {
+        if backend == Backend::IptablesNft {
             // Deleted by handle over netlink: no iptables-nft-restore, whose `-D` compares
             // each rule with the whole chain.
             assert!(trace.contains("netlink: deleted"), "{trace}");
@@ -162,7 +162,7 @@ fn an_nft_deletion_read_before_someone_else_wrote_deletes_nothing() {
     use natledger::kernel::nftables::Session;
     use natledger::kernel::nftables::handles::{Victims, is_stale};
 
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.warm_up();
     let before = node.dump();
     let ns = node.topo.node().to_string();
@@ -230,7 +230,7 @@ fn an_nftables_deletion_read_before_someone_else_wrote_deletes_nothing() {
     use natledger::kernel::nftables::Session;
     use natledger::model::save::{Batch, Op};
 
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     node.warm_up();
     let before = node.dump();
     let ns = node.topo.node().to_string();

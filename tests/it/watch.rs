@@ -160,7 +160,7 @@ pub(crate) fn wipe(node: &Node) {
 /// The command that flushes natledger's IPv4 DNAT chain.
 fn flush_argv(backend: Backend) -> Vec<&'static str> {
     match backend {
-        Backend::Nftables => vec![
+        Backend::OwnNftables => vec![
             "nft",
             "flush",
             "chain",
@@ -346,7 +346,7 @@ fn watch_repairs_a_wipe_within_two_seconds_and_backs_off_a_hostile_deleter() {
 /// count, another DNAT. Seen by the content of natledger's chains, not the backstop.
 #[test]
 fn a_legacy_restore_that_swaps_same_shaped_rules_is_repaired_within_a_second() {
-    let backend = Backend::Legacy;
+    let backend = Backend::IptablesLegacy;
     let mut node = Node::new(backend);
     let ns = node.topo.node().to_string();
     let c5 = node.topo.add_container(5);
@@ -402,7 +402,7 @@ fn a_legacy_restore_that_swaps_same_shaped_rules_is_repaired_within_a_second() {
 /// chains it jumps from: no reconcile, about no CPU.
 #[test]
 fn another_owners_chain_in_the_shared_nat_table_wakes_no_reconcile() {
-    let backend = Backend::Nft;
+    let backend = Backend::IptablesNft;
     let mut node = Node::new(backend);
     let ns = node.topo.node().to_string();
     let c = node.topo.add_container(7);
@@ -449,7 +449,7 @@ fn another_owners_chain_in_the_shared_nat_table_wakes_no_reconcile() {
 /// again 0.5 s, 1 s, 2 s … later, logged once each time, not twice a second.
 #[test]
 fn a_failing_reconcile_backs_off() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let c = node.topo.add_container(8);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.create("c8", Some(pid), &[("io.natledger.ports", "8088:80")]);
@@ -471,7 +471,7 @@ fn a_failing_reconcile_backs_off() {
 /// then SIGTERM, and watch has ended within a second.
 #[test]
 fn sigterm_never_waits_for_the_ledger_lock() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let c = node.topo.add_container(9);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.create("c9", Some(pid), &[("io.natledger.ports", "9099:80")]);
@@ -509,7 +509,7 @@ fn sigterm_never_waits_for_the_ledger_lock() {
 /// second.
 #[test]
 fn idle_metrics_clients_never_stall_the_loop() {
-    let backend = Backend::Legacy;
+    let backend = Backend::IptablesLegacy;
     let mut node = Node::new(backend);
     let c = node.topo.add_container(4);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "c4");

@@ -106,7 +106,7 @@ const NOT_LISTENING: &str = "not listening for firewalld's Reloaded signal";
 
 #[test]
 fn firewallds_reloaded_signal_repairs_at_once_and_a_lost_bus_is_tried_again() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let bus = Bus::start(&node.dir.path().join("bus"));
     let c = node.topo.add_container(2);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "c2");

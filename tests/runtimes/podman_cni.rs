@@ -271,7 +271,7 @@ fn natledger_scenario(backend: Backend) {
 fn portmap_scenario() {
     let started = Instant::now();
     let what = "podman + portmap CNI (control)";
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let mut podman = chained_podman(&node, Mapper::Portmap);
     podman.import_image(&node);
     // portmap's shared chains come with the first mapping and stay.

@@ -221,7 +221,7 @@ fn wrapper_runtime_injects_from_process_env_and_passes_the_rest_through() {
 #[test]
 fn runc_config_without_process_user_or_known_fields_is_forwarded() {
     let _suite = crate::one_suite_at_a_time(module_path!());
-    let host = Host::new(Backend::Nft);
+    let host = Host::new(Backend::IptablesNft);
     let bundle = host.bundle("lenient", 2);
     let path = bundle.join("config.json");
     let mut config = read_json(&path);

@@ -305,7 +305,7 @@ fn poststop_removes_the_many_rules_of_a_container_whose_manifest_is_too_large() 
 #[test]
 fn a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing() {
     let _suite = crate::one_suite_at_a_time(module_path!());
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c2 = node.topo.add_container(2);
     let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
     let (pid, earlier) = (
@@ -345,7 +345,7 @@ fn a_stale_poststop_of_a_container_whose_manifest_is_too_large_changes_nothing()
 #[test]
 fn cni_del_removes_the_many_rules_of_an_attachment_whose_manifest_is_too_large() {
     let _suite = crate::one_suite_at_a_time(module_path!());
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c2 = node.topo.add_container(2);
     let _s2 = serve_tcp(&c2.ns, c2.sock_v4(80), "big");
     node.warm_up();

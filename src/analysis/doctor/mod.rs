@@ -16,7 +16,7 @@
 mod checks;
 /// Host facts live in [`crate::kernel::host`] (create-runtime uses them too).
 pub use crate::kernel::host as evidence;
-mod native;
+mod nftables;
 mod report;
 
 use std::path::PathBuf;
@@ -27,7 +27,7 @@ use crate::analysis::iptables::paths;
 use crate::backend::{Backend, BackendError, Detected, Netfilter, legacy_table_exists};
 use crate::kernel::machine::Machine;
 use crate::model::family::Family;
-use crate::model::save::{self, Table};
+use crate::model::save::{self, Dump};
 use crate::state::ledger::Ledger;
 
 pub use report::render;
@@ -70,11 +70,11 @@ pub struct Ruleset {
     pub backend: Backend,
     pub family: Family,
     pub source: String,
-    pub tables: Vec<Table>,
+    pub tables: Vec<Dump>,
 }
 
 impl Ruleset {
-    pub fn table(&self, name: &str) -> Option<&Table> {
+    pub fn table(&self, name: &str) -> Option<&Dump> {
         self.tables.iter().find(|t| t.name == name)
     }
 
@@ -299,7 +299,7 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
     let (rulesets, native) = if live {
         (
             read_live(opts)?,
-            native::read_live(opts).into_iter().collect(),
+            nftables::read_live(opts).into_iter().collect(),
         )
     } else {
         read_files(&opts.from)?
@@ -313,11 +313,11 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
         opts.host_backend.clone(),
         paths::LIMITS,
     );
-    let native: Vec<native::Native> = native
+    let native: Vec<nftables::NftRuleset> = native
         .into_iter()
         .map(|n| n.without_iptables_tables(&rulesets))
         .collect();
-    findings.extend(native::findings(&native, host.as_ref(), &rulesets));
+    findings.extend(nftables::findings(&native, host.as_ref(), &rulesets));
     if let Some(port) = opts.port {
         findings.retain(|f| f.port == Some(port));
     }
@@ -334,7 +334,10 @@ pub fn doctor(opts: &DoctorOptions) -> Result<Report, DoctorError> {
             .chain(native.iter().map(|n| format!("nftables ({})", n.source)))
             .collect(),
         rules_read: rulesets.iter().map(Ruleset::rule_count).sum::<usize>()
-            + native.iter().map(native::Native::rule_count).sum::<usize>(),
+            + native
+                .iter()
+                .map(nftables::NftRuleset::rule_count)
+                .sum::<usize>(),
         complete: not_followed.is_empty(),
         findings,
         not_followed,
@@ -424,7 +427,9 @@ fn read_dump(path: &std::path::Path) -> std::io::Result<String> {
 }
 
 /// The iptables dumps and the native rulesets among `files`.
-fn read_files(files: &[DumpFile]) -> Result<(Vec<Ruleset>, Vec<native::Native>), DoctorError> {
+fn read_files(
+    files: &[DumpFile],
+) -> Result<(Vec<Ruleset>, Vec<nftables::NftRuleset>), DoctorError> {
     let (mut iptables, mut nftables) = (Vec::new(), Vec::new());
     for f in files {
         let text = read_dump(&f.path).map_err(|source| DoctorError::Read {
@@ -432,7 +437,7 @@ fn read_files(files: &[DumpFile]) -> Result<(Vec<Ruleset>, Vec<native::Native>),
             source,
         })?;
         if !f.backend.is_iptables() {
-            nftables.push(native::Native::parse(&f.path, &text)?);
+            nftables.push(nftables::NftRuleset::parse(&f.path, &text)?);
             continue;
         }
         let tables = save::parse_dump(&text).map_err(|source| DoctorError::Parse {
@@ -473,11 +478,14 @@ mod tests {
     #[test]
     fn from_labels() {
         let f: DumpFile = "legacy:/tmp/a".parse().unwrap();
-        assert_eq!((f.backend, f.family), (Backend::Legacy, None));
+        assert_eq!((f.backend, f.family), (Backend::IptablesLegacy, None));
         let f: DumpFile = "nft/ipv6:b.txt".parse().unwrap();
-        assert_eq!((f.backend, f.family), (Backend::Nft, Some(Family::Ipv6)));
+        assert_eq!(
+            (f.backend, f.family),
+            (Backend::IptablesNft, Some(Family::Ipv6))
+        );
         let f: DumpFile = "nftables:r.json".parse().unwrap();
-        assert_eq!((f.backend, f.family), (Backend::Nftables, None));
+        assert_eq!((f.backend, f.family), (Backend::OwnNftables, None));
         for bad in ["a.txt", "iptables:a", "nft/v7:a", "nft:", "nftables/ipv4:a"] {
             assert!(bad.parse::<DumpFile>().is_err(), "{bad}");
         }

@@ -141,7 +141,7 @@ pub struct Before {
 
 /// Note the generation before natledger writes (only worth it when a cache exists).
 pub(crate) fn before_writes(nf: &Netfilter, cache: &Path) -> Option<Before> {
-    if !nf.native() || !cache.exists() {
+    if !nf.direct() || !cache.exists() {
         return None;
     }
     let generation = nf.with_nft(|s| s.generation()).ok()?;

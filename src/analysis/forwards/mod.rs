@@ -56,15 +56,15 @@
 //! hook for that port first.
 
 mod cache;
-mod native;
+mod nftables;
 mod sources;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{Before, Cache, CacheEntry, Cached, Scope, carry};
 pub(crate) use cache::{CACHE_FILE, before_writes};
-pub use native::NATIVE_CACHE_FILE;
-pub use native::{LiveNative, NativeFound, find_native, find_native_live};
+pub use nftables::NFT_CACHE_FILE;
+pub use nftables::{LiveNft, NftFound, find_nft, find_nft_live};
 use sources::{Legacy, Nft};
 
 use std::path::Path;
@@ -188,11 +188,11 @@ fn candidates(
     locals: &[IpNet],
     packets: &[Packet],
 ) -> Found {
-    match (backend, nf.native()) {
+    match (backend, nf.direct()) {
         // A backend without tools holds nothing natledger did not write there.
         (b, _) if !b.is_iptables() => Ok((none(packets), "natledger's own table".into())),
-        (Backend::Legacy, true) => from_legacy(nf, family, locals, packets),
-        (Backend::Nft, true) => nf
+        (Backend::IptablesLegacy, true) => from_legacy(nf, family, locals, packets),
+        (Backend::IptablesNft, true) => nf
             .with_nft(|session| {
                 let source = Nft {
                     session,
@@ -201,7 +201,7 @@ fn candidates(
                 };
                 from_nft(source, cache, family, locals, packets)
             })
-            .map_err(|e| crate::chain::text(&e))
+            .map_err(|e| crate::causes::text(&e))
             .and_then(|r| r),
         // Without the native readers (or for another iptables backend): its `*-save`.
         _ => from_save(nf, backend, family, packets),
@@ -224,15 +224,15 @@ fn from_legacy(nf: &Netfilter, family: Family, locals: &[IpNet], packets: &[Pack
     let (blob, whence) = match nf.take_legacy_nat(family) {
         Some(blob) => (blob, "the table as written"),
         None => {
-            if !legacy_table_exists(family, NAT).map_err(|e| crate::chain::text(&e))? {
+            if !legacy_table_exists(family, NAT).map_err(|e| crate::causes::text(&e))? {
                 return Ok((none(packets), "no table".into()));
             }
-            let blob = iptc::read(family, NAT).map_err(|e| crate::chain::text(&e))?;
+            let blob = iptc::read(family, NAT).map_err(|e| crate::causes::text(&e))?;
             (blob, "the table")
         }
     };
     let mut source = Legacy::new(&blob, locals);
-    let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
+    let found = walk_each(&mut source, packets).map_err(|e| crate::causes::text(&e))?;
     let how = format!("{} candidate(s) read from {whence}", total(&found));
     Ok((found, how))
 }
@@ -296,12 +296,12 @@ fn from_save(nf: &Netfilter, backend: Backend, family: Family, packets: &[Packet
     match backend.driver().read(nf, family, NAT, Reading::Whole) {
         Ok(Some(table)) => {
             let mut source = Saved::new(&table);
-            let found = walk_each(&mut source, packets).map_err(|e| crate::chain::text(&e))?;
+            let found = walk_each(&mut source, packets).map_err(|e| crate::causes::text(&e))?;
             let how = format!("{} candidate(s) read with *-save", total(&found));
             Ok((found, how))
         }
         Ok(None) | Err(BackendError::ToolNotFound { .. }) => Ok((none(packets), "no table".into())),
-        Err(e) => Err(crate::chain::text(&e)),
+        Err(e) => Err(crate::causes::text(&e)),
     }
 }
 

@@ -1,4 +1,4 @@
-//! Where a walk reads rules from, besides a `save::Table`: the iptables-legacy blob and
+//! Where a walk reads rules from, besides a `save::Dump`: the iptables-legacy blob and
 //! iptables-nft over netlink.
 
 use std::collections::HashMap;

@@ -1,5 +1,5 @@
 //! Other owners' native forwards of a host port, for create's check ([`forwards_of`]), and
-//! where create reads the native ruleset from ([`NativeSource`]).
+//! where create reads the native ruleset from ([`NftSource`]).
 
 use std::net::IpAddr;
 
@@ -9,7 +9,7 @@ use crate::model::ruleset::Ruleset;
 
 /// A DNAT or redirect of another owner that a packet to the host port may meet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NativeForward {
+pub struct NftForward {
     pub protocol: Protocol,
     pub port: u16,
     pub place: Place,
@@ -22,7 +22,7 @@ pub struct NativeForward {
 
 /// The native ruleset of this host as create's check reads it: the live reader
 /// (`kernel::nftables::ruleset`) implements it; the generation keys its cache.
-pub trait NativeSource {
+pub trait NftSource {
     type Error;
     /// The nf_tables generation now (cheap).
     fn generation(&mut self) -> Result<u32, Self::Error>;
@@ -38,9 +38,9 @@ pub fn forwards_of(
     protocol: Protocol,
     port: u16,
     locals: &[IpAddr],
-) -> Vec<NativeForward> {
+) -> Vec<NftForward> {
     let ix = Indexed::new(rs);
-    let mut out: Vec<NativeForward> = Vec::new();
+    let mut out: Vec<NftForward> = Vec::new();
     let mut dsts: Vec<IpAddr> = locals.to_vec();
     for lo in [
         IpAddr::from([127, 0, 0, 1]),
@@ -87,7 +87,7 @@ pub fn forwards_of(
                     known.certain |= certain;
                     continue;
                 }
-                out.push(NativeForward {
+                out.push(NftForward {
                     protocol,
                     port,
                     place: d.place.clone(),

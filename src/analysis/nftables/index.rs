@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use super::tables_for;
 use super::value::{Field, Lookup, lookup};
 use crate::analysis::verdict::Tri;
-use crate::model::ruleset::{Chain, ChainKind, Element, Hook, Ruleset, Table, Value};
+use crate::model::ruleset::{Chain, ChainKind, Element, Hook, NftTable, Ruleset, Value};
 
 const HOOKS: [Hook; 5] = [
     Hook::Prerouting,
@@ -74,7 +74,7 @@ impl SetIndex {
 }
 
 /// Base chains in the order one hook runs them.
-pub(crate) type Order<'r> = Vec<(&'r Table, &'r Chain)>;
+pub(crate) type Order<'r> = Vec<(&'r NftTable, &'r Chain)>;
 
 /// A ruleset with its sets indexed as the walks first use them.
 pub struct Indexed<'r> {
@@ -95,7 +95,7 @@ impl<'r> Indexed<'r> {
             .flat_map(|t| {
                 t.chains
                     .iter()
-                    .map(move |c| ((t as *const Table as usize, c.name.as_str()), c))
+                    .map(move |c| ((t as *const NftTable as usize, c.name.as_str()), c))
             })
             .collect();
         let mut orders = HashMap::new();
@@ -124,21 +124,21 @@ impl<'r> Indexed<'r> {
     }
 
     /// Chain `name` of `table`.
-    pub(crate) fn chain(&self, table: &Table, name: &str) -> Option<&'r Chain> {
+    pub(crate) fn chain(&self, table: &NftTable, name: &str) -> Option<&'r Chain> {
         self.chains
-            .get(&(table as *const Table as usize, name))
+            .get(&(table as *const NftTable as usize, name))
             .copied()
     }
 
     /// The base chains of `hook` in every order the kernel may run them.
-    pub(crate) fn orders(&self, hook: Hook, v4: bool) -> &[Vec<(&'r Table, &'r Chain)>] {
+    pub(crate) fn orders(&self, hook: Hook, v4: bool) -> &[Vec<(&'r NftTable, &'r Chain)>] {
         self.orders.get(&(hook, v4)).map_or(&[], Vec::as_slice)
     }
 
     /// What a lookup of `fields` in set `name` of `table` may find; `None`: no such set.
     pub(crate) fn find<'t>(
         &self,
-        table: &'t Table,
+        table: &'t NftTable,
         name: &str,
         fields: &[Field],
     ) -> Option<Lookup<'t>> {
@@ -149,7 +149,7 @@ impl<'r> Indexed<'r> {
         };
         let mut sets = self.sets.borrow_mut();
         let index = sets
-            .entry((table as *const Table as usize, name.to_string()))
+            .entry((table as *const NftTable as usize, name.to_string()))
             .or_insert_with(|| SetIndex::new(&set.elements));
         if let Some(&i) = index.exact.get(&key) {
             return Some(Lookup {
@@ -166,13 +166,13 @@ impl<'r> Indexed<'r> {
 /// Nat chains run where the kernel's nat core hooks in (`NF_IP_PRI_NAT_DST`, -100, in
 /// prerouting and output; `NF_IP_PRI_NAT_SRC`, 100, in input and postrouting), among
 /// themselves by their own priorities.
-pub(crate) fn orders(rs: &Ruleset, hook: Hook, v4: bool) -> Vec<Vec<(&Table, &Chain)>> {
+pub(crate) fn orders(rs: &Ruleset, hook: Hook, v4: bool) -> Vec<Vec<(&NftTable, &Chain)>> {
     let at = |b: &crate::model::ruleset::Base| match (b.kind, hook) {
         (ChainKind::Nat, Hook::Prerouting | Hook::Output) => (-100, b.priority),
         (ChainKind::Nat, _) => (100, b.priority),
         _ => (b.priority, b.priority),
     };
-    let mut chains: Vec<((i32, i32), &Table, &Chain)> = tables_for(rs, v4)
+    let mut chains: Vec<((i32, i32), &NftTable, &Chain)> = tables_for(rs, v4)
         .flat_map(|t| t.chains.iter().map(move |c| (t, c)))
         .filter_map(|(t, c)| {
             c.base
@@ -182,7 +182,7 @@ pub(crate) fn orders(rs: &Ruleset, hook: Hook, v4: bool) -> Vec<Vec<(&Table, &Ch
         })
         .collect();
     chains.sort_by_key(|(p, _, _)| *p);
-    let mut orders: Vec<Vec<(&Table, &Chain)>> = vec![Vec::new()];
+    let mut orders: Vec<Vec<(&NftTable, &Chain)>> = vec![Vec::new()];
     let mut i = 0;
     while i < chains.len() {
         let j = i + chains[i..]

@@ -3,7 +3,7 @@
 //! portmap's nftables backend, natledger's own tables), and the checks doctor runs over
 //! them. Pure: a [`Ruleset`] and host facts given as plain values ([`HostFacts`]) in,
 //! findings out; no I/O, and it never imports `kernel`, `backend` or `state` (doctor
-//! gathers, and maps each [`NativeFinding`] to its own `Finding`; this module never imports
+//! gathers, and maps each [`NftFinding`] to its own `Finding`; this module never imports
 //! `analysis::doctor`). Its answers are [`crate::analysis::verdict::Tri`], as the
 //! [`crate::analysis::iptables`] half's are.
 //!
@@ -30,7 +30,7 @@ mod words;
 
 pub use checks::{BUDGET, Checked, Cut, check, check_within};
 pub use fate::{End, Fate, Outcome, Path, Probe, Redirected, fate};
-pub use forwards::{NativeForward, NativeSource, forwards_of};
+pub use forwards::{NftForward, NftSource, forwards_of};
 pub use index::Indexed;
 pub use owner::{Owner, is_xtables};
 
@@ -42,7 +42,7 @@ use crate::model::ruleset::{Ruleset, TableFamily, Value};
 
 /// What a finding is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum NativeKind {
+pub enum NftKind {
     /// A forward of a host port that never sees a packet: an earlier rule or element takes
     /// every packet it would have taken.
     Shadowed,
@@ -58,7 +58,7 @@ pub enum NativeKind {
     SplitBackends,
 }
 
-impl NativeKind {
+impl NftKind {
     pub fn word(self) -> &'static str {
         match self {
             Self::Shadowed => "shadowed",
@@ -101,8 +101,8 @@ pub struct ElementRef {
 
 /// One finding over native tables.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NativeFinding {
-    pub kind: NativeKind,
+pub struct NftFinding {
+    pub kind: NftKind,
     pub severity: Severity,
     pub protocol: Protocol,
     pub port: u16,
@@ -155,7 +155,7 @@ pub(crate) fn is_local(locals: &[IpAddr], addr: IpAddr) -> bool {
 pub(crate) fn tables_for(
     rs: &Ruleset,
     v4: bool,
-) -> impl Iterator<Item = &crate::model::ruleset::Table> {
+) -> impl Iterator<Item = &crate::model::ruleset::NftTable> {
     rs.tables.iter().filter(move |t| match t.family {
         TableFamily::Ip => v4,
         TableFamily::Ip6 => !v4,

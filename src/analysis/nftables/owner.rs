@@ -1,7 +1,7 @@
 //! Whose a native table is, by its family, name and comment, and how an owner that writes
 //! its rules back is fixed for good.
 
-use crate::model::ruleset::{Table, TableFamily};
+use crate::model::ruleset::{NftTable, TableFamily};
 
 /// The writer of a native table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,7 +24,7 @@ pub enum Owner {
 /// Whether `table` is iptables-nft's (`ip`/`ip6` `filter`, `nat`, `mangle`, `raw`,
 /// `security`): walked for a packet's fate like any other, but its rules are the iptables
 /// side's to report (doctor's iptables checks, create's iptables walk).
-pub fn is_xtables(table: &Table) -> bool {
+pub fn is_xtables(table: &NftTable) -> bool {
     matches!(table.family, TableFamily::Ip | TableFamily::Ip6)
         && matches!(
             table.name.as_str(),
@@ -34,7 +34,7 @@ pub fn is_xtables(table: &Table) -> bool {
 
 impl Owner {
     /// The owner of `table`, by its name (and comment, for a renamed kube-proxy table).
-    pub fn of(table: &Table) -> Owner {
+    pub fn of(table: &NftTable) -> Owner {
         let v = matches!(table.family, TableFamily::Ip | TableFamily::Ip6);
         let inet = table.family == TableFamily::Inet;
         match table.name.as_str() {

@@ -102,11 +102,11 @@ impl Natledger {
 }
 
 fn failed(what: &'static str, e: ops::Error) -> CniError {
-    CniError::new(Code::Failed, what, crate::chain::text(&e))
+    CniError::new(Code::Failed, what, crate::causes::text(&e))
 }
 
 fn failed_ledger(what: &'static str, e: LedgerError) -> CniError {
-    CniError::new(Code::Failed, what, crate::chain::text(&e))
+    CniError::new(Code::Failed, what, crate::causes::text(&e))
 }
 
 /// A create's error as ADD and CHECK answer it: a refusal before anything was written (the
@@ -324,7 +324,7 @@ impl Plugin for Natledger {
             Err(ops::Error::Ledger(e)) if !recorded => {
                 log::warn!(
                     "{}; the rules tagged {} are not looked for",
-                    crate::chain::Chain(&e),
+                    crate::causes::Causes(&e),
                     crate::model::layout::tag(&id)
                 );
                 Ok(())
@@ -430,7 +430,7 @@ impl Plugin for Natledger {
                     .iter()
                     .any(|v| v.container_id == cni.container_id && v.ifname == cni.ifname);
             if stale && let Err(e) = ops::remove_recorded(&ctx, &manifest.container_id) {
-                errors.push(crate::chain::text(&e));
+                errors.push(crate::causes::text(&e));
             }
         }
         if errors.is_empty() {
@@ -459,7 +459,7 @@ impl Plugin for Natledger {
         };
         ledger
             .lock()
-            .map_err(|e| unavailable(crate::chain::text(&e)))?;
+            .map_err(|e| unavailable(crate::causes::text(&e)))?;
         let backend = settings.backend.resolve(settings.host());
         if !backend.is_iptables() {
             return crate::kernel::netlink::Socket::netfilter()
@@ -468,7 +468,7 @@ impl Plugin for Natledger {
         }
         for family in Family::ALL {
             tool(settings.host(), backend, family, "restore")
-                .map_err(|e| unavailable(crate::chain::text(&e)))?;
+                .map_err(|e| unavailable(crate::causes::text(&e)))?;
         }
         Ok(())
     }

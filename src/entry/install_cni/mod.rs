@@ -253,7 +253,7 @@ pub fn run(opts: &Options, ledger: &Ledger) -> Result<Report, InstallError> {
         if let Err(e) = ledger.lock() {
             log::warn!(
                 "state directory not prepared (the first ADD makes it): {}",
-                crate::chain::Chain(&e)
+                crate::causes::Causes(&e)
             );
         }
         // The plugin first: a conflist must never name a plugin the bin dir lacks.
@@ -334,7 +334,7 @@ fn keep_for(ledger: &Ledger) -> Option<String> {
         Err(e) => Some(format!(
             "{} cannot be read ({}): {then}",
             ledger.dir().display(),
-            crate::chain::Chain(&e)
+            crate::causes::Causes(&e)
         )),
     }
 }

@@ -284,7 +284,7 @@ fn malformed_files_are_refused_by_name_never_rewritten() {
     let refused: Vec<String> = report
         .refused
         .iter()
-        .map(|e| crate::chain::text(e))
+        .map(|e| crate::causes::text(e))
         .collect();
     assert_eq!(refused.len(), cases.len() + 1, "{refused:?}");
     for ((name, text, why), line) in cases.iter().zip(&refused) {

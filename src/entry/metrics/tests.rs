@@ -116,19 +116,20 @@ fn sweep_series_count_removals_per_reason_and_owned_rules_per_backend() {
     report.duration_seconds = 0.125;
     report.errors.push("one".into());
     let (v4, v6) = (IpFamily::Ipv4, IpFamily::Ipv6);
-    let mut nat = TableReport::new(Backend::Nft, v4, "nat").with_state(TableState::Swept);
+    let mut nat = TableReport::new(Backend::IptablesNft, v4, "nat").with_state(TableState::Swept);
     nat.rules_removed = vec![
         removed(Reason::DeadContainer),
         removed(Reason::DeadContainer),
         removed(Reason::Orphan),
     ];
     nat.rules_owned_after = Some(4);
-    let mut filter = TableReport::new(Backend::Nft, v4, "filter");
+    let mut filter = TableReport::new(Backend::IptablesNft, v4, "filter");
     filter.rules_removed = vec![removed(Reason::DeadContainer)];
     filter.rules_owned_after = Some(3);
-    let absent = TableReport::new(Backend::Legacy, v6, "nat").with_state(TableState::Absent);
-    let failed = TableReport::new(Backend::Nftables, v4, "nat").failed("no".into());
-    let fine = TableReport::new(Backend::Nftables, v4, "filter").with_state(TableState::Absent);
+    let absent =
+        TableReport::new(Backend::IptablesLegacy, v6, "nat").with_state(TableState::Absent);
+    let failed = TableReport::new(Backend::OwnNftables, v4, "nat").failed("no".into());
+    let fine = TableReport::new(Backend::OwnNftables, v4, "filter").with_state(TableState::Absent);
     report.tables = vec![nat, filter, absent, failed, fine];
     let text = super::sweep(&report, UNIX_EPOCH + Duration::from_millis(1_500)).render();
     let lines: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
@@ -244,7 +245,7 @@ fn a_repair_reports_the_rules_put_back_per_table() {
         ..SweepOptions::default()
     };
     let mut report = SweepReport::new(&opts);
-    let mut nat = TableReport::new(Backend::Legacy, IpFamily::Ipv6, "nat");
+    let mut nat = TableReport::new(Backend::IptablesLegacy, IpFamily::Ipv6, "nat");
     nat.rules_restored = vec![
         Restored {
             chain: "NATLEDGER-HOSTPORTS".into(),
@@ -255,7 +256,7 @@ fn a_repair_reports_the_rules_put_back_per_table() {
     ];
     report.tables = vec![
         nat,
-        TableReport::new(Backend::Nft, IpFamily::Ipv4, "filter"),
+        TableReport::new(Backend::IptablesNft, IpFamily::Ipv4, "filter"),
     ];
     let text = super::sweep(&report, UNIX_EPOCH).render();
     for expected in [

@@ -177,7 +177,7 @@ mod tests {
             repair: true,
             ..SweepOptions::default()
         });
-        let mut nat = TableReport::new(Backend::Nft, Family::Ipv4, "nat");
+        let mut nat = TableReport::new(Backend::IptablesNft, Family::Ipv4, "nat");
         nat.rules_restored = vec![
             Restored {
                 chain: "NATLEDGER-HOSTPORTS".into(),
@@ -186,7 +186,10 @@ mod tests {
             };
             3
         ];
-        report.tables = vec![nat, TableReport::new(Backend::Nft, Family::Ipv4, "filter")];
+        report.tables = vec![
+            nat,
+            TableReport::new(Backend::IptablesNft, Family::Ipv4, "filter"),
+        ];
         let at = SystemTime::UNIX_EPOCH + Duration::from_secs(7);
         counters.add(Some(&report), Duration::from_millis(250), at);
         counters.add(Some(&report), Duration::from_millis(250), at);

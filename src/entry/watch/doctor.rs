@@ -112,7 +112,7 @@ fn run(settings: &Settings) -> Run {
         host_backend: backend::detect_explained(settings.host()),
         roots: settings.evidence_roots(),
     };
-    let result = doctor::doctor(&opts).map_err(|e| crate::chain::text(&e));
+    let result = doctor::doctor(&opts).map_err(|e| crate::causes::text(&e));
     Run {
         result,
         finished: SystemTime::now(),

@@ -7,7 +7,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::entry::settings::SystemBus;
 use crate::kernel::dbus::Subscription;
 
@@ -116,12 +116,12 @@ impl Firewalld {
             Err(e) => {
                 self.retry.failed(now);
                 if self.told {
-                    log::debug!("{}", Chain(&e));
+                    log::debug!("{}", Causes(&e));
                 } else {
                     log::info!(
                         "not listening for firewalld's Reloaded signal: {}; the other triggers \
                          stand, the bus is tried again with back-off",
-                        Chain(&e)
+                        Causes(&e)
                     );
                     self.told = true;
                 }
@@ -140,7 +140,7 @@ impl Firewalld {
                 log::info!(
                     "not listening for firewalld's Reloaded signal: {}; the other triggers \
                      stand, the bus is tried again with back-off",
-                    Chain(&e)
+                    Causes(&e)
                 );
                 self.retry.dropped(*since, now);
                 self.subscribed = None;

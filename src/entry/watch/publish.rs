@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::analysis::doctor::Severity;
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::entry::metrics;
 
 use super::counters::Counters;
@@ -89,7 +89,7 @@ fn publish(
         served.show(exposition.render());
     }
     if let Err(e) = metrics::write_option(opts.metrics_file.as_deref(), &exposition) {
-        log::warn!("{}", Chain(&e));
+        log::warn!("{}", Causes(&e));
     }
 }
 

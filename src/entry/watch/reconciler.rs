@@ -6,7 +6,7 @@
 
 use std::time::{Instant, SystemTime};
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::entry::settings::Settings;
 use crate::model::oci::ContainerId;
 use crate::ops::sweep::HeldBack;
@@ -135,7 +135,7 @@ impl<'s> Reconciler<'s> {
                 let hold = self.backoff.failed(Instant::now());
                 log::warn!(
                     "reconcile failed: {}; trying again in {} ms",
-                    Chain(&e),
+                    Causes(&e),
                     hold.as_millis()
                 );
                 self.due = Some(Why::Retry);
@@ -264,7 +264,7 @@ mod tests {
             repair: true,
             ..SweepOptions::default()
         });
-        let mut nat = TableReport::new(Backend::Nft, Family::Ipv4, "nat");
+        let mut nat = TableReport::new(Backend::IptablesNft, Family::Ipv4, "nat");
         nat.rules_restored = rules;
         report.tables = vec![nat];
         report

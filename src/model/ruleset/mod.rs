@@ -16,7 +16,7 @@ use std::net::IpAddr;
 /// Every table of a ruleset, in the kernel's order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Ruleset {
-    pub tables: Vec<Table>,
+    pub tables: Vec<NftTable>,
 }
 
 /// An nf_tables table family (`nft list tables` words).
@@ -57,7 +57,7 @@ impl TableFamily {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Table {
+pub struct NftTable {
     pub family: TableFamily,
     pub name: String,
     pub handle: Option<u64>,
@@ -67,7 +67,7 @@ pub struct Table {
     pub sets: Vec<Set>,
 }
 
-impl Table {
+impl NftTable {
     pub fn chain(&self, name: &str) -> Option<&Chain> {
         self.chains.iter().find(|c| c.name == name)
     }

@@ -6,8 +6,8 @@
 use std::net::IpAddr;
 
 use super::{
-    ChainKind, ElementData, Hook, Key, Nat, NatAddr, NatPort, Policy, SetData, SetRef, Stmt, Table,
-    TableFamily, Value,
+    ChainKind, ElementData, Hook, Key, Nat, NatAddr, NatPort, NftTable, Policy, SetData, SetRef,
+    Stmt, TableFamily, Value,
 };
 
 /// IP protocol names nft prints, and their numbers.
@@ -315,7 +315,7 @@ pub(super) fn ct_key(key: &str) -> Key {
 
 /// Fix-ups both readers run over a finished table: a NAT statement whose address comes from a
 /// map with concatenated data (`ipv4_addr . inet_service`) takes its port from the map too.
-pub(super) fn finish_table(table: &mut Table) {
+pub(super) fn finish_table(table: &mut NftTable) {
     let concat_data: Vec<String> = table
         .sets
         .iter()

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 
 use crate::analysis::forwards;
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::kernel::host::{self, Listener};
 use crate::model::family::Family;
 use crate::model::oci::{HookInput, PORT_CONFLICT_ANNOTATION};
@@ -37,7 +37,7 @@ pub(super) fn check_forwards(
 ) -> Result<(), Error> {
     let refuse = input.refuse_conflicts;
     let found = iptables_forwards(ctx, refuse, mappings, families)?;
-    let native = native_forwards(ctx, refuse, mappings, families)?;
+    let native = nft_forwards(ctx, refuse, mappings, families)?;
     for (keeper, mapping) in keepers {
         if found.iter().any(|f| f.mapping == *mapping) || native.iter().any(|(m, _)| *m == mapping)
         {
@@ -75,7 +75,7 @@ fn iptables_forwards(
     for e in unread {
         log::warn!(
             "{}; other owners' forwards there were not checked",
-            Chain(&e)
+            Causes(&e)
         );
     }
     Ok(found)
@@ -143,11 +143,7 @@ fn iptables_forward(
 }
 
 /// Another owner's native nftables forward `f` of `mapping`: warned about, or refused.
-fn native_forward(
-    refuse: bool,
-    mapping: &PortMapping,
-    f: forwards::NativeFound,
-) -> Result<(), Error> {
+fn native_forward(refuse: bool, mapping: &PortMapping, f: forwards::NftFound) -> Result<(), Error> {
     let place = format!("{} (owner {})", f.place, f.owner);
     let line = format!("dnat to {}", SocketAddr::new(f.to, f.to_port));
     if refuse {
@@ -170,20 +166,20 @@ fn native_forward(
 
 /// Other owners' native nftables forwards of the mapped host ports (kube-proxy's nftables
 /// mode, netavark, firewalld, Docker 29, portmap's nftables backend:
-/// [`forwards::find_native_live`], kept per nf_tables generation in the state directory),
+/// [`forwards::find_nft_live`], kept per nf_tables generation in the state directory),
 /// each with its mapping. A ruleset that cannot be read is warned about, or refused as an
 /// unread table is.
-fn native_forwards<'m>(
+fn nft_forwards<'m>(
     ctx: &Context,
     refuse: bool,
     mappings: &'m [PortMapping],
     families: &[Family],
-) -> Result<Vec<(&'m PortMapping, forwards::NativeFound)>, Error> {
-    if !ctx.netfilter.native() {
+) -> Result<Vec<(&'m PortMapping, forwards::NftFound)>, Error> {
+    if !ctx.netfilter.direct() {
         return Ok(Vec::new());
     }
-    let cache = ctx.ledger.file(forwards::NATIVE_CACHE_FILE);
-    match forwards::find_native_live(&ctx.netfilter, &cache, mappings, families) {
+    let cache = ctx.ledger.file(forwards::NFT_CACHE_FILE);
+    match forwards::find_nft_live(&ctx.netfilter, &cache, mappings, families) {
         Ok(found) => Ok(found
             .into_iter()
             .filter_map(|f| {
@@ -202,12 +198,12 @@ fn native_forwards<'m>(
             log::info!(
                 "other owners' native nftables forwards not checked: {}; natledger doctor \
                  examines them",
-                Chain(&e)
+                Causes(&e)
             );
             Ok(Vec::new())
         }
         Err(e) => {
-            let e = format!("native nftables tables: {}", Chain(&e));
+            let e = format!("native nftables tables: {}", Causes(&e));
             if refuse {
                 return Err(Error::ForwardsUnchecked(e));
             }

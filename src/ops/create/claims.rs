@@ -2,7 +2,7 @@
 //! container's mappings, judged changing nothing ([`judge_claims`]), and the dead ones released
 //! once the manifest is about to be written ahead ([`release_dead`]).
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::kernel::conntrack::Flows;
 use crate::model::portspec::PortMapping;
 use crate::state::ledger::{Locked, Manifest, Phase, Shared};
@@ -49,7 +49,7 @@ pub(super) fn judge_claims(
     for entry in ctx.ledger.list()? {
         match entry {
             Ok(m) => others.push(m),
-            Err(e) => log::warn!("skipping {}", Chain(&e)),
+            Err(e) => log::warn!("skipping {}", Causes(&e)),
         }
     }
     let needs = Needs::judge(ctx.host, &others);
@@ -208,7 +208,7 @@ pub(super) fn release_dead(
         }
         if let Err(e) = settle(locked, &id, Some(manifest), removal) {
             // The new rules go first in the chain, so leftovers cannot shadow them.
-            log::warn!("{}", Chain(&e));
+            log::warn!("{}", Causes(&e));
         }
     }
     flows

@@ -3,7 +3,7 @@
 
 use std::net::IpAddr;
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::model::family::Family;
 use crate::model::table::Table;
 use crate::state::ledger::{Manifest, RuleRecord};
@@ -45,7 +45,7 @@ pub(super) fn allow_loopback_sources(ctx: &Context, manifest: &Manifest) {
         match ctx.host.enable_route_localnet(v4) {
             Ok(Some(iface)) => log::info!("set route_localnet=1 on {iface}"),
             Ok(None) => {}
-            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Chain(&e)),
+            Err(e) => log::warn!("127.0.0.1 will not reach {v4}: {}", Causes(&e)),
         }
     }
 }

@@ -77,7 +77,7 @@ mod tests {
             let input = attachment(&ctx, "8080:80,8081:81,5353:53/udp", &addresses);
             let planned = planned(&ctx, &input).unwrap();
             assert!(fake.take_calls().is_empty(), "{backend:?}: nothing asked");
-            if backend == Backend::Nft {
+            if backend == Backend::IptablesNft {
                 super::super::create(&ctx, &input).unwrap();
                 let manifest = ctx.ledger.load(&input.id).unwrap().unwrap();
                 assert_eq!(planned, manifest.rules, "{backend:?}");
@@ -89,7 +89,11 @@ mod tests {
                 .count();
             // 8080-8081 merged into one range where the backend writes shifted ranges (not
             // nftables'), and 5353/udp; in two families.
-            let ranges = if backend == Backend::Nftables { 3 } else { 2 };
+            let ranges = if backend == Backend::OwnNftables {
+                3
+            } else {
+                2
+            };
             assert_eq!(dnats, 2 * ranges, "{backend:?}");
         }
     }
@@ -100,7 +104,7 @@ mod tests {
     fn nothing_asked_plans_nothing_and_a_family_without_address_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let fake = FakeDriver::new(Backend::Nft);
+        let fake = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&fake];
         let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let no_address =

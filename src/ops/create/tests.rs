@@ -12,7 +12,7 @@ use crate::state::ledger::Shared;
 fn create_installs_through_the_driver_once_per_family() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let created = create_runtime(&ctx, &input(dir.path())).unwrap();
@@ -34,7 +34,7 @@ fn a_failed_install_leaves_no_manifest() {
     let host = fake_host();
     // The nat table cannot be written: nothing was applied, so the rollback only drops the
     // manifest.
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     fake.fail(crate::model::family::Family::Ipv4, "nat");
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
@@ -48,7 +48,7 @@ fn a_failed_install_leaves_no_manifest() {
 fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     fake.fail(crate::model::family::Family::Ipv4, "filter");
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
@@ -66,7 +66,7 @@ fn a_filter_table_that_cannot_be_written_costs_only_the_accept() {
 fn no_annotation_runs_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let mut plain = input(dir.path());
@@ -101,7 +101,7 @@ fn containers_of_one_network_namespace_share_the_rules() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let ledger = || Ledger::new(dir.path());
-    let nft = crate::backend::Backend::Nft;
+    let nft = crate::backend::Backend::IptablesNft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
 
     let fake = FakeDriver::new(nft);
@@ -229,7 +229,7 @@ fn stopped(dir: &std::path::Path, id: &str) -> crate::model::oci::State {
 fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let nft = crate::backend::Backend::Nft;
+    let nft = crate::backend::Backend::IptablesNft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
     let fake = FakeDriver::new(nft);
     let drivers: [&dyn Driver; 1] = [&fake];
@@ -266,7 +266,7 @@ fn a_holder_restarted_while_a_sharer_lives_keeps_its_rules_in_place() {
 fn each_holder_goes_with_the_last_member_that_needed_it() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let nft = crate::backend::Backend::Nft;
+    let nft = crate::backend::Backend::IptablesNft;
     let id = |s: &str| -> ContainerId { s.parse().unwrap() };
     let fake = FakeDriver::new(nft);
     let drivers: [&dyn Driver; 1] = [&fake];
@@ -316,7 +316,7 @@ fn each_holder_goes_with_the_last_member_that_needed_it() {
 fn a_create_without_a_usable_pid_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     for (pid, says) in [
@@ -339,7 +339,7 @@ fn a_create_without_a_usable_pid_is_refused() {
 fn a_poststop_while_the_recorded_process_runs_is_stale() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let nft = crate::backend::Backend::Nft;
+    let nft = crate::backend::Backend::IptablesNft;
     let fake = FakeDriver::new(nft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
@@ -370,7 +370,7 @@ fn a_manifest_update_that_fails_rolls_the_rules_back() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
     let tmp = dir.path().join("containers/.c1.tmp");
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     // Once the install ran, nothing can take the temp file's place.
     let blocked = tmp.clone();
     fake.after_install(move || std::fs::create_dir(&blocked).unwrap());
@@ -407,7 +407,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
     // Refused: nothing run, not even the state directory made (the lock is in it).
     for (backend, spec, refused) in [
         (
-            Backend::Legacy,
+            Backend::IptablesLegacy,
             (1..=2000)
                 .map(|p| format!("{}:{p}", p * 2))
                 .collect::<Vec<_>>(),
@@ -418,7 +418,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
         ),
         // 600 dual-stack mappings: 4,200 rules on iptables (3,000 on nftables).
         (
-            Backend::Nft,
+            Backend::IptablesNft,
             (1..=600).map(|p| format!("{}:{p}", p * 2)).collect(),
             Bound::Rules {
                 mappings: 600,
@@ -427,7 +427,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
         ),
         // A shifted run merges on iptables, not on nftables.
         (
-            Backend::Nftables,
+            Backend::OwnNftables,
             (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect(),
             Bound::Mappings {
                 given: 1025,
@@ -450,7 +450,7 @@ fn consecutive_mappings_are_one_range_and_too_many_are_refused_before_the_lock()
     }
 
     // The same shifted run on iptables: one range mapping, its seven rules (two families).
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(&state), &fake, &drivers, &host);
     let spec: Vec<String> = (1..=1025).map(|p| format!("{}:{p}", p + 1000)).collect();

@@ -25,7 +25,7 @@ use crate::ops::{Removed, remove_recorded};
 use crate::state::ledger::{CniAttachment, Ledger};
 use crate::state::sharing::Membership;
 
-const NFT: Backend = Backend::Nft;
+const NFT: Backend = Backend::IptablesNft;
 
 fn id(s: &str) -> ContainerId {
     s.parse().unwrap()
@@ -286,7 +286,7 @@ fn a_holder_in_another_backend_is_named_so() {
         .unwrap()
     };
     assert_eq!(judge(NFT).elsewhere, None);
-    assert_eq!(judge(Backend::Nftables).elsewhere, Some(NFT));
+    assert_eq!(judge(Backend::OwnNftables).elsewhere, Some(NFT));
 }
 
 /// A host where attachment a is in namespace 3 (`/run/netns/a`), b in namespace 1

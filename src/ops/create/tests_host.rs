@@ -38,7 +38,7 @@ fn listener(command: &str, pid: i32) -> Listener {
 fn the_manifest_records_the_process_and_namespace_the_host_shows() {
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
@@ -64,7 +64,7 @@ fn the_namespace_is_recorded_with_its_cookie() {
     use crate::kernel::machine::fake::netns_cookie;
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::default().with_process(PID, START, netns_cookie(1, 77));
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &input(dir.path())).unwrap();
@@ -76,7 +76,7 @@ fn the_namespace_is_recorded_with_its_cookie() {
 fn a_container_whose_process_is_gone_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let host = FakeHost::default();
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &input(dir.path())).unwrap_err();
@@ -92,7 +92,7 @@ fn addresses_come_from_the_containers_namespace() {
     let mut plain = input(dir.path());
     plain.annotations.remove(IP_ANNOTATION);
 
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     let err = create_runtime(&ctx, &plain).unwrap_err();
@@ -110,7 +110,7 @@ fn addresses_come_from_the_containers_namespace() {
         },
     ];
     host.addresses.borrow_mut().insert(PID, with_prefixes);
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &plain).unwrap();
@@ -135,7 +135,7 @@ fn a_listener_on_a_mapped_port_is_warned_about_or_refused() {
     for (command, pid) in [("python3", 77), ("docker-proxy", 78)] {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host().with_listener(listener(command, pid));
-        let fake = FakeDriver::new(Backend::Nft);
+        let fake = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&fake];
         let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let err = create_runtime(&ctx, &conflicts(dir.path(), "refuse")).unwrap_err();
@@ -147,7 +147,7 @@ fn a_listener_on_a_mapped_port_is_warned_about_or_refused() {
         assert!(fake.calls().is_empty());
         assert!(!ctx.ledger.has_manifest(&"c1".parse().unwrap()));
 
-        let fake = FakeDriver::new(Backend::Nft);
+        let fake = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&fake];
         let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
         let created = create_runtime(&ctx, &conflicts(dir.path(), "warn")).unwrap();
@@ -159,7 +159,7 @@ fn a_listener_on_a_mapped_port_is_warned_about_or_refused() {
         port: 8081,
         ..listener("python3", 77)
     });
-    let fake = FakeDriver::new(Backend::Nft);
+    let fake = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&fake];
     let ctx = fake_context(Ledger::new(dir.path()), &fake, &drivers, &host);
     create_runtime(&ctx, &conflicts(dir.path(), "refuse")).unwrap();

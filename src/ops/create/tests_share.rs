@@ -23,7 +23,7 @@ fn list(spec: &str) -> Vec<PortMapping> {
     parse_mappings(spec).unwrap()
 }
 
-const NFT: Backend = Backend::Nft;
+const NFT: Backend = Backend::IptablesNft;
 
 /// The pod's sandbox holding `spec` (one restore), in a fresh state directory.
 fn sandbox(dir: &std::path::Path, spec: &str) {

@@ -162,8 +162,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
         let (nft, legacy) = (
-            FakeDriver::new(Backend::Nft),
-            FakeDriver::new(Backend::Legacy),
+            FakeDriver::new(Backend::IptablesNft),
+            FakeDriver::new(Backend::IptablesLegacy),
         );
         let drivers: [&dyn crate::backend::Driver; 2] = [&legacy, &nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
@@ -195,8 +195,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
         let (nft, legacy) = (
-            FakeDriver::new(Backend::Nft),
-            FakeDriver::new(Backend::Legacy),
+            FakeDriver::new(Backend::IptablesNft),
+            FakeDriver::new(Backend::IptablesLegacy),
         );
         let drivers: [&dyn crate::backend::Driver; 2] = [&legacy, &nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::kernel::conntrack::Flows;
 use crate::model::oci::ContainerId;
 use crate::state::ledger::{Locked, Manifest};
@@ -29,7 +29,7 @@ pub(super) fn release_holders(
             Ok(Some(holder)) => holder,
             Ok(None) => continue,
             Err(e) => {
-                log::warn!("{}; sweep will judge it", Chain(&e));
+                log::warn!("{}; sweep will judge it", Causes(&e));
                 continue;
             }
         };
@@ -47,7 +47,7 @@ pub(super) fn release_holders(
         }
         queue.extend(holder.shares.iter().map(|s| s.holder.clone()));
         if let Err(e) = settle(locked, &holder_id, Some(holder), removal) {
-            log::warn!("{}", Chain(&e));
+            log::warn!("{}", Causes(&e));
         }
     }
 }
@@ -86,7 +86,7 @@ pub(super) fn live_sharers_without_manifest(
         Err(e) => {
             log::warn!(
                 "{}; no container is known to share {holder}'s rules",
-                Chain(&e)
+                Causes(&e)
             );
             return Vec::new();
         }
@@ -177,7 +177,7 @@ mod tests {
     fn an_attachments_del_keeps_its_rules_for_a_hook_container_of_its_namespace() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = FakeDriver::new(Backend::Nft);
+        let nft = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         assert_eq!(add_attachment(&ctx), Created::Installed { rules: 4 });
@@ -235,7 +235,7 @@ mod tests {
     fn a_hook_containers_stop_keeps_a_live_attachments_rules() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = FakeDriver::new(Backend::Nft);
+        let nft = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         add_attachment(&ctx);
@@ -268,7 +268,7 @@ mod tests {
     fn a_del_without_the_attachments_manifest_keeps_the_rules_a_live_container_shares() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = FakeDriver::new(Backend::Nft);
+        let nft = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         add_attachment(&ctx);
@@ -294,7 +294,7 @@ mod tests {
     fn a_del_naming_a_hook_containers_manifest_changes_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
-        let nft = FakeDriver::new(Backend::Nft);
+        let nft = FakeDriver::new(Backend::IptablesNft);
         let drivers: [&dyn Driver; 1] = [&nft];
         let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
         let mut hook = hook_container(dir.path());

@@ -12,7 +12,7 @@ mod holders;
 pub use container::{Removal, remove_container};
 
 use crate::analysis::forwards;
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::fault;
 use crate::kernel::conntrack::Flows;
 use crate::model::layout::tag;
@@ -71,7 +71,7 @@ pub fn poststop(ctx: &Context, state: &State) -> Result<Removed, Error> {
         match super::hook_input(state.clone()) {
             Ok(input) if input.ports().is_none() => return Ok(Removed::Skipped),
             Ok(_) => {}
-            Err(e) => log::error!("{}; looking for rules tagged {}", Chain(&e), tag(&id)),
+            Err(e) => log::error!("{}; looking for rules tagged {}", Causes(&e), tag(&id)),
         }
     }
     // A runtime that kills the container's process and runs poststop at once (crun's and
@@ -162,7 +162,7 @@ fn load(ctx: &Context, id: &ContainerId, early: Option<Summary>) -> Loaded {
         }
         log::error!(
             "{}; removing the rules tagged {} instead",
-            Chain(&e),
+            Causes(&e),
             tag(id)
         );
         None
@@ -292,7 +292,7 @@ pub(super) fn settle(
 ) -> Result<Removed, Error> {
     // The first failure travels in the returned error; print only the others here.
     for failure in removal.failures.iter().skip(1) {
-        log::error!("{}", Chain(failure));
+        log::error!("{}", Causes(failure));
     }
     let Some(first) = removal.failures.first() else {
         locked.remove(id)?;
@@ -300,7 +300,7 @@ pub(super) fn settle(
             rules: removal.removed,
         });
     };
-    let first_error = Chain(first).to_string();
+    let first_error = Causes(first).to_string();
     if let Some(mut manifest) = manifest {
         manifest.phase = Phase::Removing;
         manifest.rules = removal.remaining.clone();

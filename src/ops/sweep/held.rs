@@ -149,7 +149,7 @@ mod tests {
     #[test]
     fn an_empty_ledger_names_what_it_kept_only_when_something_was() {
         let ledger = Ledger::new("/run/natledger-typo");
-        let mut t = TableReport::new(Backend::Nft, Family::Ipv4, "nat");
+        let mut t = TableReport::new(Backend::IptablesNft, Family::Ipv4, "nat");
         assert_eq!(empty(&ledger, std::slice::from_ref(&t)), None);
         t.unrecorded_kept = 7;
         let held = empty(&ledger, &[t]).unwrap();

@@ -148,7 +148,7 @@ fn read_all(
                 read.readable.push((scanned.path, m));
             }
             other => {
-                let problem = other.map_err(|e| crate::chain::text(&e));
+                let problem = other.map_err(|e| crate::causes::text(&e));
                 let ids = unreadable(opts, scanned.id, &scanned.path, problem, judged, report);
                 read.unreadable_ids.extend(ids);
                 judged.unreadable.push(scanned.path);

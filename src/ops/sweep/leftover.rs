@@ -45,7 +45,7 @@ fn drop_if_emptied(
         Ok(()) => {}
         Err(e) => {
             // The cause, unless the message already says it.
-            let text = crate::chain::text(&e);
+            let text = crate::causes::text(&e);
             let cause = std::error::Error::source(&e)
                 .map(|c| c.to_string())
                 .filter(|c| !text.contains(c.as_str()))

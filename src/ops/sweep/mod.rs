@@ -17,10 +17,10 @@
 //! Records carry their container's tag, so the tagged rules in natledger's chains are exactly
 //! the recorded rules, plus any copy a ruleset restore or a backend switch made of them.
 
+mod apply;
 mod held;
 mod judge;
 mod leftover;
-mod native;
 mod order;
 mod plan;
 mod repair;

@@ -10,7 +10,7 @@ use crate::model::family::Family;
 use crate::model::layout::{
     Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner,
 };
-use crate::model::save::{Batch, Op, SavedRule, Table, rule_line};
+use crate::model::save::{Batch, Dump, Op, SavedRule, rule_line};
 
 /// Who keeps their rules.
 #[derive(Debug, Default)]
@@ -95,7 +95,7 @@ pub use crate::backend::REWRITE_AT;
 pub fn plan(
     backend: Backend,
     name: crate::model::table::Table,
-    table: &Table,
+    table: &Dump,
     family: Family,
     claims: &Claims,
 ) -> TablePlan {
@@ -161,7 +161,7 @@ struct Classified<'t> {
 
 /// Sort `table`'s rules by owner: a container's goes or stays as `claims` say, another
 /// owner's in or into a natledger chain blocks that chain's removal.
-fn classify<'t>(table: &'t Table, claims: &Claims) -> Classified<'t> {
+fn classify<'t>(table: &'t Dump, claims: &Claims) -> Classified<'t> {
     let mut sorted = Classified {
         verdicts: Vec::new(),
         held: HashSet::new(),
@@ -289,7 +289,7 @@ fn emit_chains(
 /// Shared jumps: all with --all, and those into chains that go. A jump present more than
 /// once loses every copy and is put back where it belongs (`layout::jump_op`: `-D`
 /// removes the first match, which may be the copy in the wrong place).
-fn emit_jumps(table: &Table, claims: &Claims, removable: &HashSet<&str>, out: &mut TablePlan) {
+fn emit_jumps(table: &Dump, claims: &Claims, removable: &HashSet<&str>, out: &mut TablePlan) {
     let mut copies: Vec<(&SavedRule, usize)> = Vec::new();
     for rule in &table.rules {
         let Owner::Jump { to } = owner(&rule.chain, &rule.args) else {

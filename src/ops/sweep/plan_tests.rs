@@ -4,7 +4,7 @@ use super::*;
 use crate::model::save::parse_dump;
 
 /// [`super::plan`] of the table the dump names.
-fn plan(backend: Backend, table: &Table, family: Family, claims: &Claims) -> TablePlan {
+fn plan(backend: Backend, table: &Dump, family: Family, claims: &Claims) -> TablePlan {
     let name = table.name.parse().expect("a table natledger writes");
     super::plan(backend, name, table, family, claims)
 }
@@ -19,7 +19,7 @@ fn dnat(id: &str, port: u16) -> String {
     )
 }
 
-fn table(lines: &[String]) -> Table {
+fn table(lines: &[String]) -> Dump {
     let text = format!(
         "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:DOCKER - [0:0]\n\
          :NATLEDGER-HOSTPORTS - [0:0]\n:NATLEDGER-MASQ - [0:0]\n:NATLEDGERISH - [0:0]\n{}\nCOMMIT\n",
@@ -57,7 +57,7 @@ fn dead_and_orphan_rules_go_live_and_foreign_ones_stay() {
     lines.extend([dnat("live", 8081), dnat("dead", 8080), dnat("lost", 8082)]);
     lines.extend(look_alikes());
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&["live"], &["dead"], false),
@@ -92,7 +92,7 @@ fn dead_and_orphan_rules_go_live_and_foreign_ones_stay() {
 fn nothing_to_do_is_an_empty_batch() {
     let lines = vec![JUMP_PRE.to_string(), JUMP_POST.to_string(), dnat("live", 1)];
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&["live"], &[], false),
@@ -105,7 +105,7 @@ fn all_removes_rules_jumps_and_chains_but_no_look_alike() {
     let mut lines = vec![JUMP_PRE.to_string(), JUMP_POST.to_string(), dnat("live", 1)];
     lines.extend(look_alikes());
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&["live"], &[], true),
@@ -136,12 +136,22 @@ fn an_ipv6_guard_chain_is_stale() {
                 -A NATLEDGER-INPUT -d ::1/128 ! -i lo -m conntrack ! --ctstate DNAT -m \
                 comment --comment natledger -j DROP\nCOMMIT\n";
     let t = parse_dump(text).unwrap().remove(0);
-    let v6 = plan(Backend::Nft, &t, Family::Ipv6, &claims(&[], &[], false));
+    let v6 = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv6,
+        &claims(&[], &[], false),
+    );
     assert_eq!(v6.chains, ["NATLEDGER-INPUT"]);
     let text = rendered(&v6).join("\n");
     assert!(text.contains("-D INPUT -m comment --comment natledger -j NATLEDGER-INPUT"));
     assert!(text.contains("-X NATLEDGER-INPUT"), "{text}");
-    let v4 = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
+    let v4 = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv4,
+        &claims(&[], &[], false),
+    );
     assert!(v4.batch.is_empty() && v4.chains.is_empty());
 }
 
@@ -158,7 +168,7 @@ fn the_localhost_guard_stays_until_all() {
                 natledger:dead -j ACCEPT\nCOMMIT\n";
     let t = parse_dump(text).unwrap().remove(0);
     let kept = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &t,
         Family::Ipv4,
         &claims(&[], &["dead"], false),
@@ -171,7 +181,12 @@ fn the_localhost_guard_stays_until_all() {
         ]
     );
     assert!(kept.chains.is_empty() && kept.blocked.is_empty());
-    let all = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], true));
+    let all = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv4,
+        &claims(&[], &[], true),
+    );
     let text = rendered(&all).join("\n");
     assert!(text.contains("-D INPUT -m comment --comment natledger -j NATLEDGER-INPUT"));
     assert!(text.contains("-F NATLEDGER-INPUT") && text.contains("-X NATLEDGER-INPUT"));
@@ -187,7 +202,7 @@ fn a_foreign_rule_in_or_into_a_chain_keeps_it() {
         "-A DOCKER -j NATLEDGER-HOSTPORTS".into(),
     ];
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&[], &[], true),
@@ -215,7 +230,12 @@ fn stale_chains_of_another_version_and_duplicate_jumps_go() {
         "-A NATLEDGER-OLD -p udp -m comment --comment natledger:gone -j DNAT --to-destination 10.1.1.1".into(),
     ]);
     t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
-    let plan = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
+    let plan = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv4,
+        &claims(&[], &[], false),
+    );
     let reasons: Vec<Reason> = plan.rules.iter().map(|r| r.reason).collect();
     assert_eq!(
         reasons,
@@ -241,7 +261,12 @@ fn a_chain_another_kept_rule_jumps_to_stays() {
         dnat("gone", 1),
     ]);
     t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
-    let plan = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
+    let plan = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv4,
+        &claims(&[], &[], false),
+    );
     assert!(plan.chains.is_empty(), "{:?}", plan.chains);
     assert_eq!(
         rendered(&plan),
@@ -260,7 +285,7 @@ fn a_chain_holding_a_foreign_rule_is_never_rewritten() {
         .collect();
     lines.push("-A NATLEDGER-HOSTPORTS -d 10.0.0.0/8 -p tcp -j RETURN".into());
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&[], &["dead"], false),
@@ -278,7 +303,7 @@ fn a_live_container_keeps_a_stale_chain() {
     ]);
     t.chains.push(("NATLEDGER-OLD".into(), "-".into()));
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &t,
         Family::Ipv4,
         &claims(&["old"], &[], false),
@@ -294,7 +319,7 @@ fn a_mostly_dead_chain_is_rewritten_in_order() {
     lines.insert(10, dnat("live", 1));
     lines.push(dnat("live", 2));
     let plan = plan(
-        Backend::Nft,
+        Backend::IptablesNft,
         &table(&lines),
         Family::Ipv4,
         &claims(&["live"], &["dead"], false),
@@ -320,7 +345,7 @@ fn a_ledger_that_records_nothing_keeps_unrecorded_rules_but_not_dead_ones() {
     let t = table(&lines);
     let mut keeping = claims(&["live"], &["dead"], false);
     keeping.keep_unrecorded = true;
-    let p = plan(Backend::Nft, &t, Family::Ipv4, &keeping);
+    let p = plan(Backend::IptablesNft, &t, Family::Ipv4, &keeping);
     assert_eq!(
         rendered(&p)[1..rendered(&p).len() - 1],
         [format!("-D{}", &dnat("dead", 8080)[2..])]
@@ -329,15 +354,25 @@ fn a_ledger_that_records_nothing_keeps_unrecorded_rules_but_not_dead_ones() {
     // Nothing recorded at all, not the boot: every tagged rule stays, chains and jumps too.
     let mut none = claims(&[], &[], false);
     none.keep_unrecorded = true;
-    let p = plan(Backend::Nft, &t, Family::Ipv4, &none);
+    let p = plan(Backend::IptablesNft, &t, Family::Ipv4, &none);
     assert!(p.batch.is_empty() && p.rules.is_empty() && p.chains.is_empty());
     assert_eq!(p.unrecorded_kept, 3);
     // The boot (or a ledger with manifests): orphans go, as they always did.
-    let p = plan(Backend::Nft, &t, Family::Ipv4, &claims(&[], &[], false));
+    let p = plan(
+        Backend::IptablesNft,
+        &t,
+        Family::Ipv4,
+        &claims(&[], &[], false),
+    );
     assert_eq!(p.rules.len(), 3);
     assert_eq!(p.unrecorded_kept, 0);
     // --all takes everything whatever is kept.
     let mut all = claims(&[], &[], true);
     all.keep_unrecorded = true;
-    assert!(plan(Backend::Nft, &t, Family::Ipv4, &all).rules.len() >= 3);
+    assert!(
+        plan(Backend::IptablesNft, &t, Family::Ipv4, &all)
+            .rules
+            .len()
+            >= 3
+    );
 }

@@ -30,7 +30,7 @@ use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{Owner, goes_first, owner};
 use crate::model::oci::ContainerId;
-use crate::model::save::{Op, Table as Dump};
+use crate::model::save::{Dump, Op};
 use crate::model::table::Table;
 use crate::state::ledger::Manifest;
 

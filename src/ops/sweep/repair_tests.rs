@@ -28,7 +28,7 @@ fn manifest(id: &str, ports: &[u16]) -> Manifest {
         .iter()
         .map(|p| {
             RuleRecord::parse(
-                Backend::Nft,
+                Backend::IptablesNft,
                 Family::Ipv4,
                 "nat",
                 "NATLEDGER-HOSTPORTS",
@@ -75,10 +75,16 @@ fn planned_ranked(dump: &Dump, ranked: &Ranked) -> (Vec<String>, Repair) {
         kept: live.iter().map(|m| m.container_id.to_string()).collect(),
         ..Claims::default()
     };
-    let swept = plan(Backend::Nft, Table::Nat, dump, Family::Ipv4, &claims);
-    let caps = Backend::Nft.driver().capabilities();
+    let swept = plan(
+        Backend::IptablesNft,
+        Table::Nat,
+        dump,
+        Family::Ipv4,
+        &claims,
+    );
+    let caps = Backend::IptablesNft.driver().capabilities();
     let repair = repair(
-        Backend::Nft,
+        Backend::IptablesNft,
         caps,
         Family::Ipv4,
         Table::Nat,
@@ -199,7 +205,7 @@ fn only_the_containers_own_typed_rules_are_written() {
         ("NATLEDGER-HOSTPORTS", "-j MARK --set-mark 1".to_string()),
     ] {
         odd.rules.push(RuleRecord::parse(
-            Backend::Nft,
+            Backend::IptablesNft,
             Family::Ipv4,
             "nat",
             chain,
@@ -212,9 +218,9 @@ fn only_the_containers_own_typed_rules_are_written() {
     assert_eq!(ops.len(), 5, "{ops:?}");
     // Another backend's or family's records are not this table's.
     let v6 = manifest("v6", &[8080]);
-    let caps = Backend::Legacy.driver().capabilities();
+    let caps = Backend::IptablesLegacy.driver().capabilities();
     let other = repair(
-        Backend::Legacy,
+        Backend::IptablesLegacy,
         caps,
         Family::Ipv4,
         Table::Nat,
@@ -235,7 +241,7 @@ fn a_sweep_with_repair_puts_back_the_live_and_removes_the_dead() {
     use crate::ops::testing::{Call, FakeDriver, fake_context, fake_host, input};
     let dir = tempfile::tempdir().unwrap();
     let host = fake_host();
-    let nft = FakeDriver::new(Backend::Nft);
+    let nft = FakeDriver::new(Backend::IptablesNft);
     let drivers: [&dyn Driver; 1] = [&nft];
     let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
     crate::ops::create_runtime(&ctx, &input(dir.path())).unwrap();

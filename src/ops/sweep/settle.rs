@@ -50,7 +50,7 @@ pub(super) fn settle(
     } else {
         gone.extend(judged.temps);
         for e in locked.remove_files(&gone) {
-            report.errors.push(crate::chain::text(&e));
+            report.errors.push(crate::causes::text(&e));
         }
         for (path, fate) in &mut fates {
             if *fate == Fate::Removed && path.exists() {
@@ -109,7 +109,7 @@ fn settle_recorded(
         left.phase = Phase::Removing;
         left.rules = remaining;
         if let Err(e) = locked.store(&left) {
-            report.errors.push(crate::chain::text(&e));
+            report.errors.push(crate::causes::text(&e));
         }
     }
     Fate::KeptIncomplete

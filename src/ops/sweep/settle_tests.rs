@@ -14,19 +14,19 @@ fn record(backend: Backend, family: Family, table: &str) -> RuleRecord {
 
 #[test]
 fn only_the_tables_not_swept_keep_their_records() {
-    let (nft, v4, v6) = (Backend::Nft, Family::Ipv4, Family::Ipv6);
+    let (nft, v4, v6) = (Backend::IptablesNft, Family::Ipv4, Family::Ipv6);
     let rules = [
         record(nft, v4, "filter"),
         record(nft, v4, "nat"),
         record(nft, v6, "nat"),
-        record(Backend::Legacy, v4, "nat"),
+        record(Backend::IptablesLegacy, v4, "nat"),
     ];
     let mut tables = Vec::new();
     for (backend, family, table, state) in [
         (nft, v4, "filter", TableState::Failed),
         (nft, v4, "nat", TableState::Swept),
         (nft, v6, "nat", TableState::Swept),
-        (Backend::Legacy, v4, "nat", TableState::NotInstalled),
+        (Backend::IptablesLegacy, v4, "nat", TableState::NotInstalled),
     ] {
         let mut t = TableReport::new(backend, family, table);
         t.state = state;

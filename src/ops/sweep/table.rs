@@ -4,13 +4,13 @@
 //! again from a new read, once.
 
 use crate::backend::{Backend, BackendError, Driver, Reading};
-use crate::chain::Chain;
+use crate::causes::Causes;
 use crate::model::family::Family;
 use crate::model::table::Table;
 use crate::state::ledger::Manifest;
 
 use super::report::{TableReport, TableState};
-use super::{Claims, Context, Ranked, native, plan, repair};
+use super::{Claims, Context, Ranked, apply, plan, repair};
 
 /// Read one table of `driver`, plan, apply; re-plan from a new read once if the transaction fails.
 /// With `repair` (the live manifests in create's order), what they lack goes back in the same
@@ -42,11 +42,11 @@ pub(super) fn sweep_table(
             return report.planned(plan).restored(fix);
         }
         let applied = if fix.ops.is_empty() {
-            native::apply(ctx, driver, family, name.as_str(), &plan)
+            apply::apply(ctx, driver, family, name.as_str(), &plan)
         } else {
             let mut batch = plan.batch.clone();
             batch.ops.extend(fix.ops.iter().cloned());
-            native::apply_batch(ctx, driver, family, &batch)
+            apply::apply_batch(ctx, driver, family, &batch)
         };
         match applied {
             Ok(()) => {
@@ -64,10 +64,10 @@ pub(super) fn sweep_table(
             Err(e) if attempt == 0 => {
                 log::info!(
                     "{backend}/{family}/{name}: {}; reading the table again",
-                    Chain(&e)
+                    Causes(&e)
                 );
             }
-            Err(e) => return report.failed(crate::chain::text(&e)),
+            Err(e) => return report.failed(crate::causes::text(&e)),
         }
     }
     unreachable!("the second attempt returns")
@@ -87,13 +87,13 @@ fn read(
     family: Family,
     name: Table,
     repair: Option<&Ranked>,
-) -> Result<crate::model::save::Table, Unread> {
+) -> Result<crate::model::save::Dump, Unread> {
     match driver.read(&ctx.netfilter, family, name.as_str(), Reading::Ours) {
         Ok(Some(table)) => Ok(table),
         // A table gone whole (`nft flush ruleset`) holds nothing to remove, but may lack
         // live containers' rules.
         Ok(None) if repair.is_some_and(|live| needs(&live.manifests, driver.backend(), family)) => {
-            Ok(crate::model::save::Table {
+            Ok(crate::model::save::Dump {
                 name: name.as_str().to_string(),
                 ..Default::default()
             })
@@ -106,7 +106,7 @@ fn read(
             Err(Unread::Failed(format!("the {name} table exists, but {e}")))
         }
         Err(BackendError::ToolNotFound { .. }) => Err(Unread::State(TableState::NotInstalled)),
-        Err(e) => Err(Unread::Failed(crate::chain::text(&e))),
+        Err(e) => Err(Unread::Failed(crate::causes::text(&e))),
     }
 }
 

@@ -193,7 +193,7 @@ mod tests {
                     --ctreplsrc 10.77.0.2 --ctorigdstport 9000 --ctreplsrcport 80 \
                     -m comment --comment natledger:c1 -j ACCEPT";
         let record = RuleRecord::parse(
-            Backend::Legacy,
+            Backend::IptablesLegacy,
             Family::Ipv4,
             "filter",
             "NATLEDGER-FORWARD",
@@ -220,8 +220,13 @@ mod tests {
             ("nat", "-p tcp --bogus 1 -j ACCEPT"),
             ("mangle", "-m comment --comment natledger:c1 -j ACCEPT"),
         ] {
-            let record =
-                RuleRecord::parse(Backend::Nft, Family::Ipv4, table, "NATLEDGER-X", args(text));
+            let record = RuleRecord::parse(
+                Backend::IptablesNft,
+                Family::Ipv4,
+                table,
+                "NATLEDGER-X",
+                args(text),
+            );
             assert_eq!(record.rule(), None, "{table} {text}");
             assert_eq!(record.table_name(), table);
             assert_eq!(record.args().as_ref(), args(text).as_slice());

@@ -71,7 +71,7 @@ pub(crate) fn sample() -> Manifest {
         mappings: crate::model::portspec::parse_mappings("8080:80").unwrap(),
         addresses: vec!["10.77.0.2".parse().unwrap()],
         rules: vec![RuleRecord::parse(
-            Backend::Nft,
+            Backend::IptablesNft,
             Family::Ipv4,
             "nat",
             "NATLEDGER-HOSTPORTS",
@@ -192,7 +192,7 @@ fn a_planted_temp_link_is_not_followed() {
     // A planted manifest link is not read either.
     let id: ContainerId = "linked".parse().unwrap();
     std::os::unix::fs::symlink(&victim, ledger.manifest_path(&id)).unwrap();
-    let e = crate::chain::text(&ledger.load(&id).unwrap_err());
+    let e = crate::causes::text(&ledger.load(&id).unwrap_err());
     assert!(e.contains("symlink"), "{e}");
 }
 
@@ -207,7 +207,7 @@ fn a_fifo_lock_is_refused_not_waited_on() {
     fs::remove_file(state.join("lock")).unwrap();
     std::os::unix::fs::symlink(&fifo, state.join("lock")).unwrap();
     let s = state.clone();
-    let e = within_5s(move || crate::chain::text(&Ledger::new(s).lock().map(drop).unwrap_err()));
+    let e = within_5s(move || crate::causes::text(&Ledger::new(s).lock().map(drop).unwrap_err()));
     assert!(e.contains("symlink") && e.contains("lock"), "{e}");
     fs::remove_file(state.join("lock")).unwrap();
     nix::unistd::mkfifo(
@@ -222,7 +222,7 @@ fn a_fifo_lock_is_refused_not_waited_on() {
         .open(state.join("lock"))
         .unwrap();
     let s = state.clone();
-    let e = within_5s(move || crate::chain::text(&Ledger::new(s).lock().map(drop).unwrap_err()));
+    let e = within_5s(move || crate::causes::text(&Ledger::new(s).lock().map(drop).unwrap_err()));
     assert!(e.contains("not a regular file (a FIFO)"), "{e}");
 }
 
@@ -246,7 +246,7 @@ fn an_unsafe_state_directory_is_refused() {
     let chmod = |d: &Path, m| fs::set_permissions(d, fs::Permissions::from_mode(m)).unwrap();
     for (d, mode) in [(&state, 0o777), (&ledger.containers(), 0o770)] {
         chmod(d, mode);
-        let e = crate::chain::text(&ledger.lock().map(drop).unwrap_err());
+        let e = crate::causes::text(&ledger.lock().map(drop).unwrap_err());
         let shown = format!("{mode:04o}");
         assert!(
             e.contains(&d.display().to_string()) && e.contains(&shown),
@@ -256,7 +256,7 @@ fn an_unsafe_state_directory_is_refused() {
         chmod(d, 0o700);
     }
     std::os::unix::fs::chown(&state, Some(65534), None).unwrap();
-    let e = crate::chain::text(&ledger.lock().map(drop).unwrap_err());
+    let e = crate::causes::text(&ledger.lock().map(drop).unwrap_err());
     assert!(e.contains("uid 65534") && e.contains("another user"), "{e}");
     assert!(ledger.load(&"x".parse().unwrap()).is_err());
     // The directory natledger would create its state directory in is checked too.
@@ -267,7 +267,7 @@ fn an_unsafe_state_directory_is_refused() {
         .lock()
         .map(drop)
         .unwrap_err();
-    assert!(crate::chain::text(&e).contains("0777"), "{e}");
+    assert!(crate::causes::text(&e).contains("0777"), "{e}");
     assert!(!open.join("state").exists());
 }
 

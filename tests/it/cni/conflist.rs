@@ -104,7 +104,7 @@ fn a_conflist_add_check_del_forwards_and_restores() {
 
 #[test]
 fn portmap_serves_the_same_conflist() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let pod = node.topo.add_sandbox(2);
     let _server = serve_tcp(&pod, sock([0, 0, 0, 0], 80), "pod tcp");
     let net = Conflist::bridge(&node, "net1", 1).with_plugin("portmap", json!({}));
@@ -335,7 +335,7 @@ fn gc_deletes_the_cached_attachments_missing_from_the_valid_list() {
 
 #[test]
 fn the_lists_version_is_the_highest_debians_plugins_accept() {
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     let list = |version: &str| {
         let mut net = Conflist::bridge(&node, "net1", 1).with_plugin("natledger", json!({}));
         net.cni_version = version.into();

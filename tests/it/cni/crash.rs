@@ -54,7 +54,7 @@ impl<'n> Crashes<'n> {
         let iptables = if node.backend.is_iptables() {
             node.backend
         } else {
-            Backend::Nft
+            Backend::IptablesNft
         };
         load_rules(ns, iptables, Family::V4, FOREIGN);
         load_nft(ns, NFT_LOOK_ALIKES);

@@ -185,7 +185,7 @@ fn a_0_3_1_config_is_served_like_portmap_serves_it() {
 /// environment) write no rule and no manifest.
 #[test]
 fn refused_calls_write_no_rule_and_no_manifest() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let netns = format!("/run/netns/{}", c.ns);
     node.warm_up();
@@ -275,7 +275,7 @@ fn refused_calls_write_no_rule_and_no_manifest() {
 /// no manifest.
 #[test]
 fn calls_libcni_would_refuse_are_refused_with_error_objects() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let netns = format!("/run/netns/{}", c.ns);
     node.warm_up();
@@ -534,7 +534,7 @@ fn status_says_whether_natledger_can_write_here() {
         std::fs::write(&file, "").unwrap();
         assert_eq!(error_code(&status(&file.join("state"))), 50);
     }
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     // 1.0.0 has no STATUS.
     let config = json!({"cniVersion": "1.0.0", "name": "testnet", "type": "natledger"});
     let out = node.natledger(&[], &config.to_string(), &[("CNI_COMMAND", "STATUS")]);

@@ -174,7 +174,7 @@ fn held_port_the_newest_serves_and_the_oldest_gets_it_back() {
     });
 
     // The control: portmap accepts the second ADD; the older keeps the port until its DEL.
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let (a, b) = (node.topo.add_sandbox(2), node.topo.add_sandbox(3));
     let _servers = [serve(&a, "A"), serve(&b, "B")];
     let net = conflist(&node, "portmap");
@@ -392,7 +392,7 @@ fn hairpin_between_sandboxes_with_br_netfilter_off() {
     });
 
     // The control: portmap's hairpin masquerade reaches it too.
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     br_netfilter_off(&node);
     let (a, b) = (node.topo.add_sandbox(2), node.topo.add_sandbox(3));
     let _servers = serve(&a, "A");
@@ -444,7 +444,7 @@ fn lost_state_check_passes_and_del_removes_every_rule() {
 
     // The control: portmap keeps no state; its DEL, with the cached runtimeConfig, recomputes
     // its chain's name and removes it.
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let pod = node.topo.add_sandbox(2);
     let _servers = serve(&pod, "pod");
     let net = conflist(&node, "portmap");

@@ -240,7 +240,7 @@ fn live_a_drop_policy_breaks_a_foreign_forward() {
 /// doctor says so, and says why.
 #[test]
 fn live_a_drop_in_the_other_backend_is_reported() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let host = node.topo.node().to_string();
     let ext = node.topo.ext().to_string();
     run_in(
@@ -251,7 +251,7 @@ fn live_a_drop_in_the_other_backend_is_reported() {
     );
     load_rules(
         &host,
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*filter\n:FORWARD DROP [0:0]\nCOMMIT\n",
     );

@@ -95,13 +95,13 @@ fn seed001_usual_leftovers_only_in_the_unused_backend() {
 #[test]
 fn live_leftovers_in_the_unused_backend_drop_and_the_fix_works() {
     let active = match natledger::backend::detect(natledger::kernel::host_root::Lookup(None)) {
-        natledger::backend::Backend::Legacy => Backend::Legacy,
+        natledger::backend::Backend::IptablesLegacy => Backend::IptablesLegacy,
         // `detect` names the host's iptables backend, never natledger's own tables.
-        _ => Backend::Nft,
+        _ => Backend::IptablesNft,
     };
     let unused = match active {
-        Backend::Legacy => Backend::Nft,
-        _ => Backend::Legacy,
+        Backend::IptablesLegacy => Backend::IptablesNft,
+        _ => Backend::IptablesLegacy,
     };
     let mut node = Node::new(active);
     let host = node.topo.node().to_string();

@@ -145,25 +145,30 @@ fn ladder_case(backend: Backend, chains: usize, ways: usize) {
 #[test]
 fn ladders_in_iptables_legacy_under_1gib() {
     for (chains, ways) in [(30, 4), (30, 8), (31, 16)] {
-        ladder_case(Backend::Legacy, chains, ways);
+        ladder_case(Backend::IptablesLegacy, chains, ways);
     }
 }
 
 #[test]
 fn ladders_in_iptables_nft_under_1gib() {
     for (chains, ways) in [(15, 4), (15, 8), (15, 16)] {
-        ladder_case(Backend::Nft, chains, ways);
+        ladder_case(Backend::IptablesNft, chains, ways);
     }
 }
 
 #[test]
 fn a_ladder_deeper_than_doctor_follows_is_named() {
-    let mut node = Node::new(Backend::Legacy);
+    let mut node = Node::new(Backend::IptablesLegacy);
     let stale = node.topo.add_container(2);
     let live = node.topo.add_container(3);
     let _server = serve_tcp(&live.ns, live.sock_v4(PORT), "live");
     let rules = ladder(40, 2, &stale.v4.to_string(), &live.v4.to_string());
-    load_rules(node.topo.node(), Backend::Legacy, Family::V4, &rules);
+    load_rules(
+        node.topo.node(),
+        Backend::IptablesLegacy,
+        Family::V4,
+        &rules,
+    );
     let before = node.dump();
 
     let d = limited_json(&node);

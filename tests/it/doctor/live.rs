@@ -13,7 +13,7 @@ const T: Duration = Duration::from_secs(3);
 /// container and an unforwarded listener: no finding.
 #[test]
 fn live_clean_namespace_has_no_findings() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     let d = live(&node, &[]);
     assert_eq!((d.code, d.findings().len()), (0, 0), "{}", d.show());
     assert_eq!(d.report["complete"], true);
@@ -24,7 +24,7 @@ fn live_clean_namespace_has_no_findings() {
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "web");
     load_rules(
         node.topo.node(),
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n:DOCKER - [0:0]\n-A PREROUTING -m addrtype --dst-type LOCAL -j DOCKER\n\
          -A DOCKER -i docker0 -j RETURN\n\
@@ -115,12 +115,12 @@ fn live_shadowed_dnat() {
 /// routes as evidence); one to a live container on the bridge is not.
 #[test]
 fn live_dead_target() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let _server = serve_tcp(&c.ns, c.sock_v4(80), "alive");
     load_rules(
         node.topo.node(),
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n\
          -A PREROUTING -p tcp -m addrtype --dst-type LOCAL -m tcp --dport 7001 -j DNAT --to-destination 10.99.0.5:80\n\
@@ -155,11 +155,11 @@ fn live_dead_target() {
 /// Findings come worst first, and `--port` keeps only that port's.
 #[test]
 fn live_port_filter_and_worst_first() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let _c = node.topo.add_container(2);
     load_rules(
         node.topo.node(),
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n\
          -A PREROUTING -p tcp -m tcp --dport 7101 -j DNAT --to-destination 10.99.0.5:80\n\

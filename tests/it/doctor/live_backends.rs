@@ -10,9 +10,11 @@ use crate::common::*;
 fn live_split_backends() {
     let (active, unused) =
         match natledger::backend::detect(natledger::kernel::host_root::Lookup(None)) {
-            natledger::backend::Backend::Legacy => (Backend::Legacy, Backend::Nft),
+            natledger::backend::Backend::IptablesLegacy => {
+                (Backend::IptablesLegacy, Backend::IptablesNft)
+            }
             // `detect` names the host's iptables backend, never natledger's own tables.
-            _ => (Backend::Nft, Backend::Legacy),
+            _ => (Backend::IptablesNft, Backend::IptablesLegacy),
         };
     let node = Node::new(active);
     let kube = "*filter\n:KUBE-FIREWALL - [0:0]\n-A INPUT -j KUBE-FIREWALL\n\

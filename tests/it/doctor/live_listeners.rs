@@ -11,12 +11,12 @@ const T: Duration = Duration::from_secs(3);
 /// non-Kubernetes process listens on 30080 (IPv4): its traffic goes to the pod.
 #[test]
 fn live_seed003_nodeport_hijacks_a_listener() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let pod = node.topo.add_container(2);
     let _pod = serve_tcp(&pod.ns, pod.sock_v4(80), "pod");
     load_fixture(
         &node,
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "seed003_kube_nodeport.nft.txt",
     );
@@ -70,12 +70,12 @@ fn live_seed003_nodeport_hijacks_a_listener() {
 /// DNAT hijacks it just the same.
 #[test]
 fn live_seed003_nodeport_hijacks_a_dual_stack_listener() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let pod = node.topo.add_container(2);
     let _pod = serve_tcp(&pod.ns, pod.sock_v4(80), "pod");
     load_fixture(
         &node,
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "seed003_kube_nodeport.nft.txt",
     );
@@ -100,10 +100,10 @@ fn live_seed003_nodeport_hijacks_a_dual_stack_listener() {
 /// to one of them, so the listener gets none: all of its traffic is taken (an error).
 #[test]
 fn live_seed003_two_endpoints_take_all_traffic() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     load_fixture(
         &node,
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "seed003_kube_nodeport_two_endpoints.nft.txt",
     );
@@ -125,8 +125,8 @@ fn live_seed003_two_endpoints_take_all_traffic() {
 /// A node with `fixture` loaded and a busybox httpd listening on `port`, whose connections
 /// from outside are refused; doctor's report and its one hijacked-listener finding.
 fn refused_listener(fixture: &str, port: u16) -> (Node, Proc, Doc) {
-    let node = Node::new(Backend::Nft);
-    load_fixture(&node, Backend::Nft, Family::V4, fixture);
+    let node = Node::new(Backend::IptablesNft);
+    load_fixture(&node, Backend::IptablesNft, Family::V4, fixture);
     let local = httpd_v4(&node, port);
     let refused = tcp_request(node.topo.ext(), sock(NODE_V4, port), T);
     assert_eq!(

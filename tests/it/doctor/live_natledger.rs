@@ -7,7 +7,7 @@ use crate::common::*;
 /// manifest is dead (a warning, fixed by `natledger sweep`); after sweep, nothing.
 #[test]
 fn live_natledger_dead_manifest() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.create("gone", Some(pid), &[("io.natledger.ports", "8082:80")]);
@@ -54,11 +54,11 @@ fn live_natledger_dead_manifest() {
 /// A rule deleted by hand from a live container: its ports do not forward (an error).
 #[test]
 fn live_natledger_missing_rule() {
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     let c = node.topo.add_container(2);
     let pid = node.topo.spawn_sleeper(&c.ns);
     node.create("live", Some(pid), &[("io.natledger.ports", "8083:80")]);
-    let nat = save(node.topo.node(), Backend::Nft, Family::V4);
+    let nat = save(node.topo.node(), Backend::IptablesNft, Family::V4);
     let dnat = nat
         .lines()
         .find(|l| {
@@ -96,11 +96,11 @@ fn live_natledger_missing_rule() {
 /// DNAT is also a dead target.
 #[test]
 fn live_natledger_orphan_rules() {
-    let node = Node::new(Backend::Nft);
+    let node = Node::new(Backend::IptablesNft);
     node.warm_up();
     load_rules(
         node.topo.node(),
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n-A NATLEDGER-MASQ -s 10.77.0.9/32 -d 10.77.0.9/32 -p tcp -m tcp --dport 80 -m comment --comment natledger:ghost -j MASQUERADE\nCOMMIT\n",
     );
@@ -120,7 +120,7 @@ fn live_natledger_orphan_rules() {
 
     load_rules(
         node.topo.node(),
-        Backend::Nft,
+        Backend::IptablesNft,
         Family::V4,
         "*nat\n-I NATLEDGER-HOSTPORTS -p tcp -m tcp --dport 7777 -m comment --comment natledger:ghost -j DNAT --to-destination 10.77.0.9:80\nCOMMIT\n",
     );

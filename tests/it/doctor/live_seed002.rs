@@ -9,10 +9,10 @@ use crate::common::*;
 /// state file with a live pid); nothing reserves the stale pod's. Returns doctor's report.
 fn seed002_live_report() -> Doc {
     use natledger::analysis::doctor::{self as nl, DoctorOptions, evidence::Roots};
-    let mut node = Node::new(Backend::Nft);
+    let mut node = Node::new(Backend::IptablesNft);
     load_fixture(
         &node,
-        Backend::Legacy,
+        Backend::IptablesLegacy,
         Family::V4,
         "seed002_cni_portmap_stale.legacy.txt",
     );
@@ -49,7 +49,7 @@ fn seed002_live_report() -> Doc {
             ledger: natledger::state::ledger::Ledger::new(ledger_dir),
             netfilter: natledger::backend::Netfilter::new(&runner),
             host_backend: natledger::backend::Detected {
-                backend: natledger::backend::Backend::Legacy,
+                backend: natledger::backend::Backend::IptablesLegacy,
                 how: "seed 002's host uses iptables-legacy".into(),
             },
             roots,

@@ -160,7 +160,7 @@ fn another_owners_accept_above_the_guard(node: &Node, secrets: &Secrets, attacke
 fn another_tables_accept_cannot_bypass_the_guard(node: &Node, secrets: &Secrets, attacker: &str) {
     let host = node.topo.node();
     let accept = ["-t", "filter", "-I", "INPUT", "-i", "br0", "-j", "ACCEPT"];
-    iptables(host, Backend::Nft, &accept);
+    iptables(host, Backend::IptablesNft, &accept);
     let doc = live(node, &[]);
     assert!(
         doc.of_kind("localhost-exposed").is_empty(),
@@ -173,5 +173,5 @@ fn another_tables_accept_cannot_bypass_the_guard(node: &Node, secrets: &Secrets,
         "nftables: another table's accept bypassed natledger's guard"
     );
     let delete = ["-t", "filter", "-D", "INPUT", "-i", "br0", "-j", "ACCEPT"];
-    iptables(host, Backend::Nft, &delete);
+    iptables(host, Backend::IptablesNft, &delete);
 }

@@ -29,7 +29,7 @@ use natledger::backend::Backend;
 use natledger::model::anyrule::{Cond, Match, Target, parse_rule};
 use natledger::model::family::Family;
 use natledger::model::portspec::PortRange;
-use natledger::model::save::{Table, parse_dump};
+use natledger::model::save::{Dump, parse_dump};
 
 struct Rng(u64);
 
@@ -179,7 +179,7 @@ struct Chains<'t> {
 }
 
 impl<'t> Chains<'t> {
-    fn of(table: &'t Table) -> Chains<'t> {
+    fn of(table: &'t Dump) -> Chains<'t> {
         let mut rules: HashMap<&str, Vec<(Match, Target)>> = HashMap::new();
         for (c, _) in &table.chains {
             rules.entry(c).or_default();
@@ -537,7 +537,9 @@ fn run_cases(
 fn every_claimed_shadow_is_confirmed_by_packets() {
     let cases = env_number("NATLEDGER_PROP_CASES", 2_000);
     let first = env_number("NATLEDGER_PROP_SEED", 1);
-    let tally = run_cases(cases, first, |sets| check_rulesets(sets, Backend::Nft).0);
+    let tally = run_cases(cases, first, |sets| {
+        check_rulesets(sets, Backend::IptablesNft).0
+    });
     // The generator must exercise the check: shadows are common in random tables.
     assert!(
         tally.claims >= cases as usize / 4,
@@ -561,7 +563,7 @@ fn claims_are_confirmed_by_packets_when_chains_are_merged_and_walks_cut() {
         ..LIMITS
     };
     let tally = run_cases(cases, first, |sets| {
-        check_rulesets_within(sets, Backend::Nft, limits).0
+        check_rulesets_within(sets, Backend::IptablesNft, limits).0
     });
     assert!(
         tally.claims >= cases as usize / 8,

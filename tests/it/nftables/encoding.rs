@@ -264,8 +264,8 @@ fn traffic(node: &Node, what: &str) {
 
 #[test]
 fn natledgers_rules_are_encoded_as_nft_encodes_them() {
-    let mut a = Node::new(Backend::Nftables);
-    let mut b = Node::new(Backend::Nftables);
+    let mut a = Node::new(Backend::OwnNftables);
+    let mut b = Node::new(Backend::OwnNftables);
     let _servers = [containers(&mut a), containers(&mut b)];
     let (a_ns, b_ns) = (a.topo.node().to_string(), b.topo.node().to_string());
     let pristine = a.dump();

@@ -224,7 +224,7 @@ fn no_process(execs: &[String], what: &str) {
 
 #[test]
 fn auto_without_any_iptables_tool_is_nftables_and_starts_no_process() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let _servers = serve(&c, 80, "c2");
     let pid = node.topo.spawn_sleeper(&c.ns);
@@ -330,7 +330,7 @@ fn auto_without_any_iptables_tool_is_nftables_and_starts_no_process() {
 /// is written.
 #[test]
 fn a_shifted_port_range_is_refused_and_nothing_is_written() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let pid = node.topo.spawn_sleeper(&c.ns);
     for (label, pristine) in [("empty host", true), ("natledger's tables there", false)] {
@@ -400,10 +400,30 @@ fn load_stale_owners(node: &Node) {
              -A STALE -p udp -m udp --dport 8080 -j DNAT --to-destination {to}\nCOMMIT\n"
         )
     };
-    load_rules(host, Backend::Nft, Family::V4, &kube("10.77.0.3:81"));
-    load_rules(host, Backend::Nft, Family::V6, &kube("[fd77::3]:81"));
-    load_rules(host, Backend::Legacy, Family::V4, &legacy("10.77.0.3:82"));
-    load_rules(host, Backend::Legacy, Family::V6, &legacy("[fd77::3]:82"));
+    load_rules(
+        host,
+        Backend::IptablesNft,
+        Family::V4,
+        &kube("10.77.0.3:81"),
+    );
+    load_rules(
+        host,
+        Backend::IptablesNft,
+        Family::V6,
+        &kube("[fd77::3]:81"),
+    );
+    load_rules(
+        host,
+        Backend::IptablesLegacy,
+        Family::V4,
+        &legacy("10.77.0.3:82"),
+    );
+    load_rules(
+        host,
+        Backend::IptablesLegacy,
+        Family::V6,
+        &legacy("[fd77::3]:82"),
+    );
     let native = |family: &str, to: &str| {
         let rules = format!(
             "fib daddr type local tcp dport 8080 dnat to {to}\n\
@@ -436,7 +456,7 @@ fn answered_by_stale(node: &Node, what: &str) {
 
 #[test]
 fn natledger_wins_over_stale_dnats_of_other_owners_and_leaves_them_alone() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let decoy = node.topo.add_container(3);
     let _servers = serve(&c, 80, "c2");

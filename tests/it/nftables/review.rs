@@ -14,7 +14,7 @@ fn nft(node: &Node, args: &[&str], stdin: Option<&str>) -> String {
 /// find and delete exactly them.
 #[test]
 fn poststop_after_a_ruleset_reload_removes_the_rules() {
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     node.warm_up();
     let before = node.dump();
     let ip = ("io.natledger.ip", "10.77.0.2,fd77::2");
@@ -51,7 +51,7 @@ fn poststop_after_a_ruleset_reload_removes_the_rules() {
 /// kernel refuses, every time.
 #[test]
 fn sweep_all_with_an_opaque_foreign_jump_into_a_natledger_chain() {
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     node.warm_up();
     nft(&node, &["add", "chain", "ip", "natledger", "theirs"], None);
     nft(
@@ -114,7 +114,7 @@ fn poststop_when_the_table_is_gone_or_partly_gone() {
         ("whole ruleset flushed", &[&["flush", "ruleset"]]),
     ];
     for (what, commands) in cases {
-        let node = Node::new(Backend::Nftables);
+        let node = Node::new(Backend::OwnNftables);
         let ip = ("io.natledger.ip", "10.77.0.2,fd77::2");
         node.create(
             "c1",
@@ -154,7 +154,7 @@ fn a_commit_planned_before_someone_else_changed_the_table_is_refused() {
     use natledger::kernel::nftables::Session;
     use natledger::model::save::{Batch, Op};
 
-    let node = Node::new(Backend::Nftables);
+    let node = Node::new(Backend::OwnNftables);
     let ns = node.topo.node().to_string();
     nft(
         &node,

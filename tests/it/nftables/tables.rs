@@ -72,7 +72,7 @@ const UNTAGGED: &str = "tcp dport 9998 drop";
 
 #[test]
 fn poststop_and_sweep_delete_only_what_natledger_wrote() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let _servers = serve(&c, "c1");
     let pid = node.topo.spawn_sleeper(&c.ns);
@@ -206,7 +206,7 @@ fn localhost_path_works(node: &Node, what: &str) {
 
 #[test]
 fn the_guard_drops_a_neighbours_packets_to_localhost_and_the_localhost_path_works() {
-    let mut node = Node::new(Backend::Nftables);
+    let mut node = Node::new(Backend::OwnNftables);
     let c = node.topo.add_container(2);
     let attacker = node.topo.add_container(3).ns;
     let host = node.topo.node().to_string();

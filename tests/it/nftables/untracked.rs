@@ -53,7 +53,7 @@ fn untracked_packets_to_localhost_are_dropped_on_every_backend() {
             node.dump()
         );
 
-        if backend == Backend::Nftables {
+        if backend == Backend::OwnNftables {
             let listed = nft(
                 &host,
                 &["-a", "list", "chain", "ip", "natledger", "NATLEDGER-INPUT"],

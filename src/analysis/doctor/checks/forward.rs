@@ -17,10 +17,10 @@ use crate::backend::Backend;
 use crate::model::anyrule::{Cond, Match, Target};
 use crate::model::layout::{Owner, owner};
 use crate::model::portspec::PortRange;
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 /// A ruleset's filter table, parsed.
-type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
+type Filter<'a> = (&'a Ruleset, &'a Dump, Vec<(Match, Target)>);
 
 impl Checks<'_> {
     pub(crate) fn forward_drops(&mut self) {
@@ -168,7 +168,7 @@ impl Checks<'_> {
         step: &Step,
         forwarded: &Packet,
         set: &Ruleset,
-        filter: &Table,
+        filter: &Dump,
         (by, reply): (Option<&SavedRule>, bool),
     ) -> Finding {
         let (port, protocol) = port_of(&step.cond);
@@ -287,7 +287,7 @@ fn dropped_fix(
     match owner(&step.rule.chain, &step.rule.args) {
         // The nftables backend writes no accept: one in its own table could not override
         // this drop (each table's forward chain decides for itself).
-        Owner::Container(id) if w.set.backend == Backend::Nftables => format!(
+        Owner::Container(id) if w.set.backend == Backend::OwnNftables => format!(
             "natledger's nftables backend writes no forward accept (one in its own table \
              cannot override a drop in another): accept the connections its DNAT made \
              where they are dropped ({accept}; on a Docker host, in DOCKER-USER), or \

@@ -61,7 +61,7 @@ impl Host {
     pub(crate) fn gather(opts: &DoctorOptions, machine: &dyn machine::Host) -> Host {
         let (manifests, ledger_error) = match opts.ledger.list() {
             Ok(all) => (all.into_iter().flatten().collect(), None),
-            Err(e) => (Vec::new(), Some(crate::chain::text(&e))),
+            Err(e) => (Vec::new(), Some(crate::causes::text(&e))),
         };
         Host {
             liveness: Liveness::judge(machine, &manifests),
@@ -161,12 +161,12 @@ fn own_tables(opts: &DoctorOptions) -> Vec<Ruleset> {
     Family::ALL
         .into_iter()
         .filter_map(|family| {
-            let tables = Backend::Nftables
+            let tables = Backend::OwnNftables
                 .driver()
                 .read_all(&opts.netfilter, family)
                 .ok()?;
             (!tables.is_empty()).then(|| Ruleset {
-                backend: Backend::Nftables,
+                backend: Backend::OwnNftables,
                 family,
                 source: "live".into(),
                 tables,

@@ -393,14 +393,14 @@ mod tests {
     /// The shadow check's findings on [`STACK`] with the host `fake`.
     fn shadowed(fake: &FakeHost) -> Vec<Finding> {
         let sets = [Ruleset {
-            backend: Backend::Nft,
+            backend: Backend::IptablesNft,
             family: Family::Ipv4,
             source: "test".into(),
             tables: parse_dump(STACK).unwrap(),
         }];
         let host = Host::of_manifests(manifests(), fake);
         let detected = Detected {
-            backend: Backend::Nft,
+            backend: Backend::IptablesNft,
             how: "test".into(),
         };
         let mut checks = Checks::new(&sets, Some(&host), detected, paths::LIMITS);

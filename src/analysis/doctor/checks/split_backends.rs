@@ -20,7 +20,7 @@ use crate::analysis::doctor::{Finding, Kind, RuleRef, Ruleset, Severity};
 use crate::backend::{Backend, Detected};
 use crate::model::anyrule::{Target, parse_rule};
 use crate::model::layout::is_owned_chain;
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 /// Chains kubelet creates so that containers can tell which backend the host uses.
 const HINT_CHAINS: [&str; 2] = ["KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"];
@@ -82,14 +82,20 @@ impl Checks<'_> {
         };
         let hint = "kubelet's hint chain KUBE-IPTABLES-HINT or KUBE-KUBELET-CANARY, as \
                     kubernetes-sigs/iptables-wrappers decides";
-        let how = match (hinted(Backend::Nft), hinted(Backend::Legacy)) {
-            (true, false) => (Backend::Nft, format!("only the nft dump holds {hint}")),
+        let how = match (
+            hinted(Backend::IptablesNft),
+            hinted(Backend::IptablesLegacy),
+        ) {
+            (true, false) => (
+                Backend::IptablesNft,
+                format!("only the nft dump holds {hint}"),
+            ),
             (false, true) => (
-                Backend::Legacy,
+                Backend::IptablesLegacy,
                 format!("only the legacy dump holds {hint}"),
             ),
             (true, true) => (
-                Backend::Nft,
+                Backend::IptablesNft,
                 "both dumps hold kubelet's hint chains, and iptables-wrappers looks at nft first"
                     .to_string(),
             ),
@@ -101,10 +107,10 @@ impl Checks<'_> {
                         .map(Ruleset::rule_count)
                         .sum()
                 };
-                let (nft, legacy) = (count(Backend::Nft), count(Backend::Legacy));
+                let (nft, legacy) = (count(Backend::IptablesNft), count(Backend::IptablesLegacy));
                 let more = match nft.cmp(&legacy) {
-                    std::cmp::Ordering::Greater => Backend::Nft,
-                    std::cmp::Ordering::Less => Backend::Legacy,
+                    std::cmp::Ordering::Greater => Backend::IptablesNft,
+                    std::cmp::Ordering::Less => Backend::IptablesLegacy,
                     std::cmp::Ordering::Equal => return None,
                 };
                 (
@@ -141,7 +147,10 @@ impl Checks<'_> {
             if counts.len() < 2 || owner == "NATLEDGER" {
                 continue;
             }
-            let (legacy, nft) = (counts[&Backend::Legacy], counts[&Backend::Nft]);
+            let (legacy, nft) = (
+                counts[&Backend::IptablesLegacy],
+                counts[&Backend::IptablesNft],
+            );
             self.findings.push(Finding {
                 severity: Severity::Warning,
                 kind: Kind::SplitBackends,
@@ -165,7 +174,7 @@ impl Checks<'_> {
     }
 
     /// One finding per owner with rules in `table` of the unused backend.
-    fn leftovers(&self, set: &Ruleset, table: &Table, active: &Detected) -> Vec<Finding> {
+    fn leftovers(&self, set: &Ruleset, table: &Dump, active: &Detected) -> Vec<Finding> {
         let reached = reachable(table);
         let builtin = |c: &str| table.chains.iter().any(|(n, p)| n == c && p != "-");
         let mut owners: BTreeMap<&'static str, Leftover> = BTreeMap::new();
@@ -217,7 +226,7 @@ impl Checks<'_> {
     fn leftover_finding(
         &self,
         set: &Ruleset,
-        table: &Table,
+        table: &Dump,
         active: &Detected,
         owner: &str,
         left: &Leftover,
@@ -255,7 +264,7 @@ impl Checks<'_> {
 /// whether it has `also` rules in the backend in use.
 fn leftover_summary(
     set: &Ruleset,
-    table: &Table,
+    table: &Dump,
     in_use: Backend,
     owner: &str,
     left: &Leftover,
@@ -297,7 +306,7 @@ fn leftover_summary(
 /// How the backend in use was decided, and the owner's chains in the unused one.
 fn leftover_evidence(
     set: &Ruleset,
-    table: &Table,
+    table: &Dump,
     active: &Detected,
     left: &Leftover,
 ) -> Vec<String> {
@@ -323,7 +332,7 @@ fn leftover_evidence(
 }
 
 /// The rules named: those in built-in chains, then the acting ones not among them.
-fn leftover_rules(set: &Ruleset, table: &Table, left: &Leftover) -> Vec<RuleRef> {
+fn leftover_rules(set: &Ruleset, table: &Dump, left: &Leftover) -> Vec<RuleRef> {
     let refs = |rules: &[(usize, &SavedRule)]| -> Vec<RuleRef> {
         rules
             .iter()
@@ -344,7 +353,7 @@ fn leftover_rules(set: &Ruleset, table: &Table, left: &Leftover) -> Vec<RuleRef>
 
 /// Jumps and rules in built-in chains first (deleting the jumps stops the rest), then the
 /// chains' rules and the chains themselves.
-fn leftover_fix(set: &Ruleset, table: &Table, left: &Leftover) -> Option<String> {
+fn leftover_fix(set: &Ruleset, table: &Dump, left: &Leftover) -> Option<String> {
     let tool = tool(set);
     let mut fix: Vec<String> = left
         .in_builtins
@@ -399,7 +408,7 @@ fn drop_policies(set: &Ruleset, active: &Detected) -> Vec<Finding> {
 
 /// The chains of `table` that packets reach: the built-in ones and every chain a reached
 /// rule jumps or goes to.
-fn reachable(table: &Table) -> HashSet<&str> {
+fn reachable(table: &Dump) -> HashSet<&str> {
     let mut reached: HashSet<&str> = table
         .chains
         .iter()

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use super::may_take;
 use crate::analysis::iptables::packet::Packet;
-use crate::model::save::{ChainIndex, Table};
+use crate::model::save::{ChainIndex, Dump};
 
 /// The rules of a chain a walk kept, with their 1-based positions.
 pub type Kept = Vec<(usize, Vec<String>)>;
@@ -24,12 +24,12 @@ pub trait Chains {
 
 /// A parsed dump as a walk reads it, its chains indexed once.
 pub struct Saved<'t> {
-    table: &'t Table,
+    table: &'t Dump,
     index: ChainIndex<'t>,
 }
 
 impl<'t> Saved<'t> {
-    pub fn new(table: &'t Table) -> Saved<'t> {
+    pub fn new(table: &'t Dump) -> Saved<'t> {
         Saved {
             table,
             index: table.index(),

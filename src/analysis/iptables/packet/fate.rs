@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use super::Packet;
 use crate::analysis::verdict::Tri;
 use crate::model::anyrule::{Match, Target};
-use crate::model::save::{ChainIndex, SavedRule, Table};
+use crate::model::save::{ChainIndex, Dump, SavedRule};
 
 /// Chains deeper than this are not followed (iptables itself refuses loops).
 const MAX_DEPTH: usize = 32;
@@ -48,7 +48,7 @@ enum Flow<'t> {
 /// dropped); an accept that might not apply, or a RETURN or goto that might not, make the
 /// fate unknown.
 pub fn fate<'t>(
-    table: &'t Table,
+    table: &'t Dump,
     parsed: &[(Match, Target)],
     builtin: &str,
     packet: &Packet,
@@ -70,7 +70,7 @@ pub fn fate<'t>(
 }
 
 struct Eval<'t, 'p> {
-    table: &'t Table,
+    table: &'t Dump,
     index: ChainIndex<'t>,
     parsed: &'p [(Match, Target)],
     packet: &'p Packet,

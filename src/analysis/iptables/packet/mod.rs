@@ -263,9 +263,9 @@ fn states_test(ct: &Conntrack, list: &str) -> Tri {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::save::{Table, parse_dump};
+    use crate::model::save::{Dump, parse_dump};
 
-    fn table(text: &str) -> Table {
+    fn table(text: &str) -> Dump {
         parse_dump(text).unwrap().remove(0)
     }
 

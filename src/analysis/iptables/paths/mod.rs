@@ -21,7 +21,7 @@ use std::rc::Rc;
 use serde::Serialize;
 
 use crate::model::anyrule::{Cond, Match, Target, parse_rule};
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 mod walker;
 
@@ -189,7 +189,7 @@ impl Step<'_> {
 }
 
 /// Every rule of a table parsed once, in table order (walks of several hooks share it).
-pub(crate) fn parse_table(table: &Table) -> Vec<(Match, Target)> {
+pub(crate) fn parse_table(table: &Dump) -> Vec<(Match, Target)> {
     table.rules.iter().map(|r| parse_rule(&r.args)).collect()
 }
 
@@ -216,7 +216,7 @@ impl<'t> Walk<'t> {
     /// Walk `hook` of `table` (`parsed` is [`parse_table`] of it) and find the shadows of the
     /// steps `interesting` selects, within [`LIMITS`].
     pub fn new(
-        table: &'t Table,
+        table: &'t Dump,
         parsed: &[(Match, Target)],
         hook: &'static str,
         interesting: impl Fn(&Step) -> bool,
@@ -226,7 +226,7 @@ impl<'t> Walk<'t> {
 
     /// [`Walk::new`], spending from `budget` (shared by the walks of one run).
     pub fn within(
-        table: &'t Table,
+        table: &'t Dump,
         parsed: &[(Match, Target)],
         hook: &'static str,
         interesting: impl Fn(&Step) -> bool,

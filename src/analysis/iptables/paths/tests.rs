@@ -4,7 +4,7 @@
 use super::*;
 use crate::model::save::parse_dump;
 
-pub(super) fn table(lines: &str) -> Table {
+pub(super) fn table(lines: &str) -> Dump {
     parse_dump(&format!("*nat\n{lines}\nCOMMIT\n"))
         .unwrap()
         .remove(0)
@@ -15,7 +15,7 @@ pub(super) fn dnat(step: &Step) -> bool {
 }
 
 /// The steps of `hook`, and whether the walk was complete.
-fn walk<'t>(t: &'t Table, parsed: &[(Match, Target)], hook: &str) -> (Vec<Step<'t>>, bool) {
+fn walk<'t>(t: &'t Dump, parsed: &[(Match, Target)], hook: &str) -> (Vec<Step<'t>>, bool) {
     let w = walker::walk(t, parsed, hook, &Budget::new(LIMITS));
     (w.steps, w.cuts.is_empty())
 }

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 
-use crate::model::ruleset::{Key, Nat, NatAddr, Operand, Ruleset, SetRef, Stmt, Table, Value};
+use crate::model::ruleset::{Key, Nat, NatAddr, NftTable, Operand, Ruleset, SetRef, Stmt, Value};
 
 /// The addresses to probe, grouped.
 #[derive(Debug, Default)]
@@ -87,7 +87,7 @@ impl Dests {
 
 /// The key and the values a statement compares packets with: a match's right side (listed
 /// or a named set's elements), a verdict map's or nat map's keys.
-fn compared<'t>(t: &'t Table, s: &'t Stmt) -> Option<(&'t [Key], Vec<&'t Value>)> {
+fn compared<'t>(t: &'t NftTable, s: &'t Stmt) -> Option<(&'t [Key], Vec<&'t Value>)> {
     let elements = |set: &str| t.set(set).map(|s| s.elements.as_slice()).unwrap_or(&[]);
     Some(match s {
         Stmt::Match(m) => (

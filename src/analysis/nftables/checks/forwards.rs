@@ -5,15 +5,15 @@
 use std::collections::HashSet;
 
 use super::super::fate::{End, Path};
-use super::super::{NativeFinding, NativeKind, Place, Severity, is_local, words};
+use super::super::{NftFinding, NftKind, Place, Severity, is_local, words};
 use super::{Ctx, ports, protocols};
 use crate::analysis::verdict::Tri;
 use crate::model::portspec::Protocol;
 
 impl Ctx<'_> {
-    pub(crate) fn forwards(&self) -> Vec<NativeFinding> {
+    pub(crate) fn forwards(&self) -> Vec<NftFinding> {
         let mut out = Vec::new();
-        let mut seen: HashSet<(NativeKind, Place)> = HashSet::new();
+        let mut seen: HashSet<(NftKind, Place)> = HashSet::new();
         for (proto, port) in ports(self.rs) {
             for protocol in protocols(proto) {
                 if !self.start(port) {
@@ -27,7 +27,7 @@ impl Ctx<'_> {
                         if let Some(live) = &self.host.live
                             && remote
                             && !live.contains(&d.to)
-                            && seen.insert((NativeKind::DeadTarget, d.place.clone()))
+                            && seen.insert((NftKind::DeadTarget, d.place.clone()))
                         {
                             let all = f.all(|x| x.dnat.as_ref() == Some(d));
                             out.push(self.dead(d.place.clone(), d.to, d.port, protocol, port, all));
@@ -40,7 +40,7 @@ impl Ctx<'_> {
                         } = &o.end
                             && remote
                             && probe.path == Path::Outside
-                            && seen.insert((NativeKind::ForwardDropped, d.place.clone()))
+                            && seen.insert((NftKind::ForwardDropped, d.place.clone()))
                         {
                             let all = f.all(|x| {
                                 x.dnat.as_ref() == Some(d)
@@ -60,7 +60,7 @@ impl Ctx<'_> {
                             .iptables_forwards
                             .iter()
                             .find(|x| x.protocol == protocol && x.port == port)
-                            && seen.insert((NativeKind::SplitBackends, d.place.clone()))
+                            && seen.insert((NftKind::SplitBackends, d.place.clone()))
                         {
                             out.push(self.split(d.place.clone(), &other.place, protocol, port));
                         }
@@ -74,14 +74,14 @@ impl Ctx<'_> {
 
     fn base(
         &self,
-        kind: NativeKind,
+        kind: NftKind,
         severity: Severity,
         at: Place,
         protocol: Protocol,
         port: u16,
-    ) -> NativeFinding {
+    ) -> NftFinding {
         let owner = self.owner(&at);
-        NativeFinding {
+        NftFinding {
             kind,
             severity,
             protocol,
@@ -104,9 +104,9 @@ impl Ctx<'_> {
         protocol: Protocol,
         port: u16,
         all: Tri,
-    ) -> NativeFinding {
+    ) -> NftFinding {
         let mut f = self.base(
-            NativeKind::DeadTarget,
+            NftKind::DeadTarget,
             if all == Tri::Yes {
                 Severity::Error
             } else {
@@ -137,9 +137,9 @@ impl Ctx<'_> {
         protocol: Protocol,
         port: u16,
         all: Tri,
-    ) -> NativeFinding {
+    ) -> NftFinding {
         let mut f = self.base(
-            NativeKind::ForwardDropped,
+            NftKind::ForwardDropped,
             if all == Tri::Yes {
                 Severity::Error
             } else {
@@ -187,9 +187,9 @@ impl Ctx<'_> {
         f
     }
 
-    fn split(&self, at: Place, iptables: &str, protocol: Protocol, port: u16) -> NativeFinding {
+    fn split(&self, at: Place, iptables: &str, protocol: Protocol, port: u16) -> NftFinding {
         let mut f = self.base(
-            NativeKind::SplitBackends,
+            NftKind::SplitBackends,
             Severity::Warning,
             at,
             protocol,

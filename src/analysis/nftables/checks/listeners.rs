@@ -7,13 +7,13 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::super::fate::{End, Outcome};
-use super::super::{NativeFinding, NativeKind, Place, Severity, words};
+use super::super::{NftFinding, NftKind, Place, Severity, words};
 use super::Ctx;
 use crate::analysis::verdict::Tri;
 use crate::model::listener::{Listener, PORT_KEEPERS};
 
 impl Ctx<'_> {
-    pub(crate) fn listeners(&self) -> Vec<NativeFinding> {
+    pub(crate) fn listeners(&self) -> Vec<NftFinding> {
         let mut out = Vec::new();
         let mut seen = HashSet::new();
         for l in &self.host.listeners {
@@ -40,7 +40,7 @@ impl Ctx<'_> {
                 for o in f.outcomes.iter().filter(|o| away(o)) {
                     let d = o.dnat.as_ref().expect("filtered");
                     let at = self.specific(o, &d.place, l.port);
-                    if !seen.insert((NativeKind::HijackedListener, at.clone(), l.port)) {
+                    if !seen.insert((NftKind::HijackedListener, at.clone(), l.port)) {
                         continue;
                     }
                     let all = f.all(|o| away(o) && self.specific(o, &d.place, l.port) == at);
@@ -50,7 +50,7 @@ impl Ctx<'_> {
                         socket(d.to, d.port).to_string()
                     };
                     out.push(self.finding(
-                        NativeKind::HijackedListener,
+                        NftKind::HijackedListener,
                         l,
                         at,
                         Some(d.place.clone()),
@@ -70,13 +70,13 @@ impl Ctx<'_> {
                     let End::Dropped { place, reject, .. } = &o.end else {
                         continue;
                     };
-                    if !seen.insert((NativeKind::RejectedListener, at.clone(), l.port)) {
+                    if !seen.insert((NftKind::RejectedListener, at.clone(), l.port)) {
                         continue;
                     }
                     let all = f.all(|o| dropped_here(o).as_ref() == Some(&at));
                     let verb = if *reject { "rejects" } else { "drops" };
                     out.push(self.finding(
-                        NativeKind::RejectedListener,
+                        NftKind::RejectedListener,
                         l,
                         at,
                         Some(place.clone()),
@@ -120,13 +120,13 @@ impl Ctx<'_> {
 
     fn finding(
         &self,
-        kind: NativeKind,
+        kind: NftKind,
         l: &Listener,
         at: Place,
         by: Option<Place>,
         all: Tri,
         what: String,
-    ) -> NativeFinding {
+    ) -> NftFinding {
         let owner = self.owner(&at);
         let who = match (&l.command, l.pid) {
             (Some(c), Some(p)) => format!("{c} (pid {p})"),
@@ -151,7 +151,7 @@ impl Ctx<'_> {
         if all != Tri::Yes {
             explanation += " Only some of them (a source, an interface, a mark decides).";
         }
-        NativeFinding {
+        NftFinding {
             kind,
             severity: if all == Tri::Yes {
                 Severity::Error

@@ -18,9 +18,9 @@ use dests::Dests;
 
 use super::fate::{Path, Probe};
 use super::index::Indexed;
-use super::{HostFacts, NativeFinding, Owner, Place};
+use super::{HostFacts, NftFinding, Owner, Place};
 use crate::model::portspec::Protocol;
-use crate::model::ruleset::{Key, NatAddr, Operand, Ruleset, Stmt, Table, Value};
+use crate::model::ruleset::{Key, NatAddr, NftTable, Operand, Ruleset, Stmt, Value};
 
 /// Rule evaluations all the checks over one ruleset may cost together (a few seconds of one
 /// core; each walk's own bound, `fate::BUDGET`, may overshoot it once).
@@ -34,7 +34,7 @@ pub fn check(rs: &Ruleset, host: &HostFacts) -> Checked {
 /// What the checks found, and what the budget left unexamined.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Checked {
-    pub findings: Vec<NativeFinding>,
+    pub findings: Vec<NftFinding>,
     /// `Some` when the budget ran out before every port was examined.
     pub cut: Option<Cut>,
 }
@@ -232,7 +232,7 @@ impl<'a> Ctx<'a> {
         self.table(p).map_or(Owner::Unknown, Owner::of)
     }
 
-    pub(crate) fn table(&self, p: &Place) -> Option<&Table> {
+    pub(crate) fn table(&self, p: &Place) -> Option<&NftTable> {
         self.rs
             .tables
             .iter()
@@ -302,7 +302,7 @@ pub(crate) fn protocols(proto: Option<u8>) -> Vec<Protocol> {
     }
 }
 
-fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) {
+fn rule_ports(t: &NftTable, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) {
     let mut ranges = BTreeSet::new();
     rule_port_ranges(t, stmts, &mut ranges);
     for (proto, a, b) in ranges {
@@ -313,7 +313,7 @@ fn rule_ports(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16)>) 
 
 /// The destination ports (single ports as `n..=n`) a rule's statements name, with their
 /// protocol when named with it.
-fn rule_port_ranges(t: &Table, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16, u16)>) {
+fn rule_port_ranges(t: &NftTable, stmts: &[Stmt], out: &mut BTreeSet<(Option<u8>, u16, u16)>) {
     let mut from = |key: &[Key], values: &mut dyn Iterator<Item = &Value>| {
         let Some(at) = key.iter().position(|k| matches!(k, Key::Dport(_))) else {
             return;

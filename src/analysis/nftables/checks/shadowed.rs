@@ -8,13 +8,13 @@ use std::collections::HashSet;
 use std::net::IpAddr;
 
 use super::super::fate::{End, Fate, Probe, dnats_met, fate_without};
-use super::super::{NativeFinding, NativeKind, Place, Severity, is_local, words};
+use super::super::{NftFinding, NftKind, Place, Severity, is_local, words};
 use super::{Ctx, every_class, protocols};
 use crate::model::portspec::Protocol;
 use crate::model::ruleset::{Key, Operand, Stmt, Value};
 
 impl Ctx<'_> {
-    pub(crate) fn shadowed(&self) -> Vec<NativeFinding> {
+    pub(crate) fn shadowed(&self) -> Vec<NftFinding> {
         let mut met: HashSet<Place> = HashSet::new();
         let mut hidden: Vec<(Place, Place, Protocol, u16)> = Vec::new();
         for (_, port) in every_class(self.rs) {
@@ -147,12 +147,12 @@ impl Ctx<'_> {
         out
     }
 
-    fn shadow_finding(&self, s: Place, t: Place, protocol: Protocol, port: u16) -> NativeFinding {
+    fn shadow_finding(&self, s: Place, t: Place, protocol: Protocol, port: u16) -> NftFinding {
         let owner = self.owner(&s);
         let shadow_owner = self.owner(&t);
         let proto = protocol.as_str();
-        NativeFinding {
-            kind: NativeKind::Shadowed,
+        NftFinding {
+            kind: NftKind::Shadowed,
             severity: Severity::Error,
             protocol,
             port,

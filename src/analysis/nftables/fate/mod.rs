@@ -27,7 +27,7 @@ use super::value::{Field, Iface, Pkt, test};
 use super::{ElementRef, Place, is_local};
 use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{
-    Chain, ChainKind, ElementData, Hook, Policy, Ruleset, Stmt, Table, Verdict,
+    Chain, ChainKind, ElementData, Hook, NftTable, Policy, Ruleset, Stmt, Verdict,
 };
 
 /// The kernel's jump stack (`NFT_JUMP_STACK_SIZE`); deeper is not followed.
@@ -400,7 +400,7 @@ impl Walk<'_> {
     }
 
     /// Every way through `chain` from its first rule.
-    fn chain(&self, table: &Table, chain: &Chain, st: St, depth: usize) -> Vec<(St, Flow)> {
+    fn chain(&self, table: &NftTable, chain: &Chain, st: St, depth: usize) -> Vec<(St, Flow)> {
         let mut out = Vec::new();
         let mut work = vec![(st, 0usize)];
         while let Some((st, i)) = work.pop() {
@@ -435,7 +435,7 @@ impl Walk<'_> {
     /// Every way through a rule's statements.
     fn stmts(
         &self,
-        table: &Table,
+        table: &NftTable,
         stmts: &[Stmt],
         st: St,
         depth: usize,
@@ -495,7 +495,7 @@ impl Walk<'_> {
 
     fn verdict(
         &self,
-        table: &Table,
+        table: &NftTable,
         v: &Verdict,
         st: St,
         depth: usize,
@@ -531,7 +531,7 @@ impl Walk<'_> {
 }
 
 pub(crate) fn place(
-    table: &Table,
+    table: &NftTable,
     chain: &Chain,
     position: usize,
     handle: Option<u64>,

@@ -8,12 +8,12 @@ use crate::analysis::nftables::value::{Field, Lookup, Pkt, lookup};
 use crate::analysis::nftables::{ElementRef, Place, is_local};
 use crate::analysis::verdict::Tri;
 use crate::model::ruleset::{Element, Key};
-use crate::model::ruleset::{ElementData, NatAddr, NatKind, NatPort, SetRef, Table, Value};
+use crate::model::ruleset::{ElementData, NatAddr, NatKind, NatPort, NftTable, SetRef, Value};
 
 impl Walk<'_> {
     pub(super) fn nat(
         &self,
-        table: &Table,
+        table: &NftTable,
         nat: &crate::model::ruleset::Nat,
         st: St,
         at: &dyn Fn(Option<ElementRef>) -> Place,
@@ -97,7 +97,7 @@ impl Walk<'_> {
     pub(super) fn branches<'t>(
         &self,
         st: &St,
-        table: &'t Table,
+        table: &'t NftTable,
         key: &[Key],
         map: &'t SetRef,
     ) -> Option<Branches<'t>> {
@@ -129,7 +129,7 @@ impl Walk<'_> {
     /// map's name; `None`: no such map.
     pub(super) fn find<'t>(
         &self,
-        table: &'t Table,
+        table: &'t NftTable,
         map: &'t SetRef,
         fields: &[Field],
     ) -> Option<(Lookup<'t>, Option<String>)> {

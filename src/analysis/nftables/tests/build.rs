@@ -8,8 +8,13 @@ pub(super) fn ip(a: &str) -> IpAddr {
     a.parse().unwrap()
 }
 
-pub(super) fn table(family: TableFamily, name: &str, chains: Vec<Chain>, sets: Vec<Set>) -> Table {
-    Table {
+pub(super) fn table(
+    family: TableFamily,
+    name: &str,
+    chains: Vec<Chain>,
+    sets: Vec<Set>,
+) -> NftTable {
+    NftTable {
         family,
         name: name.into(),
         handle: None,
@@ -158,7 +163,7 @@ pub(super) fn addr_set(name: &str, addrs: &[&str]) -> Set {
 
 /// kube-proxy's nftables mode as its proxier tests expect it, cut to what decides a
 /// NodePort: 30080 a Service without endpoints, 30081 one with endpoint 10.180.0.1:80.
-pub(super) fn kube_proxy(node: &str) -> Table {
+pub(super) fn kube_proxy(node: &str) -> NftTable {
     use ChainKind::{Filter, Nat};
     use Policy::Accept;
     let l4 = || vec![Key::L4Proto, Key::Dport(None)];
@@ -309,7 +314,7 @@ pub(super) fn kube_proxy(node: &str) -> Table {
 
 /// netavark's `inet netavark` with one DNAT per container, `first` before `second`, both
 /// for host port 8080.
-pub(super) fn netavark(first: &str, second: &str) -> Table {
+pub(super) fn netavark(first: &str, second: &str) -> NftTable {
     use ChainKind::{Filter, Nat};
     use Policy::Accept;
     let dnat_chain =

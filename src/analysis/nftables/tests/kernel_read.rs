@@ -97,7 +97,7 @@ fn a_drop_of_a_port_range_rejects_a_listener_inside_it() {
     assert!(
         found
             .iter()
-            .any(|f| f.kind == NativeKind::RejectedListener && f.port == 8080),
+            .any(|f| f.kind == NftKind::RejectedListener && f.port == 8080),
         "{found:?}"
     );
     assert!(check(&parse_text(dump).unwrap(), &host(vec![listener(9090)], &[])).is_empty());
@@ -112,7 +112,7 @@ fn a_redirect_to_another_port_hijacks_the_listener() {
     assert!(
         found
             .iter()
-            .any(|f| f.kind == NativeKind::HijackedListener && f.port == 8080),
+            .any(|f| f.kind == NftKind::HijackedListener && f.port == 8080),
         "{found:?}"
     );
 }
@@ -125,7 +125,7 @@ fn a_dnat_that_takes_forwarded_packets_is_not_shadowed() {
     let dump = "table ip n {\n\tchain pre {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n\t\tfib daddr type local tcp dport 8080 dnat to 10.99.0.1:9090\n\t\ttcp dport 8080 dnat to 10.99.0.1:9191\n\t}\n}\n";
     let found = check(&parse_text(dump).unwrap(), &host(vec![], &[]));
     assert!(
-        !found.iter().any(|f| f.kind == NativeKind::Shadowed),
+        !found.iter().any(|f| f.kind == NftKind::Shadowed),
         "{found:?}"
     );
     // Restricted to this host's address, the second one is shadowed.
@@ -135,7 +135,7 @@ fn a_dnat_that_takes_forwarded_packets_is_not_shadowed() {
     );
     let found = check(&parse_text(&dump).unwrap(), &host(vec![], &[]));
     assert!(
-        found.iter().any(|f| f.kind == NativeKind::Shadowed),
+        found.iter().any(|f| f.kind == NftKind::Shadowed),
         "{found:?}"
     );
 }

@@ -15,7 +15,7 @@ fn fixture(name: &str) -> Ruleset {
     crate::model::ruleset::parse_text(&text).unwrap()
 }
 
-fn on(rs: &Ruleset, listeners: &[u16], live: &[&str]) -> Vec<NativeFinding> {
+fn on(rs: &Ruleset, listeners: &[u16], live: &[&str]) -> Vec<NftFinding> {
     check(
         rs,
         &host(listeners.iter().map(|p| listener(*p)).collect(), live),
@@ -30,8 +30,8 @@ fn owners_dumps_as_nft_lists_them() {
     assert_eq!(
         kinds(&found),
         [
-            (NativeKind::RejectedListener, 30080),
-            (NativeKind::HijackedListener, 30081)
+            (NftKind::RejectedListener, 30080),
+            (NftKind::HijackedListener, 30081)
         ],
         "{found:#?}"
     );
@@ -49,7 +49,7 @@ fn owners_dumps_as_nft_lists_them() {
     let found = on(&nv, &[22], &["10.88.0.117", "10.88.0.80"]);
     assert_eq!(
         kinds(&found),
-        [(NativeKind::Shadowed, 8080), (NativeKind::DeadTarget, 8080)],
+        [(NftKind::Shadowed, 8080), (NftKind::DeadTarget, 8080)],
         "{found:#?}"
     );
     assert_eq!(
@@ -65,7 +65,7 @@ fn owners_dumps_as_nft_lists_them() {
     let dead = on(&fw, &[], &[]);
     assert!(
         dead.iter()
-            .any(|f| f.kind == NativeKind::DeadTarget && f.port == 2222),
+            .any(|f| f.kind == NftKind::DeadTarget && f.port == 2222),
         "{dead:#?}"
     );
     let docker = fixture("docker");

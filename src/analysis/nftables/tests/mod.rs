@@ -36,7 +36,7 @@ fn probe(daddr: &str, port: u16, path: Path) -> Probe {
     }
 }
 
-fn rs(tables: Vec<Table>) -> Ruleset {
+fn rs(tables: Vec<NftTable>) -> Ruleset {
     Ruleset { tables }
 }
 
@@ -61,13 +61,13 @@ fn host(listeners: Vec<Listener>, live: &[&str]) -> HostFacts {
 }
 
 /// Every finding of the checks, which must not have reached their budget.
-fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NativeFinding> {
+fn check(rs: &Ruleset, host: &HostFacts) -> Vec<NftFinding> {
     let checked = super::check(rs, host);
     assert_eq!(checked.cut, None);
     checked.findings
 }
 
-fn kinds(found: &[NativeFinding]) -> Vec<(NativeKind, u16)> {
+fn kinds(found: &[NftFinding]) -> Vec<(NftKind, u16)> {
     found.iter().map(|f| (f.kind, f.port)).collect()
 }
 
@@ -128,8 +128,8 @@ fn kube_proxy_takes_listeners_ports_and_says_which_element() {
     assert_eq!(
         kinds(&found),
         [
-            (NativeKind::RejectedListener, 30080),
-            (NativeKind::HijackedListener, 30081)
+            (NftKind::RejectedListener, 30080),
+            (NftKind::HijackedListener, 30081)
         ],
         "{found:#?}"
     );
@@ -168,7 +168,7 @@ fn healthy_rulesets_have_no_findings() {
     // Two rules to the same live container: the second never sees a packet, but only the
     // shadow is said, no dead target.
     assert!(
-        found.iter().all(|f| f.kind == NativeKind::Shadowed),
+        found.iter().all(|f| f.kind == NftKind::Shadowed),
         "{found:#?}"
     );
 }
@@ -179,7 +179,7 @@ fn a_stale_netavark_dnat_shadows_the_live_one_and_is_dead() {
     let found = check(&rs, &host(Vec::new(), &["10.88.0.2"]));
     assert_eq!(
         kinds(&found),
-        [(NativeKind::Shadowed, 8080), (NativeKind::DeadTarget, 8080)],
+        [(NftKind::Shadowed, 8080), (NftKind::DeadTarget, 8080)],
         "{found:#?}"
     );
     let shadow = &found[0];
@@ -196,7 +196,7 @@ fn a_stale_netavark_dnat_shadows_the_live_one_and_is_dead() {
     // Without the live addresses, nothing is called dead.
     let mut unknown = host(Vec::new(), &[]);
     unknown.live = None;
-    assert_eq!(kinds(&check(&rs, &unknown)), [(NativeKind::Shadowed, 8080)]);
+    assert_eq!(kinds(&check(&rs, &unknown)), [(NftKind::Shadowed, 8080)]);
 }
 
 #[test]
@@ -233,7 +233,7 @@ fn an_accept_in_one_table_does_not_stop_anothers_drop() {
     let found = check(&rs, &host(Vec::new(), &["10.88.0.2"]));
     let dropped: Vec<_> = found
         .iter()
-        .filter(|f| f.kind == NativeKind::ForwardDropped)
+        .filter(|f| f.kind == NftKind::ForwardDropped)
         .collect();
     assert_eq!(dropped.len(), 1, "{found:#?}");
     assert_eq!(dropped[0].severity, Severity::Error);
@@ -281,7 +281,7 @@ fn equal_priorities_run_in_either_order_and_numgen_takes_every_branch() {
         Tri::Yes
     );
     let found = check(&rs, &host(Vec::new(), &["10.0.0.2", "10.0.0.3"]));
-    assert_eq!(kinds(&found), [(NativeKind::Shadowed, 8080)], "{found:#?}");
+    assert_eq!(kinds(&found), [(NftKind::Shadowed, 8080)], "{found:#?}");
     assert_eq!(found[0].place.table, "a");
 
     // numgen random mod 2 over two endpoints: both, and nothing else.
@@ -323,7 +323,7 @@ fn equal_priorities_run_in_either_order_and_numgen_takes_every_branch() {
     // Half of it to a dead endpoint: a warning; the listener loses all of it.
     let dead: Vec<_> = found
         .iter()
-        .filter(|f| f.kind == NativeKind::DeadTarget)
+        .filter(|f| f.kind == NftKind::DeadTarget)
         .collect();
     assert_eq!(dead.len(), 1, "{found:#?}");
     assert_eq!(dead[0].severity, Severity::Warning);
@@ -399,7 +399,7 @@ fn split_backends_names_both() {
     let found = check(&rs, &h);
     let split: Vec<_> = found
         .iter()
-        .filter(|f| f.kind == NativeKind::SplitBackends)
+        .filter(|f| f.kind == NftKind::SplitBackends)
         .collect();
     assert_eq!(split.len(), 1, "{found:#?}");
     assert!(split[0].summary.contains("iptables-nft nat DOCKER rule 1"));
@@ -488,12 +488,12 @@ fn a_20000_element_kube_proxy_ruleset_is_checked_in_bounded_time() {
     assert!(
         found
             .iter()
-            .any(|f| f.kind == NativeKind::HijackedListener && f.port == 31007)
+            .any(|f| f.kind == NftKind::HijackedListener && f.port == 31007)
     );
     assert!(
         found
             .iter()
-            .any(|f| f.kind == NativeKind::RejectedListener && f.port == 30080)
+            .any(|f| f.kind == NftKind::RejectedListener && f.port == 30080)
     );
     // 1.3 s in a debug build (sets indexed by exact key, chains by name, hook orders once).
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
@@ -531,12 +531,7 @@ fn a_ruleset_past_the_budget_is_reported_cut_short_never_clean() {
     assert!(cut.examined < cut.ports, "{cut:?}");
     // One walk may overshoot the budget, never more.
     assert!(cut.evaluations < 5_000 + 200_000, "{cut:?}");
-    assert!(
-        !checked
-            .findings
-            .iter()
-            .any(|f| f.kind == NativeKind::Shadowed)
-    );
+    assert!(!checked.findings.iter().any(|f| f.kind == NftKind::Shadowed));
     assert!(took < std::time::Duration::from_secs(20), "{took:?}");
     // Within the budget, the same ruleset is examined whole: each ClusterIP probed with its
     // own port only, one of them standing for all at every other port.

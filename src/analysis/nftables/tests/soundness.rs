@@ -137,7 +137,7 @@ impl<F: FnMut(usize) -> usize> Gen<F> {
         rule(stmts)
     }
 
-    fn table(&mut self, k: usize) -> Table {
+    fn table(&mut self, k: usize) -> NftTable {
         let n = (self.next)(4);
         let nat = true;
         let mut chains = Vec::new();
@@ -295,7 +295,7 @@ fn every_claimed_shadow_is_confirmed_by_concrete_packets() {
         };
         let fates: Vec<Fate> = packets.iter().map(|p| fate(&rs, p)).collect();
         for f in check(&rs, host) {
-            if f.kind != NativeKind::Shadowed {
+            if f.kind != NftKind::Shadowed {
                 continue;
             }
             claims += 1;

@@ -144,12 +144,15 @@ fn portmap_configs_as_users_write_them_are_accepted() {
     for (name, choice) in [
         (
             "legacy",
-            BackendChoice::Named(crate::backend::Backend::Legacy),
+            BackendChoice::Named(crate::backend::Backend::IptablesLegacy),
         ),
-        ("nft", BackendChoice::Named(crate::backend::Backend::Nft)),
+        (
+            "nft",
+            BackendChoice::Named(crate::backend::Backend::IptablesNft),
+        ),
         (
             "nftables",
-            BackendChoice::Named(crate::backend::Backend::Nftables),
+            BackendChoice::Named(crate::backend::Backend::OwnNftables),
         ),
         ("auto", BackendChoice::Auto),
     ] {
@@ -240,7 +243,7 @@ fn del_never_fails_on_what_add_refuses() {
     assert_eq!(
         del.backend,
         Some(crate::backend::BackendChoice::Named(
-            crate::backend::Backend::Legacy
+            crate::backend::Backend::IptablesLegacy
         ))
     );
 }

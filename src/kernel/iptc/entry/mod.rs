@@ -11,7 +11,7 @@
 //! with `-m tcp|udp --dport`, `-m addrtype --dst-type LOCAL` (revision 1), natledger's
 //! `-m conntrack --ctstate DNAT …` (revision 3), `-m comment`, and the targets DNAT
 //! (revision 2), MASQUERADE (revision 0), ACCEPT and a jump. Anything else decodes
-//! to `None` and makes the native path step aside for iptables-legacy-restore. The encoding is
+//! to `None` and makes the direct path step aside for iptables-legacy-restore. The encoding is
 //! byte-for-byte what iptables-legacy 1.8 writes (pinned by `tests/it/iptc.rs`).
 
 use std::net::IpAddr;

@@ -177,7 +177,7 @@ fn the_mapping_rules_encode_as_nft_does() {
     let id: ContainerId = "abc".parse().unwrap();
     let placed = |entry: &str, container: &str| {
         layout::mapping_rules(
-            crate::model::backend_name::Backend::Legacy,
+            crate::model::backend_name::Backend::IptablesLegacy,
             &id,
             &parse_entry(entry).unwrap(),
             container.parse::<std::net::IpAddr>().unwrap(),
@@ -347,7 +347,11 @@ fn the_mapping_rules_encode_as_nft_does() {
 #[test]
 fn the_shared_jumps_and_the_guard_encode_as_nft_does() {
     for family in Family::ALL {
-        let nat = layout::shared_rules(crate::model::backend_name::Backend::Legacy, NAT, family);
+        let nat = layout::shared_rules(
+            crate::model::backend_name::Backend::IptablesLegacy,
+            NAT,
+            family,
+        );
         // PREROUTING and OUTPUT: `fib daddr type local jump NATLEDGER-HOSTPORTS`.
         for (_, jump) in &nat[..2] {
             pin(
@@ -365,8 +369,11 @@ fn the_shared_jumps_and_the_guard_encode_as_nft_does() {
             "jump NATLEDGER-MASQ",
             "[ immediate reg 0 jump -> NATLEDGER-MASQ ]",
         );
-        let filter =
-            layout::shared_rules(crate::model::backend_name::Backend::Legacy, FILTER, family);
+        let filter = layout::shared_rules(
+            crate::model::backend_name::Backend::IptablesLegacy,
+            FILTER,
+            family,
+        );
         pin(
             family,
             &filter[0].1,
@@ -374,7 +381,11 @@ fn the_shared_jumps_and_the_guard_encode_as_nft_does() {
             "[ immediate reg 0 jump -> NATLEDGER-FORWARD ]",
         );
     }
-    let filter = layout::shared_rules(crate::model::backend_name::Backend::Legacy, FILTER, V4);
+    let filter = layout::shared_rules(
+        crate::model::backend_name::Backend::IptablesLegacy,
+        FILTER,
+        V4,
+    );
     pin(
         V4,
         &filter[1].1,
@@ -401,8 +412,11 @@ fn the_shared_jumps_and_the_guard_encode_as_nft_does() {
 /// `--debug=mnl`: this `bitwise` carries no op attribute, unlike `ct status`'s).
 #[test]
 fn the_untracked_guard_encodes_as_nft_does() {
-    let nftables =
-        layout::shared_rules(crate::model::backend_name::Backend::Nftables, "filter", V4);
+    let nftables = layout::shared_rules(
+        crate::model::backend_name::Backend::OwnNftables,
+        "filter",
+        V4,
+    );
     let untracked = layout::guard_untracked(V4.routable_loopback().unwrap());
     assert!(
         nftables
@@ -410,9 +424,13 @@ fn the_untracked_guard_encodes_as_nft_does() {
             .any(|(c, r)| *c == "NATLEDGER-INPUT" && *r == untracked)
     );
     assert!(
-        !layout::shared_rules(crate::model::backend_name::Backend::Nft, "filter", V4)
-            .iter()
-            .any(|(_, r)| *r == untracked),
+        !layout::shared_rules(
+            crate::model::backend_name::Backend::IptablesNft,
+            "filter",
+            V4
+        )
+        .iter()
+        .any(|(_, r)| *r == untracked),
         "the iptables guard needs no second rule"
     );
     pin(
@@ -448,7 +466,8 @@ fn the_bytes_are_nfts_attribute_for_attribute() {
     let kinds = |i: usize| netlink::attrs(data(i)).map(|(k, _)| k).collect::<Vec<_>>();
     assert_eq!(kinds(2), [2, 1], "meta: key, dreg");
     assert_eq!(kinds(5), [1, 2, 6, 3, 4, 5], "bitwise with its op");
-    let jump = &layout::shared_rules(crate::model::backend_name::Backend::Legacy, NAT, V4)[0].1;
+    let jump =
+        &layout::shared_rules(crate::model::backend_name::Backend::IptablesLegacy, NAT, V4)[0].1;
     let list = encoded(V4, jump);
     let fib = netlink::attrs(&list).next().unwrap().1;
     let fib = netlink::attr(fib, NFTA_EXPR_DATA).unwrap();

@@ -21,7 +21,7 @@ fn the_hairpin_masquerade_encodes_as_nft_does() {
     };
     let m = parse_entry("10.78.0.1:8080:80").unwrap();
     let rules = layout::mapping_rules(
-        crate::model::backend_name::Backend::Nftables,
+        crate::model::backend_name::Backend::OwnNftables,
         &id,
         &m,
         container,

@@ -21,7 +21,7 @@ fn comment_udata_is_nfts() {
 fn what_nf_tables_cannot_say_is_an_error_naming_it() {
     let id: ContainerId = "abc".parse().unwrap();
     let shifted = layout::mapping_rules(
-        crate::model::backend_name::Backend::Legacy,
+        crate::model::backend_name::Backend::IptablesLegacy,
         &id,
         &parse_entry("8000-8010:9000-9010").unwrap(),
         "10.77.0.2".parse::<std::net::IpAddr>().unwrap(),

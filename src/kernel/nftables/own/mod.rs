@@ -41,7 +41,7 @@
 //! this table, and a GETCHAIN per chain name it knows of): what it costs does not grow with
 //! other owners' tables. Rules are decoded by [`expr::decode`] into [`crate::model::rule::Rule`]s and
 //! shown as the same arguments `Rule::to_args` renders for iptables, so the rest of natledger
-//! reads this backend as a `save::Table` per logical table (nat, filter). A rule natledger
+//! reads this backend as a `save::Dump` per logical table (nat, filter). A rule natledger
 //! would not write (another owner's, added to this table) is shown as opaque tokens, which
 //! no natledger rule equals. [`batch`] turns the operations of a restore batch into one
 //! nf_tables transaction: all or nothing, no process.
@@ -63,7 +63,7 @@ use crate::kernel::netlink::{self, NLM_F_DUMP, NLM_F_REQUEST};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{self, FILTER, NAT};
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 /// What natledger's own tables hold beyond the mapping rules: no forward accept (an accept
 /// ends only natledger's own base chain, another table's forward drop still drops), the
@@ -197,7 +197,7 @@ impl OwnTable {
 
     /// The logical `table` as `*-save -t table` would show it: its base chains first (each
     /// present one, with its policy), then its other chains, and their rules.
-    pub fn logical(&self, table: &str) -> Table {
+    pub fn logical(&self, table: &str) -> Dump {
         let mut chains: Vec<(String, String)> = Vec::new();
         for chain in &self.chains {
             if self.logical_table(&chain.name) != table {
@@ -221,7 +221,7 @@ impl OwnTable {
                 counters: None,
             })
             .collect();
-        Table {
+        Dump {
             name: table.to_string(),
             chains,
             rules,

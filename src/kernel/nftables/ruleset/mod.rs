@@ -42,7 +42,7 @@ use super::wire::NFT_MSG_GETTABLE;
 use super::wire::{NFT_MSG_GETCHAIN, NFT_MSG_GETRULE, NFT_MSG_GETSET, NFT_MSG_GETSETELEM};
 use super::{NftError, Session};
 use crate::kernel::netlink;
-use crate::model::ruleset::{Ruleset, Set, Table, TableFamily};
+use crate::model::ruleset::{NftTable, Ruleset, Set, TableFamily};
 
 /// How many reads in a row may find the generation moved before the read gives up.
 pub const TRIES: usize = 5;
@@ -256,7 +256,7 @@ impl Builder {
         self.tables.insert((family, name.clone()), tables.len());
         self.sets.push(HashMap::new());
         self.chains.push(HashMap::new());
-        tables.push(Table {
+        tables.push(NftTable {
             family,
             name,
             handle,

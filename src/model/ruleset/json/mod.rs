@@ -14,8 +14,8 @@ use expr::{exists, key, words};
 
 use super::symbols::{self, Ty};
 use super::{
-    Base, Chain, DumpError, Element, ElementData, Key, Match, Nat, NatAddr, NatKind, NatPort, Op,
-    Operand, Rule, Ruleset, Set, SetData, SetRef, Stmt, Table, TableFamily, Value, Verdict,
+    Base, Chain, DumpError, Element, ElementData, Key, Match, Nat, NatAddr, NatKind, NatPort,
+    NftTable, Op, Operand, Rule, Ruleset, Set, SetData, SetRef, Stmt, TableFamily, Value, Verdict,
 };
 
 /// Reads `nft -j list ruleset` output.
@@ -70,7 +70,7 @@ type R<T> = Result<T, DumpError>;
 
 #[derive(Default)]
 struct Reader {
-    tables: Vec<Table>,
+    tables: Vec<NftTable>,
     by_name: HashMap<(TableFamily, String), usize>,
     chains: HashMap<(usize, String), usize>,
 }
@@ -84,7 +84,7 @@ impl Reader {
                 let name = string(at, o, "name")?.to_string();
                 self.by_name
                     .insert((family, name.clone()), self.tables.len());
-                self.tables.push(Table {
+                self.tables.push(NftTable {
                     family,
                     name,
                     handle: o.get("handle").and_then(J::as_u64),

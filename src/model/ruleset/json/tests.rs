@@ -3,7 +3,7 @@ use crate::model::ruleset::{ChainKind, Hook, Policy};
 
 const SAMPLE: &str = include_str!("../../../../tests/fixtures/nftables-dumps/sample.json");
 
-fn table<'a>(r: &'a Ruleset, name: &str) -> &'a Table {
+fn table<'a>(r: &'a Ruleset, name: &str) -> &'a NftTable {
     r.tables.iter().find(|t| t.name == name).unwrap()
 }
 

@@ -10,7 +10,7 @@ mod stmt;
 use lex::{Tok, Token};
 
 use super::symbols::{self, Ty};
-use super::{Base, Chain, DumpError, Policy, Ruleset, Set, SetData, Table, TableFamily};
+use super::{Base, Chain, DumpError, NftTable, Policy, Ruleset, Set, SetData, TableFamily};
 
 type R<T> = Result<T, DumpError>;
 
@@ -185,13 +185,13 @@ impl<'a> Cursor<'a> {
     }
 }
 
-fn table(c: &mut Cursor) -> R<Table> {
+fn table(c: &mut Cursor) -> R<NftTable> {
     let word = c.name("a table family")?;
     let family =
         TableFamily::from_word(&word).ok_or_else(|| c.err(format!("unknown family {word:?}")))?;
     let name = c.name("a table name")?;
     c.expect_sym('{')?;
-    let mut table = Table {
+    let mut table = NftTable {
         family,
         name,
         handle: c.eat_handle(),

@@ -20,7 +20,7 @@ use crate::kernel::host::RouteLocalnet;
 use crate::model::anyrule::{Match, Target, parse_rule};
 use crate::model::family::Family;
 use crate::model::layout::{INPUT_CHAIN, LOOPBACK_INTERFACE};
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 /// 127.0.0.1, where localhost services listen.
 const LOCALHOST: [u8; 4] = [127, 0, 0, 1];
@@ -39,7 +39,7 @@ enum Verdict<'a> {
 #[derive(Clone, Copy)]
 struct RuleAt<'a> {
     set: &'a Ruleset,
-    table: &'a Table,
+    table: &'a Dump,
     rule: Option<&'a SavedRule>,
 }
 
@@ -62,7 +62,7 @@ impl RuleAt<'_> {
 }
 
 /// A ruleset's filter table, parsed.
-type Filter<'a> = (&'a Ruleset, &'a Table, Vec<(Match, Target)>);
+type Filter<'a> = (&'a Ruleset, &'a Dump, Vec<(Match, Target)>);
 
 impl Checks<'_> {
     /// Check 8: interfaces with route_localnet on whose packets to 127.0.0.1 filter INPUT lets
@@ -313,7 +313,7 @@ fn reaches(
 }
 
 /// Whether filter INPUT jumps to natledger's guard chain.
-fn has_guard_jump(table: &Table) -> bool {
+fn has_guard_jump(table: &Dump) -> bool {
     table
         .rules_in("INPUT")
         .any(|r| matches!(parse_rule(&r.args).1, Target::Jump(to) if to == INPUT_CHAIN))

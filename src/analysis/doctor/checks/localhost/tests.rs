@@ -36,14 +36,14 @@ fn open(ifaces: &[&str]) -> RouteLocalnet {
 
 fn check(sets: &[Ruleset], open: &RouteLocalnet) -> Vec<Finding> {
     let sets: Vec<&Ruleset> = sets.iter().collect();
-    exposures(&sets, open, Backend::Nft, &|i| {
+    exposures(&sets, open, Backend::IptablesNft, &|i| {
         (i == "br0").then(|| "likely natledger".into())
     })
 }
 
 #[test]
 fn without_a_guard_neighbours_reach_localhost() {
-    let found = check(&[set(Backend::Nft, "")], &open(&["br0", "veth1"]));
+    let found = check(&[set(Backend::IptablesNft, "")], &open(&["br0", "veth1"]));
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
     assert_eq!(
@@ -77,21 +77,24 @@ fn without_a_guard_neighbours_reach_localhost() {
         "{f:#?}"
     );
     // Nothing open: nothing to say, whatever the rules.
-    assert!(check(&[set(Backend::Nft, "")], &open(&[])).is_empty());
+    assert!(check(&[set(Backend::IptablesNft, "")], &open(&[])).is_empty());
     // An IPv6 ruleset has no say (route_localnet is IPv4's).
-    let mut v6 = set(Backend::Nft, GUARD);
+    let mut v6 = set(Backend::IptablesNft, GUARD);
     v6.family = Family::Ipv6;
     assert_eq!(check(&[v6], &open(&["br0"])).len(), 1);
 }
 
 #[test]
 fn natledgers_guard_closes_it_in_either_backend() {
-    assert!(check(&[set(Backend::Nft, GUARD)], &open(&["br0"])).is_empty());
+    assert!(check(&[set(Backend::IptablesNft, GUARD)], &open(&["br0"])).is_empty());
     // The kernel runs both: the guard in one is enough.
-    let sets = [set(Backend::Legacy, GUARD), set(Backend::Nft, "")];
+    let sets = [
+        set(Backend::IptablesLegacy, GUARD),
+        set(Backend::IptablesNft, ""),
+    ];
     assert!(check(&sets, &open(&["br0"])).is_empty());
     // A DROP policy closes it too.
-    let mut closed = set(Backend::Nft, "");
+    let mut closed = set(Backend::IptablesNft, "");
     closed.tables[0].chains[0].1 = "DROP".into();
     assert_eq!(closed.tables[0].chains[0].0, "INPUT");
     assert!(check(&[closed], &open(&["br0"])).is_empty());
@@ -103,10 +106,13 @@ fn natledgers_guard_closes_it_in_either_backend() {
 #[test]
 fn natledgers_nftables_guard_closes_it() {
     let accept = "-A INPUT -i br0 -j ACCEPT\n";
-    let sets = [set(Backend::Nft, accept), set(Backend::Nftables, GUARD)];
+    let sets = [
+        set(Backend::IptablesNft, accept),
+        set(Backend::OwnNftables, GUARD),
+    ];
     assert!(check(&sets, &open(&["br0"])).is_empty());
     let found = check(
-        &[set(Backend::Nft, ""), set(Backend::Nftables, "")],
+        &[set(Backend::IptablesNft, ""), set(Backend::OwnNftables, "")],
         &open(&["br0"]),
     );
     let fix = found[0].fix.as_deref().unwrap_or_default();
@@ -117,7 +123,10 @@ fn natledgers_nftables_guard_closes_it() {
 fn an_accept_above_the_guard_is_named() {
     // As `iptables -I INPUT -i br0 -j ACCEPT` leaves it: above natledger's jump.
     let body = format!("-A INPUT -i br0 -j ACCEPT\n{GUARD}");
-    let found = check(&[set(Backend::Legacy, &body)], &open(&["br0", "br1"]));
+    let found = check(
+        &[set(Backend::IptablesLegacy, &body)],
+        &open(&["br0", "br1"]),
+    );
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
     assert_eq!(f.severity, Severity::Error);
@@ -147,13 +156,16 @@ fn an_accept_above_the_guard_is_named() {
         "{fix}"
     );
     // In the other backend it does not help: the guard of one drops.
-    let sets = [set(Backend::Legacy, &body), set(Backend::Nft, GUARD)];
+    let sets = [
+        set(Backend::IptablesLegacy, &body),
+        set(Backend::IptablesNft, GUARD),
+    ];
     assert!(check(&sets, &open(&["br0"])).is_empty());
 }
 
 #[test]
 fn kube_proxys_guard_lets_a_forged_loopback_source_pass() {
-    let found = check(&[set(Backend::Nft, KUBE)], &open(&["cni0"]));
+    let found = check(&[set(Backend::IptablesNft, KUBE)], &open(&["cni0"]));
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
     assert_eq!(f.severity, Severity::Warning);
@@ -165,7 +177,7 @@ fn kube_proxys_guard_lets_a_forged_loopback_source_pass() {
     assert_eq!(f.rules[0].chain, "KUBE-FIREWALL");
     // With natledger's guard too: closed.
     let both = format!("{KUBE}{GUARD}");
-    assert!(check(&[set(Backend::Nft, &both)], &open(&["cni0"])).is_empty());
+    assert!(check(&[set(Backend::IptablesNft, &both)], &open(&["cni0"])).is_empty());
 }
 
 #[test]
@@ -175,7 +187,7 @@ fn what_cannot_be_decided_is_a_warning_and_all_names_every_interface() {
         all: true,
         interfaces: vec!["br0".into(), "eth0".into()],
     };
-    let found = check(&[set(Backend::Nft, &body)], &all);
+    let found = check(&[set(Backend::IptablesNft, &body)], &all);
     assert_eq!(found.len(), 1, "{found:#?}");
     let f = &found[0];
     assert_eq!(f.severity, Severity::Warning);

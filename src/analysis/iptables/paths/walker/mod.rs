@@ -31,7 +31,7 @@ use std::rc::Rc;
 
 use super::{Budget, Cut, CutReason, MAX_DEPTH, Step};
 use crate::model::anyrule::{Match, Target};
-use crate::model::save::{SavedRule, Table};
+use crate::model::save::{Dump, SavedRule};
 
 /// What one walk found.
 pub(super) struct Walked<'t> {
@@ -44,7 +44,7 @@ pub(super) struct Walked<'t> {
 /// The rules of `table` in the order the kernel tries them for `builtin`. `parsed` is
 /// [`super::parse_table`] of `table`.
 pub(super) fn walk<'t>(
-    table: &'t Table,
+    table: &'t Dump,
     parsed: &[(Match, Target)],
     builtin: &str,
     budget: &Budget,

@@ -21,7 +21,7 @@ enum Ways {
 
 /// PREROUTING → L0, each of `chains` chains jumping `ways` ways to the next, and at the
 /// bottom a stale DNAT of port 8080 above the live one (which never matches).
-fn ladder(chains: usize, ways: usize, kind: Ways) -> Table {
+fn ladder(chains: usize, ways: usize, kind: Ways) -> Dump {
     let mut text = String::from(":PREROUTING ACCEPT [0:0]\n");
     for i in 0..chains {
         text += &format!(":L{i} - [0:0]\n");
@@ -54,7 +54,7 @@ fn ladder(chains: usize, ways: usize, kind: Ways) -> Table {
     table(&text)
 }
 
-fn walk_within<'t>(t: &'t Table, parsed: &[(Match, Target)], limits: Limits) -> Walk<'t> {
+fn walk_within<'t>(t: &'t Dump, parsed: &[(Match, Target)], limits: Limits) -> Walk<'t> {
     Walk::within(t, parsed, "PREROUTING", dnat, &Budget::new(limits))
 }
 

@@ -45,7 +45,7 @@ fn batch(ops: Vec<Op>) -> Batch {
 #[test]
 fn the_first_write_makes_the_table_its_chains_and_base_chains() {
     let (jump_chain, jump) = &shared_rules(
-        crate::model::backend_name::Backend::Nftables,
+        crate::model::backend_name::Backend::OwnNftables,
         NAT,
         Family::Ipv4,
     )[0];

@@ -2,15 +2,15 @@
 //!
 //! An error's own message never repeats its cause (the cause is its `source()`); wherever an
 //! error becomes text (a log line, a report field, the CNI error object, `main`'s last
-//! line), [`Chain`] says each cause once, after it.
+//! line), [`Causes`] says each cause once, after it.
 
 use std::error::Error;
 use std::fmt;
 
 /// `error: source: source's source ...`, each said once.
-pub struct Chain<'a>(pub &'a (dyn Error + 'static));
+pub struct Causes<'a>(pub &'a (dyn Error + 'static));
 
-impl fmt::Display for Chain<'_> {
+impl fmt::Display for Causes<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.0)?;
         let mut cause = self.0.source();
@@ -22,9 +22,9 @@ impl fmt::Display for Chain<'_> {
     }
 }
 
-/// [`Chain`] as a `String`.
+/// [`Causes`] as a `String`.
 pub fn text(error: &(dyn Error + 'static)) -> String {
-    Chain(error).to_string()
+    Causes(error).to_string()
 }
 
 #[cfg(test)]
@@ -40,6 +40,6 @@ mod tests {
         let e = Outer(std::io::Error::other("denied"));
         assert_eq!(text(&e), "reading /x: denied");
         let plain = std::io::Error::other("alone");
-        assert_eq!(Chain(&plain).to_string(), "alone");
+        assert_eq!(Causes(&plain).to_string(), "alone");
     }
 }

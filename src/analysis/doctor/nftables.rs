@@ -4,7 +4,7 @@
 //! ([`crate::kernel::nftables::ruleset::read`]) or from `--from nftables:FILE`
 //! ([`crate::model::ruleset::parse_dump`]: `nft list ruleset` text or `nft -j` JSON), checked
 //! by [`crate::analysis::nftables::check`] with the host's facts, and each
-//! [`NativeFinding`] put in doctor's terms: the same kinds (a rejected listener is a
+//! [`NftFinding`] put in doctor's terms: the same kinds (a rejected listener is a
 //! hijacked one), a [`RuleRef`] naming the table, chain, handle or map element and owner, the
 //! fix in nft's own syntax with the lasting fix as a `#` line.
 //!
@@ -20,7 +20,7 @@ use super::checks::Host;
 use super::{
     DoctorError, DoctorOptions, ElementRef, Finding, Kind, NftPlace, RuleRef, Ruleset, Severity,
 };
-use crate::analysis::nftables::{self, HostFacts, NativeFinding, NativeKind, Owner, Place};
+use crate::analysis::nftables::{self, HostFacts, NftFinding, NftKind, Owner, Place};
 use crate::backend::Backend;
 use crate::model::family::Family;
 use crate::model::ruleset::{self as nft, Key, Stmt, TableFamily, Value, render};
@@ -30,20 +30,20 @@ const XTABLES: [&str; 5] = ["filter", "nat", "mangle", "raw", "security"];
 
 /// One native ruleset and where it came from.
 #[derive(Debug)]
-pub(crate) struct Native {
+pub(crate) struct NftRuleset {
     /// `live`, or the file's path.
     pub(crate) source: String,
     pub(crate) ruleset: nft::Ruleset,
 }
 
-impl Native {
+impl NftRuleset {
     /// A saved ruleset, either format.
-    pub(crate) fn parse(path: &Path, text: &str) -> Result<Native, DoctorError> {
+    pub(crate) fn parse(path: &Path, text: &str) -> Result<NftRuleset, DoctorError> {
         let ruleset = nft::parse_dump(text).map_err(|source| DoctorError::ParseNft {
             path: path.to_path_buf(),
             source,
         })?;
-        Ok(Native {
+        Ok(NftRuleset {
             source: path.display().to_string(),
             ruleset,
         })
@@ -56,10 +56,10 @@ impl Native {
 
     /// Without the tables of iptables-nft's families among `iptables` (see the file-top
     /// comment).
-    pub(crate) fn without_iptables_tables(mut self, iptables: &[Ruleset]) -> Native {
+    pub(crate) fn without_iptables_tables(mut self, iptables: &[Ruleset]) -> NftRuleset {
         let read: HashSet<Family> = iptables
             .iter()
-            .filter(|r| r.backend == Backend::Nft)
+            .filter(|r| r.backend == Backend::IptablesNft)
             .map(|r| r.family)
             .collect();
         self.ruleset.tables.retain(|t| {
@@ -76,19 +76,19 @@ impl Native {
 
 /// The live ruleset of doctor's network namespace; `None` (with a warning) when nf_tables
 /// cannot be read: the iptables checks still run.
-pub(crate) fn read_live(opts: &DoctorOptions) -> Option<Native> {
+pub(crate) fn read_live(opts: &DoctorOptions) -> Option<NftRuleset> {
     match opts
         .netfilter
         .with_nft(crate::kernel::nftables::ruleset::read)
     {
-        Ok((ruleset, _generation)) => Some(Native {
+        Ok((ruleset, _generation)) => Some(NftRuleset {
             source: "live".into(),
             ruleset,
         }),
         Err(e) => {
             log::warn!(
                 "native nftables tables not read: {}",
-                crate::chain::text(&e)
+                crate::causes::text(&e)
             );
             None
         }
@@ -98,7 +98,11 @@ pub(crate) fn read_live(opts: &DoctorOptions) -> Option<Native> {
 /// Every native finding of `sets`, in doctor's terms. `host` (live only) gives the
 /// listeners and the host's addresses; the iptables rulesets give the forwards the
 /// split-backends check weighs.
-pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset]) -> Vec<Finding> {
+pub(crate) fn findings(
+    sets: &[NftRuleset],
+    host: Option<&Host>,
+    iptables: &[Ruleset],
+) -> Vec<Finding> {
     let facts = facts(host, iptables);
     let mut seen = HashSet::new();
     let mut out = Vec::new();
@@ -124,7 +128,7 @@ pub(crate) fn findings(sets: &[Native], host: Option<&Host>, iptables: &[Ruleset
 /// of the other by design): the natledger-state and stacking checks judge those against the
 /// ledger. Another owner's rule in front of natledger's, or natledger's in front of
 /// another's, is still a finding.
-fn natledgers_own(rs: &nft::Ruleset, f: &NativeFinding) -> bool {
+fn natledgers_own(rs: &nft::Ruleset, f: &NftFinding) -> bool {
     let ours = |p: &Place| {
         rs.tables
             .iter()
@@ -237,13 +241,13 @@ fn cut_short(source: &str, cut: &nftables::Cut) -> Finding {
 }
 
 /// `f` as doctor's finding.
-fn finding(rs: &nft::Ruleset, f: NativeFinding) -> Finding {
+fn finding(rs: &nft::Ruleset, f: NftFinding) -> Finding {
     let kind = match f.kind {
-        NativeKind::Shadowed => Kind::Shadowed,
-        NativeKind::DeadTarget => Kind::DeadTarget,
-        NativeKind::HijackedListener | NativeKind::RejectedListener => Kind::HijackedListener,
-        NativeKind::ForwardDropped => Kind::ForwardDropped,
-        NativeKind::SplitBackends => Kind::SplitBackends,
+        NftKind::Shadowed => Kind::Shadowed,
+        NftKind::DeadTarget => Kind::DeadTarget,
+        NftKind::HijackedListener | NftKind::RejectedListener => Kind::HijackedListener,
+        NftKind::ForwardDropped => Kind::ForwardDropped,
+        NftKind::SplitBackends => Kind::SplitBackends,
     };
     let severity = match f.severity {
         nftables::Severity::Error => Severity::Error,
@@ -280,11 +284,11 @@ fn finding(rs: &nft::Ruleset, f: NativeFinding) -> Finding {
 /// client that keeps sending from one source port stays pinned to the old target however
 /// the rules change (each datagram refreshes its entry). A rejected port has none: a
 /// rejected packet's entry is never confirmed.
-fn pinned_flows(f: &NativeFinding) -> Option<String> {
+fn pinned_flows(f: &NftFinding) -> Option<String> {
     use crate::model::portspec::Protocol;
     let dnat = matches!(
         f.kind,
-        NativeKind::Shadowed | NativeKind::DeadTarget | NativeKind::HijackedListener
+        NftKind::Shadowed | NftKind::DeadTarget | NftKind::HijackedListener
     );
     let proto = match f.protocol {
         Protocol::Tcp => return None,
@@ -308,7 +312,7 @@ fn rule_ref(rs: &nft::Ruleset, place: &Place) -> RuleRef {
         });
     let line = rule.map(render::rule).unwrap_or_default();
     RuleRef {
-        backend: Backend::Nftables,
+        backend: Backend::OwnNftables,
         family: family_of(place.family, rule.map_or(&[][..], |r| &r.stmts)),
         table: place.table.clone(),
         chain: place.chain.clone(),
@@ -373,8 +377,8 @@ mod tests {
 
     const STALE: &str = include_str!("../../../tests/fixtures/nftables/netavark_stale.nft");
 
-    fn native(text: &str) -> Native {
-        Native::parse(Path::new("dump"), text).unwrap()
+    fn native(text: &str) -> NftRuleset {
+        NftRuleset::parse(Path::new("dump"), text).unwrap()
     }
 
     fn iptables(backend: Backend, family: Family) -> Ruleset {
@@ -419,7 +423,7 @@ mod tests {
                         nft.owner
                     ),
                     (
-                        Backend::Nftables,
+                        Backend::OwnNftables,
                         Family::Ipv4,
                         "netavark",
                         "inet",
@@ -495,16 +499,18 @@ mod tests {
         let text = "table ip nat {\n chain PREROUTING {\n  type nat hook prerouting priority -100; policy accept;\n }\n}\n\
                     table ip6 nat {\n chain PREROUTING {\n  type nat hook prerouting priority -100; policy accept;\n }\n}\n\
                     table inet filter {\n chain input {\n  type filter hook input priority 0; policy accept;\n }\n}\n";
-        let names = |n: Native| -> Vec<String> {
+        let names = |n: NftRuleset| -> Vec<String> {
             n.ruleset
                 .tables
                 .iter()
                 .map(|t| format!("{} {}", t.family.word(), t.name))
                 .collect()
         };
-        let kept = native(text).without_iptables_tables(&[iptables(Backend::Nft, Family::Ipv4)]);
+        let kept =
+            native(text).without_iptables_tables(&[iptables(Backend::IptablesNft, Family::Ipv4)]);
         assert_eq!(names(kept), ["ip6 nat", "inet filter"]);
-        let kept = native(text).without_iptables_tables(&[iptables(Backend::Legacy, Family::Ipv4)]);
+        let kept = native(text)
+            .without_iptables_tables(&[iptables(Backend::IptablesLegacy, Family::Ipv4)]);
         assert_eq!(names(kept), ["ip nat", "ip6 nat", "inet filter"]);
     }
 
@@ -528,7 +534,7 @@ mod tests {
                     COMMIT\n";
         let set = Ruleset {
             tables: crate::model::save::parse_dump(dump).unwrap(),
-            ..iptables(Backend::Legacy, Family::Ipv4)
+            ..iptables(Backend::IptablesLegacy, Family::Ipv4)
         };
         let found = foreign_forwards(&[set]);
         assert_eq!(found.len(), 1);

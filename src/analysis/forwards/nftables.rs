@@ -1,6 +1,6 @@
 //! Other owners' native nftables forwards of the host ports a create maps (kube-proxy's
 //! NodePorts, netavark's, firewalld's forward ports, Docker 29's, portmap's nftables
-//! backend): [`find_native`], through a [`NativeSource`] (the live reader implements it),
+//! backend): [`find_nft`], through a [`NftSource`] (the live reader implements it),
 //! with what each port's forwards were kept in the state directory for one nf_tables
 //! generation, as the iptables-nft candidates are ([`super::cache`]): a create at an
 //! unchanged generation whose ports were all examined before reads nothing.
@@ -12,11 +12,11 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::Scope;
-use crate::analysis::nftables::{NativeSource, Owner, forwards_of, is_xtables};
+use crate::analysis::nftables::{NftSource, Owner, forwards_of, is_xtables};
 use crate::model::family::Family;
 use crate::model::portspec::{PortMapping, Protocol};
 use crate::model::rule::IpNet;
-use crate::model::ruleset::Table;
+use crate::model::ruleset::NftTable;
 
 /// The most sets and maps of other owners' tables a create reads (each costs a dump the
 /// kernel answers after a walk of the table's sets: kube-proxy's nftables mode with 5,000
@@ -26,7 +26,7 @@ use crate::model::ruleset::Table;
 pub const MAX_SETS: usize = 512;
 
 /// The cache's file in the state directory.
-pub const NATIVE_CACHE_FILE: &str = "native-forwards.json";
+pub const NFT_CACHE_FILE: &str = "native-forwards.json";
 const SCHEMA: u32 = 1;
 /// The most host ports of one mapping examined one by one (a wider range is examined at
 /// its ends and the rest said unchecked).
@@ -34,7 +34,7 @@ const MAX_PORTS: u16 = 1_024;
 
 /// Another owner's native forward of a mapping's host port, in words.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NativeFound {
+pub struct NftFound {
     pub protocol: Protocol,
     pub port: u16,
     /// `kube-proxy`, `netavark`...
@@ -48,12 +48,12 @@ pub struct NativeFound {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-struct NativeCache {
+struct NftCache {
     schema: u32,
     generation: u32,
     scope: Option<Scope>,
     /// Per `tcp/8080`: the forwards found.
-    ports: BTreeMap<String, Vec<NativeFound>>,
+    ports: BTreeMap<String, Vec<NftFound>>,
 }
 
 fn key(protocol: Protocol, port: u16) -> String {
@@ -80,19 +80,19 @@ fn wanted(mappings: &[PortMapping]) -> Vec<(Protocol, u16)> {
 /// Every other owner's native forward of a host port of `mappings`, for new connections
 /// to `locals` (this host's addresses, as the iptables walk has them) of `families`; read
 /// through `source` unless `cache` holds every port at the current generation.
-pub fn find_native<S: NativeSource>(
+pub fn find_nft<S: NftSource>(
     source: &mut S,
     cache: &Path,
     mappings: &[PortMapping],
     families: &[Family],
     locals: &[IpNet],
-) -> Result<Vec<NativeFound>, S::Error> {
+) -> Result<Vec<NftFound>, S::Error> {
     let wanted = wanted(mappings);
     let scope = Scope::here(locals);
     let generation = source.generation()?;
     let mut kept = load(cache);
     if kept.generation != generation || kept.scope.as_ref() != Some(&scope) {
-        kept = NativeCache {
+        kept = NftCache {
             schema: SCHEMA,
             generation,
             scope: Some(scope),
@@ -119,7 +119,7 @@ pub fn find_native<S: NativeSource>(
             let found = forwards_of(&rs, protocol, port, &addrs)
                 .into_iter()
                 .filter(|f| families.contains(&Family::of(f.to)) || f.to.is_loopback())
-                .map(|f| NativeFound {
+                .map(|f| NftFound {
                     protocol,
                     port,
                     owner: f.owner.name().to_string(),
@@ -146,21 +146,21 @@ pub fn find_native<S: NativeSource>(
         .collect())
 }
 
-fn load(path: &Path) -> NativeCache {
+fn load(path: &Path) -> NftCache {
     crate::kernel::safefile::read(
         path,
         crate::kernel::safefile::Links::Refuse,
         crate::kernel::safefile::Cap::State,
     )
     .ok()
-    .and_then(|b| serde_json::from_slice::<NativeCache>(&b).ok())
+    .and_then(|b| serde_json::from_slice::<NftCache>(&b).ok())
     .filter(|c| c.schema == SCHEMA)
     .unwrap_or_default()
 }
 
 /// Written as the iptables-nft cache is (temp file and rename, failures ignored: it is only
 /// ever a cache).
-fn store(path: &Path, cache: &NativeCache) {
+fn store(path: &Path, cache: &NftCache) {
     let Ok(json) = serde_json::to_vec(cache) else {
         return;
     };
@@ -174,11 +174,11 @@ fn store(path: &Path, cache: &NativeCache) {
 
 /// The live native ruleset of the calling thread's network namespace, over one nf_tables
 /// session (`kernel::nftables::ruleset::read`).
-pub struct LiveNative<'s, 'k> {
+pub struct LiveNft<'s, 'k> {
     pub session: &'s mut crate::kernel::nftables::Session<'k>,
 }
 
-impl NativeSource for LiveNative<'_, '_> {
+impl NftSource for LiveNft<'_, '_> {
     type Error = crate::kernel::nftables::NftError;
 
     fn generation(&mut self) -> Result<u32, Self::Error> {
@@ -191,7 +191,7 @@ impl NativeSource for LiveNative<'_, '_> {
         crate::kernel::nftables::ruleset::read_tables(
             self.session,
             &|family, name| {
-                let probe = Table {
+                let probe = NftTable {
                     family,
                     name: name.to_string(),
                     handle: None,
@@ -206,14 +206,14 @@ impl NativeSource for LiveNative<'_, '_> {
     }
 }
 
-/// [`find_native`] on this host: the calling thread's network namespace over `nf`'s
+/// [`find_nft`] on this host: the calling thread's network namespace over `nf`'s
 /// nf_tables session, to this host's addresses and the mappings' own host addresses.
-pub fn find_native_live(
+pub fn find_nft_live(
     nf: &crate::backend::Netfilter,
     cache: &Path,
     mappings: &[PortMapping],
     families: &[Family],
-) -> Result<Vec<NativeFound>, crate::kernel::nftables::NftError> {
+) -> Result<Vec<NftFound>, crate::kernel::nftables::NftError> {
     let mut locals: Vec<IpNet> = Vec::new();
     for family in families.iter().copied() {
         let wanted: Vec<&PortMapping> = mappings
@@ -224,15 +224,7 @@ pub fn find_native_live(
             locals.extend(super::destinations(family, &wanted));
         }
     }
-    nf.with_nft(|session| {
-        find_native(
-            &mut LiveNative { session },
-            cache,
-            mappings,
-            families,
-            &locals,
-        )
-    })
+    nf.with_nft(|session| find_nft(&mut LiveNft { session }, cache, mappings, families, &locals))
 }
 
 #[cfg(test)]
@@ -247,7 +239,7 @@ mod tests {
         reads: u32,
     }
 
-    impl NativeSource for Counting {
+    impl NftSource for Counting {
         type Error = std::convert::Infallible;
         fn generation(&mut self) -> Result<u32, Self::Error> {
             Ok(self.generation)
@@ -267,7 +259,7 @@ mod tests {
             })
         };
         Ruleset {
-            tables: vec![Table {
+            tables: vec![NftTable {
                 family: TableFamily::Inet,
                 name: "netavark".into(),
                 handle: None,
@@ -306,7 +298,7 @@ mod tests {
     #[test]
     fn forwards_are_read_once_per_generation_and_port() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = dir.path().join(NATIVE_CACHE_FILE);
+        let cache = dir.path().join(NFT_CACHE_FILE);
         let mut source = Counting {
             rs: netavark_8080(),
             generation: 7,
@@ -316,7 +308,7 @@ mod tests {
         let mapping =
             |port: &str| crate::model::portspec::parse_entry(&format!("{port}:80")).unwrap();
         let v4 = [Family::Ipv4];
-        let found = find_native(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
+        let found = find_nft(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].owner, "netavark");
         assert_eq!(
@@ -326,17 +318,17 @@ mod tests {
         assert!(found[0].certain);
         assert_eq!(source.reads, 1);
         // Same generation, same port: from the cache.
-        find_native(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
+        find_nft(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
         assert_eq!(source.reads, 1);
         // A port not examined yet: read again; another generation: read again.
         assert!(
-            find_native(&mut source, &cache, &[mapping("8081")], &v4, &locals)
+            find_nft(&mut source, &cache, &[mapping("8081")], &v4, &locals)
                 .unwrap()
                 .is_empty()
         );
         assert_eq!(source.reads, 2);
         source.generation = 8;
-        find_native(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
+        find_nft(&mut source, &cache, &[mapping("8080")], &v4, &locals).unwrap();
         assert_eq!(source.reads, 3);
     }
 }

@@ -1,12 +1,12 @@
 //! The iptables-nft driver's process-less deletion ([`super::IptablesNft`]): natledger's
 //! tagged rules deleted over netlink, by handle, in one transaction, on the [`Netfilter`]'s
-//! socket: poststop's and sweep's native path ([`crate::kernel::nftables::handles`] says why it
+//! socket: poststop's and sweep's direct path ([`crate::kernel::nftables::handles`] says why it
 //! is linear and why a stale read deletes nothing).
 
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::{Native, Netfilter};
+use super::{Direct, Netfilter};
 use crate::kernel::nftables::NftError;
 use crate::kernel::nftables::handles::{Victims, is_stale};
 use crate::model::family::Family;
@@ -38,7 +38,7 @@ pub(super) fn delete_tagged_nft(
     family: Family,
     tag: &str,
     expected: &[(&str, &str, usize)],
-) -> Result<Native, NftError> {
+) -> Result<Direct, NftError> {
     let tagged: Vec<Tagged> = expected
         .iter()
         .map(|&(table, chain, count)| Tagged {
@@ -53,7 +53,7 @@ pub(super) fn delete_tagged_nft(
 
 /// Delete, over netlink and in one transaction, every rule of the named iptables-nft
 /// chains whose comment is one of the tags of `expected`, provided each chain holds
-/// exactly the expected number of rules of each tag (else [`Native::Declined`], nothing
+/// exactly the expected number of rules of each tag (else [`Direct::Declined`], nothing
 /// changed). The chains are read once at one nf_tables generation, and the batch is
 /// valid only at it: when someone committed in between, they are read again (up to
 /// [`ATTEMPTS`] times, then declined).
@@ -61,9 +61,9 @@ pub(super) fn delete_all_tagged_nft(
     nf: &Netfilter,
     family: Family,
     expected: &[Tagged],
-) -> Result<Native, NftError> {
-    if !nf.native() {
-        return Ok(Native::Off);
+) -> Result<Direct, NftError> {
+    if !nf.direct() {
+        return Ok(Direct::Off);
     }
     let start = Instant::now();
     // Per chain, the count expected of each tag.
@@ -113,7 +113,7 @@ pub(super) fn delete_all_tagged_nft(
         Ok(None)
     })?;
     let Some((deleted, flushed)) = outcome else {
-        return Ok(Native::Declined);
+        return Ok(Direct::Declined);
     };
     nf.nft_commits.set(nf.nft_commits.get() + 1);
     if log::log_enabled!(log::Level::Debug) {
@@ -134,5 +134,5 @@ pub(super) fn delete_all_tagged_nft(
             "netlink: deleted {deleted} {family} rule(s) tagged {whose}{how} in {ms:.1} ms"
         );
     }
-    Ok(Native::Done(deleted))
+    Ok(Direct::Done(deleted))
 }

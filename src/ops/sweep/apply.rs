@@ -88,7 +88,7 @@ mod tests {
             ..Claims::default()
         };
         plan(
-            Backend::Nft,
+            Backend::IptablesNft,
             crate::model::table::Table::Nat,
             &table,
             Family::Ipv4,
@@ -109,7 +109,7 @@ mod tests {
     /// Interleaved dead and live containers: the deletion goes by tag, each dead container's
     /// count as the plan found it (a rewrite of the chain in the restore batch or not).
     #[test]
-    fn only_containers_rules_go_natively_counted_per_chain_and_tag() {
+    fn only_containers_rules_go_directly_counted_per_chain_and_tag() {
         let mut lines = vec![JUMP.to_string()];
         for i in 0..200u16 {
             let id = if i % 2 == 0 { "dead" } else { "live" };
