@@ -69,7 +69,7 @@ pub use iptables_nft::IptablesNft;
 pub use netfilter::{Netfilter, Reach};
 pub use nft_direct::Tagged;
 pub use own_nftables::OwnNftables;
-pub use remove::{Deleted, Plan, REWRITE_AT};
+pub use remove::{Deleted, Plan, REWRITE_AT, rewrite_pays};
 
 impl From<Backend> for crate::model::capabilities::Capabilities {
     fn from(backend: Backend) -> Self {

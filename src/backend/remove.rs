@@ -26,6 +26,13 @@ use super::{BackendError, Direct, DirectError, Netfilter, Tagged};
 /// spends ~80 µs on each `-D` but ~45 µs on each `-A`, and a flush is one operation.
 pub const REWRITE_AT: usize = 64;
 
+/// Whether rewriting a chain (flush, then the kept rules appended again) costs less than
+/// deleting `gone` rules from it one by one while `kept` stay ([`REWRITE_AT`]): the backends'
+/// cost fact, which a sweep's plan and a removal both ask.
+pub fn rewrite_pays(gone: usize, kept: usize) -> bool {
+    gone >= REWRITE_AT && gone >= kept
+}
+
 /// What [`super::Driver::remove`] deleted in one backend and family.
 #[derive(Debug, Default)]
 pub struct Deleted {
@@ -300,8 +307,7 @@ impl Cut<'_> {
     fn ops(&self) -> Vec<Op> {
         let rewrite = !self.foreign
             && !self.kept.is_empty()
-            && self.gone.len() >= REWRITE_AT
-            && self.gone.len() >= self.kept.len();
+            && rewrite_pays(self.gone.len(), self.kept.len());
         if !rewrite {
             return (self.gone.iter())
                 .map(|r| Op::Delete(r.chain.clone(), r.args.clone()))

@@ -31,7 +31,7 @@ mod wait;
 
 pub use held::HeldBack;
 pub use order::{Ranked, rank};
-pub use plan::{Claims, REWRITE_AT, Reason, Removed, TablePlan, plan};
+pub use plan::{Claims, Reason, Removed, TablePlan, plan};
 pub use repair::{Repair, Restored, repair};
 pub use report::{ContainerReport, Fate, Liveness, SweepReport, TableReport, TableState};
 pub use wait::{QUIET, wait_for_exits};

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 
 use serde::Serialize;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, rewrite_pays};
 use crate::model::family::Family;
 use crate::model::layout::{
     Owner, comment_and_target, is_owned_chain, jump_op, owned_chains, owner,
@@ -85,9 +85,6 @@ pub struct TablePlan {
     /// Rules tagged for containers no manifest knows, left by [`Claims::keep_unrecorded`].
     pub unrecorded_kept: usize,
 }
-
-/// When a chain is rewritten instead of deleted from rule by rule: the drivers' fact.
-pub use crate::backend::REWRITE_AT;
 
 /// Plan the removals in `name` (nat or filter) of one family, as `table` shows it: each rule
 /// classified (`classify`), the chains that go judged (`removable_chains`), then the
@@ -265,8 +262,8 @@ fn emit_chains(
             continue;
         }
         let only_ours = kept.iter().all(|(_, _, ours)| *ours);
-        let rewrite = removable.contains(chain)
-            || (only_ours && gone.len() >= REWRITE_AT && gone.len() >= kept.len());
+        let rewrite =
+            removable.contains(chain) || (only_ours && rewrite_pays(gone.len(), kept.len()));
         if rewrite {
             out.batch.ops.push(Op::Flush(chain.to_string()));
             for (rule, _, _) in &kept {

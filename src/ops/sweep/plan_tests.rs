@@ -1,6 +1,7 @@
 //! Tests of [`super::plan`].
 
 use super::*;
+use crate::backend::REWRITE_AT;
 use crate::model::save::parse_dump;
 
 /// [`super::plan`] of the table the dump names.
