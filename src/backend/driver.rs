@@ -4,9 +4,11 @@
 //! container's new rules), [`Driver::remove`] (a container's rules), [`Driver::apply_plan`] (a
 //! sweep's plan of one table). The operations hold drivers as values (`ops::Context`) and
 //! never ask which backend one is. How a driver does each change is its own: the
-//! process-less fast paths and the `*-restore` fallbacks are [`Primitives`], private to
-//! `backend`, from which the shared strategies are built ([`super::write`] for install,
-//! [`super::remove`] for removal and plans).
+//! process-less fast paths and its one transaction are its [`Primitives`], a supertrait
+//! sealed inside `backend`; the three changes default to the shared strategies built from
+//! them ([`super::write`] for install, [`super::remove`] for removal and plans), which a
+//! driver overrides only where it does a change another way (natledger's own tables'
+//! install: one read and one transaction).
 
 use crate::kernel::iptc::Stamp;
 use crate::kernel::nftables::NftError;
@@ -31,8 +33,10 @@ pub enum Reading {
     Whole,
 }
 
-/// One backend.
-pub trait Driver: Sync {
+/// One backend. Its [`Primitives`] are a sealed supertrait: nameable only inside `backend`,
+/// so only `backend` can add a driver, and the three changes default to the shared
+/// strategies built from them.
+pub trait Driver: Sync + Primitives {
     /// The backend it drives (its CLI word, its records' `backend`).
     fn backend(&self) -> Backend;
 
@@ -60,7 +64,9 @@ pub trait Driver: Sync {
         nf: &Netfilter,
         family: Family,
         rules: &[&RuleRecord],
-    ) -> Result<Vec<Table>, InstallError>;
+    ) -> Result<Vec<Table>, InstallError> {
+        super::write::install(self, nf, family, rules)
+    }
 
     /// Delete container `id`'s rules of one family from `tables` (nat first): exactly
     /// `recorded` (this backend's records of the family) where they all are, else what a read
@@ -73,10 +79,14 @@ pub trait Driver: Sync {
         id: &ContainerId,
         tables: &[Table],
         recorded: &[&RuleRecord],
-    ) -> Deleted;
+    ) -> Deleted {
+        super::remove::remove(self, nf, family, id, tables, recorded)
+    }
 
     /// Apply a sweep's plan of one table (or drop a table `sweep --all` emptied).
-    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError>;
+    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {
+        super::remove::apply_plan(self, nf, family, plan)
+    }
 
     /// A cheap summary of `table` that changes when natledger's chains or the jumps into
     /// them may have (watch compares it, for a backend that tells no one of its changes);
@@ -97,8 +107,9 @@ pub trait Driver: Sync {
 /// What the shared strategies ([`super::write::install`], [`super::remove::remove`],
 /// [`super::remove::apply_plan`]) are built from: one transaction through the driver's usual
 /// way (`*-restore`, or a netlink batch), and the process-less fast paths a driver may have
-/// (each declines by default). Private to `backend`.
-pub(super) trait Primitives: Driver {
+/// (each declines by default). Sealed: `pub` in a module private to `backend`, so nothing
+/// outside names it.
+pub trait Primitives {
     /// Apply batches of different tables, in order; what a failure leaves committed is the
     /// driver's (one transaction per table for the iptables tools, all or nothing for
     /// natledger's own tables). Forgets the kept legacy nat table of `family`.

@@ -14,6 +14,7 @@ use crate::model::save::{self, Batch, Op, SavedRule};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
+use super::driver::Primitives;
 use super::remove::{Deleted, Plan};
 use super::write::{InstallError, placements, push_rules};
 use super::{Backend, BackendError, Driver, Netfilter, Reading};
@@ -189,6 +190,19 @@ impl FakeDriver {
         }
         self.apply(family, &batch)?;
         Ok((unseen.is_empty(), gone))
+    }
+}
+
+/// The fake's one transaction: its in-memory tables; it has no direct paths, and its three
+/// changes are its own (below), so the shared strategies never reach it.
+impl Primitives for FakeDriver {
+    fn apply_batches(
+        &self,
+        _nf: &Netfilter,
+        family: Family,
+        batches: &[Batch],
+    ) -> Result<(), BackendError> {
+        batches.iter().try_for_each(|b| self.apply(family, b))
     }
 }
 

@@ -7,7 +7,6 @@ use crate::kernel::iptc::{self, IptcError, Place};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{comment_and_target, is_owned_chain, shared_rules};
-use crate::model::oci::ContainerId;
 use crate::model::rule::Rule;
 use crate::model::save::{self, Batch};
 use crate::model::table::Table;
@@ -15,8 +14,7 @@ use crate::state::ledger::RuleRecord;
 
 use super::driver::{Primitives, Reading};
 use super::iptables::Tools;
-use super::remove::{self, Deleted, Plan};
-use super::write::{self, InstallError, Placement};
+use super::write::Placement;
 use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, legacy_table_exists};
 
 /// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
@@ -55,32 +53,6 @@ impl Driver for IptablesLegacy {
 
     fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         TOOLS.read_all(nf, family)
-    }
-
-    /// Per table in-process where the shared chains exist ([`iptc::insert`]), else one
-    /// restore, then read-and-diff (`write::install`).
-    fn install(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        rules: &[&RuleRecord],
-    ) -> Result<Vec<Table>, InstallError> {
-        write::install(self, nf, family, rules)
-    }
-
-    fn remove(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        id: &ContainerId,
-        tables: &[Table],
-        recorded: &[&RuleRecord],
-    ) -> Deleted {
-        remove::remove(self, nf, family, id, tables, recorded)
-    }
-
-    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {
-        remove::apply_plan(self, nf, family, plan)
     }
 
     /// Its `IPT_SO_GET_INFO` size and entry count and a digest of natledger's chains and the

@@ -16,8 +16,6 @@ use crate::state::ledger::RuleRecord;
 use super::driver::{Primitives, Reading};
 use super::iptables::Tools;
 use super::nft_direct::{delete_all_tagged_nft, delete_tagged_nft};
-use super::remove::{self, Deleted, Plan};
-use super::write::{self, InstallError};
 use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, Tagged};
 
 /// `ip[6]tables-nft-save` and `-restore`.
@@ -52,37 +50,6 @@ impl Driver for IptablesNft {
 
     fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
         TOOLS.read_all(nf, family)
-    }
-
-    /// One restore, then read-and-diff (`write::install`).
-    fn install(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        rules: &[&RuleRecord],
-    ) -> Result<Vec<Table>, InstallError> {
-        write::install(self, nf, family, rules)
-    }
-
-    /// Over netlink first when the chains hold exactly the recorded number of tagged rules
-    /// (`remove::remove`).
-    fn remove(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        id: &ContainerId,
-        tables: &[Table],
-        recorded: &[&RuleRecord],
-    ) -> Deleted {
-        remove::remove(self, nf, family, id, tables, recorded)
-    }
-
-    /// A plan of containers' rules only goes over netlink when the chains hold exactly the
-    /// tagged rules it read (linear in the table, where `iptables-nft-restore`'s `-D`
-    /// compares each rule with the chain's rules: 5,000 manifests, a third dead, a minute);
-    /// anything else through the restore.
-    fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {
-        remove::apply_plan(self, nf, family, plan)
     }
 }
 
@@ -145,6 +112,10 @@ impl Primitives for IptablesNft {
             .ok()
     }
 
+    /// A sweep's plan of containers' rules only goes over netlink when the chains hold
+    /// exactly the tagged rules it read (linear in the table, where `iptables-nft-restore`'s
+    /// `-D` compares each rule with the chain's rules: 5,000 manifests, a third dead, a
+    /// minute); anything else through the restore.
     fn delete_tagged(&self, nf: &Netfilter, family: Family, expected: &[Tagged]) -> bool {
         match delete_all_tagged_nft(nf, family, expected) {
             Ok(Direct::Done(_)) => true,

@@ -5,13 +5,12 @@ use crate::kernel::nftables::own::{CAPABILITIES, OwnRead};
 use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout;
-use crate::model::oci::ContainerId;
 use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
 use super::driver::{Primitives, Reading};
-use super::remove::{self, Deleted, Plan};
+use super::remove::{self, Plan};
 use super::write::{self, InstallError};
 use super::{Backend, BackendError, Driver, Netfilter};
 
@@ -58,19 +57,6 @@ impl Driver for OwnNftables {
                 error,
                 partial: false,
             })
-    }
-
-    /// The shared strategy (`remove::remove`) without fast paths: each batch one
-    /// nf_tables transaction.
-    fn remove(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        id: &ContainerId,
-        tables: &[Table],
-        recorded: &[&RuleRecord],
-    ) -> Deleted {
-        remove::remove(self, nf, family, id, tables, recorded)
     }
 
     fn apply_plan(&self, nf: &Netfilter, family: Family, plan: &Plan) -> Result<(), BackendError> {

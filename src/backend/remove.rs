@@ -18,7 +18,7 @@ use crate::model::save::{Batch, Op, SavedRule};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::driver::{Primitives, Reading};
+use super::driver::{Driver, Reading};
 use super::{BackendError, Direct, DirectError, Netfilter, Tagged};
 
 /// A chain with at least this many rules to delete, and no more to keep, is rewritten
@@ -72,7 +72,7 @@ impl<'a> Plan<'a> {
 
 /// [`super::Driver::apply_plan`] of every driver.
 pub(super) fn apply_plan(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     plan: &Plan,
@@ -95,7 +95,7 @@ pub(super) fn apply_plan(
 /// while the DNAT may still be in force would leave it dropping its packets. Their records
 /// stay for the next poststop or sweep.
 pub(super) fn remove(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     id: &ContainerId,
@@ -173,7 +173,7 @@ impl Gone {
 /// the driver can, else with one restore), or, if that fails, what a read of the table shows
 /// tagged for it or recorded.
 fn remove_table(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     table: Table,
@@ -330,7 +330,7 @@ impl Cut<'_> {
 /// many go by a rewrite instead, [`Cut::ops`]). `false`: nothing changed, the caller uses the
 /// restore.
 fn delete_found(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     id: &ContainerId,
@@ -358,7 +358,7 @@ fn delete_found(
 
 /// A process-less deletion failed and changed nothing: the restore that follows reports
 /// what is really wrong.
-fn falling_back(driver: &(impl Primitives + ?Sized), e: &DirectError, family: Family) {
+fn falling_back(driver: &(impl Driver + ?Sized), e: &DirectError, family: Family) {
     log::info!(
         "{}; using {}-{}-restore",
         Causes(e),

@@ -14,7 +14,7 @@ use crate::model::save::{Batch, Op};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::driver::{Primitives, Reading};
+use super::driver::Reading;
 use super::{BackendError, Driver, Netfilter};
 
 /// Why `install` failed, and whether one of the family's tables may have been written.
@@ -38,7 +38,7 @@ pub struct InstallError {
 /// table iptables-nft cannot read, a kernel without the filter table) is a warning, and is
 /// returned, so that the manifest records exactly what was written.
 pub(super) fn install(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     rules: &[&RuleRecord],
@@ -146,7 +146,7 @@ pub fn missing_shared(
 /// Read `table` and write what is missing of `placed`, its chains and shared rules included;
 /// whether anything was written (a table showing every rule already was committed before).
 fn write_table(
-    driver: &(impl Primitives + ?Sized),
+    driver: &(impl Driver + ?Sized),
     nf: &Netfilter,
     family: Family,
     table: Table,
