@@ -8,7 +8,7 @@ use super::{Context, Creating, Error, limits, plan};
 
 /// The records [`super::create`] would write for `input` in `ctx.backend()` when it shares no
 /// mapping with another container of its namespace: its mappings merged as create merges
-/// them ([`limits::merged`]), then the same [`plan`]. Pure but for `input.addresses`.
+/// them ([`limits::merged`]), then the same `plan::plan`. Pure but for `input.addresses`.
 pub fn planned(ctx: &Context, input: &Creating) -> Result<Vec<RuleRecord>, Error> {
     let merged = limits::merged(ctx.driver.capabilities(), &input.id, &input.mappings)?;
     let mappings = coalesce(
