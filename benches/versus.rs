@@ -23,7 +23,9 @@
 //! Run as root: `BENCH_BASELINE=/path/to/natledger cargo bench --bench versus` (env
 //! BENCH_RUNS, default 30, for hook and cni; BENCH_SWEEP_RUNS, default 10, for sweep and
 //! repair; BENCH_CASES, a comma list of `backend:part` such as `nft:hook,legacy:sweep`,
-//! default all). Without BENCH_BASELINE it says so and does nothing.
+//! default all; BENCH_VERBOSE=1 prints the traces of the counting runs and each
+//! operation's samples, sorted). Without
+//! BENCH_BASELINE it says so and does nothing.
 
 use std::path::Path;
 use std::process::Command;
@@ -162,6 +164,14 @@ impl Row {
 fn row(backend: &str, op: &str, v: [Vec<Duration>; 2], procs: [String; 2]) {
     let [base, new] = v;
     let [pb, pn] = procs;
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        for (who, v) in [("baseline", &base), ("new", &new)] {
+            let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+            ms.sort_by(f64::total_cmp);
+            let ms: Vec<String> = ms.iter().map(|t| format!("{t:.1}")).collect();
+            eprintln!("{backend} {op} {who}: {}", ms.join(" "));
+        }
+    }
     println!(
         "ROW {backend},{op},{:.3},{:.3},{pb},{pn}",
         median(base),
@@ -195,10 +205,13 @@ fn case_main(spec: &str) {
 }
 
 /// The processes `out`'s run started, from its `NATLEDGER_TRACE` on stderr.
+/// With BENCH_VERBOSE=1, the trace is shown.
 fn started(out: &std::process::Output) -> usize {
-    String::from_utf8_lossy(&out.stderr)
-        .matches("exec ")
-        .count()
+    let trace = String::from_utf8_lossy(&out.stderr);
+    if std::env::var_os("BENCH_VERBOSE").is_some() {
+        eprint!("{trace}");
+    }
+    trace.matches("exec ").count()
 }
 
 fn hook_case(backend: &str, runs: usize, bins: [&str; 2], state: &Path, work: &Path) {
