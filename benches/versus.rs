@@ -17,8 +17,9 @@
 //! …), each operation on a settled kernel (`common::settle`), so drift hits both alike.
 //! Prints, per backend and operation, both medians, the difference in ms and %, the processes
 //! each binary started (its `NATLEDGER_TRACE`), and a verdict: `ok` when new <= baseline +
-//! max(3%, 0.1 ms), else `SLOWER`. Checks after every sweep and repair that natledger's rules
-//! are exactly those of the live containers.
+//! max(3%, 0.1 ms), else `SLOWER` (`PROCS` when only the process counts differ). Checks
+//! after every sweep and repair that natledger's rules are exactly those of the live
+//! containers.
 //!
 //! Run as root: `BENCH_BASELINE=/path/to/natledger cargo bench --bench versus` (env
 //! BENCH_RUNS, default 30, for hook and cni; BENCH_SWEEP_RUNS, default 10, for sweep and
