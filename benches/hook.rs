@@ -74,6 +74,7 @@ fn case_main(spec: &str) {
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = TmpfsDir::new();
     let case = Case {
+        bin: BIN,
         backend,
         state: state.path(),
         bundle: &bundle,

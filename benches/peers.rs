@@ -320,6 +320,7 @@ fn case_main(spec: &str) {
     // The state dir lives on tmpfs, as /run/natledger does in production.
     let state = TmpfsDir::new();
     let case = Case {
+        bin: BIN,
         backend: setup.backend,
         state: state.path(),
         bundle: &bundle,

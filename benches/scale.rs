@@ -96,6 +96,7 @@ fn case_main(spec: &str) {
     // Warm up: the first container makes the shared chains and jumps, which stay.
     let warm = bundle(work.path(), "warm", 1);
     let warm = Case {
+        bin: BIN,
         backend,
         state: state.path(),
         bundle: &warm,
@@ -105,6 +106,7 @@ fn case_main(spec: &str) {
 
     let big = bundle(work.path(), "big", n);
     let case = Case {
+        bin: BIN,
         backend,
         state: state.path(),
         bundle: &big,

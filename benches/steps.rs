@@ -133,6 +133,7 @@ fn case_main(spec: &str) {
     let udp = bundle(work.path(), "udp", "8053:53/udp");
     let state = TmpfsDir::new();
     let case = Case {
+        bin: BIN,
         backend,
         state: state.path(),
         bundle: &tcp,

@@ -82,8 +82,14 @@ impl Chained {
 
     /// natledger in portmap's place, its ledger in `state`, on `backend` (legacy, nft).
     pub fn natledger(at: &Attachment, state: &Path, backend: &str) -> Chained {
+        Chained::natledger_at(BIN, at, state, backend)
+    }
+
+    /// [`Chained::natledger`] run from `bin`, another build of natledger (legacy, nft,
+    /// nftables).
+    pub fn natledger_at(bin: &str, at: &Attachment, state: &Path, backend: &str) -> Chained {
         let own = json!({"type": "natledger", "stateDir": state, "backend": backend});
-        Chained::new(BIN, at, own)
+        Chained::new(bin, at, own)
     }
 
     fn new(program: &str, at: &Attachment, own: Value) -> Chained {

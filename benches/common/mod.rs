@@ -196,9 +196,11 @@ pub fn end_containers() {
     }
 }
 
-/// One container's natledger hooks (state dir, bundle, backend), and the floor for the same
-/// rules: shared by the hook and peers benchmarks.
+/// One container's natledger hooks (the binary, state dir, bundle, backend), and the floor for
+/// the same rules: shared by the hook, peers and versus benchmarks.
 pub struct Case<'a> {
+    /// The natledger to run: [`BIN`], this build's, unless a bench compares another.
+    pub bin: &'a str,
     pub backend: &'a str,
     pub state: &'a std::path::Path,
     pub bundle: &'a std::path::Path,
@@ -209,7 +211,7 @@ impl Case<'_> {
     /// `NATLEDGER_TRACE`), else 0.
     pub fn hook_counted(&self, stage: &str, trace: bool) -> (Duration, usize) {
         let state = hook_state("bench", stage, self.bundle);
-        let mut cmd = Command::new(BIN);
+        let mut cmd = Command::new(self.bin);
         cmd.args([
             "--state-dir",
             self.state.to_str().unwrap(),
