@@ -607,11 +607,8 @@ use wire::put;
 pub(super) use wire::{Data, Expr, parse_list};
 
 #[cfg(test)]
-#[path = "expr_pins.rs"]
 mod pins;
 #[cfg(test)]
-#[path = "expr_pins_ct.rs"]
 mod pins_ct;
 #[cfg(test)]
-#[path = "expr_tests.rs"]
 mod tests;
