@@ -19,6 +19,7 @@ use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
+use super::iptables::Tools;
 use super::remove::{Deleted, Plan};
 use super::write::{InstallError, Placement};
 use super::{Backend, BackendError, Direct, DirectError, Netfilter, Tagged};
@@ -44,17 +45,21 @@ pub trait Driver: Sync + Primitives {
     fn capabilities(&self) -> Capabilities;
 
     /// The current `table` (nat, filter), as much of it as `scope` says; `None` when it does
-    /// not exist.
+    /// not exist. By default with the driver's `*-save` ([`Primitives::tools`]).
     fn read(
         &self,
         nf: &Netfilter,
         family: Family,
         table: &str,
         scope: Reading,
-    ) -> Result<Option<save::Dump>, BackendError>;
+    ) -> Result<Option<save::Dump>, BackendError> {
+        tool_driven(self.tools(), "save")?.read(nf, family, table, scope)
+    }
 
-    /// Every table of one family, creating none.
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError>;
+    /// Every table of one family, creating none. By default with the driver's `*-save`.
+    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
+        tool_driven(self.tools(), "save")?.read_all(nf, family)
+    }
 
     /// Write one family's rules (`rules`, this backend's records) with the chains and shared
     /// rules they need; the tables that could not be written and were skipped (the filter
@@ -110,15 +115,24 @@ pub trait Driver: Sync + Primitives {
 /// (each declines by default). Sealed: `pub` in a module private to `backend`, so nothing
 /// outside names it.
 pub trait Primitives {
+    /// The `*-save`/`*-restore` tools of a backend written by iptables-style tools, through
+    /// which it reads and applies by default; none by default.
+    fn tools(&self) -> Option<&'static Tools> {
+        None
+    }
+
     /// Apply batches of different tables, in order; what a failure leaves committed is the
     /// driver's (one transaction per table for the iptables tools, all or nothing for
-    /// natledger's own tables). Forgets the kept legacy nat table of `family`.
+    /// natledger's own tables). Forgets the kept legacy nat table of `family`. By default one
+    /// `*-restore` of the driver's tools.
     fn apply_batches(
         &self,
         nf: &Netfilter,
         family: Family,
         batches: &[Batch],
-    ) -> Result<(), BackendError>;
+    ) -> Result<(), BackendError> {
+        tool_driven(self.tools(), "restore")?.apply_all(nf, family, batches)
+    }
 
     /// Insert one table's rules without a process, assuming the shared chains and rules
     /// exist; whether that was done (nothing was written otherwise). None by default.
@@ -186,4 +200,9 @@ pub trait Primitives {
     ) -> Result<(), NftError> {
         Ok(())
     }
+}
+
+/// The tools the default reads and transaction go through, or why there are none.
+fn tool_driven(tools: Option<&'static Tools>, verb: &str) -> Result<&'static Tools, BackendError> {
+    tools.ok_or_else(|| BackendError::NoTool { verb: verb.into() })
 }

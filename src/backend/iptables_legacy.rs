@@ -8,21 +8,20 @@ use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{comment_and_target, is_owned_chain, shared_rules};
 use crate::model::rule::Rule;
-use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::driver::{Primitives, Reading};
+use super::driver::Primitives;
 use super::iptables::Tools;
 use super::write::Placement;
-use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, legacy_table_exists};
+use super::{Backend, Direct, DirectError, Driver, Netfilter, legacy_table_exists};
 
 /// How long iptables-legacy-restore waits for `/run/xtables.lock` held by another program;
 /// well inside podman's 10 s hook timeout.
 const XTABLES_WAIT_SECS: &str = "5";
 
 /// `ip[6]tables-legacy-save` and `-restore`.
-pub(super) static TOOLS: Tools = Tools {
+static TOOLS: Tools = Tools {
     word: "legacy",
     restore_args: &["--wait", XTABLES_WAIT_SECS],
     tables_in_procfs: true,
@@ -39,20 +38,6 @@ impl Driver for IptablesLegacy {
 
     fn capabilities(&self) -> Capabilities {
         TOOLS.capabilities()
-    }
-
-    fn read(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-        scope: Reading,
-    ) -> Result<Option<save::Dump>, BackendError> {
-        TOOLS.read(nf, family, table, scope)
-    }
-
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
-        TOOLS.read_all(nf, family)
     }
 
     /// Its `IPT_SO_GET_INFO` size and entry count and a digest of natledger's chains and the
@@ -72,13 +57,8 @@ impl Driver for IptablesLegacy {
 }
 
 impl Primitives for IptablesLegacy {
-    fn apply_batches(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        TOOLS.apply_all(nf, family, batches)
+    fn tools(&self) -> Option<&'static Tools> {
+        Some(&TOOLS)
     }
 
     fn insert_in_process(

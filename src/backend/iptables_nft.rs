@@ -9,17 +9,16 @@ use crate::model::capabilities::Capabilities;
 use crate::model::family::Family;
 use crate::model::layout::{owned_chains, tag};
 use crate::model::oci::ContainerId;
-use crate::model::save::{self, Batch};
 use crate::model::table::Table;
 use crate::state::ledger::RuleRecord;
 
-use super::driver::{Primitives, Reading};
+use super::driver::Primitives;
 use super::iptables::Tools;
 use super::nft_direct::{delete_all_tagged_nft, delete_tagged_nft};
-use super::{Backend, BackendError, Direct, DirectError, Driver, Netfilter, Tagged};
+use super::{Backend, Direct, DirectError, Driver, Netfilter, Tagged};
 
 /// `ip[6]tables-nft-save` and `-restore`.
-pub(super) static TOOLS: Tools = Tools {
+static TOOLS: Tools = Tools {
     word: "nft",
     restore_args: &[],
     tables_in_procfs: false,
@@ -37,30 +36,11 @@ impl Driver for IptablesNft {
     fn capabilities(&self) -> Capabilities {
         TOOLS.capabilities()
     }
-
-    fn read(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        table: &str,
-        scope: Reading,
-    ) -> Result<Option<save::Dump>, BackendError> {
-        TOOLS.read(nf, family, table, scope)
-    }
-
-    fn read_all(&self, nf: &Netfilter, family: Family) -> Result<Vec<save::Dump>, BackendError> {
-        TOOLS.read_all(nf, family)
-    }
 }
 
 impl Primitives for IptablesNft {
-    fn apply_batches(
-        &self,
-        nf: &Netfilter,
-        family: Family,
-        batches: &[Batch],
-    ) -> Result<(), BackendError> {
-        TOOLS.apply_all(nf, family, batches)
+    fn tools(&self) -> Option<&'static Tools> {
+        Some(&TOOLS)
     }
 
     /// Every rule of the recorded chains tagged for `id`, when they are as many as recorded,

@@ -101,11 +101,8 @@ pub fn tool(
     family: Family,
     verb: &str,
 ) -> Result<PathBuf, BackendError> {
-    let tools = match backend {
-        Backend::IptablesLegacy => &iptables_legacy::TOOLS,
-        Backend::IptablesNft => &iptables_nft::TOOLS,
-        Backend::OwnNftables => return Err(BackendError::NoTool { verb: verb.into() }),
-    };
+    let tools = backend.driver().tools();
+    let tools = tools.ok_or_else(|| BackendError::NoTool { verb: verb.into() })?;
     tools.path(look, family, verb)
 }
 
