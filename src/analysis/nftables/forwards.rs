@@ -52,23 +52,11 @@ pub fn forwards_of(
     }
     let shared: std::sync::Arc<[IpAddr]> = locals.into();
     for daddr in dsts {
-        let v4 = daddr.is_ipv4();
         for path in [Path::Outside, Path::Local] {
             if path == Path::Outside && daddr.is_loopback() {
                 continue;
             }
-            let probe = Probe {
-                v4,
-                saddr: (path == Path::Local).then_some(daddr),
-                daddr,
-                proto: protocol.number(),
-                sport: 40000,
-                dport: port,
-                iif: None,
-                oif: None,
-                path,
-                locals: shared.clone(),
-            };
+            let probe = Probe::to(daddr, path, protocol.number(), port, shared.clone());
             let f = ix.fate(&probe);
             for o in &f.outcomes {
                 let Some(d) = &o.dnat else { continue };

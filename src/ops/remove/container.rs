@@ -154,11 +154,13 @@ mod tests {
     use crate::state::ledger::Ledger;
 
     use super::remove_container;
+    use crate::model::oci::ContainerId;
+    use crate::ops::Context;
+    use crate::state::ledger::Manifest;
 
-    /// A nat table whose removal fails keeps its family's accept: the driver is asked once
-    /// per family, and every record of the family stays, the filter accept's included.
-    #[test]
-    fn a_failed_nat_removal_keeps_the_accept_and_its_records() {
+    /// Container c1 created through `nft` (beside `legacy`), then `check` with its context,
+    /// both drivers, its id and its manifest.
+    fn created(check: impl FnOnce(&Context, &FakeDriver, &FakeDriver, &ContainerId, &Manifest)) {
         let dir = tempfile::tempdir().unwrap();
         let host = fake_host();
         let (nft, legacy) = (
@@ -170,62 +172,62 @@ mod tests {
         create_runtime(&ctx, &input(dir.path())).unwrap();
         let id = "c1".parse().unwrap();
         let manifest = ctx.ledger.load(&id).unwrap().unwrap();
-        let accept = nft.lines(Family::Ipv4, "filter");
-        assert!(!accept.is_empty());
+        check(&ctx, &nft, &legacy, &id, &manifest);
+    }
 
-        nft.fail(Family::Ipv4, "nat");
-        let locked = ctx.ledger.lock().unwrap();
-        let removal = remove_container(&ctx, &locked, &id, Some(&manifest));
-        assert_eq!(removal.failures.len(), 1);
-        assert_eq!(removal.removed, 0);
-        assert_eq!(removal.remaining.len(), manifest.rules.len());
-        assert_eq!(
-            nft.lines(Family::Ipv4, "filter"),
-            accept,
-            "the accept stays"
-        );
-        let tables = vec![Table::Nat, Table::Filter];
-        assert!(nft.calls().contains(&Call::Remove(Family::Ipv4, tables)));
+    /// A nat table whose removal fails keeps its family's accept: the driver is asked once
+    /// per family, and every record of the family stays, the filter accept's included.
+    #[test]
+    fn a_failed_nat_removal_keeps_the_accept_and_its_records() {
+        created(|ctx, nft, _, id, manifest| {
+            let accept = nft.lines(Family::Ipv4, "filter");
+            assert!(!accept.is_empty());
+
+            nft.fail(Family::Ipv4, "nat");
+            let locked = ctx.ledger.lock().unwrap();
+            let removal = remove_container(ctx, &locked, id, Some(manifest));
+            assert_eq!(removal.failures.len(), 1);
+            assert_eq!(removal.removed, 0);
+            assert_eq!(removal.remaining.len(), manifest.rules.len());
+            assert_eq!(
+                nft.lines(Family::Ipv4, "filter"),
+                accept,
+                "the accept stays"
+            );
+            let tables = vec![Table::Nat, Table::Filter];
+            assert!(nft.calls().contains(&Call::Remove(Family::Ipv4, tables)));
+        });
     }
 
     /// Records complete in the driver that wrote them: one call, the other drivers are not
     /// asked; without a manifest every driver is asked in each family, every table.
     #[test]
     fn other_drivers_are_asked_only_without_complete_records() {
-        let dir = tempfile::tempdir().unwrap();
-        let host = fake_host();
-        let (nft, legacy) = (
-            FakeDriver::new(Backend::IptablesNft),
-            FakeDriver::new(Backend::IptablesLegacy),
-        );
-        let drivers: [&dyn crate::backend::Driver; 2] = [&legacy, &nft];
-        let ctx = fake_context(Ledger::new(dir.path()), &nft, &drivers, &host);
-        create_runtime(&ctx, &input(dir.path())).unwrap();
-        let id = "c1".parse().unwrap();
-        let manifest = ctx.ledger.load(&id).unwrap().unwrap();
-        let locked = ctx.ledger.lock().unwrap();
+        created(|ctx, nft, legacy, id, manifest| {
+            let locked = ctx.ledger.lock().unwrap();
 
-        let removal = remove_container(&ctx, &locked, &id, Some(&manifest));
-        assert_eq!(removal.removed, manifest.rules.len());
-        assert!(removal.failures.is_empty() && removal.remaining.is_empty());
-        assert!(nft.lines(Family::Ipv4, "nat").is_empty());
-        assert!(legacy.calls().is_empty(), "{:?}", legacy.calls());
-        let removes = |d: &FakeDriver| {
-            let calls = d.calls();
-            calls
-                .into_iter()
-                .filter(|c| matches!(c, Call::Remove(..)))
-                .count()
-        };
-        assert_eq!(removes(&nft), 1);
+            let removal = remove_container(ctx, &locked, id, Some(manifest));
+            assert_eq!(removal.removed, manifest.rules.len());
+            assert!(removal.failures.is_empty() && removal.remaining.is_empty());
+            assert!(nft.lines(Family::Ipv4, "nat").is_empty());
+            assert!(legacy.calls().is_empty(), "{:?}", legacy.calls());
+            let removes = |d: &FakeDriver| {
+                let calls = d.calls();
+                calls
+                    .into_iter()
+                    .filter(|c| matches!(c, Call::Remove(..)))
+                    .count()
+            };
+            assert_eq!(removes(nft), 1);
 
-        let removal = remove_container(&ctx, &locked, &id, None);
-        assert_eq!(removal.removed, 0);
-        let both = vec![Table::Nat, Table::Filter];
-        for family in Family::ALL {
-            for driver in [&nft, &legacy] {
-                assert!(driver.calls().contains(&Call::Remove(family, both.clone())));
+            let removal = remove_container(ctx, &locked, id, None);
+            assert_eq!(removal.removed, 0);
+            let both = vec![Table::Nat, Table::Filter];
+            for family in Family::ALL {
+                for driver in [nft, legacy] {
+                    assert!(driver.calls().contains(&Call::Remove(family, both.clone())));
+                }
             }
-        }
+        });
     }
 }

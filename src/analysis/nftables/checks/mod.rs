@@ -175,18 +175,8 @@ impl<'a> Ctx<'a> {
                 if path == Path::Outside && daddr.is_loopback() {
                     continue;
                 }
-                out.push(Probe {
-                    v4: daddr.is_ipv4(),
-                    saddr: (path == Path::Local).then_some(daddr),
-                    daddr,
-                    proto: protocol.number(),
-                    sport: 40000,
-                    dport: port,
-                    iif: None,
-                    oif: None,
-                    path,
-                    locals: Arc::clone(&self.locals),
-                });
+                let locals = Arc::clone(&self.locals);
+                out.push(Probe::to(daddr, path, protocol.number(), port, locals));
             }
         }
         out

@@ -66,6 +66,26 @@ pub struct Probe {
     pub locals: Arc<[IpAddr]>,
 }
 
+impl Probe {
+    /// A connection to `daddr`'s `port` by `path`, as the checks and the forwards finder
+    /// send it: from `daddr` itself when generated here, from anywhere from outside, any
+    /// interface.
+    pub fn to(daddr: IpAddr, path: Path, proto: u8, port: u16, locals: Arc<[IpAddr]>) -> Probe {
+        Probe {
+            v4: daddr.is_ipv4(),
+            saddr: (path == Path::Local).then_some(daddr),
+            daddr,
+            proto,
+            sport: 40000,
+            dport: port,
+            iif: None,
+            oif: None,
+            path,
+            locals,
+        }
+    }
+}
+
 /// A DNAT or redirect the packet met.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Redirected {

@@ -2,8 +2,13 @@
 //! 6.x) printed for the equivalent nft syntax, captured in a scratch network namespace; the
 //! syntax is next to each pin. Then round trips and what decode refuses.
 
+use super::{EncodeError, decode, encode};
+use crate::kernel::netlink;
+use crate::kernel::nftables::wire::NFTA_RULE_EXPRESSIONS;
+use crate::model::family::Family;
+use crate::model::rule::Rule;
+
 use super::super::debug::debug_text;
-use super::*;
 use crate::kernel::nftables::wire::NFTA_DATA_VALUE;
 use crate::kernel::nftables::wire::NFTA_EXPR_DATA;
 use crate::model::layout::{self, FILTER, NAT};

@@ -2,8 +2,11 @@
 //! --debug=netlink -f FILE` and `--debug=mnl` (nftables 1.0.6) printed for the nft syntax
 //! next to each, captured in a scratch network namespace; and the kernel's dump of it.
 
+use super::{EncodeError, Expr, decode, encode, exprs, normal, put};
+use crate::kernel::netlink;
+use crate::model::rule::{Rule, Target};
+
 use super::pins::{V4, V6, encoded, pin, rule};
-use super::*;
 use crate::kernel::nftables::wire::NFTA_EXPR_DATA;
 use crate::model::layout;
 use crate::model::oci::ContainerId;
